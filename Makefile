@@ -1,0 +1,49 @@
+# QueueCore — the two commands are `make run` and `make test`; both build on `make install`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export QUEUECORE_DATA_DIR ?= ./data
+
+.PHONY: install run serve migrate bootstrap test services lint typecheck openapi bench clean
+
+install: $(STAMP)
+
+# Reinstall only when the dependency list changes; `make install` stays idempotent.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]' uvloop httptools
+	touch $(STAMP)
+
+migrate: install
+	$(BIN)/queuecore-server migrate
+
+bootstrap: migrate
+	$(BIN)/queuecore-server bootstrap --project demo --demo-user
+
+run: bootstrap
+	$(BIN)/queuecore-server serve
+
+services:
+	bash infra/services.sh up
+
+test: install services
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check app tests bench
+	$(BIN)/ruff format --check app tests bench
+
+typecheck: install
+	$(BIN)/mypy
+
+openapi: install
+	$(BIN)/python -m app.openapi > openapi.yaml
+
+bench: install services
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) data .pytest_cache

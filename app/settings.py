@@ -1,0 +1,97 @@
+"""The one settings object. Only this module reads the environment (``QUEUECORE_*``)."""
+
+from __future__ import annotations
+
+import enum
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_PLACEHOLDER_SECRETS = {"", "changeme", "change-me", "secret", "dev", "development"}
+
+
+class Environment(str, enum.Enum):
+    """How the service is deployed: ``development`` allows a generated secret, ``production`` does not."""
+
+    development = "development"
+    production = "production"
+
+
+class LogSettings(BaseModel):
+    """Knobs of the local log engine, named as Kafka names them (``TopicConfig``)."""
+
+    # Kafka's default is 1 GiB; smaller segments make retention finer-grained at our scale.
+    segment_bytes: int = 256 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    index_interval_bytes: int = 4096
+    # Open file handles kept by the engine; partitions beyond it are opened lazily and closed LRU.
+    max_open_segments: int = 512
+    retention_check_interval_ms: int = 60_000
+
+
+class Settings(BaseSettings):
+    """QueueCore settings, read from ``QUEUECORE_*`` environment variables (nested with ``__``)."""
+
+    model_config = SettingsConfigDict(env_prefix="QUEUECORE_", env_nested_delimiter="__", extra="ignore")
+
+    environment: Environment = Environment.development
+    data_dir: Path = Path("./data")
+    # Empty means: the embedded SQLite file under data_dir.
+    database_url: str = ""
+    # Empty means: in-process limits and fan-out (the embedded default).
+    redis_url: str = ""
+    secret_key: SecretStr = SecretStr("")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    log_level: str = "INFO"
+    metrics_token: SecretStr = SecretStr("")
+    # Revocations must reach every API process within one second; the key cache never holds longer.
+    key_cache_ttl_seconds: float = 0.5
+    key_last_used_flush_seconds: float = 5.0
+    max_body_bytes: int = 10 * 1024 * 1024
+    log: LogSettings = Field(default_factory=LogSettings)
+
+    @model_validator(mode="after")
+    def _check_secret(self) -> Settings:
+        if self.environment is Environment.production:
+            value = self.secret_key.get_secret_value()
+            if value.lower() in _PLACEHOLDER_SECRETS or len(value) < 32:
+                raise ValueError(
+                    "QUEUECORE_SECRET_KEY must be set to a random value of at least 32 characters "
+                    "when QUEUECORE_ENVIRONMENT=production"
+                )
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The metadata database URL; the embedded default is a SQLite file in the data dir."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'metadata.db').resolve()}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "log"
+
+    def server_secret(self) -> bytes:
+        """The server secret keying API-key hashes; generated once and kept in the data dir when embedded."""
+        value = self.secret_key.get_secret_value()
+        if value:
+            return value.encode()
+        path = self.data_dir / "secret_key"
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(secrets.token_urlsafe(48))
+            tmp.chmod(0o600)
+            tmp.replace(path)
+        return path.read_text().strip().encode()
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

@@ -1,0 +1,151 @@
+"""The log engine: where messages live.
+
+One protocol, two implementations: ``local`` (segment files on this machine, fsync'd) and ``jetstream``
+(a replicated NATS JetStream cluster, coming next). The broker only ever talks to this protocol.
+
+A log is addressed by ``(topic_id, partition)``. ``topic_id`` is the metadata id (``top_…``), so two
+environments' topics of the same name never share a log and a re-created topic starts empty.
+
+Records are opaque to the engine: ``key``, ``value`` and ``headers`` are bytes the broker encoded
+(``value`` is the message's ``data`` as JSON bytes, ``headers`` its header map as JSON bytes). Offsets
+start at 0 per partition, are dense, and are assigned by the engine at append.
+
+Every ``append`` is atomic across all the partitions it names and durable before it returns
+(``durability`` says on what terms); readers never see records of an append that has not committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    """One partition of one topic."""
+
+    topic_id: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordIn:
+    """A record handed to the engine to append; the engine assigns its offset."""
+
+    value: bytes
+    key: bytes | None = None
+    headers: bytes | None = None
+    timestamp_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A committed record as read back."""
+
+    offset: int
+    timestamp_ms: int
+    value: bytes
+    key: bytes | None
+    headers: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """Where a partition stands: first retained offset, next offset to be written, bytes on disk."""
+
+    partition: int
+    earliest_offset: int
+    latest_offset: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLogConfig:
+    """Per-topic engine settings: retention in ms (None keeps forever)."""
+
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+
+
+class LogEngineError(Exception):
+    """Base of the engine's errors."""
+
+
+class UnknownLog(LogEngineError):
+    """The topic or partition has no log in this engine."""
+
+
+class EngineUnavailable(LogEngineError):
+    """The engine cannot meet its durability promise right now (answered as 503)."""
+
+
+@runtime_checkable
+class LogEngine(Protocol):
+    """A partitioned, durable, append-only log."""
+
+    @property
+    def durability(self) -> str:
+        """What a successful append guarantees: ``"fsync"`` or ``"replicated:<n>"``."""
+        ...
+
+    async def start(self) -> None:
+        """Open the engine: recover logs from their last durable state, start background work."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and close everything; wake all waiters."""
+        ...
+
+    async def create_topic(self, topic_id: str, partitions: int, config: TopicLogConfig) -> None:
+        """Create empty logs for partitions ``0..partitions-1`` (idempotent)."""
+        ...
+
+    async def add_partitions(self, topic_id: str, partitions: int) -> None:
+        """Grow a live topic to ``partitions`` partitions; existing ones are untouched."""
+        ...
+
+    async def update_config(self, topic_id: str, config: TopicLogConfig) -> None:
+        """Change a topic's retention; takes effect at the next retention pass."""
+        ...
+
+    async def delete_topic(self, topic_id: str) -> None:
+        """Remove every partition of the topic and its files (idempotent)."""
+        ...
+
+    async def append(self, topic_id: str, records: Mapping[int, Sequence[RecordIn]]) -> dict[int, int]:
+        """Append records to one or more partitions, all or nothing, durable before returning.
+
+        Returns the base offset assigned per partition: the records of partition ``p`` get offsets
+        ``base[p], base[p]+1, …`` in the order given.
+        """
+        ...
+
+    async def read(
+        self, topic_id: str, partition: int, offset: int, max_records: int = 100, max_bytes: int = 1 << 20
+    ) -> list[Record]:
+        """Committed records from ``offset`` on (from the earliest retained if ``offset`` is below it).
+
+        At least one record is returned when one exists at or after ``offset``, even over ``max_bytes``.
+        """
+        ...
+
+    async def offset_for_time(self, topic_id: str, partition: int, timestamp_ms: int) -> int:
+        """The first offset whose timestamp is ``>= timestamp_ms`` (the latest offset if none)."""
+        ...
+
+    async def partition_info(self, topic_id: str, partition: int) -> PartitionInfo:
+        """Earliest and latest offsets and the size on disk of one partition."""
+        ...
+
+    async def wait_for(self, topic_id: str, partition: int, offset: int, timeout: float) -> bool:
+        """Wait until a record at ``offset`` is committed (latest > offset); False on timeout. No polling."""
+        ...
+
+    async def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole segments past their topic's retention; returns how many were deleted."""
+        ...
+
+    async def check(self) -> bool:
+        """True when the engine can take appends (for health)."""
+        ...
