@@ -4,7 +4,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export QUEUECORE_DATA_DIR ?= ./data
 
 .PHONY: install run serve migrate bootstrap test services lint typecheck openapi bench clean
 

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 _PLACEHOLDER_SECRETS = {"", "changeme", "change-me", "secret", "dev", "development"}
 
 
-class Environment(str, enum.Enum):
+class Environment(enum.StrEnum):
     """How the service is deployed: ``development`` allows a generated secret, ``production`` does not."""
 
     development = "development"
@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     key_cache_ttl_seconds: float = 0.5
     key_last_used_flush_seconds: float = 5.0
     max_body_bytes: int = 10 * 1024 * 1024
+    # How long a publish idempotency key is remembered per topic.
+    idempotency_window_ms: int = 24 * 3600 * 1000
     log: LogSettings = Field(default_factory=LogSettings)
 
     @model_validator(mode="after")

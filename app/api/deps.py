@@ -1,0 +1,104 @@
+"""What routes depend on: the services built in lifespan, the caller's key, a metadata session."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from prometheus_client import CollectorRegistry
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.broker.keys import KeyAuthenticator, Principal
+from app.broker.publishing import Publisher
+from app.broker.rate_limits import Category, limit_for
+from app.broker.topics import Scope
+from app.errors import ApiError
+from app.settings import Settings
+from app.stores.limits.protocol import RateLimiter
+from app.stores.log.protocol import LogEngine
+from app.stores.metadata.database import MetadataStore
+
+
+@dataclass
+class Services:
+    """Everything stateful, built once in ``lifespan`` and closed in reverse order."""
+
+    settings: Settings
+    metadata: MetadataStore
+    log: LogEngine
+    limiter: RateLimiter
+    keys: KeyAuthenticator
+    publisher: Publisher
+    registry: CollectorRegistry
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def get_session(services: ServicesDep) -> AsyncIterator[AsyncSession]:
+    """One unit of work per request: committed when the route returns, rolled back on error."""
+    async with services.metadata.session() as session:
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
+
+_INVALID_KEY = "The API key is missing, malformed, or has been revoked."
+
+
+def api_key(category: Category) -> Callable[[Request], Awaitable[Principal]]:
+    """A dependency authenticating the bearer key and charging it one request of ``category``."""
+
+    async def authenticate(request: Request) -> Principal:
+        services: Services = request.app.state.services
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise ApiError("INVALID_API_KEY", _INVALID_KEY)
+        principal = await services.keys.authenticate(token.strip())
+        if principal is None:
+            raise ApiError("INVALID_API_KEY", _INVALID_KEY)
+        state = request.scope["state"]
+        state["key_id"] = principal.key_id
+        state["principal"] = principal
+        await charge(services, request, principal, category)
+        return principal
+
+    return authenticate
+
+
+async def charge(services: Services, request: Request, principal: Principal, category: Category) -> None:
+    """Count one request against the key's limit for ``category``; 429 when over it."""
+    limit = limit_for(principal.tier, principal.custom_limits, category)
+    decision = await services.limiter.acquire(f"{principal.key_id}:{category.value}", limit)
+    headers = {
+        "RateLimit-Limit": str(decision.limit),
+        "RateLimit-Remaining": str(decision.remaining),
+        "RateLimit-Reset": str(decision.reset_seconds),
+    }
+    request.scope["state"]["response_headers"] = list(headers.items())
+    if not decision.allowed:
+        retry_after = max(1, math.ceil(decision.retry_after_seconds))
+        raise ApiError(
+            "RATE_LIMIT_EXCEEDED",
+            f"Rate limit of {decision.limit} {category.value} requests per second exceeded; "
+            f"retry after {retry_after} second{'s' if retry_after != 1 else ''}.",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
+AdminKey = Annotated[Principal, Depends(api_key(Category.admin))]
+PublishKey = Annotated[Principal, Depends(api_key(Category.publish))]
+ConsumeKey = Annotated[Principal, Depends(api_key(Category.consume))]
+
+
+def scope_of(principal: Principal) -> Scope:
+    return Scope(principal.project_id, principal.environment)

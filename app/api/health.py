@@ -1,0 +1,54 @@
+"""``GET /v1/health``: real dependency checks, no auth."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+import app
+from app.api.deps import ServicesDep
+from app.api.schemas.common import ResponseBody
+
+
+class Health(ResponseBody):
+    status: str
+    checks: dict[str, str]
+    version: str
+
+
+router = APIRouter(tags=["health"])
+
+
+@router.get(
+    "/v1/health",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "Not ready: a required dependency is down."}},
+)
+async def health(services: ServicesDep, response: Response) -> Health:
+    """``ok`` when every dependency answers; ``degraded`` when Redis is down (limits fall back per process);
+    ``down`` (503) when the metadata store or the log engine cannot serve."""
+    database_ok, engine_ok, redis_status = await asyncio.gather(
+        services.metadata.check(), _engine_check(services), services.limiter.status()
+    )
+    checks = {
+        "database": "ok" if database_ok else "down",
+        "redis": redis_status,
+        "logEngine": "ok" if engine_ok else "down",
+    }
+    if not (database_ok and engine_ok):
+        status = "down"
+        response.status_code = 503
+    elif redis_status in ("degraded", "down"):
+        status = "degraded"
+    else:
+        status = "ok"
+    return Health(status=status, checks=checks, version=app.__version__)
+
+
+async def _engine_check(services: ServicesDep) -> bool:
+    try:
+        return await asyncio.wait_for(services.log.check(), 2.0)
+    except Exception:  # noqa: BLE001 (any failure of the check means: down)
+        return False

@@ -1,0 +1,155 @@
+"""Publishing and reading calls. The bodies are parsed with orjson, not pydantic (the hot path)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request
+from starlette.responses import Response
+
+from app.api.deps import AdminKey, ConsumeKey, PublishKey, ServicesDep, scope_of
+from app.api.schemas.messages import BatchIn, BatchPublished, Message, MessageIn, MessagePage, Published
+from app.broker import publishing, reading
+from app.errors import ApiError, responses
+
+router = APIRouter(prefix="/v1/topics/{name}", tags=["messages"])
+
+_AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
+_REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+def _json(payload: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(payload, status_code=status, media_type="application/json", headers=headers)
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ApiError(
+            "INVALID_REQUEST",
+            "The request body is not valid JSON.",
+            details=[{"field": "body", "issue": "malformed JSON"}],
+        ) from None
+
+
+def _request_body(model: type) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": model.model_json_schema(ref_template="#/components/schemas/{model}")
+                }
+            },
+        }
+    }
+
+
+@router.post(
+    "/messages",
+    status_code=201,
+    response_model=Published,
+    openapi_extra=_request_body(MessageIn),
+    responses=responses(
+        "INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "PAYLOAD_TOO_LARGE", "SERVICE_UNAVAILABLE"
+    ),
+)
+async def publish(
+    name: str,
+    request: Request,
+    key: PublishKey,
+    services: ServicesDep,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> Response:
+    """Publish one message; answers once it is durable. A repeated ``Idempotency-Key`` answers the
+    original result with ``Idempotent-Replayed: true``."""
+    if idempotency_key is not None:
+        publishing.validate_idempotency_key(idempotency_key)
+    message = publishing.parse_message(await _body(request))
+    publisher = services.publisher
+    topic, placed, replayed = await publisher.publish(scope_of(key), name, message, idempotency_key)
+    body = publisher.result(topic, placed)
+    body["latency"] = placed.latency_ms
+    body["durability"] = services.log.durability
+    return _json(orjson.dumps(body), 201, _REPLAYED if replayed else None)
+
+
+@router.post(
+    "/messages/batch",
+    status_code=201,
+    response_model=BatchPublished,
+    openapi_extra=_request_body(BatchIn),
+    responses=responses(
+        "INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "PAYLOAD_TOO_LARGE", "SERVICE_UNAVAILABLE"
+    ),
+)
+async def publish_batch(name: str, request: Request, key: PublishKey, services: ServicesDep) -> Response:
+    """Publish 1–1000 messages atomically: all are written or none. Items whose ``idempotencyKey`` was
+    seen answer ``replayed: true`` and are not written again."""
+    started = time.perf_counter()
+    messages = publishing.parse_batch(await _body(request))
+    publisher = services.publisher
+    topic, placed, replayed = await publisher.publish_batch(scope_of(key), name, messages)
+    items = []
+    for p, again in zip(placed, replayed, strict=True):
+        item = publisher.result(topic, p)
+        if again:
+            item["replayed"] = True
+        items.append(item)
+    body = {
+        "count": len(items),
+        "latency": round((time.perf_counter() - started) * 1000),
+        "durability": services.log.durability,
+        "messages": items,
+    }
+    return _json(orjson.dumps(body), 201, _REPLAYED if all(replayed) else None)
+
+
+@router.get(
+    "/messages/{message_id}",
+    response_model=Message,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "MESSAGE_NOT_FOUND"),
+)
+async def get_message(name: str, message_id: str, key: AdminKey, services: ServicesDep) -> Response:
+    """One message by id (ids encode topic, partition and offset)."""
+    if message_id == "batch":
+        raise ApiError(
+            "METHOD_NOT_ALLOWED", "GET is not allowed on /messages/batch.", 405, headers={"Allow": "POST"}
+        )
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    return _json(await reading.get_message(services.log, topic, message_id))
+
+
+@router.get(
+    "/partitions/{partition}/messages",
+    response_model=MessagePage,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND"),
+)
+async def read_partition(
+    name: str,
+    partition: int,
+    key: ConsumeKey,
+    services: ServicesDep,
+    fromOffset: Annotated[int | None, Query(ge=0)] = None,
+    fromTimestamp: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    """Messages of one partition by offset or time, without a consumer group (browse, replay, Spark)."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    page = await reading.read_partition(
+        services.log, topic, partition, from_offset=fromOffset, from_timestamp=fromTimestamp, limit=limit
+    )
+    body = (
+        b'{"data":['
+        + b",".join(page.messages)
+        + b'],"nextOffset":'
+        + str(page.next_offset).encode()
+        + b',"earliestOffset":'
+        + str(page.earliest_offset).encode()
+        + b"}"
+    )
+    return _json(body)

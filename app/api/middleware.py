@@ -1,0 +1,126 @@
+"""The request envelope around every call, as one pure ASGI middleware (no per-request task or copy).
+
+It gives each request an id (echoing a valid ``X-Request-Id``), refuses bodies over the cap with 413
+before they are read whole, answers anything unhandled with the 500 envelope (never internals), adds
+rate-limit headers set by the auth dependency, logs one JSON line, and counts the request in metrics
+by route template and status.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.metrics import HttpMetrics
+from app.errors import error_response
+from app.kit.ids import new_request_id, valid_request_id
+
+logger = logging.getLogger("queuecore.request")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class RequestEnvelopeMiddleware:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: HttpMetrics) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        incoming = ""
+        content_length = -1
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                incoming = value.decode("latin-1")
+            elif name == b"content-length":
+                try:
+                    content_length = int(value)
+                except ValueError:
+                    content_length = -1
+        request_id = incoming if incoming and valid_request_id(incoming) else new_request_id()
+        state: dict[str, Any] = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        status = 500
+        response_started = False
+        bytes_in = 0
+        bytes_out = 0
+
+        async def send_with_envelope(message: Message) -> None:
+            nonlocal status, response_started, bytes_out
+            if message["type"] == "http.response.start":
+                response_started = True
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                for name, value in state.get("response_headers", ()):
+                    headers.append((name.lower().encode(), str(value).encode()))
+                message["headers"] = headers
+            elif message["type"] == "http.response.body":
+                bytes_out += len(message.get("body", b""))
+            elif message["type"] == "websocket.accept":
+                response_started = True
+                status = 101
+            await send(message)
+
+        async def receive_capped(message_source: Receive = receive) -> Message:
+            nonlocal bytes_in
+            message = await message_source()
+            if message["type"] == "http.request":
+                bytes_in += len(message.get("body", b""))
+                if bytes_in > self.max_body_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            if scope["type"] == "http" and content_length > self.max_body_bytes:
+                raise _BodyTooLarge
+            await self.app(scope, receive_capped if scope["type"] == "http" else receive, send_with_envelope)
+        except _BodyTooLarge:
+            if response_started:
+                raise
+            limit_mib = self.max_body_bytes // (1024 * 1024)
+            await error_response(
+                request_id,
+                "PAYLOAD_TOO_LARGE",
+                f"The request body exceeds {limit_mib} MiB.",
+                413,
+                headers={"Connection": "close"},
+            )(scope, receive, send_with_envelope)
+        except Exception:
+            logger.exception("unhandled error", extra={"requestId": request_id})
+            if response_started or scope["type"] != "http":
+                raise
+            await error_response(
+                request_id,
+                "INTERNAL_ERROR",
+                "An internal error occurred; quote the request id to support.",
+                500,
+            )(scope, receive, send_with_envelope)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "WS")
+            self.metrics.observe(method, template, status, elapsed)
+            logger.info(
+                "request",
+                extra={
+                    "requestId": request_id,
+                    "keyId": state.get("key_id"),
+                    "method": method,
+                    "route": template,
+                    "status": status,
+                    "latencyMs": round(elapsed * 1000, 3),
+                    "bytesIn": bytes_in,
+                    "bytesOut": bytes_out,
+                },
+            )

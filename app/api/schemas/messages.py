@@ -1,0 +1,73 @@
+"""Wire shapes of publishing and reading. Publishing parses bodies with orjson (the hot path); these
+models describe the same shapes for ``openapi.yaml``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from app.api.schemas.common import RequestBody, ResponseBody
+
+
+class MessageIn(RequestBody):
+    data: Any = Field(
+        description="Any JSON value (null included), at most 256 KiB serialized.",
+        examples=[{"type": "order.created", "orderId": "ord_92jf8x", "amount": 9900}],
+    )
+    key: str | None = Field(
+        None, description="Messages with one key land on one partition (Kafka's murmur2)."
+    )
+    headers: dict[str, str] | None = None
+    partition: int | None = Field(None, description="Explicit partition; overrides the key.")
+
+
+class BatchMessageIn(MessageIn):
+    idempotencyKey: str | None = Field(
+        None, description="Shares one namespace with the Idempotency-Key header."
+    )
+
+
+class BatchIn(RequestBody):
+    messages: list[BatchMessageIn] = Field(min_length=1, max_length=1000)
+
+
+class Published(ResponseBody):
+    id: str = Field(examples=["msg_aaaaaaaaaaaaaaaaaaaaaaacqa"])
+    offset: int = Field(examples=[14829])
+    partition: int = Field(examples=[2])
+    timestamp: str = Field(examples=["2026-03-28T10:42:18.003Z"])
+    latency: int = Field(examples=[12], description="Server-side milliseconds.")
+    durability: str = Field(examples=["fsync"], description='"fsync" or "replicated:<n>"')
+
+
+class BatchItem(ResponseBody):
+    id: str
+    offset: int
+    partition: int
+    timestamp: str
+    replayed: bool | None = Field(None, description="Present and true for items answered from idempotency.")
+
+
+class BatchPublished(ResponseBody):
+    count: int = Field(examples=[3])
+    latency: int = Field(examples=[18])
+    durability: str = Field(examples=["fsync"])
+    messages: list[BatchItem]
+
+
+class Message(ResponseBody):
+    id: str
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    headers: dict[str, str]
+    data: Any
+    timestamp: str
+
+
+class MessagePage(ResponseBody):
+    data: list[Message]
+    nextOffset: int
+    earliestOffset: int

@@ -1,0 +1,106 @@
+"""Topic calls: create, list, describe, update, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.schemas.topics import PartitionDetail, Topic, TopicCreate, TopicDetail, TopicList, TopicUpdate
+from app.broker import topics
+from app.errors import responses
+from app.kit.clock import isoformat_ms
+from app.stores.metadata import models
+
+router = APIRouter(prefix="/v1/topics", tags=["topics"])
+
+_AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
+
+
+def _topic(row: models.Topic) -> Topic:
+    return Topic(
+        id=row.id,
+        name=row.name,
+        partitions=row.partitions,
+        retention=row.retention,
+        delivery=row.delivery,
+        status=row.status,
+        createdAt=isoformat_ms(row.created_at),
+    )
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Topic,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_ALREADY_EXISTS", "PAYLOAD_TOO_LARGE"),
+)
+async def create_topic(body: TopicCreate, key: AdminKey, services: ServicesDep, session: SessionDep) -> Topic:
+    """Create a topic in the key's environment."""
+    row = await topics.create_topic(
+        session,
+        services.log,
+        scope_of(key),
+        body.name,
+        retention=body.retention,
+        delivery=body.delivery,
+        partitions=body.partitions,
+    )
+    services.publisher.topics.forget(scope_of(key), body.name)
+    return _topic(row)
+
+
+@router.get("", response_model=TopicList, responses=responses("INVALID_REQUEST", *_AUTH))
+async def list_topics(
+    key: AdminKey,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: str | None = None,
+) -> TopicList:
+    """Topics of the key's environment by name, a page at a time (``nextCursor`` until the last)."""
+    rows, next_cursor = await topics.list_topics(session, scope_of(key), limit=limit, cursor=cursor)
+    return TopicList(data=[_topic(r) for r in rows], nextCursor=next_cursor)
+
+
+@router.get("/{name}", response_model=TopicDetail, responses=responses(*_AUTH, "TOPIC_NOT_FOUND"))
+async def describe_topic(name: str, key: AdminKey, services: ServicesDep, session: SessionDep) -> TopicDetail:
+    """A topic with per-partition offsets and sizes."""
+    row = await topics.get_topic(session, scope_of(key), name)
+    details = await topics.partition_details(services.log, row)
+    return TopicDetail(
+        **_topic(row).model_dump(),
+        partitionDetails=[
+            PartitionDetail(
+                id=p.partition,
+                earliestOffset=p.earliest_offset,
+                latestOffset=p.latest_offset,
+                messages=p.latest_offset - p.earliest_offset,
+                bytes=p.size_bytes,
+            )
+            for p in details
+        ],
+    )
+
+
+@router.patch(
+    "/{name}", response_model=Topic, responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND")
+)
+async def update_topic(
+    name: str, body: TopicUpdate, key: AdminKey, services: ServicesDep, session: SessionDep
+) -> Topic:
+    """Increase partitions and/or change retention."""
+    row = await topics.update_topic(
+        session, services.log, scope_of(key), name, partitions=body.partitions, retention=body.retention
+    )
+    services.publisher.topics.forget(scope_of(key), name)
+    return _topic(row)
+
+
+@router.delete("/{name}", status_code=204, responses=responses(*_AUTH, "TOPIC_NOT_FOUND"))
+async def delete_topic(name: str, key: AdminKey, services: ServicesDep) -> Response:
+    """Delete a topic with its messages, groups and dead-letter queues."""
+    topic_id = await topics.delete_topic(services.metadata, services.log, scope_of(key), name)
+    services.publisher.topics.forget(scope_of(key), name)
+    services.publisher.forget_topic(topic_id)
+    return Response(status_code=204)

@@ -1,0 +1,84 @@
+"""Message ids that say where a message lives, so a lookup by id needs no index.
+
+``msg_`` + base32 (lowercase, unpadded) of: the topic id's 16 base36 characters as an 11-byte integer,
+then the partition and the offset as unsigned LEB128 varints. A topic's messages have ids that only
+that topic can decode back to itself; anything else is a malformed id (400), not a missing one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+from app.broker.errors import InvalidRequest
+
+_TOPIC_BYTES = 11
+
+
+@dataclass(frozen=True, slots=True)
+class MessageLocation:
+    topic_id: str
+    partition: int
+    offset: int
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def topic_prefix(topic_id: str) -> bytes:
+    return int(topic_id.removeprefix("top_"), 36).to_bytes(_TOPIC_BYTES, "big")
+
+
+def encode(topic_id: str, partition: int, offset: int, *, prefix: bytes | None = None) -> str:
+    """The id of the message at ``offset`` of ``partition``; pass ``prefix`` to skip re-deriving it."""
+    raw = (prefix or topic_prefix(topic_id)) + _varint(partition) + _varint(offset)
+    return "msg_" + base64.b32encode(raw).decode().rstrip("=").lower()
+
+
+def decode(message_id: str) -> MessageLocation:
+    """Where a message lives; ``InvalidRequest`` for anything that is not one of our ids."""
+    try:
+        if not message_id.startswith("msg_") or len(message_id) > 64:
+            raise ValueError("prefix")
+        body = message_id[4:].upper()
+        raw = base64.b32decode(body + "=" * (-len(body) % 8))
+        topic = int.from_bytes(raw[:_TOPIC_BYTES], "big")
+        partition, pos = _read_varint(raw, _TOPIC_BYTES)
+        offset, pos = _read_varint(raw, pos)
+        if pos != len(raw) or len(raw) <= _TOPIC_BYTES:
+            raise ValueError("trailing bytes")
+    except (ValueError, binascii.Error):
+        raise InvalidRequest.field("messageId", "not a message id issued by QueueCore") from None
+    return MessageLocation("top_" + _base36(topic).rjust(16, "0"), partition, offset)
+
+
+def _base36(value: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while value:
+        value, rest = divmod(value, 36)
+        out = digits[rest] + out
+    return out or "0"

@@ -1,0 +1,384 @@
+"""Publishing: validate the envelope, choose partitions, deduplicate, hand the engine whole batches.
+
+The hot path never builds ORM or pydantic objects per message: the body is parsed once with orjson,
+each message's ``data`` is kept as JSON bytes, and one ``LogEngine.append`` carries a whole request
+(atomic across partitions, durable before it returns).
+
+Record layout in the engine (the engine sees bytes only):
+    value    the message's ``data`` as JSON bytes
+    key      the message key, UTF-8, or None
+    headers  None, or JSON ``{"h": {header map} | null, "i": "<idempotency key>" | null}``
+
+Idempotency. A key (the ``Idempotency-Key`` header or a batch item's ``idempotencyKey``; one namespace
+per topic) seen within the dedup window answers the original result and appends nothing. The index is
+in memory, per topic, and is rebuilt after a restart from the records themselves (the key travels in
+the record), so it survives restarts without a database write per publish. Concurrent duplicates in
+this process wait for the first to finish and answer its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.broker import message_ids
+from app.broker.errors import InvalidRequest, PayloadTooLarge, TopicNotFound
+from app.broker.partitioner import Partitioner
+from app.broker.topics import Scope
+from app.kit.clock import isoformat_ms, now_ms
+from app.stores.log.protocol import LogEngine, Record, RecordIn
+from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.repositories import TopicRepository
+
+MAX_MESSAGE_BYTES = 256 * 1024
+MAX_BATCH = 1000
+MAX_KEY_BYTES = 4096
+MAX_IDEMPOTENCY_KEY = 256
+_SINGLE_FIELDS = frozenset({"data", "key", "headers", "partition"})
+_BATCH_FIELDS = _SINGLE_FIELDS | {"idempotencyKey"}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRef:
+    """What the hot path needs of a topic, cached briefly."""
+
+    id: str
+    name: str
+    partitions: int
+    delivery: str
+    id_prefix: bytes
+
+
+class TopicDirectory:
+    """Resolves a topic name in a scope without a metadata read per request.
+
+    Answers are cached for ``ttl`` seconds (a partition increase or delete made by another process is
+    seen within that time) and dropped at once when this process changes the topic.
+    """
+
+    def __init__(self, metadata: MetadataStore, ttl: float = 1.0) -> None:
+        self._metadata = metadata
+        self._ttl = ttl
+        self._cache: dict[tuple[str, str, str], tuple[float, TopicRef | None]] = {}
+
+    async def resolve(self, scope: Scope, name: str) -> TopicRef:
+        key = (scope.project_id, scope.environment, name)
+        hit = self._cache.get(key)
+        now = time.monotonic()
+        if hit is None or hit[0] <= now:
+            async with self._metadata.session() as session:
+                row = await TopicRepository.from_session(session).get_by_name(*key)
+            ref = (
+                TopicRef(row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id))
+                if row
+                else None
+            )
+            if len(self._cache) > 50_000:
+                self._cache.clear()
+            hit = self._cache[key] = (now + self._ttl, ref)
+        if hit[1] is None:
+            raise TopicNotFound(name)
+        return hit[1]
+
+    def forget(self, scope: Scope, name: str) -> None:
+        self._cache.pop((scope.project_id, scope.environment, name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One validated message on its way to the engine."""
+
+    data: bytes
+    key: str | None
+    headers: dict[str, str] | None
+    partition: int | None
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a published message landed."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    latency_ms: int
+
+
+def _field_error(field: str, issue: str, index: int | None) -> InvalidRequest:
+    return InvalidRequest.field(field if index is None else f"messages[{index}].{field}", issue)
+
+
+def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key: bool = False) -> Outgoing:
+    """Validate one message object of a publish body; ``data`` is kept as JSON bytes."""
+    if not isinstance(item, dict):
+        raise InvalidRequest.field(
+            "body" if index is None else f"messages[{index}]", "expected a JSON object"
+        )
+    unknown = item.keys() - (_BATCH_FIELDS if allow_idempotency_key else _SINGLE_FIELDS)
+    if unknown:
+        raise _field_error(min(unknown), "unknown field", index)
+    if "data" not in item:
+        raise _field_error("data", "required", index)
+    data = orjson.dumps(item["data"])
+    if len(data) > MAX_MESSAGE_BYTES:
+        where = "" if index is None else f" (messages[{index}])"
+        raise PayloadTooLarge(f"A message's data exceeds 256 KiB{where}.")
+    key = item.get("key")
+    if key is not None and (not isinstance(key, str) or len(key.encode()) > MAX_KEY_BYTES):
+        raise _field_error("key", f"must be a string of at most {MAX_KEY_BYTES} bytes", index)
+    headers = item.get("headers")
+    if headers is not None and (
+        not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values())
+    ):
+        raise _field_error("headers", "must be an object of string values", index)
+    partition = item.get("partition")
+    if partition is not None and (
+        not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
+    ):
+        raise _field_error("partition", "must be a non-negative integer", index)
+    idem = item.get("idempotencyKey") if allow_idempotency_key else None
+    if idem is not None:
+        validate_idempotency_key(
+            idem, "idempotencyKey" if index is None else f"messages[{index}].idempotencyKey"
+        )
+    return Outgoing(data, key, headers or None, partition, idem)
+
+
+def validate_idempotency_key(value: Any, field: str = "Idempotency-Key") -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY or not value.isprintable():
+        raise InvalidRequest.field(field, f"must be 1–{MAX_IDEMPOTENCY_KEY} printable characters")
+    return value
+
+
+def parse_batch(body: Any) -> list[Outgoing]:
+    if not isinstance(body, dict):
+        raise InvalidRequest.field("body", "expected a JSON object with 'messages'")
+    unknown = body.keys() - {"messages"}
+    if unknown:
+        raise InvalidRequest.field(min(unknown), "unknown field")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidRequest.field("messages", "required: a list of 1–1000 messages")
+    if not 1 <= len(messages) <= MAX_BATCH:
+        raise InvalidRequest.field("messages", f"must hold 1–{MAX_BATCH} messages (got {len(messages)})")
+    return [parse_message(m, index=i, allow_idempotency_key=True) for i, m in enumerate(messages)]
+
+
+def _encode_headers(headers: dict[str, str] | None, idem: str | None) -> bytes | None:
+    if headers is None and idem is None:
+        return None
+    return orjson.dumps({"h": headers, "i": idem})
+
+
+def decode_headers(raw: bytes | None) -> tuple[dict[str, str], str | None]:
+    """The user headers (``{}`` when none) and the idempotency key of a stored record."""
+    if not raw:
+        return {}, None
+    meta = orjson.loads(raw)
+    return meta.get("h") or {}, meta.get("i")
+
+
+class _DedupIndex:
+    """Idempotency keys of one topic seen within the window → where the message landed."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[str, Placed] = OrderedDict()
+        self.inflight: dict[str, asyncio.Future[Placed]] = {}
+        self.loaded = False
+        self.lock = asyncio.Lock()
+
+    def prune(self, horizon_ms: int) -> None:
+        while self.entries:
+            key, placed = next(iter(self.entries.items()))
+            if placed.timestamp_ms >= horizon_ms:
+                break
+            del self.entries[key]
+
+
+class Publisher:
+    """Appends messages to topics: partitioning, validation, idempotency, atomic batches."""
+
+    def __init__(self, log: LogEngine, topics: TopicDirectory, *, dedup_window_ms: int = 86_400_000) -> None:
+        self.log = log
+        self.topics = topics
+        self.dedup_window_ms = dedup_window_ms
+        self.partitioner = Partitioner()
+        self._dedup: dict[str, _DedupIndex] = {}
+
+    def message_id(self, topic: TopicRef, partition: int, offset: int) -> str:
+        return message_ids.encode(topic.id, partition, offset, prefix=topic.id_prefix)
+
+    def result(self, topic: TopicRef, placed: Placed) -> dict[str, Any]:
+        return {
+            "id": self.message_id(topic, placed.partition, placed.offset),
+            "offset": placed.offset,
+            "partition": placed.partition,
+            "timestamp": isoformat_ms(placed.timestamp_ms),
+        }
+
+    async def publish(
+        self, scope: Scope, topic_name: str, message: Outgoing, idempotency_key: str | None = None
+    ) -> tuple[TopicRef, Placed, bool]:
+        """Append one message; returns where it is and whether this was a replay."""
+        topic = await self.topics.resolve(scope, topic_name)
+        if idempotency_key is not None:
+            message = Outgoing(message.data, message.key, message.headers, message.partition, idempotency_key)
+        placed, replayed = await self._append(topic, [message])
+        return topic, placed[0], replayed[0]
+
+    async def publish_batch(
+        self, scope: Scope, topic_name: str, messages: Sequence[Outgoing]
+    ) -> tuple[TopicRef, list[Placed], list[bool]]:
+        """Append a batch atomically; items already seen are answered as replays and not appended."""
+        topic = await self.topics.resolve(scope, topic_name)
+        placed, replayed = await self._append(topic, messages)
+        return topic, placed, replayed
+
+    async def _append(self, topic: TopicRef, messages: Sequence[Outgoing]) -> tuple[list[Placed], list[bool]]:
+        for i, m in enumerate(messages):
+            if m.partition is not None and m.partition >= topic.partitions:
+                field = (
+                    "partition"
+                    if len(messages) == 1 and m.idempotency_key is None
+                    else f"messages[{i}].partition"
+                )
+                raise InvalidRequest.field(field, f"the topic has partitions 0–{topic.partitions - 1}")
+        keyed = [m.idempotency_key for m in messages if m.idempotency_key is not None]
+        if not keyed:
+            return await self._write(topic, messages), [False] * len(messages)
+        return await self._append_idempotent(topic, messages)
+
+    async def _append_idempotent(
+        self, topic: TopicRef, messages: Sequence[Outgoing]
+    ) -> tuple[list[Placed], list[bool]]:
+        index = await self._index(topic)
+        index.prune(now_ms() - self.dedup_window_ms)
+        results: list[Placed | None] = [None] * len(messages)
+        replayed = [False] * len(messages)
+        waits: list[tuple[int, asyncio.Future[Placed]]] = []
+        fresh: list[int] = []
+        first_of: dict[str, int] = {}
+        for i, m in enumerate(messages):
+            key = m.idempotency_key
+            if key is None:
+                fresh.append(i)
+            elif key in index.entries:
+                results[i], replayed[i] = index.entries[key], True
+            elif key in index.inflight:  # another request, or an earlier item of this batch
+                waits.append((i, index.inflight[key]))
+            else:
+                first_of[key] = i
+                fresh.append(i)
+                index.inflight[key] = asyncio.get_running_loop().create_future()
+        try:
+            if fresh:
+                written = await self._write(topic, [messages[i] for i in fresh])
+                for i, placed in zip(fresh, written, strict=True):
+                    results[i] = placed
+                    key = messages[i].idempotency_key
+                    if key is not None and first_of.get(key) == i:
+                        index.entries[key] = placed
+                        index.inflight.pop(key).set_result(placed)
+        except BaseException as exc:
+            for key in first_of:
+                future = index.inflight.pop(key, None)
+                if future is not None and not future.done():
+                    future.set_exception(exc)
+                    future.exception()
+            raise
+        for i, future in waits:
+            results[i], replayed[i] = await asyncio.shield(future), True
+        return [r for r in results if r is not None], replayed
+
+    async def _write(self, topic: TopicRef, messages: Sequence[Outgoing]) -> list[Placed]:
+        started = time.perf_counter()
+        timestamp = now_ms()
+        by_partition: dict[int, list[RecordIn]] = {}
+        slots: list[tuple[int, int]] = []
+        choose = self.partitioner.choose
+        for m in messages:
+            p = choose(topic.partitions, m.key, m.partition)
+            records = by_partition.setdefault(p, [])
+            slots.append((p, len(records)))
+            records.append(
+                RecordIn(
+                    value=m.data,
+                    key=m.key.encode() if m.key is not None else None,
+                    headers=_encode_headers(m.headers, m.idempotency_key),
+                    timestamp_ms=timestamp,
+                )
+            )
+        bases = await self.log.append(topic.id, by_partition)
+        latency = round((time.perf_counter() - started) * 1000)
+        return [Placed(p, bases[p] + i, timestamp, latency) for p, i in slots]
+
+    async def _index(self, topic: TopicRef) -> _DedupIndex:
+        index = self._dedup.get(topic.id)
+        if index is None:
+            index = self._dedup[topic.id] = _DedupIndex()
+        if not index.loaded:
+            async with index.lock:
+                if not index.loaded:
+                    await self._rebuild(topic, index)
+                    index.loaded = True
+        return index
+
+    async def _rebuild(self, topic: TopicRef, index: _DedupIndex) -> None:
+        """Recover the keys of the window from the records themselves (after a restart)."""
+        horizon = now_ms() - self.dedup_window_ms
+        found: list[tuple[int, str, Placed]] = []
+        for partition in range(topic.partitions):
+            offset = await self.log.offset_for_time(topic.id, partition, horizon)
+            while True:
+                batch = await self.log.read(topic.id, partition, offset, max_records=1000, max_bytes=4 << 20)
+                if not batch:
+                    break
+                for record in batch:
+                    _, key = decode_headers(record.headers)
+                    if key is not None:
+                        found.append(
+                            (
+                                record.timestamp_ms,
+                                key,
+                                Placed(partition, record.offset, record.timestamp_ms, 0),
+                            )
+                        )
+                offset = batch[-1].offset + 1
+        for _, key, placed in sorted(found, key=lambda f: f[0]):
+            index.entries.setdefault(key, placed)
+
+    def forget_topic(self, topic_id: str) -> None:
+        self._dedup.pop(topic_id, None)
+
+
+def render_message(
+    topic_name: str,
+    topic: TopicRef | None,
+    topic_id: str,
+    partition: int,
+    record: Record,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
+    """A stored message as the wire shows it, with ``data`` spliced in as the JSON bytes it was stored as."""
+    headers, _ = decode_headers(record.headers)
+    head = {
+        "id": message_ids.encode(
+            topic_id, partition, record.offset, prefix=topic.id_prefix if topic else None
+        ),
+        "topic": topic_name,
+        "partition": partition,
+        "offset": record.offset,
+        "key": record.key.decode() if record.key is not None else None,
+        "headers": headers,
+        "timestamp": isoformat_ms(record.timestamp_ms),
+        **(extra or {}),
+    }
+    encoded = orjson.dumps(head)
+    return encoded[:-1] + b',"data":' + record.value + b"}"

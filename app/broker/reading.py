@@ -1,0 +1,78 @@
+"""Reading a partition without a consumer group (stream mode), and one message by id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.broker import message_ids
+from app.broker.errors import InvalidRequest, MessageNotFound
+from app.broker.publishing import TopicRef, render_message
+from app.stores.log.protocol import LogEngine
+
+MAX_READ = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPage:
+    messages: list[bytes]
+    next_offset: int
+    earliest_offset: int
+
+
+def check_partition(topic: TopicRef, partition: int) -> None:
+    if not 0 <= partition < topic.partitions:
+        raise InvalidRequest.field("partition", f"the topic has partitions 0–{topic.partitions - 1}")
+
+
+def parse_timestamp(value: str) -> int:
+    """ISO-8601 or epoch milliseconds → epoch milliseconds."""
+    if value.isdigit():
+        return int(value)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequest.field("fromTimestamp", "expected ISO-8601 or epoch milliseconds") from None
+    if parsed.tzinfo is None:
+        raise InvalidRequest.field("fromTimestamp", "an ISO-8601 timestamp needs a time zone (e.g. Z)")
+    return int(parsed.timestamp() * 1000)
+
+
+async def read_partition(
+    log: LogEngine,
+    topic: TopicRef,
+    partition: int,
+    *,
+    from_offset: int | None = None,
+    from_timestamp: str | None = None,
+    limit: int = 100,
+) -> StreamPage:
+    """Up to ``limit`` committed messages from an offset or a time; below the earliest starts there."""
+    check_partition(topic, partition)
+    if not 1 <= limit <= MAX_READ:
+        raise InvalidRequest.field("limit", f"must be between 1 and {MAX_READ}")
+    if from_offset is not None and from_offset < 0:
+        raise InvalidRequest.field("fromOffset", "must be a non-negative integer")
+    info = await log.partition_info(topic.id, partition)
+    if from_timestamp is not None:
+        start = await log.offset_for_time(topic.id, partition, parse_timestamp(from_timestamp))
+        if from_offset is not None:
+            start = max(start, from_offset)
+    else:
+        start = from_offset if from_offset is not None else info.earliest_offset
+    start = max(start, info.earliest_offset)
+    records = await log.read(topic.id, partition, start, max_records=limit, max_bytes=8 << 20)
+    rendered = [render_message(topic.name, topic, topic.id, partition, r) for r in records]
+    next_offset = records[-1].offset + 1 if records else min(start, max(info.latest_offset, start))
+    return StreamPage(rendered, next_offset, info.earliest_offset)
+
+
+async def get_message(log: LogEngine, topic: TopicRef, message_id: str) -> bytes:
+    """One message by id; 404 when it is not (or no longer) in the topic."""
+    where = message_ids.decode(message_id)
+    if where.topic_id != topic.id or not 0 <= where.partition < topic.partitions:
+        raise MessageNotFound(f"No message '{message_id}' in topic '{topic.name}'.")
+    records = await log.read(topic.id, where.partition, where.offset, max_records=1, max_bytes=1)
+    if not records or records[0].offset != where.offset:
+        raise MessageNotFound(f"No message '{message_id}' in topic '{topic.name}'.")
+    return render_message(topic.name, topic, topic.id, where.partition, records[0])

@@ -1,0 +1,145 @@
+"""Accounts, projects and their environments: who owns what, and on which tier."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerifyMismatchError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.broker.errors import InvalidRequest, ProjectAlreadyExists, ProjectNotFound, UserAlreadyExists
+from app.broker.rate_limits import Category, Tier
+from app.kit.clock import utcnow
+from app.kit.ids import new_id
+from app.stores.metadata.models import Project, User
+from app.stores.metadata.repositories import ProjectRepository, UserRepository
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+_PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}$")
+_passwords = PasswordHasher()
+
+
+class EnvironmentName(enum.StrEnum):
+    """The three environments every project has; nothing crosses them."""
+
+    development = "development"
+    staging = "staging"
+    production = "production"
+
+
+ENVIRONMENTS: tuple[str, ...] = tuple(e.value for e in EnvironmentName)
+
+
+def parse_environment(value: str) -> str:
+    if value not in ENVIRONMENTS:
+        raise InvalidRequest.field("environment", f"must be one of {', '.join(ENVIRONMENTS)}")
+    return value
+
+
+def parse_tier(value: str) -> Tier:
+    try:
+        return Tier(value)
+    except ValueError:
+        raise InvalidRequest.field("tier", "must be one of developer, pro, enterprise") from None
+
+
+def parse_custom_limits(value: str) -> dict[str, int]:
+    """``publish=N,consume=N,admin=N`` → a mapping of category to requests per second."""
+    limits: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, _, number = part.partition("=")
+        categories = {c.value for c in Category}
+        if name not in categories or not number.isdigit() or int(number) < 1:
+            raise InvalidRequest.field("limits", "expected publish=N,consume=N,admin=N with positive N")
+        limits[name] = int(number)
+    if not limits:
+        raise InvalidRequest.field("limits", "expected publish=N,consume=N,admin=N with positive N")
+    return limits
+
+
+async def create_user(session: AsyncSession, email: str, password: str) -> User:
+    """An account user with an argon2-hashed password."""
+    email = email.strip().lower()
+    if not _EMAIL.match(email):
+        raise InvalidRequest.field("email", "not an email address")
+    if len(password) < 8:
+        raise InvalidRequest.field("password", "must be at least 8 characters")
+    users = UserRepository.from_session(session)
+    if await users.get_by_email(email):
+        raise UserAlreadyExists(email)
+    return await users.add(
+        User(id=new_id("usr"), email=email, password_hash=_passwords.hash(password), created_at=utcnow())
+    )
+
+
+async def set_password(session: AsyncSession, user: User, password: str) -> None:
+    user.password_hash = _passwords.hash(password)
+    await session.flush()
+
+
+def verify_password(user: User, password: str) -> bool:
+    try:
+        return _passwords.verify(user.password_hash, password)
+    except (VerifyMismatchError, InvalidHashError):
+        return False
+
+
+async def get_user_by_email(session: AsyncSession, email: str) -> User | None:
+    return await UserRepository.from_session(session).get_by_email(email.strip().lower())  # type: ignore[no-any-return]
+
+
+async def create_project(
+    session: AsyncSession, name: str, tier: Tier = Tier.developer, owner_id: str | None = None
+) -> Project:
+    if not _PROJECT_NAME.match(name):
+        raise InvalidRequest.field("name", "1–100 chars of letters, digits, space, '.', '_' or '-'")
+    projects = ProjectRepository.from_session(session)
+    if await projects.get(name):
+        raise ProjectAlreadyExists(name)
+    project = Project(
+        id=new_id("prj"),
+        name=name,
+        tier=tier.value,
+        custom_limits=None,
+        owner_id=owner_id,
+        created_at=utcnow(),
+    )
+    return await projects.add(project)  # type: ignore[no-any-return]
+
+
+async def get_project(session: AsyncSession, ref: str, *, for_update: bool = False) -> Project:
+    """A project by id or name."""
+    project = await ProjectRepository.from_session(session).get(ref, for_update=for_update)
+    if project is None:
+        raise ProjectNotFound(ref)
+    return project  # type: ignore[no-any-return]
+
+
+async def list_projects(session: AsyncSession) -> Sequence[Project]:
+    return await ProjectRepository.from_session(session).list()  # type: ignore[no-any-return]
+
+
+async def set_tier(
+    session: AsyncSession, ref: str, tier: Tier, custom_limits: dict[str, int] | None = None
+) -> Project:
+    """Change a project's tier; custom limits apply to the enterprise tier only."""
+    if custom_limits and tier is not Tier.enterprise:
+        raise InvalidRequest.field("limits", "custom limits apply to the enterprise tier only")
+    project = await get_project(session, ref, for_update=True)
+    project.tier = tier.value
+    project.custom_limits = dict(custom_limits) if custom_limits else None
+    await session.flush()
+    return project
+
+
+def project_view(project: Project) -> dict[str, Any]:
+    return {
+        "id": project.id,
+        "name": project.name,
+        "tier": project.tier,
+        "customLimits": project.custom_limits,
+    }

@@ -1,0 +1,209 @@
+"""Topics: named, partitioned, retained logs in one project environment.
+
+The metadata row is the truth about a topic; its messages live in the log engine under the topic's id.
+Creation writes the engine's logs before the row commits, and deletion removes the row before the logs,
+so a failure in between leaves at worst orphan files (swept at startup), never a topic without a log.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.broker.errors import InvalidRequest, TopicAlreadyExists, TopicNotFound
+from app.kit.clock import utcnow
+from app.kit.ids import new_id
+from app.stores.log.protocol import LogEngine, PartitionInfo, TopicLogConfig
+from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.models import Topic
+from app.stores.metadata.repositories import TopicRepository
+
+MAX_PARTITIONS = 256
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,248}$")
+_RETENTION = re.compile(r"^([1-9][0-9]{0,6})(m|h|d)$")
+_UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_RETENTION_MIN_MS = 60_000
+_RETENTION_MAX_MS = 365 * 86_400_000
+
+
+class Delivery(enum.StrEnum):
+    exactly_once = "exactly-once"
+    at_least_once = "at-least-once"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The project environment a caller acts in; nothing crosses it."""
+
+    project_id: str
+    environment: str
+
+
+def validate_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise InvalidRequest.field(
+            "name", "1–249 chars of a-z, 0-9, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def parse_retention(value: str) -> int:
+    """``<n>m|h|d`` between 1m and 365d → milliseconds."""
+    match = _RETENTION.match(value)
+    ms = int(match.group(1)) * _UNIT_MS[match.group(2)] if match else 0
+    if not match or not _RETENTION_MIN_MS <= ms <= _RETENTION_MAX_MS:
+        raise InvalidRequest.field("retention", 'expected <n>m, <n>h or <n>d between 1m and 365d, e.g. "7d"')
+    return ms
+
+
+def validate_partitions(value: int) -> int:
+    if not 1 <= value <= MAX_PARTITIONS:
+        raise InvalidRequest.field("partitions", f"must be between 1 and {MAX_PARTITIONS}")
+    return value
+
+
+def parse_delivery(value: str) -> Delivery:
+    try:
+        return Delivery(value)
+    except ValueError:
+        raise InvalidRequest.field("delivery", "must be 'exactly-once' or 'at-least-once'") from None
+
+
+def encode_cursor(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    try:
+        name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidRequest.field("cursor", "not a cursor returned by this API") from None
+    if not _NAME.match(name):
+        raise InvalidRequest.field("cursor", "not a cursor returned by this API")
+    return name
+
+
+def log_config(topic: Topic) -> TopicLogConfig:
+    return TopicLogConfig(retention_ms=topic.retention_ms)
+
+
+async def create_topic(
+    session: AsyncSession,
+    log: LogEngine,
+    scope: Scope,
+    name: str,
+    *,
+    retention: str = "7d",
+    delivery: str = "exactly-once",
+    partitions: int = 3,
+) -> Topic:
+    """Create a topic and its empty partition logs; 409 if the name is taken in this environment."""
+    validate_name(name)
+    retention_ms = parse_retention(retention)
+    mode = parse_delivery(delivery)
+    validate_partitions(partitions)
+    topics = TopicRepository.from_session(session)
+    if await topics.get_by_name(scope.project_id, scope.environment, name):
+        raise TopicAlreadyExists(name)
+    now = utcnow()
+    topic = Topic(
+        id=new_id("top"),
+        project_id=scope.project_id,
+        environment=scope.environment,
+        name=name,
+        partitions=partitions,
+        retention=retention,
+        retention_ms=retention_ms,
+        delivery=mode.value,
+        status="active",
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        await topics.add(topic)
+    except IntegrityError:
+        # A concurrent create of the same name won the race.
+        raise TopicAlreadyExists(name) from None
+    await log.create_topic(topic.id, partitions, log_config(topic))
+    return topic
+
+
+async def get_topic(session: AsyncSession, scope: Scope, name: str) -> Topic:
+    topic = await TopicRepository.from_session(session).get_by_name(scope.project_id, scope.environment, name)
+    if topic is None:
+        raise TopicNotFound(name)
+    return topic  # type: ignore[no-any-return]
+
+
+async def list_topics(
+    session: AsyncSession, scope: Scope, *, limit: int = 50, cursor: str | None = None
+) -> tuple[Sequence[Topic], str | None]:
+    """One page of topics by name, and the cursor of the next page (None on the last)."""
+    if not 1 <= limit <= 1000:
+        raise InvalidRequest.field("limit", "must be between 1 and 1000")
+    after = decode_cursor(cursor) if cursor else None
+    rows = await TopicRepository.from_session(session).page(
+        scope.project_id, scope.environment, after, limit + 1
+    )
+    page = list(rows[:limit])
+    return page, encode_cursor(page[-1].name) if len(rows) > limit else None
+
+
+async def partition_details(log: LogEngine, topic: Topic) -> list[PartitionInfo]:
+    """Per-partition offsets and sizes, straight from the engine."""
+    return [await log.partition_info(topic.id, p) for p in range(topic.partitions)]
+
+
+async def update_topic(
+    session: AsyncSession,
+    log: LogEngine,
+    scope: Scope,
+    name: str,
+    *,
+    partitions: int | None = None,
+    retention: str | None = None,
+) -> Topic:
+    """Grow partitions (never shrink) and/or change retention."""
+    topic = await get_topic(session, scope, name)
+    if partitions is not None:
+        validate_partitions(partitions)
+        if partitions < topic.partitions:
+            raise InvalidRequest.field(
+                "partitions", f"can only be increased (the topic has {topic.partitions})"
+            )
+    retention_ms = parse_retention(retention) if retention is not None else None
+    if partitions is not None and partitions > topic.partitions:
+        await log.add_partitions(topic.id, partitions)
+        topic.partitions = partitions
+    if retention is not None and retention_ms is not None:
+        topic.retention = retention
+        topic.retention_ms = retention_ms
+        await log.update_config(topic.id, log_config(topic))
+    topic.updated_at = utcnow()
+    await session.flush()
+    return topic
+
+
+async def delete_topic(metadata: MetadataStore, log: LogEngine, scope: Scope, name: str) -> str:
+    """Delete a topic: the row first (committed), then its logs, groups and DLQs with it; returns its id."""
+    async with metadata.session() as session:
+        topic = await get_topic(session, scope, name)
+        await TopicRepository.from_session(session).remove(topic.id)
+    await log.delete_topic(topic.id)
+    return topic.id
+
+
+async def sweep_orphan_logs(session: AsyncSession, log: LogEngine, log_topic_ids: set[str]) -> int:
+    """Delete engine logs whose topic row no longer exists (a crash between commit and file removal)."""
+    known = await TopicRepository.from_session(session).all_ids()
+    orphans = {t for t in log_topic_ids if t.startswith("top_")} - known
+    for topic_id in orphans:
+        await log.delete_topic(topic_id)
+    return len(orphans)

@@ -1,0 +1,268 @@
+"""``queuecore-server``: the operator CLI (serve, migrate, users, bootstrap, keys, projects).
+
+Exit codes: 0 success, 1 a refused operation (not found, conflict, invalid value), 2 bad arguments,
+3 ``KEY_LIMIT_REACHED``, 4 a store is unavailable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.broker import keys, tenancy
+from app.broker.errors import BrokerError, KeyLimitReached, Unavailable
+from app.settings import Settings, get_settings
+from app.stores.metadata.database import MetadataStore
+
+DEMO_EMAIL = "demo@queuecore.local"
+EXIT_REFUSED, EXIT_USAGE, EXIT_KEY_LIMIT, EXIT_UNAVAILABLE = 1, 2, 3, 4
+
+
+def _print(payload: Any, as_json: bool, human: str) -> None:
+    print(json.dumps(payload, indent=None if as_json else 2) if as_json else human)
+
+
+def migrate(settings: Settings) -> None:
+    """Bring the metadata schema to the newest migration."""
+    from alembic import command
+    from alembic.config import Config
+
+    root = Path(__file__).resolve().parent.parent
+    config = Config(str(root / "alembic.ini"))
+    config.set_main_option("script_location", str(root / "migrations"))
+    config.attributes["url"] = settings.resolved_database_url
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    command.upgrade(config, "head")
+
+
+async def _with_store(settings: Settings, work: Callable[[MetadataStore], Awaitable[int]]) -> int:
+    store = MetadataStore(settings.resolved_database_url, pool_size=2)
+    try:
+        return await work(store)
+    finally:
+        await store.close()
+
+
+async def cmd_users_create(args: argparse.Namespace, store: MetadataStore) -> int:
+    async with store.session() as session:
+        user = await tenancy.create_user(session, args.email, args.password)
+    _print({"id": user.id, "email": user.email}, args.json, f"created user {user.id} <{user.email}>")
+    return 0
+
+
+async def cmd_bootstrap(args: argparse.Namespace, store: MetadataStore, secret: bytes) -> int:
+    tier = tenancy.parse_tier(args.tier) if args.tier else None
+    login: dict[str, str] | None = None
+    async with store.session() as session:
+        owner_id = None
+        if args.demo_user:
+            # A fresh password each time: it is shown only here, so a rerun must be able to show one.
+            password = secrets.token_urlsafe(12)
+            user = await tenancy.get_user_by_email(session, DEMO_EMAIL)
+            if user is None:
+                user = await tenancy.create_user(session, DEMO_EMAIL, password)
+            else:
+                await tenancy.set_password(session, user, password)
+            owner_id = user.id
+            login = {"email": DEMO_EMAIL, "password": password}
+        try:
+            project = await tenancy.get_project(session, args.project, for_update=True)
+            if tier is not None and project.tier != tier.value:
+                project.tier = tier.value
+        except BrokerError:
+            project = await tenancy.create_project(
+                session, args.project, tier or tenancy.Tier.developer, owner_id=owner_id
+            )
+        if owner_id and project.owner_id is None:
+            project.owner_id = owner_id
+        issued = {
+            env: await keys.rotate_key(session, secret, project.id, env) for env in tenancy.ENVIRONMENTS
+        }
+    payload: dict[str, Any] = {"projectId": project.id, "keys": {env: k.key for env, k in issued.items()}}
+    if args.json:
+        if login:
+            payload["login"] = login
+        print(json.dumps(payload))
+        return 0
+    lines = [f"Project {project.name} ({project.id}), tier {project.tier}", "API keys (shown once):"]
+    lines += [f"  {env:<12} {k.key}" for env, k in issued.items()]
+    if login:
+        lines += ["Dashboard login:", f"  email     {login['email']}", f"  password  {login['password']}"]
+    print("\n".join(lines))
+    return 0
+
+
+async def cmd_keys_create(args: argparse.Namespace, store: MetadataStore, secret: bytes) -> int:
+    async with store.session() as session:
+        issued = await keys.create_key(session, secret, args.project, args.environment)
+    _print({"id": issued.id, "key": issued.key}, args.json, f"{issued.id} {issued.key}  (shown once)")
+    return 0
+
+
+async def cmd_keys_revoke(args: argparse.Namespace, store: MetadataStore) -> int:
+    async with store.session() as session:
+        row = await keys.revoke_key(session, args.id)
+    _print(keys.key_view(row), args.json, f"revoked {row.id}")
+    return 0
+
+
+async def cmd_keys_list(args: argparse.Namespace, store: MetadataStore) -> int:
+    async with store.session() as session:
+        rows = await keys.list_keys(session, args.project)
+    views = [keys.key_view(r) for r in rows]
+    human = "\n".join(
+        f"{v['id']}  {v['environment']:<12} {v['display']}  {v['status']}  created {v['createdAt']}"
+        for v in views
+    )
+    _print(views, args.json, human or "no keys")
+    return 0
+
+
+async def cmd_projects_create(args: argparse.Namespace, store: MetadataStore) -> int:
+    async with store.session() as session:
+        project = await tenancy.create_project(session, args.name, tenancy.parse_tier(args.tier))
+    _print(tenancy.project_view(project), args.json, f"created project {project.id} {project.name}")
+    return 0
+
+
+async def cmd_projects_list(args: argparse.Namespace, store: MetadataStore) -> int:
+    async with store.session() as session:
+        rows = await tenancy.list_projects(session)
+    views = [tenancy.project_view(p) for p in rows]
+    _print(
+        views, args.json, "\n".join(f"{v['id']}  {v['name']}  {v['tier']}" for v in views) or "no projects"
+    )
+    return 0
+
+
+async def cmd_projects_set_tier(args: argparse.Namespace, store: MetadataStore) -> int:
+    limits = tenancy.parse_custom_limits(args.limits) if args.limits else None
+    async with store.session() as session:
+        project = await tenancy.set_tier(session, args.project, tenancy.parse_tier(args.tier), limits)
+    _print(
+        tenancy.project_view(project), args.json, f"project {project.id} is now on the {project.tier} tier"
+    )
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="queuecore-server", description="Operate a QueueCore server.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the API (host and port default to QUEUECORE_HOST/PORT)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    sub.add_parser("migrate", help="apply metadata migrations")
+
+    users = sub.add_parser("users", help="dashboard accounts").add_subparsers(dest="action", required=True)
+    uc = users.add_parser("create", help="create an account user")
+    uc.add_argument("--email", required=True)
+    uc.add_argument("--password", required=True)
+    uc.add_argument("--json", action="store_true")
+
+    boot = sub.add_parser("bootstrap", help="create a project if missing and issue one key per environment")
+    boot.add_argument("--project", required=True, help="project name (or id)")
+    boot.add_argument("--tier", choices=[t.value for t in tenancy.Tier])
+    boot.add_argument("--json", action="store_true")
+    boot.add_argument("--demo-user", action="store_true", help=f"also (re)set the login {DEMO_EMAIL}")
+
+    keys_ = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
+    kc = keys_.add_parser("create", help="issue a key (at most two active per environment)")
+    kc.add_argument("--project", required=True, help="project id or name")
+    kc.add_argument("--environment", required=True, choices=list(tenancy.ENVIRONMENTS))
+    kc.add_argument("--json", action="store_true")
+    kr = keys_.add_parser("revoke", help="revoke a key; honoured by every API process within a second")
+    kr.add_argument("--id", required=True)
+    kr.add_argument("--json", action="store_true")
+    kl = keys_.add_parser("list", help="list a project's keys (never the secrets)")
+    kl.add_argument("--project", required=True, help="project id or name")
+    kl.add_argument("--json", action="store_true")
+
+    projects = sub.add_parser("projects", help="projects and tiers").add_subparsers(
+        dest="action", required=True
+    )
+    pc = projects.add_parser("create", help="create a project")
+    pc.add_argument("--name", required=True)
+    pc.add_argument("--tier", default="developer", choices=[t.value for t in tenancy.Tier])
+    pc.add_argument("--json", action="store_true")
+    pl = projects.add_parser("list", help="list projects")
+    pl.add_argument("--json", action="store_true")
+    pt = projects.add_parser("set-tier", help="change a project's tier (and custom limits, enterprise)")
+    pt.add_argument("--project", required=True, help="project id or name")
+    pt.add_argument("--tier", required=True, choices=[t.value for t in tenancy.Tier])
+    pt.add_argument("--limits", help="publish=N,consume=N,admin=N (enterprise only)")
+    pt.add_argument("--json", action="store_true")
+    return parser
+
+
+def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+    import uvicorn
+
+    from app.kit.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host or settings.host,
+        port=port or settings.port,
+        log_config=None,
+        access_log=False,
+        loop="auto",
+        http="auto",
+        lifespan="on",
+    )
+    return 0
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    command = args.command
+    if command == "serve":
+        return _serve(settings, args.host, args.port)
+    if command == "migrate":
+        migrate(settings)
+        print("metadata schema is up to date")
+        return 0
+    secret = settings.server_secret()
+    action = getattr(args, "action", None)
+    handlers: dict[tuple[str, str | None], Callable[[MetadataStore], Awaitable[int]]] = {
+        ("users", "create"): lambda s: cmd_users_create(args, s),
+        ("bootstrap", None): lambda s: cmd_bootstrap(args, s, secret),
+        ("keys", "create"): lambda s: cmd_keys_create(args, s, secret),
+        ("keys", "revoke"): lambda s: cmd_keys_revoke(args, s),
+        ("keys", "list"): lambda s: cmd_keys_list(args, s),
+        ("projects", "create"): lambda s: cmd_projects_create(args, s),
+        ("projects", "list"): lambda s: cmd_projects_list(args, s),
+        ("projects", "set-tier"): lambda s: cmd_projects_set_tier(args, s),
+    }
+    return asyncio.run(_with_store(settings, handlers[(command, action)]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = get_settings()
+    except ValueError as exc:
+        print(f"queuecore-server: invalid settings: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return _dispatch(args, settings)
+    except KeyLimitReached as exc:
+        print(f"queuecore-server: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_KEY_LIMIT
+    except Unavailable as exc:
+        print(f"queuecore-server: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except BrokerError as exc:
+        print(f"queuecore-server: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

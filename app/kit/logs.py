@@ -1,0 +1,46 @@
+"""Structured JSON logs: one object per line, secrets never included."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import orjson
+
+_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a record and its ``extra=`` fields as one JSON line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(out, default=str).decode()
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """Route every logger (ours, uvicorn's) to stderr as JSON lines."""
+    import time
+
+    JsonFormatter.converter = time.gmtime
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    # Our middleware logs every request; uvicorn's access log would say it twice, without the request id.
+    logging.getLogger("uvicorn.access").disabled = True

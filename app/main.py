@@ -1,0 +1,98 @@
+"""The FastAPI app: ``create_app()`` and the lifespan that builds and closes every store."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+import app as package
+from app.api import health, messages, metrics, topics
+from app.api.deps import Services
+from app.api.middleware import RequestEnvelopeMiddleware
+from app.broker.keys import KeyAuthenticator
+from app.broker.publishing import Publisher, TopicDirectory
+from app.errors import add_exception_handlers
+from app.openapi import install as install_openapi
+from app.settings import Settings, get_settings
+from app.stores.limits.protocol import RateLimiter
+from app.stores.log.local import LocalLogEngine
+from app.stores.metadata.database import MetadataStore
+
+logger = logging.getLogger("queuecore")
+
+
+def build_limiter(settings: Settings) -> RateLimiter:
+    """Redis when configured (exact across processes), else in-process (the embedded default)."""
+    if settings.redis_url:
+        from app.stores.limits.redis import RedisRateLimiter
+
+        return RedisRateLimiter(settings.redis_url)
+    from app.stores.limits.memory import MemoryRateLimiter
+
+    return MemoryRateLimiter()
+
+
+@asynccontextmanager
+async def lifespan(application: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = application.state.settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    metadata = MetadataStore(settings.resolved_database_url)
+    log = LocalLogEngine(settings.log_dir, settings.log)
+    await log.start()
+    limiter = build_limiter(settings)
+    keys = KeyAuthenticator(
+        metadata,
+        settings.server_secret(),
+        cache_ttl=settings.key_cache_ttl_seconds,
+        flush_interval=settings.key_last_used_flush_seconds,
+    )
+    keys.start()
+    application.state.services = Services(
+        settings=settings,
+        metadata=metadata,
+        log=log,
+        limiter=limiter,
+        keys=keys,
+        publisher=Publisher(log, TopicDirectory(metadata), dedup_window_ms=settings.idempotency_window_ms),
+        registry=application.state.registry,
+    )
+    logger.info("queuecore started", extra={"version": package.__version__, "durability": log.durability})
+    try:
+        yield
+    finally:
+        await keys.close()
+        await limiter.close()
+        await log.close()
+        await metadata.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app; stateful things are made in ``lifespan``, never at import."""
+    settings = settings or get_settings()
+    application = FastAPI(
+        title="QueueCore API",
+        version=package.__version__,
+        description="A managed pub/sub message broker: topics, publishing, consumer groups, DLQs.",
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    application.state.settings = settings
+    registry = CollectorRegistry(auto_describe=True)
+    application.state.registry = registry
+    add_exception_handlers(application)
+    install_openapi(application)
+    application.include_router(health.router)
+    application.include_router(topics.router)
+    application.include_router(messages.router)
+    application.include_router(metrics.router)
+    application.add_middleware(
+        RequestEnvelopeMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        metrics=metrics.HttpMetrics(registry),
+    )
+    return application

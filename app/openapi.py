@@ -1,0 +1,75 @@
+"""The committed contract: ``openapi.yaml`` is this module's output (``make openapi``); a test fails on drift.
+
+FastAPI's generated schema is adjusted in one place: its 422 answers become our 400 envelope, the
+bearer-key security scheme is declared, and every authenticated route says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app.errors import ErrorEnvelope, responses
+
+_PUBLIC = {"/v1/health"}
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document of ``app`` as QueueCore publishes it."""
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schema["servers"] = [{"url": "http://127.0.0.1:8080", "description": "local (make run)"}]
+    components = schema.setdefault("components", {})
+    components.setdefault("securitySchemes", {})["ApiKey"] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A project API key: pq_live_sk_… (production) or pq_test_sk_… (development, staging).",
+    }
+    schemas = components.setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    schemas.setdefault(
+        "ErrorEnvelope", ErrorEnvelope.model_json_schema(ref_template="#/components/schemas/{model}")
+    )
+    bad_request = responses("INVALID_REQUEST")[400]
+    envelope_ref = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    for path, operations in schema.get("paths", {}).items():
+        for operation in operations.values():
+            answers = operation.setdefault("responses", {})
+            if answers.pop("422", None) is not None and "400" not in answers:
+                answers["400"] = {
+                    "description": bad_request["description"],
+                    "content": {"application/json": {"schema": envelope_ref, **_examples(bad_request)}},
+                }
+            if path not in _PUBLIC:
+                operation["security"] = [{"ApiKey": []}]
+    return schema
+
+
+def _examples(entry: dict[str, Any]) -> dict[str, Any]:
+    return {"examples": entry["content"]["application/json"]["examples"]}
+
+
+def render_yaml(app: FastAPI) -> str:
+    return yaml.safe_dump(build_openapi(app), sort_keys=False, allow_unicode=True, width=120)
+
+
+def install(app: FastAPI) -> None:
+    """Serve the adjusted document at ``/openapi.json`` and ``/docs``."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    from app.main import create_app
+    from app.settings import Settings
+
+    sys.stdout.write(render_yaml(create_app(Settings())))

@@ -1,0 +1,67 @@
+"""The metadata database handle: one async engine and session factory, Postgres or SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event, exc, text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from app.broker.errors import Unavailable
+
+# What a lost or refused database connection looks like through the driver.
+_OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.InterfaceError)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets the CLI and the server share the file; busy_timeout waits out the other writer.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+class MetadataStore:
+    """Owns the async engine; hands out sessions; answers the health check."""
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {}
+        if not self.is_sqlite:
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_timeout=5)
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """A unit of work: commits on success, rolls back on error; store outages become ``Unavailable``."""
+        async with self.sessions() as session:
+            try:
+                yield session
+                await session.commit()
+            except _OUTAGES as error:
+                await session.rollback()
+                raise Unavailable("The metadata store is unavailable.") from error
+            except BaseException:
+                await session.rollback()
+                raise
+
+    async def check(self, timeout: float = 2.0) -> bool:
+        """True when a trivial query answers within ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout), self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            return True
+        except Exception:  # noqa: BLE001 (any failure of the check means: down)
+            return False
+
+    async def close(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,138 @@
+"""SQL lives here: one repository per table, built ``from_session``; callers own the transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.stores.metadata.models import ApiKey, Project, Topic, User
+
+
+class _Repository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    @classmethod
+    def from_session(cls, session: AsyncSession) -> Any:
+        return cls(session)
+
+
+class UserRepository(_Repository):
+    async def get_by_email(self, email: str) -> User | None:
+        result = await self.session.execute(select(User).where(User.email == email))
+        return result.scalar_one_or_none()
+
+    async def add(self, user: User) -> User:
+        self.session.add(user)
+        await self.session.flush()
+        return user
+
+
+class ProjectRepository(_Repository):
+    async def get(self, ref: str, *, for_update: bool = False) -> Project | None:
+        """By id or by name."""
+        stmt = select(Project).where((Project.id == ref) | (Project.name == ref))
+        if for_update:
+            stmt = stmt.with_for_update()
+        result = await self.session.execute(stmt)
+        return result.scalars().first()
+
+    async def list(self) -> Sequence[Project]:
+        result = await self.session.execute(select(Project).order_by(Project.created_at, Project.id))
+        return result.scalars().all()
+
+    async def add(self, project: Project) -> Project:
+        self.session.add(project)
+        await self.session.flush()
+        return project
+
+
+class ApiKeyRepository(_Repository):
+    async def get(self, key_id: str) -> ApiKey | None:
+        return await self.session.get(ApiKey, key_id)
+
+    async def active_for(self, project_id: str, environment: str) -> Sequence[ApiKey]:
+        """Active keys of one environment, oldest first."""
+        result = await self.session.execute(
+            select(ApiKey)
+            .where(
+                ApiKey.project_id == project_id,
+                ApiKey.environment == environment,
+                ApiKey.revoked_at.is_(None),
+            )
+            .order_by(ApiKey.created_at, ApiKey.id)
+        )
+        return result.scalars().all()
+
+    async def list_for_project(self, project_id: str) -> Sequence[ApiKey]:
+        result = await self.session.execute(
+            select(ApiKey)
+            .where(ApiKey.project_id == project_id)
+            .order_by(ApiKey.environment, ApiKey.created_at)
+        )
+        return result.scalars().all()
+
+    async def find_active_by_hash(self, key_hash: str) -> tuple[ApiKey, Project] | None:
+        result = await self.session.execute(
+            select(ApiKey, Project)
+            .join(Project, Project.id == ApiKey.project_id)
+            .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+        )
+        row = result.first()
+        return (row[0], row[1]) if row else None
+
+    async def add(self, key: ApiKey) -> ApiKey:
+        self.session.add(key)
+        await self.session.flush()
+        return key
+
+    async def touch_last_used(self, last_used: dict[str, datetime]) -> None:
+        """Record last-used times for many keys in one round trip."""
+        if not last_used:
+            return
+        await self.session.execute(
+            update(ApiKey),
+            [{"id": key_id, "last_used_at": at} for key_id, at in last_used.items()],
+        )
+
+
+class TopicRepository(_Repository):
+    async def get_by_name(self, project_id: str, environment: str, name: str) -> Topic | None:
+        result = await self.session.execute(
+            select(Topic).where(
+                Topic.project_id == project_id, Topic.environment == environment, Topic.name == name
+            )
+        )
+        return result.scalar_one_or_none()
+
+    async def page(self, project_id: str, environment: str, after: str | None, limit: int) -> Sequence[Topic]:
+        """Topics ordered by name, strictly after ``after``."""
+        stmt = select(Topic).where(Topic.project_id == project_id, Topic.environment == environment)
+        if after is not None:
+            stmt = stmt.where(Topic.name > after)
+        result = await self.session.execute(stmt.order_by(Topic.name).limit(limit))
+        return result.scalars().all()
+
+    async def count(self, project_id: str, environment: str) -> int:
+        result = await self.session.execute(
+            select(func.count())
+            .select_from(Topic)
+            .where(Topic.project_id == project_id, Topic.environment == environment)
+        )
+        return int(result.scalar_one())
+
+    async def all_ids(self) -> set[str]:
+        result = await self.session.execute(select(Topic.id))
+        return set(result.scalars().all())
+
+    async def add(self, topic: Topic) -> Topic:
+        self.session.add(topic)
+        await self.session.flush()
+        return topic
+
+    async def remove(self, topic_id: str) -> None:
+        await self.session.execute(delete(Topic).where(Topic.id == topic_id))

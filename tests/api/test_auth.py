@@ -1,0 +1,145 @@
+"""API keys on the wire: formats, refusals, environments, revocation within a second, last use."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+from sqlalchemy import select
+
+from app.broker import keys
+from app.broker.errors import KeyLimitReached
+from app.stores.metadata.models import ApiKey
+
+
+def assert_invalid_key(response) -> None:
+    assert response.status_code == 401, response.text
+    assert response.json()["error"]["code"] == "INVALID_API_KEY"
+
+
+class TestKeyFormat:
+    def test_issued_keys_have_documented_format(self, tenant):
+        assert re.fullmatch(r"pq_live_sk_[0-9A-Za-z]{32}", tenant.keys["production"])
+        assert re.fullmatch(r"pq_test_sk_[0-9A-Za-z]{32}", tenant.keys["staging"])
+        assert re.fullmatch(r"pq_test_sk_[0-9A-Za-z]{32}", tenant.keys["development"])
+
+    async def test_only_hash_prefix_and_last_four_are_stored(self, deployment, tenant):
+        async with deployment.store.session() as session:
+            rows = (
+                await session.execute(select(ApiKey).where(ApiKey.project_id == tenant.project_id))
+            ).scalars()
+            for row in rows:
+                secret = tenant.keys[row.environment]
+                assert row.key_hash == keys.hash_key(deployment.secret, secret)
+                assert row.last_four == secret[-4:]
+                assert secret not in repr(row.__dict__)
+
+
+class TestRefusals:
+    @pytest.mark.parametrize(
+        "header",
+        [
+            None,
+            "",
+            "Bearer",
+            "Bearer ",
+            "Basic dXNlcjpwYXNz",
+            "Bearer pq_live_sk_short",
+            "Bearer pq_live_sk_" + "A" * 33,
+            "Bearer pq_prod_sk_" + "A" * 32,
+            "Bearer pq_live_sk_" + "A" * 32,
+            "Bearer pq_live_sk_" + "!" * 32,
+        ],
+    )
+    async def test_missing_malformed_unknown(self, client, header):
+        headers = {"Authorization": header} if header is not None else {}
+        assert_invalid_key(await client.get("/v1/topics", headers=headers))
+
+    async def test_health_needs_no_key(self, client):
+        assert (await client.get("/v1/health")).status_code in (200, 503)
+
+    async def test_key_with_swapped_prefix_is_refused(self, client, tenant):
+        live = tenant.keys["production"]
+        assert_invalid_key(
+            await client.get("/v1/topics", headers={"Authorization": "Bearer pq_test_sk_" + live[11:]})
+        )
+
+    async def test_secrets_never_in_logs(self, client, tenant, caplog):
+        await client.get("/v1/topics", headers=tenant.headers())
+        await client.get(
+            "/v1/topics", headers={"Authorization": "Bearer " + tenant.keys["staging"][:-1] + "Z"}
+        )
+        for secret in tenant.keys.values():
+            assert secret not in caplog.text
+            assert secret[11:] not in caplog.text
+        assert tenant.key_ids["production"] in caplog.text
+
+
+class TestLimitAndRevocation:
+    async def test_two_active_keys_per_environment(self, deployment, tenant):
+        async with deployment.store.session() as session:
+            with pytest.raises(KeyLimitReached):
+                await keys.create_key(session, deployment.secret, tenant.project_id, "production")
+
+    async def test_concurrent_issues_never_exceed_two(self, deployment, tenant):
+        await self._revoke(deployment, tenant.key_ids["staging"])
+
+        async def issue() -> str:
+            try:
+                async with deployment.store.session() as session:
+                    return (
+                        await keys.create_key(session, deployment.secret, tenant.project_id, "staging")
+                    ).id
+            except KeyLimitReached:
+                return "limit"
+            except Exception as exc:  # noqa: BLE001 (SQLite refuses a racing writer outright)
+                return type(exc).__name__
+
+        results = await asyncio.gather(*(issue() for _ in range(6)))
+        async with deployment.store.session() as session:
+            active = await keys.ApiKeyRepository.from_session(session).active_for(
+                tenant.project_id, "staging"
+            )
+        assert len(active) == 2, results
+
+    async def test_revoked_key_refused_within_one_second(self, client, deployment, tenant):
+        headers = tenant.headers("production")
+        assert (await client.get("/v1/topics", headers=headers)).status_code == 200
+        # Revoke through another store handle, as the operator CLI or another node would.
+        from app.stores.metadata.database import MetadataStore
+
+        other = MetadataStore(deployment.settings.resolved_database_url, pool_size=1)
+        try:
+            async with other.session() as session:
+                await keys.revoke_key(session, tenant.key_ids["production"])
+        finally:
+            await other.close()
+        revoked_at = time.monotonic()
+        while True:
+            status = (await client.get("/v1/topics", headers=headers)).status_code
+            if status == 401:
+                break
+            assert time.monotonic() - revoked_at < 1.0, "revocation not honoured within one second"
+            await asyncio.sleep(0.05)
+        # After a revoke, a new key can be issued again.
+        async with deployment.store.session() as session:
+            await keys.create_key(session, deployment.secret, tenant.project_id, "production")
+
+    async def test_last_used_is_recorded_in_batches(self, client, deployment, tenant):
+        headers = tenant.headers("development")
+        for _ in range(5):
+            await client.get("/v1/topics", headers=headers)
+        async with deployment.store.session() as session:
+            row = await session.get(ApiKey, tenant.key_ids["development"])
+            assert row.last_used_at is None  # nothing written per request
+        await deployment.app.state.services.keys.flush()
+        async with deployment.store.session() as session:
+            row = await session.get(ApiKey, tenant.key_ids["development"])
+            assert row.last_used_at is not None
+
+    @staticmethod
+    async def _revoke(deployment, key_id: str) -> None:
+        async with deployment.store.session() as session:
+            await keys.revoke_key(session, key_id)

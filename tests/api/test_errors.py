@@ -1,0 +1,108 @@
+"""Every non-2xx answer is the envelope: framework errors, bad bodies, huge bodies, crashes."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def assert_envelope(response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) <= {"code", "message", "status", "requestId", "details"}
+    assert (error["code"], error["status"]) == (code, status)
+    assert error["requestId"] == response.headers["x-request-id"]
+    assert "Traceback" not in response.text
+    return error
+
+
+class TestFrameworkErrors:
+    async def test_unknown_route(self, client, prod):
+        assert_envelope(await client.get("/v1/nothing-here", headers=prod), 404, "NOT_FOUND")
+        assert_envelope(await client.get("/"), 404, "NOT_FOUND")
+
+    async def test_wrong_method(self, client, prod):
+        response = await client.put("/v1/topics", headers=prod, json={})
+        assert_envelope(response, 405, "METHOD_NOT_ALLOWED")
+        assert "GET" in response.headers["allow"] and "POST" in response.headers["allow"]
+
+    @pytest.mark.parametrize(
+        "content",
+        [b"{", b"not json", b'{"name": "x",}', b"\xff\xfe", b"[1, 2]", b'"just a string"', b"null", b""],
+    )
+    async def test_malformed_json(self, client, prod, content):
+        headers = prod | {"content-type": "application/json"}
+        error = assert_envelope(
+            await client.post("/v1/topics", content=content, headers=headers), 400, "INVALID_REQUEST"
+        )
+        assert error["message"]
+        assert (await client.get("/v1/topics", headers=prod)).json()["data"] == []
+
+    async def test_wrong_content_type_is_refused(self, client, prod):
+        headers = prod | {"content-type": "text/plain"}
+        assert_envelope(
+            await client.post("/v1/topics", content=b'{"name":"x"}', headers=headers), 400, "INVALID_REQUEST"
+        )
+
+
+class TestBodyLimit:
+    async def test_declared_length_over_10_mib_is_413(self, client, prod):
+        body = b'{"name": "' + b"a" * (10 * 1024 * 1024) + b'"}'
+        response = await client.post(
+            "/v1/topics", content=body, headers=prod | {"content-type": "application/json"}
+        )
+        assert_envelope(response, 413, "PAYLOAD_TOO_LARGE")
+
+    async def test_streamed_body_over_10_mib_is_413_before_read_whole(self, client, prod):
+        sent = 0
+
+        async def chunks():
+            nonlocal sent
+            for _ in range(64):  # up to 16 MiB offered, in 256 KiB chunks
+                sent += 1
+                yield b"a" * (256 * 1024)
+
+        response = await client.post(
+            "/v1/topics", content=chunks(), headers=prod | {"content-type": "application/json"}
+        )
+        assert_envelope(response, 413, "PAYLOAD_TOO_LARGE")
+        assert sent < 64
+
+    async def test_just_under_limit_is_read(self, client, prod):
+        body = b'{"name": "' + b"a" * (1024 * 1024) + b'"}'
+        response = await client.post(
+            "/v1/topics", content=body, headers=prod | {"content-type": "application/json"}
+        )
+        assert_envelope(response, 400, "INVALID_REQUEST")
+
+
+class TestRequestIds:
+    async def test_generated(self, client):
+        response = await client.get("/v1/health")
+        assert response.headers["x-request-id"].startswith("req_")
+
+    async def test_valid_incoming_is_echoed(self, client, prod):
+        response = await client.get("/v1/topics/x", headers=prod | {"x-request-id": "trace-1.2_3"})
+        assert response.headers["x-request-id"] == "trace-1.2_3"
+        assert response.json()["error"]["requestId"] == "trace-1.2_3"
+
+    @pytest.mark.parametrize("incoming", ["has space", "a" * 129, "semi;colon", "ünï"])
+    async def test_invalid_incoming_is_replaced(self, client, incoming):
+        response = await client.get(
+            "/v1/health", headers={"x-request-id": incoming.encode().decode("latin-1")}
+        )
+        assert response.headers["x-request-id"].startswith("req_")
+
+
+class TestUnhandled:
+    async def test_crash_is_500_envelope_without_internals(self, client, deployment, caplog):
+        async def explode() -> None:
+            raise RuntimeError("secret internal detail")
+
+        path = f"/v1/_test_explode_{deployment.backend}"
+        if not any(getattr(r, "path", None) == path for r in deployment.app.router.routes):
+            deployment.app.add_api_route(path, explode, methods=["GET"])
+        response = await client.get(path)
+        error = assert_envelope(response, 500, "INTERNAL_ERROR")
+        assert "secret internal detail" not in response.text
+        assert error["requestId"] in caplog.text

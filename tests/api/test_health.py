@@ -1,0 +1,60 @@
+"""Health with real dependency checks, and Prometheus metrics by route template."""
+
+from __future__ import annotations
+
+import app as package
+
+
+class TestHealth:
+    async def test_all_ok_embedded(self, client):
+        response = await client.get("/v1/health")
+        assert response.status_code == 200
+        body = response.json()
+        assert body == {
+            "status": "ok",
+            "checks": {"database": "ok", "redis": "embedded", "logEngine": "ok"},
+            "version": package.__version__,
+        }
+
+    async def test_database_down_is_503(self, deployment, tmp_path):
+        from app.main import create_app
+        from app.settings import Settings
+
+        # A metadata URL where nothing listens: the check must really query, and say down.
+        url = (
+            "postgresql+asyncpg://postgres@127.0.0.1:1/none"
+            if deployment.backend == "postgres"
+            else f"sqlite+aiosqlite:///{tmp_path}/missing-dir/x/metadata.db"
+        )
+        settings = Settings(data_dir=tmp_path, database_url=url, secret_key="s" * 40)
+        app = create_app(settings)
+        import httpx
+
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                response = await http.get("/v1/health")
+        assert response.status_code == 503
+        assert response.json()["status"] == "down"
+        assert response.json()["checks"]["database"] == "down"
+
+
+class TestMetrics:
+    async def test_counts_by_route_template_and_status(self, client, prod):
+        await client.get("/v1/topics/some.topic", headers=prod)
+        await client.get("/v1/topics/other.topic", headers=prod)
+        text = (await client.get("/metrics")).text
+        assert 'queuecore_http_requests_total{method="GET",route="/v1/topics/{name}",status="404"}' in text
+        assert "some.topic" not in text
+        assert "queuecore_http_request_duration_seconds_bucket" in text
+
+    async def test_token_required_when_set(self, client, deployment):
+        settings = deployment.settings
+        original = settings.metrics_token
+        try:
+            object.__setattr__(settings, "metrics_token", type(original)("m" * 20))
+            assert (await client.get("/metrics")).status_code == 401
+            ok = await client.get("/metrics", headers={"Authorization": "Bearer " + "m" * 20})
+            assert ok.status_code == 200
+        finally:
+            object.__setattr__(settings, "metrics_token", original)

@@ -1,0 +1,189 @@
+"""Topic calls through the real app, on SQLite and on Postgres."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fixtures.factories import ProjectKeys
+
+
+def _error(response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()["error"]
+    assert body["code"] == code
+    assert body["status"] == status
+    assert body["requestId"] == response.headers["x-request-id"]
+    return body
+
+
+class TestCreateTopic:
+    async def test_defaults(self, client, prod):
+        response = await client.post("/v1/topics", json={"name": "order.events"}, headers=prod)
+        assert response.status_code == 201, response.text
+        topic = response.json()
+        assert topic["id"].startswith("top_")
+        assert topic["name"] == "order.events"
+        assert topic["partitions"] == 3
+        assert topic["retention"] == "7d"
+        assert topic["delivery"] == "exactly-once"
+        assert topic["status"] == "active"
+        assert topic["createdAt"].endswith("Z") and len(topic["createdAt"]) == 24
+
+    async def test_docs_example(self, client, prod):
+        body = {"name": "order.events", "retention": "30d", "delivery": "exactly-once", "partitions": 6}
+        response = await client.post("/v1/topics", json=body, headers=prod)
+        assert response.status_code == 201
+        assert {k: response.json()[k] for k in ("name", "partitions", "status")} == {
+            "name": "order.events",
+            "partitions": 6,
+            "status": "active",
+        }
+
+    async def test_duplicate_name_is_409(self, client, prod):
+        assert (await client.post("/v1/topics", json={"name": "dup"}, headers=prod)).status_code == 201
+        response = await client.post("/v1/topics", json={"name": "dup", "partitions": 5}, headers=prod)
+        _error(response, 409, "TOPIC_ALREADY_EXISTS")
+        # The loser changed nothing.
+        described = (await client.get("/v1/topics/dup", headers=prod)).json()
+        assert described["partitions"] == 3
+
+    @pytest.mark.parametrize(
+        ("body", "field"),
+        [
+            ({"name": ""}, "name"),
+            ({"name": "Upper"}, "name"),
+            ({"name": ".leading-dot"}, "name"),
+            ({"name": "a" * 250}, "name"),
+            ({"name": "ünïcode"}, "name"),
+            ({"name": "has space"}, "name"),
+            ({"name": "t", "retention": "0d"}, "retention"),
+            ({"name": "t", "retention": "366d"}, "retention"),
+            ({"name": "t", "retention": "30s"}, "retention"),
+            ({"name": "t", "retention": "7"}, "retention"),
+            ({"name": "t", "delivery": "at-most-once"}, "delivery"),
+            ({"name": "t", "partitions": 0}, "partitions"),
+            ({"name": "t", "partitions": 257}, "partitions"),
+            ({"name": "t", "partitions": "3"}, "partitions"),
+            ({"name": "t", "partitions": 3.5}, "partitions"),
+            ({"name": "t", "partitions": True}, "partitions"),
+            ({"name": 7}, "name"),
+            ({"name": "t", "colour": "blue"}, "colour"),
+            ({}, "name"),
+        ],
+    )
+    async def test_invalid_input_is_400_with_details(self, client, prod, body, field):
+        response = await client.post("/v1/topics", json=body, headers=prod)
+        error = _error(response, 400, "INVALID_REQUEST")
+        assert any(d["field"] == field for d in error["details"]), error
+        listed = (await client.get("/v1/topics", headers=prod)).json()["data"]
+        assert listed == []
+
+    async def test_boundaries_accepted(self, client, prod):
+        for body in (
+            {"name": "a" * 249, "retention": "1m", "partitions": 1},
+            {"name": "0-x_y.z", "retention": "365d", "partitions": 256, "delivery": "at-least-once"},
+            {"name": "h", "retention": "24h"},
+        ):
+            response = await client.post("/v1/topics", json=body, headers=prod)
+            assert response.status_code == 201, response.text
+
+
+class TestListTopics:
+    async def test_pages_with_cursor(self, client, prod):
+        names = [f"t{i:02d}" for i in range(7)]
+        for name in reversed(names):
+            assert (await client.post("/v1/topics", json={"name": name}, headers=prod)).status_code == 201
+        seen, cursor = [], None
+        while True:
+            params = {"limit": 3} | ({"cursor": cursor} if cursor else {})
+            page = (await client.get("/v1/topics", params=params, headers=prod)).json()
+            seen += [t["name"] for t in page["data"]]
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+        assert seen == names
+
+    async def test_bad_cursor_and_limit(self, client, prod):
+        _error(await client.get("/v1/topics", params={"cursor": "!!!"}, headers=prod), 400, "INVALID_REQUEST")
+        _error(await client.get("/v1/topics", params={"limit": 0}, headers=prod), 400, "INVALID_REQUEST")
+        _error(await client.get("/v1/topics", params={"limit": "x"}, headers=prod), 400, "INVALID_REQUEST")
+
+    async def test_environments_are_isolated(self, client, tenant: ProjectKeys, deployment):
+        dev, prod = tenant.headers("development"), tenant.headers("production")
+        assert (await client.post("/v1/topics", json={"name": "shared.name"}, headers=dev)).status_code == 201
+        assert (await client.get("/v1/topics", headers=prod)).json()["data"] == []
+        _error(await client.get("/v1/topics/shared.name", headers=prod), 404, "TOPIC_NOT_FOUND")
+        # The same name in another environment is another topic.
+        assert (
+            await client.post("/v1/topics", json={"name": "shared.name"}, headers=prod)
+        ).status_code == 201
+        other = await deployment.project()
+        assert (await client.get("/v1/topics", headers=other.headers("development"))).json()["data"] == []
+
+
+class TestDescribeTopic:
+    async def test_partition_details_from_engine(self, client, prod):
+        await client.post("/v1/topics", json={"name": "d", "partitions": 4}, headers=prod)
+        topic = (await client.get("/v1/topics/d", headers=prod)).json()
+        assert [p["id"] for p in topic["partitionDetails"]] == [0, 1, 2, 3]
+        for p in topic["partitionDetails"]:
+            assert p["earliestOffset"] == 0 and p["latestOffset"] == 0 and p["messages"] == 0
+            assert p["bytes"] >= 0
+
+    async def test_missing_topic(self, client, prod):
+        error = _error(await client.get("/v1/topics/user.events", headers=prod), 404, "TOPIC_NOT_FOUND")
+        assert error["message"] == "The topic 'user.events' does not exist in the current environment."
+
+
+class TestUpdateTopic:
+    async def test_increase_partitions_and_retention(self, client, prod):
+        await client.post("/v1/topics", json={"name": "u"}, headers=prod)
+        response = await client.patch(
+            "/v1/topics/u", json={"partitions": 5, "retention": "12h"}, headers=prod
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["partitions"] == 5 and response.json()["retention"] == "12h"
+        described = (await client.get("/v1/topics/u", headers=prod)).json()
+        assert len(described["partitionDetails"]) == 5
+
+    async def test_decrease_is_400(self, client, prod):
+        await client.post("/v1/topics", json={"name": "u2", "partitions": 4}, headers=prod)
+        _error(
+            await client.patch("/v1/topics/u2", json={"partitions": 2}, headers=prod), 400, "INVALID_REQUEST"
+        )
+        assert (await client.get("/v1/topics/u2", headers=prod)).json()["partitions"] == 4
+
+    async def test_bad_retention_changes_nothing(self, client, prod):
+        await client.post("/v1/topics", json={"name": "u3"}, headers=prod)
+        body = {"partitions": 6, "retention": "forever"}
+        _error(await client.patch("/v1/topics/u3", json=body, headers=prod), 400, "INVALID_REQUEST")
+        topic = (await client.get("/v1/topics/u3", headers=prod)).json()
+        assert (topic["partitions"], topic["retention"]) == (3, "7d")
+
+    async def test_unknown_field_and_missing_topic(self, client, prod):
+        _error(
+            await client.patch("/v1/topics/nope", json={"partitions": 5}, headers=prod),
+            404,
+            "TOPIC_NOT_FOUND",
+        )
+        await client.post("/v1/topics", json={"name": "u4"}, headers=prod)
+        _error(
+            await client.patch("/v1/topics/u4", json={"delivery": "at-least-once"}, headers=prod),
+            400,
+            "INVALID_REQUEST",
+        )
+
+
+class TestDeleteTopic:
+    async def test_delete_removes_topic_and_files(self, client, prod, deployment):
+        created = (await client.post("/v1/topics", json={"name": "gone"}, headers=prod)).json()
+        log_dir = deployment.settings.log_dir
+        assert any(p.name.startswith(created["id"]) for p in log_dir.iterdir())
+        response = await client.delete("/v1/topics/gone", headers=prod)
+        assert response.status_code == 204 and response.content == b""
+        _error(await client.get("/v1/topics/gone", headers=prod), 404, "TOPIC_NOT_FOUND")
+        assert not any(p.name.startswith(created["id"]) for p in log_dir.iterdir())
+        _error(await client.delete("/v1/topics/gone", headers=prod), 404, "TOPIC_NOT_FOUND")
+        # The name is free again, for a new, empty topic.
+        again = (await client.post("/v1/topics", json={"name": "gone"}, headers=prod)).json()
+        assert again["id"] != created["id"]

@@ -1,0 +1,160 @@
+"""The operator CLI, run as customers' operators run it: a real process, real databases."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.fixtures.server import cli, server_env
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def env(request, tmp_path, postgres_database):
+    url = postgres_database if request.param == "postgres" else ""
+    env = server_env(tmp_path, url)
+    cli(env, "migrate")
+    return env
+
+
+def bootstrap(env, name: str, *extra: str) -> dict:
+    return json.loads(cli(env, "bootstrap", "--project", name, "--json", *extra).stdout)
+
+
+class TestBootstrap:
+    def test_creates_project_and_three_keys(self, env):
+        name = f"boot-{id(env)}"
+        out = bootstrap(env, name)
+        assert out["projectId"].startswith("prj_")
+        assert set(out["keys"]) == {"development", "staging", "production"}
+        assert re.fullmatch(r"pq_live_sk_[0-9A-Za-z]{32}", out["keys"]["production"])
+        assert re.fullmatch(r"pq_test_sk_[0-9A-Za-z]{32}", out["keys"]["development"])
+
+    def test_rerun_keeps_at_most_two_active_revoking_oldest(self, env):
+        name = f"rerun-{id(env)}"
+        first = bootstrap(env, name)
+        second = bootstrap(env, name)
+        third = bootstrap(env, name)
+        assert first["projectId"] == second["projectId"] == third["projectId"]
+        listed = json.loads(cli(env, "keys", "list", "--project", name, "--json").stdout)
+        active = [k for k in listed if k["status"] == "active" and k["environment"] == "production"]
+        assert len(active) == 2
+        # No secret is ever listed.
+        assert first["keys"]["production"] not in json.dumps(listed)
+        assert all(k["display"].startswith("pq_") for k in listed)
+
+    def test_tier_and_demo_user(self, env):
+        out = bootstrap(env, f"tiered-{id(env)}", "--tier", "pro", "--demo-user")
+        assert out["login"]["email"] == "demo@queuecore.local" and len(out["login"]["password"]) >= 12
+        projects = json.loads(cli(env, "projects", "list", "--json").stdout)
+        assert {p["id"]: p["tier"] for p in projects}[out["projectId"]] == "pro"
+
+
+class TestKeys:
+    def test_create_limit_revoke(self, env):
+        out = bootstrap(env, f"keys-{id(env)}")
+        project = out["projectId"]
+        created = json.loads(
+            cli(env, "keys", "create", "--project", project, "--environment", "staging", "--json").stdout
+        )
+        assert created["id"].startswith("key_") and created["key"].startswith("pq_test_sk_")
+        refused = cli(env, "keys", "create", "--project", project, "--environment", "staging", check=False)
+        assert refused.returncode == 3
+        assert "KEY_LIMIT_REACHED" in refused.stderr
+        cli(env, "keys", "revoke", "--id", created["id"])
+        again = cli(env, "keys", "create", "--project", project, "--environment", "staging", "--json")
+        assert json.loads(again.stdout)["key"].startswith("pq_test_sk_")
+
+    def test_unknown_project_and_key(self, env):
+        missing = cli(env, "keys", "list", "--project", "no-such-project", check=False)
+        assert missing.returncode == 1 and "no-such-project" in missing.stderr
+        assert cli(env, "keys", "revoke", "--id", "key_nope", check=False).returncode == 1
+
+
+class TestProjectsAndUsers:
+    def test_create_list_set_tier(self, env):
+        name = f"acme-{id(env)}"
+        created = json.loads(cli(env, "projects", "create", "--name", name, "--json").stdout)
+        assert created["tier"] == "developer"
+        dup = cli(env, "projects", "create", "--name", name, check=False)
+        assert dup.returncode == 1
+        out = cli(
+            env,
+            "projects",
+            "set-tier",
+            "--project",
+            name,
+            "--tier",
+            "enterprise",
+            "--limits",
+            "publish=5000,consume=2000,admin=100",
+            "--json",
+        )
+        assert json.loads(out.stdout)["customLimits"] == {"publish": 5000, "consume": 2000, "admin": 100}
+        bad = cli(
+            env,
+            "projects",
+            "set-tier",
+            "--project",
+            name,
+            "--tier",
+            "pro",
+            "--limits",
+            "publish=5",
+            check=False,
+        )
+        assert bad.returncode == 1 and "enterprise" in bad.stderr
+        garbled = cli(
+            env,
+            "projects",
+            "set-tier",
+            "--project",
+            created["id"],
+            "--tier",
+            "enterprise",
+            "--limits",
+            "publish=lots",
+            check=False,
+        )
+        assert garbled.returncode == 1
+
+    def test_users_create(self, env):
+        email = f"ops{id(env)}@example.com"
+        out = json.loads(
+            cli(env, "users", "create", "--email", email, "--password", "correct horse", "--json").stdout
+        )
+        assert out["id"].startswith("usr_")
+        assert (
+            cli(env, "users", "create", "--email", email, "--password", "another one", check=False).returncode
+            == 1
+        )
+        assert (
+            cli(
+                env, "users", "create", "--email", "not-an-email", "--password", "long enough", check=False
+            ).returncode
+            == 1
+        )
+
+
+class TestBadArguments:
+    @pytest.mark.parametrize(
+        "args",
+        [
+            [],
+            ["nope"],
+            ["keys"],
+            ["keys", "create", "--project", "x"],
+            ["keys", "create", "--project", "x", "--environment", "prod"],
+            ["projects", "set-tier", "--project", "x", "--tier", "platinum"],
+        ],
+    )
+    def test_usage_errors_exit_2(self, env, args):
+        result = cli(env, *args, check=False)
+        assert result.returncode == 2
+        assert "usage:" in result.stderr
+
+    def test_production_without_secret_refuses(self, tmp_path):
+        env = server_env(tmp_path, QUEUECORE_ENVIRONMENT="production")
+        result = cli(env, "migrate", check=False)
+        assert result.returncode == 2 and "QUEUECORE_SECRET_KEY" in result.stderr
