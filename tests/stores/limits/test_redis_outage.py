@@ -1,0 +1,240 @@
+"""A Redis outage degrades limits to per-process counting, is logged once, and heals by itself.
+
+Each test runs its own throwaway ``redis-server`` on a free port and really kills, stops or starts it:
+no mocks. Probes run every second (the default), so a test spends a second or two waiting to heal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from app.stores.limits.redis import RedisRateLimiter
+
+OUTAGE = "redis unreachable"
+RECOVERY = "redis reachable again"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """One ``redis-server`` process, no persistence, that a test can kill, stop and start again."""
+
+    def __init__(self, port: int, directory: Path) -> None:
+        self.port = port
+        self.directory = directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.directory), "--logfile", "redis.log"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError(f"redis-server did not answer on port {self.port}")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
+    def pause(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A port of our own and a server not yet started on it."""
+    server = RedisServer(free_port(), tmp_path)
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def limits_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="queuecore.limits")
+    return caplog
+
+
+def messages(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "queuecore.limits" and text in r.getMessage()]
+
+
+async def wait_for_status(limiter: RedisRateLimiter, status: str, timeout: float = 5.0) -> float:
+    """Poll ``status()`` until it answers ``status``; returns how long that took."""
+    start = time.monotonic()
+    while (current := await limiter.status()) != status:
+        assert time.monotonic() - start < timeout, f"status still {current!r} after {timeout} s"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+async def zcard(url: str, key: str) -> int:
+    client = Redis.from_url(url)
+    try:
+        return int(await client.zcard(key))
+    finally:
+        await client.aclose()
+
+
+async def connections_received(url: str) -> int:
+    client = Redis.from_url(url)
+    try:
+        return int((await client.info("stats"))["total_connections_received"])
+    finally:
+        await client.aclose()
+
+
+class TestRedisKilled:
+    async def test_falls_back_logs_once_and_heals_when_redis_returns(self, redis_server, limits_log):
+        redis_server.start()
+        limiter = RedisRateLimiter(redis_server.url, key_prefix="qc:outage:")
+        try:
+            assert await limiter.status() == "ok"
+            first = await limiter.acquire("before", 3)
+            assert first.allowed and first.at_us is not None
+            assert await zcard(redis_server.url, "qc:outage:before") == 1
+
+            redis_server.kill()
+            # Decisions keep coming, per process, for longer than a probe interval; the limit still holds.
+            decisions = []
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
+                decisions.append(await limiter.acquire("during", 5, 5000))
+                assert await limiter.status() == "degraded"
+                await asyncio.sleep(0.01)
+            assert len(decisions) > 50
+            assert sum(d.allowed for d in decisions) == 5
+            assert all(d.at_us is None for d in decisions)
+            assert len(messages(limits_log, OUTAGE)) == 1
+            assert messages(limits_log, OUTAGE)[0].levelno == logging.WARNING
+
+            redis_server.start()  # same port, empty, no scripts loaded
+            assert await wait_for_status(limiter, "ok") < 2.5
+            after = await limiter.acquire("after", 3)
+            assert after.allowed and after.at_us is not None
+            assert await zcard(redis_server.url, "qc:outage:after") == 1
+            assert len(messages(limits_log, RECOVERY)) == 1
+            assert len(messages(limits_log, OUTAGE)) == 1
+        finally:
+            await limiter.close()
+
+    async def test_redis_down_at_startup_heals_when_it_comes_up(self, redis_server, limits_log):
+        limiter = RedisRateLimiter(redis_server.url, key_prefix="qc:outage:")
+        try:
+            started = time.monotonic()
+            decision = await limiter.acquire("early", 2)
+            assert decision.allowed and decision.at_us is None
+            assert time.monotonic() - started < 0.5
+            assert await limiter.status() == "degraded"
+            redis_server.start()
+            await wait_for_status(limiter, "ok")
+            assert (await limiter.acquire("early", 2)).at_us is not None
+            assert len(messages(limits_log, OUTAGE)) == 1
+            assert len(messages(limits_log, RECOVERY)) == 1
+        finally:
+            await limiter.close()
+
+
+class TestRedisHung:
+    async def test_a_hung_redis_costs_one_timeout_then_nothing(self, redis_server, limits_log):
+        """SIGSTOP: connections hang instead of failing. One call waits out the socket timeout; every
+        decision after that is answered in-process at once, while one probe a second checks Redis."""
+        redis_server.start()
+        limiter = RedisRateLimiter(redis_server.url, key_prefix="qc:outage:", socket_timeout=0.25)
+        try:
+            assert (await limiter.acquire("hung", 100)).at_us is not None
+            connections_before = await connections_received(redis_server.url)
+            redis_server.pause()
+            started = time.monotonic()
+            first = await limiter.acquire("hung", 100)
+            assert first.at_us is None
+            assert 0.2 <= time.monotonic() - started < 1.0
+            slowest = 0.0
+            end = time.monotonic() + 1.5  # spans at least one probe that times out
+            while time.monotonic() < end:
+                started = time.monotonic()
+                assert (await limiter.acquire("hung", 100)).at_us is None
+                slowest = max(slowest, time.monotonic() - started)
+                await asyncio.sleep(0.005)
+            assert slowest < 0.05
+            assert len(messages(limits_log, OUTAGE)) == 1
+            redis_server.resume()
+            await wait_for_status(limiter, "ok")
+            assert (await limiter.acquire("hung", 100)).at_us is not None
+            assert len(messages(limits_log, RECOVERY)) == 1
+            # Hundreds of decisions while hung, yet Redis saw only the probes' connections (about one a
+            # second, each timed out and dropped), the healing probe's, and our own two INFO clients.
+            assert await connections_received(redis_server.url) - connections_before <= 6
+        finally:
+            await limiter.close()
+
+    async def test_concurrent_callers_during_an_outage_do_not_queue_behind_redis(self, redis_server):
+        redis_server.start()
+        limiter = RedisRateLimiter(redis_server.url, key_prefix="qc:outage:", max_connections=4)
+        try:
+            await limiter.acquire("crowd", 10_000)
+            redis_server.pause()
+            started = time.monotonic()
+            decisions = await asyncio.gather(*(limiter.acquire("crowd", 10_000) for _ in range(200)))
+            # At most one round of socket timeouts (4 slots in parallel), not 200 / 4 rounds.
+            assert time.monotonic() - started < 1.0
+            assert all(d.allowed for d in decisions)
+            assert await limiter.status() == "degraded"
+        finally:
+            redis_server.resume()
+            await limiter.close()
+
+
+class TestScriptCache:
+    async def test_a_flushed_script_cache_is_reloaded_without_degrading(self, redis_server, limits_log):
+        redis_server.start()
+        limiter = RedisRateLimiter(redis_server.url, key_prefix="qc:outage:")
+        client = Redis.from_url(redis_server.url)
+        try:
+            assert (await limiter.acquire("s", 5)).at_us is not None
+            await client.script_flush()
+            decision = await limiter.acquire("s", 5)
+            assert (decision.allowed, decision.remaining) == (True, 3)
+            assert decision.at_us is not None
+            assert await limiter.status() == "ok"
+            assert messages(limits_log, OUTAGE) == []
+        finally:
+            await client.aclose()
+            await limiter.close()
