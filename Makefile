@@ -42,7 +42,10 @@ openapi: install
 	$(BIN)/python -m app.openapi > openapi.yaml
 
 bench: install services
-	$(BIN)/python bench/run_all.py
+	command -v wrk >/dev/null || apt-get install -y wrk
+	$(BIN)/python bench/engine_bench.py
+	$(BIN)/python bench/publish_bench.py
+	$(BIN)/python bench/limiter_bench.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -15,6 +15,7 @@ from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher, TopicDirectory
+from app.broker.usage import UsageMeter
 from app.errors import add_exception_handlers
 from app.openapi import install as install_openapi
 from app.settings import Settings, get_settings
@@ -30,7 +31,7 @@ def build_limiter(settings: Settings) -> RateLimiter:
     if settings.redis_url:
         from app.stores.limits.redis import RedisRateLimiter
 
-        return RedisRateLimiter(settings.redis_url)
+        return RedisRateLimiter(settings.redis_url, key_prefix=settings.rate_limit_prefix)
     from app.stores.limits.memory import MemoryRateLimiter
 
     return MemoryRateLimiter()
@@ -51,12 +52,15 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         flush_interval=settings.key_last_used_flush_seconds,
     )
     keys.start()
+    usage = UsageMeter(log)
+    await usage.start()
     application.state.services = Services(
         settings=settings,
         metadata=metadata,
         log=log,
         limiter=limiter,
         keys=keys,
+        usage=usage,
         publisher=Publisher(log, TopicDirectory(metadata), dedup_window_ms=settings.idempotency_window_ms),
         registry=application.state.registry,
     )
@@ -64,6 +68,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await usage.close()
         await keys.close()
         await limiter.close()
         await log.close()

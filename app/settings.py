@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     database_url: str = ""
     # Empty means: in-process limits and fan-out (the embedded default).
     redis_url: str = ""
+    # Keys of the Redis limiter start with this; separate deployments may share one Redis.
+    rate_limit_prefix: str = "qc:rl:"
     secret_key: SecretStr = SecretStr("")
     host: str = "127.0.0.1"
     port: int = 8080

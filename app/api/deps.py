@@ -15,6 +15,7 @@ from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
 from app.broker.rate_limits import Category, limit_for
 from app.broker.topics import Scope
+from app.broker.usage import UsageMeter
 from app.errors import ApiError
 from app.settings import Settings
 from app.stores.limits.protocol import RateLimiter
@@ -32,6 +33,7 @@ class Services:
     limiter: RateLimiter
     keys: KeyAuthenticator
     publisher: Publisher
+    usage: UsageMeter
     registry: CollectorRegistry
 
 
@@ -84,7 +86,10 @@ async def charge(services: Services, request: Request, principal: Principal, cat
         "RateLimit-Remaining": str(decision.remaining),
         "RateLimit-Reset": str(decision.reset_seconds),
     }
-    request.scope["state"]["response_headers"] = list(headers.items())
+    state = request.scope["state"]
+    state["response_headers"] = list(headers.items())
+    state["category"] = category.value
+    state["accepted_at_us"] = decision.at_us if decision.allowed else None
     if not decision.allowed:
         retry_after = max(1, math.ceil(decision.retry_after_seconds))
         raise ApiError(

@@ -72,6 +72,7 @@ async def publish(
     message = publishing.parse_message(await _body(request))
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish(scope_of(key), name, message, idempotency_key)
+    request.scope["state"]["messages"] = 0 if replayed else 1
     body = publisher.result(topic, placed)
     body["latency"] = placed.latency_ms
     body["durability"] = services.log.durability
@@ -94,6 +95,7 @@ async def publish_batch(name: str, request: Request, key: PublishKey, services: 
     messages = publishing.parse_batch(await _body(request))
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish_batch(scope_of(key), name, messages)
+    request.scope["state"]["messages"] = replayed.count(False)
     items = []
     for p, again in zip(placed, replayed, strict=True):
         item = publisher.result(topic, p)

@@ -111,6 +111,26 @@ class RequestEnvelopeMiddleware:
             template = getattr(route, "path", None) or "unmatched"
             method = scope.get("method", "WS")
             self.metrics.observe(method, template, status, elapsed)
+            principal = state.get("principal")
+            app_state = getattr(scope.get("app"), "state", None)
+            if principal is not None and hasattr(app_state, "services"):
+                app_state.services.usage.record(
+                    {
+                        "acceptedAtUs": state.get("accepted_at_us"),
+                        "requestId": request_id,
+                        "projectId": principal.project_id,
+                        "environment": principal.environment,
+                        "keyId": principal.key_id,
+                        "category": state.get("category"),
+                        "method": method,
+                        "route": template,
+                        "status": status,
+                        "bytesIn": bytes_in,
+                        "bytesOut": bytes_out,
+                        "messages": state.get("messages", 0),
+                        "latencyMs": round(elapsed * 1000, 3),
+                    }
+                )
             logger.info(
                 "request",
                 extra={

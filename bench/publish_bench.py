@@ -1,0 +1,294 @@
+"""HTTP publish benchmark: QueueCore (one uvicorn worker) vs NATS JetStream and Redis Streams.
+
+Same 200-byte JSON payloads, same run, on this machine. QueueCore is driven over HTTP by ``wrk``
+(a C load generator, so the client does not starve the server of CPU the way a Python client would);
+JetStream and Redis Streams are driven from Python, as their users would (nats-py async publish with
+acks, redis-py pipelined XADD).
+
+    .venv/bin/python bench/publish_bench.py [--seconds 10] [--rounds 3]
+
+Prints a table and writes bench/results/publish.md and publish.json. Medians over ``--rounds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+RESULTS = ROOT / "bench" / "results"
+
+
+def payload(i: int = 0) -> dict:
+    """A 200-byte JSON message."""
+    base = {"type": "order.created", "orderId": f"ord_{i:08d}", "amount": 9900, "currency": "usd", "note": ""}
+    size = len(json.dumps(base, separators=(",", ":")))
+    base["note"] = "x" * (200 - size)
+    return base
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, data_dir: Path) -> None:
+        self.port = free_port()
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
+        self.env.update(QUEUECORE_DATA_DIR=str(data_dir), QUEUECORE_LOG_LEVEL="WARNING")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def cli(self, *args: str) -> str:
+        return subprocess.run([str(BIN / "queuecore-server"), *args], env=self.env, check=True,
+                              capture_output=True, text=True).stdout
+
+    def start(self) -> dict:
+        self.cli("migrate")
+        boot = json.loads(self.cli("bootstrap", "--project", "bench", "--tier", "enterprise", "--json"))
+        self.cli("projects", "set-tier", "--project", "bench", "--tier", "enterprise",
+                 "--limits", "publish=10000000,consume=10000000,admin=10000000")
+        self.proc = subprocess.Popen([str(BIN / "queuecore-server"), "serve", "--port", str(self.port)],
+                                     env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(300):
+            try:
+                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
+                    return boot
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {key}"
+wrk.body = [==[{body}]==]
+"""
+
+
+def wrk(url: str, key: str, body: str, connections: int, seconds: int, threads: int = 2) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(WRK_SCRIPT.format(key=key, body=body))
+        script = f.name
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    os.unlink(script)
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    if non2xx:
+        raise RuntimeError(f"wrk saw {non2xx.group(1)} non-2xx answers:\n{out}")
+
+    def pct(name: str) -> float:
+        value, unit = re.search(rf"\s{name}%\s+([\d.]+)(us|ms|s)", out).groups()
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    return {"rps": rps, "p50_ms": pct("50"), "p99_ms": pct("99")}
+
+
+async def jetstream_batch(batch: int, seconds: float) -> float:
+    import nats
+
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    js = nc.jetstream()
+    stream = f"QCBENCH{os.getpid()}"
+    await js.add_stream(name=stream, subjects=[f"qcbench.{os.getpid()}"], storage="file")
+    data = json.dumps(payload(), separators=(",", ":")).encode()
+    sent = 0
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            futures = [await js.publish_async(f"qcbench.{os.getpid()}", data) for _ in range(batch)]
+            await asyncio.gather(*futures)
+            sent += batch
+        elapsed = time.perf_counter() - started
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
+    return sent / elapsed
+
+
+async def jetstream_single(concurrency: int, seconds: float) -> dict:
+    import nats
+
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    js = nc.jetstream()
+    stream = f"QCBENCHS{os.getpid()}"
+    await js.add_stream(name=stream, subjects=[f"qcbenchs.{os.getpid()}"], storage="file")
+    data = json.dumps(payload(), separators=(",", ":")).encode()
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            t = time.perf_counter()
+            await js.publish(f"qcbenchs.{os.getpid()}", data)
+            latencies.append((time.perf_counter() - t) * 1000)
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        elapsed = time.perf_counter() - started
+        await js.delete_stream(stream)
+        await nc.close()
+    latencies.sort()
+    return {"rps": len(latencies) / elapsed, "p50_ms": latencies[len(latencies) // 2],
+            "p99_ms": latencies[int(len(latencies) * 0.99)]}
+
+
+async def redis_batch(batch: int, seconds: float) -> float:
+    import redis.asyncio as redis
+
+    client = redis.Redis()
+    key = f"qcbench:{os.getpid()}"
+    data = json.dumps(payload(), separators=(",", ":"))
+    sent = 0
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            pipe = client.pipeline(transaction=False)
+            for _ in range(batch):
+                pipe.xadd(key, {"data": data})
+            await pipe.execute()
+            sent += batch
+        elapsed = time.perf_counter() - started
+    finally:
+        await client.delete(key)
+        await client.aclose()
+    return sent / elapsed
+
+
+async def redis_single(concurrency: int, seconds: float) -> dict:
+    import redis.asyncio as redis
+
+    client = redis.Redis(max_connections=concurrency)
+    key = f"qcbenchs:{os.getpid()}"
+    data = json.dumps(payload(), separators=(",", ":"))
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            t = time.perf_counter()
+            await client.xadd(key, {"data": data})
+            latencies.append((time.perf_counter() - t) * 1000)
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        elapsed = time.perf_counter() - started
+        await client.delete(key)
+        await client.aclose()
+    latencies.sort()
+    return {"rps": len(latencies) / elapsed, "p50_ms": latencies[len(latencies) // 2],
+            "p99_ms": latencies[int(len(latencies) * 0.99)]}
+
+
+def median_of(rounds: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=50)
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is needed: apt-get install -y wrk (make bench does it)")
+
+    data_dir = Path(tempfile.mkdtemp(prefix="qc-bench-"))
+    server = Server(data_dir)
+    boot = server.start()
+    key = boot["keys"]["production"]
+    headers = {"Authorization": f"Bearer {key}"}
+    httpx.post(f"{server.url}/v1/topics", json={"name": "bench", "partitions": 3}, headers=headers).raise_for_status()
+    single_body = json.dumps({"data": payload()}, separators=(",", ":"))
+    batch_body = json.dumps({"messages": [{"data": payload(i)} for i in range(1000)]}, separators=(",", ":"))
+    results: dict[str, dict] = {}
+    try:
+        rounds: dict[str, list[dict]] = {name: [] for name in (
+            "queuecore_batch", "jetstream_batch", "redis_batch",
+            "queuecore_single", "jetstream_single", "redis_single")}
+        for r in range(args.rounds):
+            print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+            qb = wrk(f"{server.url}/v1/topics/bench/messages/batch", key, batch_body, 4, args.seconds)
+            rounds["queuecore_batch"].append({"msgs_per_s": qb["rps"] * 1000, "p50_ms": qb["p50_ms"],
+                                              "p99_ms": qb["p99_ms"]})
+            rounds["jetstream_batch"].append({"msgs_per_s": asyncio.run(jetstream_batch(1000, args.seconds))})
+            rounds["redis_batch"].append({"msgs_per_s": asyncio.run(redis_batch(1000, args.seconds))})
+            rounds["queuecore_single"].append(
+                wrk(f"{server.url}/v1/topics/bench/messages", key, single_body, args.connections, args.seconds))
+            rounds["jetstream_single"].append(asyncio.run(jetstream_single(args.connections, args.seconds)))
+            rounds["redis_single"].append(asyncio.run(redis_single(args.connections, args.seconds)))
+        results = {name: median_of(rs) for name, rs in rounds.items()}
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    qb, jb, rb = results["queuecore_batch"], results["jetstream_batch"], results["redis_batch"]
+    qs, js, rs = results["queuecore_single"], results["jetstream_single"], results["redis_single"]
+    lines = [
+        "# Publish benchmark (HTTP, one uvicorn worker)",
+        "",
+        f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores shared by client and "
+        f"server, {args.rounds} rounds of {args.seconds} s, medians. 200-byte JSON payloads. QueueCore driven by "
+        "wrk over HTTP (fsync before every answer); JetStream (file storage) and Redis Streams from Python.",
+        "",
+        "## Batches of 1000",
+        "",
+        "| system | msgs/s | vs QueueCore |",
+        "|---|---:|---:|",
+        f"| QueueCore HTTP batch publish (4 connections) | {qb['msgs_per_s']:,.0f} | 1.0× |",
+        f"| NATS JetStream, nats-py publish_async ×1000 + acks | {jb['msgs_per_s']:,.0f} | "
+        f"{qb['msgs_per_s'] / jb['msgs_per_s']:.1f}× slower |",
+        f"| Redis Streams, pipelined XADD ×1000 | {rb['msgs_per_s']:,.0f} | "
+        f"{qb['msgs_per_s'] / rb['msgs_per_s']:.1f}× slower |",
+        "",
+        f"## Single messages, {args.connections} concurrent",
+        "",
+        "| system | req/s | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|",
+        f"| QueueCore HTTP publish | {qs['rps']:,.0f} | {qs['p50_ms']:.2f} | {qs['p99_ms']:.2f} |",
+        f"| NATS JetStream publish (await ack) | {js['rps']:,.0f} | {js['p50_ms']:.2f} | {js['p99_ms']:.2f} |",
+        f"| Redis Streams XADD | {rs['rps']:,.0f} | {rs['p50_ms']:.2f} | {rs['p99_ms']:.2f} |",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "publish.md").write_text(text)
+    (RESULTS / "publish.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

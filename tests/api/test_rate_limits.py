@@ -1,0 +1,77 @@
+"""Rate limits on the wire: per key and category, headers on every answer, Retry-After that works."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from app.broker import tenancy
+from app.broker.rate_limits import Tier
+from tests.api.test_errors import assert_envelope
+
+
+async def developer(deployment):
+    return await deployment.project(tier=Tier.developer)
+
+
+class TestLimits:
+    async def test_admin_limit_headers_and_retry_after(self, client, deployment):
+        project = await developer(deployment)
+        headers = project.headers("development")
+        answers = [await client.get("/v1/topics", headers=headers) for _ in range(12)]
+        statuses = [a.status_code for a in answers]
+        assert statuses.count(200) == 10 and statuses[10:] == [429, 429], statuses
+        for a in answers:
+            assert a.headers["RateLimit-Limit"] == "10"
+            assert int(a.headers["RateLimit-Reset"]) >= 0
+        assert [int(a.headers["RateLimit-Remaining"]) for a in answers[:10]] == list(range(9, -1, -1))
+        refused = answers[10]
+        error = assert_envelope(refused, 429, "RATE_LIMIT_EXCEEDED")
+        assert "10" in error["message"]
+        retry_after = int(refused.headers["Retry-After"])
+        assert 1 <= retry_after <= 1
+        await asyncio.sleep(retry_after)
+        assert (await client.get("/v1/topics", headers=headers)).status_code == 200
+
+    async def test_errors_of_limited_routes_carry_headers(self, client, deployment):
+        project = await developer(deployment)
+        r = await client.get("/v1/topics/missing", headers=project.headers())
+        assert r.status_code == 404 and r.headers["RateLimit-Limit"] == "10"
+
+    async def test_categories_and_keys_are_independent(self, client, deployment):
+        project = await developer(deployment)
+        prod, dev = project.headers("production"), project.headers("development")
+        await client.post("/v1/topics", json={"name": "rl"}, headers=prod)
+        while (await client.get("/v1/topics", headers=prod)).status_code != 429:
+            pass
+        publish = await client.post("/v1/topics/rl/messages", json={"data": 1}, headers=prod)
+        assert publish.status_code == 201 and publish.headers["RateLimit-Limit"] == "100"
+        read = await client.get("/v1/topics/rl/partitions/0/messages", headers=prod)
+        assert read.status_code == 200 and read.headers["RateLimit-Limit"] == "50"
+        # Another key of the same project has its own window.
+        assert (await client.get("/v1/topics", headers=dev)).status_code == 200
+
+    async def test_refused_requests_do_not_count(self, client, deployment):
+        project = await developer(deployment)
+        headers = project.headers("staging")
+        started = time.monotonic()
+        statuses = [(await client.get("/v1/topics", headers=headers)).status_code for _ in range(30)]
+        assert statuses.count(200) == 10
+        # A second after the first accepted request the window has room again, however many were refused.
+        await asyncio.sleep(max(0.0, started + 1.05 - time.monotonic()))
+        assert (await client.get("/v1/topics", headers=headers)).status_code == 200
+
+    async def test_tier_change_applies_within_a_second(self, client, deployment):
+        project = await developer(deployment)
+        headers = project.headers("production")
+        assert (await client.get("/v1/topics", headers=headers)).headers["RateLimit-Limit"] == "10"
+        async with deployment.store.session() as session:
+            await tenancy.set_tier(session, project.project_id, Tier.pro)
+        changed = time.monotonic()
+        while (await client.get("/v1/topics", headers=headers)).headers["RateLimit-Limit"] != "50":
+            assert time.monotonic() - changed < 1.0
+            await asyncio.sleep(0.05)
+
+    async def test_health_is_not_limited(self, client):
+        statuses = {(await client.get("/v1/health")).status_code for _ in range(30)}
+        assert statuses == {200}
