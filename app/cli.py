@@ -17,6 +17,7 @@ from typing import Any
 
 from app.broker import keys, tenancy
 from app.broker.errors import BrokerError, KeyLimitReached, Unavailable
+from app.broker.rate_limits import Tier
 from app.settings import Settings, get_settings
 from app.stores.metadata.database import MetadataStore
 
@@ -77,7 +78,7 @@ async def cmd_bootstrap(args: argparse.Namespace, store: MetadataStore, secret: 
                 project.tier = tier.value
         except BrokerError:
             project = await tenancy.create_project(
-                session, args.project, tier or tenancy.Tier.developer, owner_id=owner_id
+                session, args.project, tier or Tier.developer, owner_id=owner_id
             )
         if owner_id and project.owner_id is None:
             project.owner_id = owner_id
@@ -168,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
 
     boot = sub.add_parser("bootstrap", help="create a project if missing and issue one key per environment")
     boot.add_argument("--project", required=True, help="project name (or id)")
-    boot.add_argument("--tier", choices=[t.value for t in tenancy.Tier])
+    boot.add_argument("--tier", choices=[t.value for t in Tier])
     boot.add_argument("--json", action="store_true")
     boot.add_argument("--demo-user", action="store_true", help=f"also (re)set the login {DEMO_EMAIL}")
 
@@ -189,13 +190,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     pc = projects.add_parser("create", help="create a project")
     pc.add_argument("--name", required=True)
-    pc.add_argument("--tier", default="developer", choices=[t.value for t in tenancy.Tier])
+    pc.add_argument("--tier", default="developer", choices=[t.value for t in Tier])
     pc.add_argument("--json", action="store_true")
     pl = projects.add_parser("list", help="list projects")
     pl.add_argument("--json", action="store_true")
     pt = projects.add_parser("set-tier", help="change a project's tier (and custom limits, enterprise)")
     pt.add_argument("--project", required=True, help="project id or name")
-    pt.add_argument("--tier", required=True, choices=[t.value for t in tenancy.Tier])
+    pt.add_argument("--tier", required=True, choices=[t.value for t in Tier])
     pt.add_argument("--limits", help="publish=N,consume=N,admin=N (enterprise only)")
     pt.add_argument("--json", action="store_true")
     return parser

@@ -54,7 +54,8 @@ def _examples(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_yaml(app: FastAPI) -> str:
-    return yaml.safe_dump(build_openapi(app), sort_keys=False, allow_unicode=True, width=120)
+    text: str = yaml.safe_dump(build_openapi(app), sort_keys=False, allow_unicode=True, width=120)
+    return text
 
 
 def install(app: FastAPI) -> None:

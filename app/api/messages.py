@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Header, Query, Request
+from pydantic import BaseModel
 from starlette.responses import Response
 
 from app.api.deps import AdminKey, ConsumeKey, PublishKey, ServicesDep, scope_of
@@ -36,7 +37,7 @@ async def _body(request: Request) -> Any:
         ) from None
 
 
-def _request_body(model: type) -> dict[str, Any]:
+def _request_body(model: type[BaseModel]) -> dict[str, Any]:
     return {
         "requestBody": {
             "required": True,

@@ -113,7 +113,7 @@ class RequestEnvelopeMiddleware:
             self.metrics.observe(method, template, status, elapsed)
             principal = state.get("principal")
             app_state = getattr(scope.get("app"), "state", None)
-            if principal is not None and hasattr(app_state, "services"):
+            if principal is not None and app_state is not None and hasattr(app_state, "services"):
                 app_state.services.usage.record(
                     {
                         "acceptedAtUs": state.get("accepted_at_us"),

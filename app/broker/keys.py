@@ -119,12 +119,12 @@ async def revoke_key(session: AsyncSession, key_id: str) -> ApiKey:
     if row.revoked_at is None:
         row.revoked_at = utcnow()
         await session.flush()
-    return row  # type: ignore[no-any-return]
+    return row
 
 
 async def list_keys(session: AsyncSession, project_ref: str) -> Sequence[ApiKey]:
     project = await tenancy.get_project(session, project_ref)
-    return await ApiKeyRepository.from_session(session).list_for_project(project.id)  # type: ignore[no-any-return]
+    return await ApiKeyRepository.from_session(session).list_for_project(project.id)
 
 
 def key_view(row: ApiKey) -> dict[str, Any]:

@@ -71,9 +71,10 @@ async def create_user(session: AsyncSession, email: str, password: str) -> User:
     users = UserRepository.from_session(session)
     if await users.get_by_email(email):
         raise UserAlreadyExists(email)
-    return await users.add(
+    user: User = await users.add(
         User(id=new_id("usr"), email=email, password_hash=_passwords.hash(password), created_at=utcnow())
     )
+    return user
 
 
 async def set_password(session: AsyncSession, user: User, password: str) -> None:
@@ -89,7 +90,7 @@ def verify_password(user: User, password: str) -> bool:
 
 
 async def get_user_by_email(session: AsyncSession, email: str) -> User | None:
-    return await UserRepository.from_session(session).get_by_email(email.strip().lower())  # type: ignore[no-any-return]
+    return await UserRepository.from_session(session).get_by_email(email.strip().lower())
 
 
 async def create_project(
@@ -108,7 +109,7 @@ async def create_project(
         owner_id=owner_id,
         created_at=utcnow(),
     )
-    return await projects.add(project)  # type: ignore[no-any-return]
+    return await projects.add(project)
 
 
 async def get_project(session: AsyncSession, ref: str, *, for_update: bool = False) -> Project:
@@ -116,11 +117,11 @@ async def get_project(session: AsyncSession, ref: str, *, for_update: bool = Fal
     project = await ProjectRepository.from_session(session).get(ref, for_update=for_update)
     if project is None:
         raise ProjectNotFound(ref)
-    return project  # type: ignore[no-any-return]
+    return project
 
 
 async def list_projects(session: AsyncSession) -> Sequence[Project]:
-    return await ProjectRepository.from_session(session).list()  # type: ignore[no-any-return]
+    return await ProjectRepository.from_session(session).list()
 
 
 async def set_tier(

@@ -139,7 +139,7 @@ async def get_topic(session: AsyncSession, scope: Scope, name: str) -> Topic:
     topic = await TopicRepository.from_session(session).get_by_name(scope.project_id, scope.environment, name)
     if topic is None:
         raise TopicNotFound(name)
-    return topic  # type: ignore[no-any-return]
+    return topic
 
 
 async def list_topics(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Self
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,7 +17,7 @@ class _Repository:
         self.session = session
 
     @classmethod
-    def from_session(cls, session: AsyncSession) -> Any:
+    def from_session(cls, session: AsyncSession) -> Self:
         return cls(session)
 
 
