@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 from app.broker.errors import BrokerError
 
@@ -168,6 +169,16 @@ def _validation_details(exc: RequestValidationError) -> tuple[str, list[dict[str
     return f"Invalid value for '{first['field']}': {first['issue']}.", details
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method any route serves at this path (FastAPI registers one route per method)."""
+    methods = []
+    for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+        probe = {**request.scope, "method": method}
+        if any(route.matches(probe)[0] is Match.FULL for route in request.app.router.routes):
+            methods.append(method)
+    return ", ".join(methods)
+
+
 def add_exception_handlers(app: FastAPI) -> None:
     """Map every error the app can raise to the envelope."""
 
@@ -193,7 +204,7 @@ def add_exception_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             return error_response(rid, "NOT_FOUND", f"No route matches {request.url.path}.", 404)
         if exc.status_code == 405:
-            allow = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+            allow = _allowed_methods(request)
             return error_response(
                 rid,
                 "METHOD_NOT_ALLOWED",

@@ -11,6 +11,7 @@ import asyncio
 import json
 import random
 import signal
+import uuid
 from collections import defaultdict
 
 import httpx
@@ -23,23 +24,18 @@ KILLS = 5
 
 async def _publish_until_killed(url: str, key: str, acked: list[dict], batches: list[list[dict]]) -> None:
     headers = {"Authorization": f"Bearer {key}"}
-    counter = 0
 
     async def single(http: httpx.AsyncClient) -> None:
-        nonlocal counter
         while True:
-            counter += 1
-            data = {"n": counter, "kind": "single", "pad": "x" * random.randint(0, 300)}
+            data = {"n": uuid.uuid4().hex, "kind": "single", "pad": "x" * random.randint(0, 300)}
             r = await http.post(url + "/v1/topics/crash/messages", json={"data": data}, headers=headers)
             if r.status_code == 201:
                 acked.append(r.json() | {"data": data})
 
     async def batch(http: httpx.AsyncClient) -> None:
-        nonlocal counter
         while True:
-            counter += 1
-            size = random.randint(2, 50)
-            items = [{"data": {"n": counter, "i": i, "of": size, "kind": "batch"}} for i in range(size)]
+            size, batch_id = random.randint(2, 50), uuid.uuid4().hex
+            items = [{"data": {"n": batch_id, "i": i, "of": size, "kind": "batch"}} for i in range(size)]
             r = await http.post(
                 url + "/v1/topics/crash/messages/batch", json={"messages": items}, headers=headers
             )
@@ -112,7 +108,7 @@ async def test_acknowledged_publishes_survive_sigkill(tmp_path):
                 assert got is not None, f"acknowledged message lost: {m}"
                 assert got["id"] == m["id"] and got["data"] == m["data"]
             # No batch is visible in part: an unacknowledged batch is all there or not at all.
-            by_batch: dict[int, list] = defaultdict(list)
+            by_batch: dict[str, list] = defaultdict(list)
             for p in stored.values():
                 for m in p.values():
                     if m["data"].get("kind") == "batch":

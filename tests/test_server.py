@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import httpx
 
@@ -23,13 +24,17 @@ class TestServeProcess:
     def test_logs_are_json_lines_with_request_id_and_no_secret(self, server):
         headers = {"Authorization": f"Bearer {server.keys['production']}", "X-Request-Id": "log-check-1"}
         httpx.get(server.url + "/v1/topics", headers=headers)
-        lines = [
-            json.loads(line) for line in server.log_path.read_text().splitlines() if line.startswith("{")
-        ]
-        mine = [line for line in lines if line.get("requestId") == "log-check-1"]
+        deadline = time.monotonic() + 5
+        while True:  # the line is written as the response completes, a moment after the client has it
+            text = server.log_path.read_text()
+            lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+            mine = [line for line in lines if line.get("requestId") == "log-check-1"]
+            if mine or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert mine and mine[0]["route"] == "/v1/topics" and mine[0]["status"] == 200
         assert mine[0]["keyId"].startswith("key_") and "latencyMs" in mine[0]
-        assert server.keys["production"] not in server.log_path.read_text()
+        assert server.keys["production"] not in text
 
 
 class TestReadmeQuickstart:

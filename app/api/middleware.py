@@ -51,12 +51,18 @@ class RequestEnvelopeMiddleware:
         state["request_id"] = request_id
         status = 500
         response_started = False
+        too_large = False
         bytes_in = 0
         bytes_out = 0
 
         async def send_with_envelope(message: Message) -> None:
             nonlocal status, response_started, bytes_out
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if too_large and kind.startswith("http.response"):
+                # The app caught the refused read and answered its own way (FastAPI turns body-read
+                # errors into a 400): drop that; the client gets the 413 envelope below.
+                return
+            if kind == "http.response.start":
                 response_started = True
                 status = message["status"]
                 headers = list(message.get("headers", []))
@@ -64,37 +70,32 @@ class RequestEnvelopeMiddleware:
                 for name, value in state.get("response_headers", ()):
                     headers.append((name.lower().encode(), str(value).encode()))
                 message["headers"] = headers
-            elif message["type"] == "http.response.body":
+            elif kind == "http.response.body":
                 bytes_out += len(message.get("body", b""))
-            elif message["type"] == "websocket.accept":
+            elif kind == "websocket.accept":
                 response_started = True
                 status = 101
             await send(message)
 
-        async def receive_capped(message_source: Receive = receive) -> Message:
-            nonlocal bytes_in
-            message = await message_source()
+        async def receive_capped() -> Message:
+            nonlocal bytes_in, too_large
+            message = await receive()
             if message["type"] == "http.request":
                 bytes_in += len(message.get("body", b""))
                 if bytes_in > self.max_body_bytes:
+                    too_large = True
                     raise _BodyTooLarge
             return message
 
         try:
             if scope["type"] == "http" and content_length > self.max_body_bytes:
-                raise _BodyTooLarge
-            await self.app(scope, receive_capped if scope["type"] == "http" else receive, send_with_envelope)
+                too_large = True
+            else:
+                await self.app(
+                    scope, receive_capped if scope["type"] == "http" else receive, send_with_envelope
+                )
         except _BodyTooLarge:
-            if response_started:
-                raise
-            limit_mib = self.max_body_bytes // (1024 * 1024)
-            await error_response(
-                request_id,
-                "PAYLOAD_TOO_LARGE",
-                f"The request body exceeds {limit_mib} MiB.",
-                413,
-                headers={"Connection": "close"},
-            )(scope, receive, send_with_envelope)
+            pass
         except Exception:
             logger.exception("unhandled error", extra={"requestId": request_id})
             if response_started or scope["type"] != "http":
@@ -106,41 +107,64 @@ class RequestEnvelopeMiddleware:
                 500,
             )(scope, receive, send_with_envelope)
         finally:
-            elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            method = scope.get("method", "WS")
-            self.metrics.observe(method, template, status, elapsed)
-            principal = state.get("principal")
-            app_state = getattr(scope.get("app"), "state", None)
-            if principal is not None and app_state is not None and hasattr(app_state, "services"):
-                app_state.services.usage.record(
-                    {
-                        "acceptedAtUs": state.get("accepted_at_us"),
-                        "requestId": request_id,
-                        "projectId": principal.project_id,
-                        "environment": principal.environment,
-                        "keyId": principal.key_id,
-                        "category": state.get("category"),
-                        "method": method,
-                        "route": template,
-                        "status": status,
-                        "bytesIn": bytes_in,
-                        "bytesOut": bytes_out,
-                        "messages": state.get("messages", 0),
-                        "latencyMs": round(elapsed * 1000, 3),
-                    }
-                )
-            logger.info(
-                "request",
-                extra={
+            if too_large and not response_started:
+                too_large = False  # let our own answer through
+                limit_mib = self.max_body_bytes // (1024 * 1024)
+                await error_response(
+                    request_id,
+                    "PAYLOAD_TOO_LARGE",
+                    f"The request body exceeds {limit_mib} MiB.",
+                    413,
+                    headers={"Connection": "close"},
+                )(scope, receive, send_with_envelope)
+            self._account(scope, state, request_id, status, started, bytes_in, bytes_out)
+
+    def _account(
+        self,
+        scope: Scope,
+        state: dict[str, Any],
+        request_id: str,
+        status: int,
+        started: float,
+        bytes_in: int,
+        bytes_out: int,
+    ) -> None:
+        """Metrics, the access log line and the usage event of one finished request."""
+        elapsed = time.perf_counter() - started
+        route = scope.get("route")
+        template = getattr(route, "path", None) or "unmatched"
+        method = scope.get("method", "WS")
+        self.metrics.observe(method, template, status, elapsed)
+        logger.info(
+            "request",
+            extra={
+                "requestId": request_id,
+                "keyId": state.get("key_id"),
+                "method": method,
+                "route": template,
+                "status": status,
+                "latencyMs": round(elapsed * 1000, 3),
+                "bytesIn": bytes_in,
+                "bytesOut": bytes_out,
+            },
+        )
+        principal = state.get("principal")
+        app_state = getattr(scope.get("app"), "state", None)
+        if principal is not None and app_state is not None and hasattr(app_state, "services"):
+            app_state.services.usage.record(
+                {
+                    "acceptedAtUs": state.get("accepted_at_us"),
                     "requestId": request_id,
-                    "keyId": state.get("key_id"),
+                    "projectId": principal.project_id,
+                    "environment": principal.environment,
+                    "keyId": principal.key_id,
+                    "category": state.get("category"),
                     "method": method,
                     "route": template,
                     "status": status,
-                    "latencyMs": round(elapsed * 1000, 3),
                     "bytesIn": bytes_in,
                     "bytesOut": bytes_out,
-                },
+                    "messages": state.get("messages", 0),
+                    "latencyMs": round(elapsed * 1000, 3),
+                }
             )

@@ -8,7 +8,12 @@ from typing import Any
 
 import orjson
 
-_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# uvicorn adds an ANSI-coloured copy of its messages; a JSON line has no use for it.
+_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):

@@ -17,6 +17,9 @@ _OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.In
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # The driver would BEGIN only before DML, leaving SELECTs of a unit of work outside its transaction
+    # (a check-then-insert race); we issue BEGIN ourselves (``_sqlite_begin``).
+    dbapi_connection.isolation_level = None
     # WAL lets the CLI and the server share the file; busy_timeout waits out the other writer.
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -24,6 +27,12 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.close()
+
+
+def _sqlite_begin(connection: Any) -> None:
+    # IMMEDIATE takes the write lock up front, so a unit of work's reads and writes are serialised with
+    # every other writer's (readers of WAL are not blocked). Embedded mode has one API process.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 class MetadataStore:
@@ -38,6 +47,7 @@ class MetadataStore:
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
     @asynccontextmanager
