@@ -37,7 +37,8 @@ class Services:
     registry: CollectorRegistry
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    # async: a plain ``def`` dependency would cost a thread-pool hop on every request.
     services: Services = request.app.state.services
     return services
 

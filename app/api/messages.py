@@ -97,12 +97,11 @@ async def publish_batch(name: str, request: Request, key: PublishKey, services: 
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish_batch(scope_of(key), name, messages)
     request.scope["state"]["messages"] = replayed.count(False)
-    items = []
-    for p, again in zip(placed, replayed, strict=True):
-        item = publisher.result(topic, p)
-        if again:
-            item["replayed"] = True
-        items.append(item)
+    items = publisher.results(topic, placed)
+    if any(replayed):
+        for item, again in zip(items, replayed, strict=True):
+            if again:
+                item["replayed"] = True
     body = {
         "count": len(items),
         "latency": round((time.perf_counter() - started) * 1000),

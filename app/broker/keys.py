@@ -202,7 +202,7 @@ class KeyAuthenticator:
         return principal
 
     async def _load(self, digest: str) -> Principal | None:
-        async with self._metadata.session() as session:
+        async with self._metadata.session(readonly=True) as session:
             found = await ApiKeyRepository.from_session(session).find_active_by_hash(digest)
         if found is None:
             return None

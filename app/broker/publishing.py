@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -41,6 +41,8 @@ MAX_BATCH = 1000
 MAX_KEY_BYTES = 4096
 MAX_IDEMPOTENCY_KEY = 256
 _SINGLE_FIELDS = frozenset({"data", "key", "headers", "partition"})
+# Per-message tuples are built with tuple.__new__: half the cost of a NamedTuple's generated __new__.
+_new = tuple.__new__
 _BATCH_FIELDS = _SINGLE_FIELDS | {"idempotencyKey"}
 
 
@@ -66,32 +68,48 @@ class TopicDirectory:
         self._metadata = metadata
         self._ttl = ttl
         self._cache: dict[tuple[str, str, str], tuple[float, TopicRef | None]] = {}
+        self._loading: dict[tuple[str, str, str], asyncio.Future[TopicRef | None]] = {}
 
     async def resolve(self, scope: Scope, name: str) -> TopicRef:
         key = (scope.project_id, scope.environment, name)
         hit = self._cache.get(key)
-        now = time.monotonic()
-        if hit is None or hit[0] <= now:
-            async with self._metadata.session() as session:
+        ref = hit[1] if hit is not None and hit[0] > time.monotonic() else await self._refresh(key)
+        if ref is None:
+            raise TopicNotFound(name)
+        return ref
+
+    async def _refresh(self, key: tuple[str, str, str]) -> TopicRef | None:
+        # One metadata read per topic per TTL, however many requests arrive together.
+        pending = self._loading.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[TopicRef | None] = asyncio.get_running_loop().create_future()
+        self._loading[key] = future
+        try:
+            async with self._metadata.session(readonly=True) as session:
                 row = await TopicRepository.from_session(session).get_by_name(*key)
             ref = (
                 TopicRef(row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id))
                 if row
                 else None
             )
-            if len(self._cache) > 50_000:
-                self._cache.clear()
-            hit = self._cache[key] = (now + self._ttl, ref)
-        if hit[1] is None:
-            raise TopicNotFound(name)
-        return hit[1]
+            future.set_result(ref)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
+        finally:
+            del self._loading[key]
+        if len(self._cache) > 50_000:
+            self._cache.clear()
+        self._cache[key] = (time.monotonic() + self._ttl, ref)
+        return ref
 
     def forget(self, scope: Scope, name: str) -> None:
         self._cache.pop((scope.project_id, scope.environment, name), None)
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
+class Outgoing(NamedTuple):
     """One validated message on its way to the engine."""
 
     data: bytes
@@ -101,9 +119,8 @@ class Outgoing:
     idempotency_key: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Placed:
-    """Where a published message landed."""
+class Placed(NamedTuple):
+    """Where a published message landed (a tuple: one is made per message on the hot path)."""
 
     partition: int
     offset: int
@@ -117,6 +134,11 @@ def _field_error(field: str, issue: str, index: int | None) -> InvalidRequest:
 
 def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key: bool = False) -> Outgoing:
     """Validate one message object of a publish body; ``data`` is kept as JSON bytes."""
+    if type(item) is dict and len(item) == 1 and "data" in item:
+        # The common case, a bare {"data": ...}: nothing else to check.
+        data = orjson.dumps(item["data"])
+        if len(data) <= MAX_MESSAGE_BYTES:
+            return _new(Outgoing, (data, None, None, None, None))
     if not isinstance(item, dict):
         raise InvalidRequest.field(
             "body" if index is None else f"messages[{index}]", "expected a JSON object"
@@ -216,12 +238,27 @@ class Publisher:
         return message_ids.encode(topic.id, partition, offset, prefix=topic.id_prefix)
 
     def result(self, topic: TopicRef, placed: Placed) -> dict[str, Any]:
-        return {
-            "id": self.message_id(topic, placed.partition, placed.offset),
-            "offset": placed.offset,
-            "partition": placed.partition,
-            "timestamp": isoformat_ms(placed.timestamp_ms),
-        }
+        """The wire answer for one placed message: ``{id, offset, partition, timestamp}``."""
+        return self.results(topic, [placed])[0]
+
+    def results(self, topic: TopicRef, placed: Sequence[Placed]) -> list[dict[str, Any]]:
+        """Answers for many; a batch shares one timestamp, so it is formatted once."""
+        stamps: dict[int, str] = {}
+        prefix = topic.id_prefix
+        out = []
+        for partition, offset, ts, _ in placed:
+            stamp = stamps.get(ts)
+            if stamp is None:
+                stamp = stamps[ts] = isoformat_ms(ts)
+            out.append(
+                {
+                    "id": message_ids.encode(topic.id, partition, offset, prefix=prefix),
+                    "offset": offset,
+                    "partition": partition,
+                    "timestamp": stamp,
+                }
+            )
+        return out
 
     async def publish(
         self, scope: Scope, topic_name: str, message: Outgoing, idempotency_key: str | None = None
@@ -303,21 +340,22 @@ class Publisher:
         by_partition: dict[int, list[RecordIn]] = {}
         slots: list[tuple[int, int]] = []
         choose = self.partitioner.choose
+        partitions = topic.partitions
         for m in messages:
-            p = choose(topic.partitions, m.key, m.partition)
-            records = by_partition.setdefault(p, [])
+            p = choose(partitions, m.key, m.partition)
+            records = by_partition.get(p)
+            if records is None:
+                records = by_partition[p] = []
             slots.append((p, len(records)))
-            records.append(
-                RecordIn(
-                    value=m.data,
-                    key=m.key.encode() if m.key is not None else None,
-                    headers=_encode_headers(m.headers, m.idempotency_key),
-                    timestamp_ms=timestamp,
-                )
-            )
+            if m.key is None and m.headers is None and m.idempotency_key is None:
+                records.append(_new(RecordIn, (m.data, None, None, timestamp)))
+            else:
+                key = m.key.encode() if m.key is not None else None
+                headers = _encode_headers(m.headers, m.idempotency_key)
+                records.append(_new(RecordIn, (m.data, key, headers, timestamp)))
         bases = await self.log.append(topic.id, by_partition)
         latency = round((time.perf_counter() - started) * 1000)
-        return [Placed(p, bases[p] + i, timestamp, latency) for p, i in slots]
+        return [_new(Placed, (p, bases[p] + i, timestamp, latency)) for p, i in slots]
 
     async def _index(self, topic: TopicRef) -> _DedupIndex:
         index = self._dedup.get(topic.id)

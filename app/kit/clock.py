@@ -15,11 +15,19 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_second_cache: tuple[int, str] = (-1, "")
+
+
 def isoformat_ms(value: datetime | int) -> str:
     """ISO-8601 UTC with milliseconds, as the wire wants: ``2026-03-28T10:42:18.003Z``."""
     if isinstance(value, int):
-        value = datetime.fromtimestamp(value / 1000, tz=UTC)
-    elif value.tzinfo is None:
+        # Publishing formats many timestamps of the same second: format the second once.
+        global _second_cache
+        second, millis = divmod(value, 1000)
+        if _second_cache[0] != second:
+            _second_cache = (second, datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S."))
+        return f"{_second_cache[1]}{millis:03d}Z"
+    if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     value = value.astimezone(UTC)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"

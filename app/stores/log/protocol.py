@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +29,10 @@ class TopicPartition:
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class RecordIn:
-    """A record handed to the engine to append; the engine assigns its offset."""
+class RecordIn(NamedTuple):
+    """A record handed to the engine to append; the engine assigns its offset.
+
+    A tuple rather than a dataclass: one is built per message on the publish path."""
 
     value: bytes
     key: bytes | None = None
@@ -39,9 +40,8 @@ class RecordIn:
     timestamp_ms: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A committed record as read back."""
+class Record(NamedTuple):
+    """A committed record as read back (a tuple: one is built per record on the read path)."""
 
     offset: int
     timestamp_ms: int

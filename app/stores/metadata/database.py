@@ -31,8 +31,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def _sqlite_begin(connection: Any) -> None:
     # IMMEDIATE takes the write lock up front, so a unit of work's reads and writes are serialised with
-    # every other writer's (readers of WAL are not blocked). Embedded mode has one API process.
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    # every other writer's (WAL readers are not blocked). Read-only units of work take a plain BEGIN: a
+    # consistent snapshot without queueing behind writers.
+    readonly = connection.get_execution_options().get("queuecore_readonly", False)
+    connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
 class MetadataStore:
@@ -49,11 +51,17 @@ class MetadataStore:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._reader = async_sessionmaker(
+            self.engine.execution_options(queuecore_readonly=True), expire_on_commit=False
+        )
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[AsyncSession]:
-        """A unit of work: commits on success, rolls back on error; store outages become ``Unavailable``."""
-        async with self.sessions() as session:
+    async def session(self, *, readonly: bool = False) -> AsyncIterator[AsyncSession]:
+        """A unit of work: commits on success, rolls back on error; store outages become ``Unavailable``.
+
+        ``readonly`` units of work (lookups on hot paths) never wait for SQLite's write lock.
+        """
+        async with (self._reader if readonly else self.sessions)() as session:
             try:
                 yield session
                 await session.commit()
