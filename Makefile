@@ -5,15 +5,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run serve migrate bootstrap test services lint typecheck openapi bench clean
+.PHONY: install run serve migrate bootstrap test test-sdk test-sdk-wheel services lint typecheck openapi bench clean
 
 install: $(STAMP)
 
 # Reinstall only when the dependency list changes; `make install` stays idempotent.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sdk/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]' uvloop httptools
+	$(BIN)/pip install -q -e sdk
 	touch $(STAMP)
 
 migrate: install
@@ -28,15 +29,24 @@ run: bootstrap
 services:
 	bash infra/services.sh up
 
+# The server suite, then the SDK built as a wheel and tested from a clean virtualenv.
 test: install services
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	bash sdk/scripts/test_in_clean_venv.sh
+
+test-sdk: install
+	$(BIN)/python -m pytest -q sdk/tests $(PYTEST_ARGS)
+
+test-sdk-wheel: install
+	bash sdk/scripts/test_in_clean_venv.sh
 
 lint: install
-	$(BIN)/ruff check app tests bench
-	$(BIN)/ruff format --check app tests bench
+	$(BIN)/ruff check app tests bench sdk
+	$(BIN)/ruff format --check app tests bench sdk
 
 typecheck: install
 	$(BIN)/mypy
+	$(BIN)/mypy --config-file sdk/pyproject.toml sdk/src/queuecore
 
 openapi: install
 	$(BIN)/python -m app.openapi > openapi.yaml

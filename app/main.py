@@ -52,7 +52,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         flush_interval=settings.key_last_used_flush_seconds,
     )
     keys.start()
-    usage = UsageMeter(log)
+    usage = UsageMeter(log, enabled=settings.usage_metering)
     await usage.start()
     application.state.services = Services(
         settings=settings,

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     key_cache_ttl_seconds: float = 0.5
     key_last_used_flush_seconds: float = 5.0
     max_body_bytes: int = 10 * 1024 * 1024
+    # Usage events for every authenticated request (the dashboard and Spark rollups read them); off only
+    # for benchmarks that measure what metering costs.
+    usage_metering: bool = True
     # How long a publish idempotency key is remembered per topic.
     idempotency_window_ms: int = 24 * 3600 * 1000
     log: LogSettings = Field(default_factory=LogSettings)

@@ -49,10 +49,10 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, **extra_env: str) -> None:
         self.port = free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
-        self.env.update(QUEUECORE_DATA_DIR=str(data_dir), QUEUECORE_LOG_LEVEL="WARNING")
+        self.env.update(QUEUECORE_DATA_DIR=str(data_dir), QUEUECORE_LOG_LEVEL="WARNING", **extra_env)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def cli(self, *args: str) -> str:
@@ -232,13 +232,20 @@ def main() -> None:
     key = boot["keys"]["production"]
     headers = {"Authorization": f"Bearer {key}"}
     httpx.post(f"{server.url}/v1/topics", json={"name": "bench", "partitions": 3}, headers=headers).raise_for_status()
+    # The same service without usage metering, measured in the same rounds: what metering costs.
+    bare_dir = Path(tempfile.mkdtemp(prefix="qc-bench-bare-"))
+    bare = Server(bare_dir, QUEUECORE_USAGE_METERING="false")
+    bare_key = bare.start()["keys"]["production"]
+    httpx.post(f"{bare.url}/v1/topics", json={"name": "bench", "partitions": 3},
+               headers={"Authorization": f"Bearer {bare_key}"}).raise_for_status()
     single_body = json.dumps({"data": payload()}, separators=(",", ":"))
     batch_body = json.dumps({"messages": [{"data": payload(i)} for i in range(1000)]}, separators=(",", ":"))
     results: dict[str, dict] = {}
     try:
         rounds: dict[str, list[dict]] = {name: [] for name in (
             "queuecore_batch", "jetstream_batch", "redis_batch",
-            "queuecore_single", "jetstream_single", "redis_single")}
+            "queuecore_single", "jetstream_single", "redis_single",
+            "unmetered_batch", "unmetered_single")}
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
             qb = wrk(f"{server.url}/v1/topics/bench/messages/batch", key, batch_body, 4, args.seconds)
@@ -250,10 +257,16 @@ def main() -> None:
                 wrk(f"{server.url}/v1/topics/bench/messages", key, single_body, args.connections, args.seconds))
             rounds["jetstream_single"].append(asyncio.run(jetstream_single(args.connections, args.seconds)))
             rounds["redis_single"].append(asyncio.run(redis_single(args.connections, args.seconds)))
+            ub = wrk(f"{bare.url}/v1/topics/bench/messages/batch", bare_key, batch_body, 4, args.seconds)
+            rounds["unmetered_batch"].append({"msgs_per_s": ub["rps"] * 1000})
+            rounds["unmetered_single"].append(
+                wrk(f"{bare.url}/v1/topics/bench/messages", bare_key, single_body, args.connections, args.seconds))
         results = {name: median_of(rs) for name, rs in rounds.items()}
     finally:
         server.stop()
+        bare.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(bare_dir, ignore_errors=True)
 
     qb, jb, rb = results["queuecore_batch"], results["jetstream_batch"], results["redis_batch"]
     qs, js, rs = results["queuecore_single"], results["jetstream_single"], results["redis_single"]
@@ -281,6 +294,15 @@ def main() -> None:
         f"| QueueCore HTTP publish | {qs['rps']:,.0f} | {qs['p50_ms']:.2f} | {qs['p99_ms']:.2f} |",
         f"| NATS JetStream publish (await ack) | {js['rps']:,.0f} | {js['p50_ms']:.2f} | {js['p99_ms']:.2f} |",
         f"| Redis Streams XADD | {rs['rps']:,.0f} | {rs['p50_ms']:.2f} | {rs['p99_ms']:.2f} |",
+        "",
+        "## What usage metering costs (same run, a second server with QUEUECORE_USAGE_METERING=false)",
+        "",
+        "| | metered | unmetered |",
+        "|---|---:|---:|",
+        f"| batch publish msgs/s | {qb['msgs_per_s']:,.0f} | {results['unmetered_batch']['msgs_per_s']:,.0f} |",
+        f"| single publish req/s | {qs['rps']:,.0f} | {results['unmetered_single']['rps']:,.0f} |",
+        f"| single publish p50 / p99 ms | {qs['p50_ms']:.2f} / {qs['p99_ms']:.2f} | "
+        f"{results['unmetered_single']['p50_ms']:.2f} / {results['unmetered_single']['p99_ms']:.2f} |",
         "",
     ]
     text = "\n".join(lines)

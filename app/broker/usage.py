@@ -43,7 +43,9 @@ class UsageMeter:
         flush_interval: float = 0.25,
         max_batch: int = 5000,
         max_buffer: int = 200_000,
+        enabled: bool = True,
     ) -> None:
+        self.enabled = enabled
         self._log = log
         self._interval = flush_interval
         self._max_batch = max_batch
@@ -60,6 +62,8 @@ class UsageMeter:
 
     def record(self, event: dict[str, Any]) -> None:
         """Queue one event; never blocks, never raises."""
+        if not self.enabled:
+            return
         at = event.setdefault("at", now_ms())
         self._buffer.append(orjson.dumps(event))
         self._stamps.append(at)

@@ -1,0 +1,113 @@
+"""QueueCore's Python SDK.
+
+::
+
+    from queuecore import QueueCore
+
+    client = QueueCore()  # reads QUEUECORE_API_KEY (and QUEUECORE_BASE_URL)
+    client.topics.create("order.events", retention="30d", partitions=6)
+    result = client.publish("order.events", {"type": "order.created", "orderId": "ord_92jf8x"})
+    print(result.offset, result.partition)
+"""
+
+from . import pagination, resources, types
+from ._client import AsyncQueueCore, QueueCore
+from ._constants import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
+from ._exceptions import (
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    ConflictError,
+    InternalServerError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    QueueCoreError,
+    RateLimitError,
+    ServiceUnavailableError,
+    ValidationError,
+)
+from ._version import __version__
+from .pagination import AsyncCursorPage, AsyncPaginator, SyncCursorPage
+from .types import (
+    BatchItem,
+    BatchMessage,
+    BatchResult,
+    Health,
+    Message,
+    MessagePage,
+    PartitionDetail,
+    PublishResult,
+    Topic,
+    TopicDetail,
+)
+
+__all__ = [
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_TIMEOUT",
+    "APIConnectionError",
+    "APIError",
+    "APIResponseValidationError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AsyncCursorPage",
+    "AsyncPaginator",
+    "AsyncQueueCore",
+    "AuthenticationError",
+    "BatchItem",
+    "BatchMessage",
+    "BatchResult",
+    "ConflictError",
+    "Health",
+    "InternalServerError",
+    "Message",
+    "MessagePage",
+    "NotFoundError",
+    "PartitionDetail",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "PublishResult",
+    "QueueCore",
+    "QueueCoreError",
+    "RateLimitError",
+    "ServiceUnavailableError",
+    "SyncCursorPage",
+    "Topic",
+    "TopicDetail",
+    "ValidationError",
+    "__version__",
+    "pagination",
+    "resources",
+    "types",
+]
+
+# Clients, pages and exceptions show as queuecore.X rather than queuecore._client.X (as httpx does), so
+# tracebacks and reprs name the public path. Models keep their own modules (pydantic resolves names there).
+_public: tuple[type, ...] = (
+    QueueCore,
+    AsyncQueueCore,
+    SyncCursorPage,
+    AsyncCursorPage,
+    AsyncPaginator,
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    ConflictError,
+    InternalServerError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    QueueCoreError,
+    RateLimitError,
+    ServiceUnavailableError,
+    ValidationError,
+)
+for _obj in _public:
+    _obj.__module__ = "queuecore"
+del _obj, _public

@@ -1,0 +1,422 @@
+"""``queuecore``: QueueCore from the shell, a kcat for QueueCore. Output is JSON, one object per line, in
+the API's wire form (camelCase), ready for ``jq``.
+
+    queuecore topics list|create|describe|update|delete ...
+    queuecore publish TOPIC '{"orderId": "ord_1"}'        # one message
+    queuecore publish TOPIC - < events.jsonl               # one message per line, batched
+    queuecore messages get TOPIC MESSAGE_ID
+    queuecore read TOPIC --partition 0 --from-offset 0 --limit 10
+    queuecore health
+
+The key comes from ``QUEUECORE_API_KEY`` (or ``--api-key``), the server from ``QUEUECORE_BASE_URL`` (or
+``--base-url``). Exit codes: 0 success; 1 the API refused the call (the error names its request id);
+2 bad usage or input; 3 the server could not be reached (after retries); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
+
+from ._client import QueueCore
+from ._constants import MAX_BATCH_SIZE
+from ._exceptions import APIConnectionError, APIError, APIStatusError, QueueCoreError
+from ._models import BaseModel
+from ._version import __version__
+from .types.batch_message import BatchMessage
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_CONNECTION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+# A batch body is at most 10 MiB; stay well under it whatever the per-item overhead.
+_MAX_BATCH_BYTES = 8 * 1024 * 1024
+_ITEM_OVERHEAD = 128
+_PROGRESS_EVERY = 0.5
+
+
+class UsageError(Exception):
+    """Bad arguments or input: exit 2."""
+
+
+def _emit(payload: Any, out: IO[str]) -> None:
+    out.write(json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+def _emit_model(model: BaseModel, out: IO[str]) -> None:
+    _emit(model.to_wire(), out)
+
+
+def _parse_headers(pairs: Sequence[str] | None) -> dict[str, str] | None:
+    if not pairs:
+        return None
+    headers: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--header expects NAME=VALUE, got {pair!r}")
+        headers[name] = value
+    return headers
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where} is not valid JSON: {exc}") from None
+
+
+# -- commands ---------------------------------------------------------------------------------------------
+
+
+def cmd_topics_list(client: QueueCore, args: argparse.Namespace) -> int:
+    for topic in client.topics.list(limit=args.page_size):
+        _emit_model(topic, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_topics_create(client: QueueCore, args: argparse.Namespace) -> int:
+    topic = client.topics.create(
+        args.name, retention=args.retention, delivery=args.delivery, partitions=args.partitions
+    )
+    _emit_model(topic, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_topics_describe(client: QueueCore, args: argparse.Namespace) -> int:
+    _emit_model(client.topics.describe(args.name), sys.stdout)
+    return EXIT_OK
+
+
+def cmd_topics_update(client: QueueCore, args: argparse.Namespace) -> int:
+    if args.partitions is None and args.retention is None:
+        raise UsageError("topics update needs --partitions and/or --retention")
+    topic = client.topics.update(args.name, partitions=args.partitions, retention=args.retention)
+    _emit_model(topic, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_topics_delete(client: QueueCore, args: argparse.Namespace) -> int:
+    client.topics.delete(args.name)
+    _emit({"name": args.name, "deleted": True}, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_messages_get(client: QueueCore, args: argparse.Namespace) -> int:
+    _emit_model(client.messages.get(args.topic, args.message_id), sys.stdout)
+    return EXIT_OK
+
+
+def cmd_read(client: QueueCore, args: argparse.Namespace) -> int:
+    """Print messages of one partition from a start point, to ``--limit`` or to the end."""
+    remaining: int | None = args.limit
+    from_offset: int | None = args.from_offset
+    from_timestamp: str | None = args.from_timestamp
+    while remaining is None or remaining > 0:
+        page_size = MAX_BATCH_SIZE if remaining is None else min(MAX_BATCH_SIZE, remaining)
+        page = client.messages.read(
+            args.topic,
+            args.partition,
+            from_offset=from_offset,
+            from_timestamp=from_timestamp,
+            limit=page_size,
+        )
+        for message in page.data:
+            _emit_model(message, sys.stdout)
+        sys.stdout.flush()
+        if not page.data or (from_offset is not None and page.next_offset <= from_offset):
+            break
+        if remaining is not None:
+            remaining -= len(page.data)
+        from_offset, from_timestamp = page.next_offset, None
+    return EXIT_OK
+
+
+def cmd_health(client: QueueCore, args: argparse.Namespace) -> int:
+    health = client.health()
+    _emit_model(health, sys.stdout)
+    return EXIT_OK if health.ok else EXIT_API
+
+
+def cmd_publish(client: QueueCore, args: argparse.Namespace) -> int:
+    headers = _parse_headers(args.header)
+    if args.message is not None and args.message != "-":
+        if args.file is not None:
+            raise UsageError("give either a JSON message or --file, not both")
+        data = _parse_json(args.message, "the message")
+        result = client.publish(
+            args.topic,
+            data,
+            key=args.key,
+            headers=headers,
+            partition=args.partition,
+            idempotency_key=args.idempotency_key,
+        )
+        _emit_model(result, sys.stdout)
+        return EXIT_OK
+    if args.file is not None:
+        with open(args.file, encoding="utf-8") as source:
+            return _publish_lines(client, args, headers, source, show_progress=True)
+    if sys.stdin.isatty():
+        sys.stderr.write("queuecore: one JSON message per line; end with Ctrl-D\n")
+        return _publish_lines(client, args, headers, sys.stdin, show_progress=False)
+    return _publish_lines(client, args, headers, sys.stdin, show_progress=True)
+
+
+class _Progress:
+    """A one-line progress report on stderr: rewritten in place on a terminal, else a line now and then."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.shown = -1
+        self.tty = sys.stderr.isatty()
+
+    def update(self, published: int, batches: int, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if final and published == self.shown:
+            if self.tty:
+                sys.stderr.write("\n")
+            return
+        if not final and now - self.last < _PROGRESS_EVERY:
+            return
+        self.last, self.shown = now, published
+        elapsed = max(now - self.started, 1e-9)
+        rate = published / elapsed
+        text = f"published {published} messages in {batches} batches, {elapsed:.1f} s ({rate:.0f}/s)"
+        if self.tty:
+            sys.stderr.write("\r" + text + ("\n" if final else ""))
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+def _lines(source: IO[str]) -> Iterator[tuple[int, str]]:
+    for number, line in enumerate(source, start=1):
+        if line.strip():
+            yield number, line
+
+
+def _publish_lines(
+    client: QueueCore,
+    args: argparse.Namespace,
+    headers: dict[str, str] | None,
+    source: IO[str],
+    *,
+    show_progress: bool,
+) -> int:
+    """One message per non-blank line, published in order in batches of up to ``--batch-size``."""
+    progress = _Progress(show_progress and not args.quiet)
+    batch: list[BatchMessage] = []
+    batch_bytes = 0
+    published = batches = 0
+
+    def flush() -> None:
+        nonlocal batch, batch_bytes, published, batches
+        if not batch:
+            return
+        result = client.publish_batch(args.topic, batch)
+        published += result.count
+        batches += 1
+        if not args.quiet:
+            for item in result.messages:
+                _emit(item.model_dump(mode="json", by_alias=True, exclude_none=True), sys.stdout)
+            sys.stdout.flush()
+        batch, batch_bytes = [], 0
+        progress.update(published, batches)
+
+    try:
+        for number, line in _lines(source):
+            data = _parse_json(line, f"line {number}")
+            size = len(line.encode("utf-8")) + _ITEM_OVERHEAD
+            if batch and (len(batch) >= args.batch_size or batch_bytes + size > _MAX_BATCH_BYTES):
+                flush()
+            key = f"{args.idempotency_key}:{number}" if args.idempotency_key else None
+            batch.append(
+                BatchMessage(
+                    data=data, key=args.key, headers=headers, partition=args.partition, idempotency_key=key
+                )
+            )
+            batch_bytes += size
+    except UsageError:
+        flush()  # the lines before the bad one go out; the error names the bad one
+        progress.update(published, batches, final=True)
+        raise
+    flush()
+    progress.update(published, batches, final=True)
+    return EXIT_OK
+
+
+# -- parsing and running ----------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def _batch_size(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_BATCH_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BATCH_SIZE}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="queuecore",
+        description="QueueCore from the shell. Prints JSON lines. "
+        "Key: QUEUECORE_API_KEY; server: QUEUECORE_BASE_URL.",
+        epilog="Exit codes: 0 ok, 1 refused by the API, 2 bad usage or input, 3 server unreachable.",
+    )
+    parser.add_argument("--version", action="version", version=f"queuecore {__version__}")
+    parser.add_argument("--api-key", help="the API key (default: $QUEUECORE_API_KEY)")
+    parser.add_argument(
+        "--base-url", help="the server (default: $QUEUECORE_BASE_URL or http://127.0.0.1:8080)"
+    )
+    parser.add_argument("--timeout", type=float, help="seconds per attempt")
+    parser.add_argument("--max-retries", type=_non_negative, help="retries of a failed attempt (default 2)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    topics = sub.add_parser("topics", help="manage topics").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    tl = topics.add_parser("list", help="every topic, one per line")
+    tl.add_argument("--page-size", type=_positive, help="topics fetched per request (1-1000)")
+    tl.set_defaults(run=cmd_topics_list)
+    tc = topics.add_parser("create", help="create a topic")
+    tc.add_argument("name")
+    tc.add_argument("--retention", help="<n>m|h|d, 1m-365d (default 7d)")
+    tc.add_argument("--delivery", choices=["exactly-once", "at-least-once"])
+    tc.add_argument("--partitions", type=_positive, help="1-256 (default 3)")
+    tc.set_defaults(run=cmd_topics_create)
+    td = topics.add_parser("describe", help="a topic with per-partition offsets")
+    td.add_argument("name")
+    td.set_defaults(run=cmd_topics_describe)
+    tu = topics.add_parser("update", help="increase partitions, change retention")
+    tu.add_argument("name")
+    tu.add_argument("--partitions", type=_positive)
+    tu.add_argument("--retention")
+    tu.set_defaults(run=cmd_topics_update)
+    tx = topics.add_parser("delete", help="delete a topic and its messages")
+    tx.add_argument("name")
+    tx.set_defaults(run=cmd_topics_delete)
+
+    pub = sub.add_parser(
+        "publish",
+        help="publish a JSON message, or one message per line of stdin (-) or --file",
+        description="Publish one message given as JSON, or one message per non-blank line of stdin ('-', "
+        "also when no message is given) or of --file, in batches of up to 1000. Lines mode prints one "
+        "result per message and, when the input is not a terminal, progress on stderr.",
+    )
+    pub.add_argument("topic")
+    pub.add_argument("message", nargs="?", help="the message's data as JSON, or - to read lines from stdin")
+    pub.add_argument("--file", help="read one JSON message per line from this file")
+    pub.add_argument("--key", help="the partitioning key (every message)")
+    pub.add_argument("--header", action="append", metavar="NAME=VALUE", help="a header (repeatable)")
+    pub.add_argument("--partition", type=_non_negative, help="an explicit partition")
+    pub.add_argument(
+        "--idempotency-key",
+        help="the idempotency key; with lines, a prefix: line N gets PREFIX:N, so rerunning the same input "
+        "publishes nothing twice",
+    )
+    pub.add_argument(
+        "--batch-size", type=_batch_size, default=MAX_BATCH_SIZE, help="messages per request (1-1000)"
+    )
+    pub.add_argument("-q", "--quiet", action="store_true", help="print no results and no progress")
+    pub.set_defaults(run=cmd_publish)
+
+    messages = sub.add_parser("messages", help="messages by id").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    mg = messages.add_parser("get", help="one message by id")
+    mg.add_argument("topic")
+    mg.add_argument("message_id")
+    mg.set_defaults(run=cmd_messages_get)
+
+    read = sub.add_parser("read", help="messages of one partition, one per line")
+    read.add_argument("topic")
+    read.add_argument("--partition", "-p", type=_non_negative, required=True)
+    read.add_argument("--from-offset", type=_non_negative, help="first offset (default: the earliest)")
+    read.add_argument("--from-timestamp", help="first message at or after this ISO-8601 time or epoch ms")
+    read.add_argument("--limit", type=_positive, help="at most this many messages (default: to the end)")
+    read.set_defaults(run=cmd_read)
+
+    health = sub.add_parser("health", help="the service's readiness (exit 1 when down)")
+    health.set_defaults(run=cmd_health)
+    return parser
+
+
+def _error(text: str) -> None:
+    sys.stderr.write(f"queuecore: error: {text}\n")
+    sys.stderr.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    client_options: dict[str, Any] = {"api_key": args.api_key, "base_url": args.base_url}
+    if args.timeout is not None:
+        client_options["timeout"] = args.timeout
+    if args.max_retries is not None:
+        client_options["max_retries"] = args.max_retries
+    try:
+        client = QueueCore(**client_options)
+    except QueueCoreError as exc:  # no API key
+        _error(str(exc))
+        return EXIT_USAGE
+    try:
+        with client:
+            code: int = args.run(client, args)
+            return code
+    except UsageError as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    except APIStatusError as exc:
+        _error(str(exc))
+        for detail in exc.details or ():
+            _error(f"  {detail.get('field')}: {detail.get('issue')}")
+        return EXIT_API
+    except APIConnectionError as exc:
+        _error(f"{exc}. Is the server at {client.base_url} up?")
+        return EXIT_CONNECTION
+    except APIError as exc:
+        _error(str(exc))
+        return EXIT_API
+    except BrokenPipeError:  # the reader went away (| head): stop quietly
+        _silence_stdout()
+        return EXIT_OK
+    except OSError as exc:  # --file not readable
+        _error(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; to a closed pipe that would print a second error.
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

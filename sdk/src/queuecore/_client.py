@@ -1,0 +1,305 @@
+"""The clients: ``QueueCore`` (blocking, over ``httpx.Client``) and ``AsyncQueueCore`` (asyncio, over
+``httpx.AsyncClient``). This is the only module that reads the environment.
+
+Calls are grouped in resources, built on first use and cached (``client.topics``, ``client.messages``);
+the two publishes are also on the client itself, as in the docs (``client.publish(...)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from functools import cached_property
+from types import TracebackType
+from typing import Any
+
+import httpx
+from typing_extensions import Self
+
+from ._base_client import AsyncAPIClient, RequestOptions, SyncAPIClient, TimeoutTypes, parse_model
+from ._constants import DEFAULT_BASE_URL, DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
+from ._exceptions import QueueCoreError
+from .resources.messages import AsyncMessages, Messages
+from .resources.topics import AsyncTopics, Topics
+from .types.batch_message import BatchMessage
+from .types.batch_result import BatchResult
+from .types.health import Health
+from .types.publish_result import PublishResult
+
+__all__ = ["AsyncQueueCore", "QueueCore"]
+
+
+ENV_API_KEY = "QUEUECORE_API_KEY"
+ENV_BASE_URL = "QUEUECORE_BASE_URL"
+
+
+class NotGiven:
+    """The default of an option that was not passed (``None`` is a meaningful timeout: wait forever)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN = NotGiven()
+
+
+def _resolve(api_key: str | None, base_url: str | None) -> tuple[str, str]:
+    if api_key is None:
+        api_key = os.environ.get(ENV_API_KEY)
+    if not api_key:
+        raise QueueCoreError(
+            f"No API key: pass api_key= to the client or set the {ENV_API_KEY} environment variable."
+        )
+    if base_url is None:
+        base_url = os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL
+    return api_key, base_url
+
+
+def _health_options() -> RequestOptions:
+    # No key; a 503 carrying a health body is the answer "down", not an error to retry.
+    return RequestOptions("GET", "/v1/health", authenticated=False, accept_statuses=frozenset({503}))
+
+
+class QueueCore(SyncAPIClient):
+    """The QueueCore client (blocking).
+
+    ::
+
+        from queuecore import QueueCore
+
+        client = QueueCore()  # QUEUECORE_API_KEY, QUEUECORE_BASE_URL
+        client.topics.create("order.events", partitions=6)
+        client.publish("order.events", {"type": "order.created", "orderId": "ord_92jf8x"})
+
+    Connections are pooled; close the client (or use it as a context manager) when done.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        logger: logging.Logger | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        """Make a client.
+
+        Args:
+            api_key: the project environment's key (``pq_live_sk_…`` / ``pq_test_sk_…``). Default: the
+                ``QUEUECORE_API_KEY`` environment variable.
+            base_url: default: ``QUEUECORE_BASE_URL``, else ``http://127.0.0.1:8080``.
+            timeout: seconds, or an ``httpx.Timeout``, per attempt; ``None`` waits forever.
+            max_retries: retries of a failed attempt (429, 502/503/504, connection errors, timeouts).
+            logger: where retries and requests are logged (default: the ``queuecore`` logger).
+            default_headers: extra headers for every request.
+            http_client: your own ``httpx.Client`` (proxies, transports, event hooks). It is used as is and
+                not closed by ``close()``.
+        """
+        api_key, base_url = _resolve(api_key, base_url)
+        super().__init__(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            logger=logger,
+            default_headers=default_headers,
+        )
+        self._owns_client = http_client is None
+        self._client = http_client or httpx.Client(timeout=timeout, limits=DEFAULT_CONNECTION_LIMITS)
+
+    @cached_property
+    def topics(self) -> Topics:
+        """Create, list, describe, update and delete topics."""
+        return Topics(self)
+
+    @cached_property
+    def messages(self) -> Messages:
+        """Publish, get by id, read a partition."""
+        return Messages(self)
+
+    def publish(
+        self,
+        topic: str,
+        data: Any,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> PublishResult:
+        """Publish one message; returns once it is durable. Same as ``client.messages.publish``."""
+        return self.messages.publish(
+            topic, data, key=key, headers=headers, partition=partition, idempotency_key=idempotency_key
+        )
+
+    def publish_batch(self, topic: str, messages: Iterable[BatchMessage | Any]) -> BatchResult:
+        """Publish 1–1000 messages atomically. Same as ``client.messages.publish_batch``."""
+        return self.messages.publish_batch(topic, messages)
+
+    def health(self) -> Health:
+        """The service's readiness; answered without using the key. A service that is down (503) answers
+        a ``Health`` with ``status == "down"`` rather than raising."""
+        return parse_model(Health, self.request(_health_options()))
+
+    def with_options(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: TimeoutTypes | NotGiven = NOT_GIVEN,
+        max_retries: int | None = None,
+        logger: logging.Logger | None = None,
+    ) -> QueueCore:
+        """A copy with some options changed, sharing this client's connection pool::
+
+        client.with_options(max_retries=5).publish("order.events", {...})
+        """
+        return QueueCore(
+            api_key=api_key or self.api_key,
+            base_url=base_url or self.base_url,
+            timeout=self.timeout if isinstance(timeout, NotGiven) else timeout,
+            max_retries=self.max_retries if max_retries is None else max_retries,
+            logger=logger or self._logger,
+            default_headers=self._custom_headers,
+            http_client=self._client,
+        )
+
+    def is_closed(self) -> bool:
+        """Whether the connection pool is closed."""
+        return self._client.is_closed
+
+    def close(self) -> None:
+        """Close the connection pool, unless it came from ``http_client=`` (a copy made by ``with_options``
+        shares its origin's pool and leaves it open)."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncQueueCore(AsyncAPIClient):
+    """The QueueCore client (asyncio).
+
+    ::
+
+        from queuecore import AsyncQueueCore
+
+        async with AsyncQueueCore() as client:  # QUEUECORE_API_KEY, QUEUECORE_BASE_URL
+            await client.publish("order.events", {"type": "order.created", "orderId": "ord_92jf8x"})
+            async for topic in client.topics.list():
+                print(topic.name)
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: TimeoutTypes = DEFAULT_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        logger: logging.Logger | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        """Make a client. The arguments are those of ``QueueCore``, with an ``httpx.AsyncClient``."""
+        api_key, base_url = _resolve(api_key, base_url)
+        super().__init__(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            logger=logger,
+            default_headers=default_headers,
+        )
+        self._owns_client = http_client is None
+        self._client = http_client or httpx.AsyncClient(timeout=timeout, limits=DEFAULT_CONNECTION_LIMITS)
+
+    @cached_property
+    def topics(self) -> AsyncTopics:
+        """Create, list, describe, update and delete topics."""
+        return AsyncTopics(self)
+
+    @cached_property
+    def messages(self) -> AsyncMessages:
+        """Publish, get by id, read a partition."""
+        return AsyncMessages(self)
+
+    async def publish(
+        self,
+        topic: str,
+        data: Any,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> PublishResult:
+        """Publish one message; returns once it is durable. Same as ``client.messages.publish``."""
+        return await self.messages.publish(
+            topic, data, key=key, headers=headers, partition=partition, idempotency_key=idempotency_key
+        )
+
+    async def publish_batch(self, topic: str, messages: Iterable[BatchMessage | Any]) -> BatchResult:
+        """Publish 1–1000 messages atomically. Same as ``client.messages.publish_batch``."""
+        return await self.messages.publish_batch(topic, messages)
+
+    async def health(self) -> Health:
+        """The service's readiness; a service that is down (503) answers ``status == "down"``."""
+        return parse_model(Health, await self.request(_health_options()))
+
+    def with_options(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: TimeoutTypes | NotGiven = NOT_GIVEN,
+        max_retries: int | None = None,
+        logger: logging.Logger | None = None,
+    ) -> AsyncQueueCore:
+        """A copy with some options changed, sharing this client's connection pool."""
+        return AsyncQueueCore(
+            api_key=api_key or self.api_key,
+            base_url=base_url or self.base_url,
+            timeout=self.timeout if isinstance(timeout, NotGiven) else timeout,
+            max_retries=self.max_retries if max_retries is None else max_retries,
+            logger=logger or self._logger,
+            default_headers=self._custom_headers,
+            http_client=self._client,
+        )
+
+    def is_closed(self) -> bool:
+        """Whether the connection pool is closed."""
+        return self._client.is_closed
+
+    async def close(self) -> None:
+        """Close the connection pool, unless it came from ``http_client=`` (a copy made by ``with_options``
+        shares its origin's pool and leaves it open)."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        await self.close()

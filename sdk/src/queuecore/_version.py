@@ -1,0 +1,2 @@
+__title__ = "queuecore"
+__version__ = "0.1.0"

@@ -1,0 +1,26 @@
+from typing import Optional
+
+from .._models import BaseModel, Timestamp
+
+__all__ = ["BatchItem", "BatchResult"]
+
+
+class BatchItem(BaseModel):
+    """Where one message of a batch landed."""
+
+    id: str
+    offset: int
+    partition: int
+    timestamp: Timestamp
+    replayed: Optional[bool] = None
+    """True for an item whose idempotency key had been seen (it was not written again)."""
+
+
+class BatchResult(BaseModel):
+    """The answer to a batch publish: every message was written atomically, in the order given."""
+
+    count: int
+    latency: int
+    """Server-side milliseconds."""
+    durability: str
+    messages: list[BatchItem]

@@ -1,0 +1,233 @@
+"""The ``queuecore`` command, end to end: a subprocess against the real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sdk_support import free_port, unique
+
+pytestmark = pytest.mark.integration
+
+
+def run(
+    env: dict[str, str], *args: str, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "queuecore", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def lines(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def env(server) -> dict[str, str]:
+    return server.client_env(server.keys["sdk-test"]["staging"])
+
+
+@pytest.fixture
+def cli_topic(env) -> str:
+    name = unique("cli")
+    assert run(env, "topics", "create", name, "--partitions", "2").returncode == 0
+    return name
+
+
+class TestTopics:
+    def test_lifecycle(self, env):
+        name = unique("cli")
+        created = run(env, "topics", "create", name, "--partitions", "2", "--retention", "30d")
+        assert created.returncode == 0, created.stderr
+        topic = json.loads(created.stdout)
+        assert (topic["name"], topic["partitions"], topic["retention"]) == (name, 2, "30d")
+        assert topic["id"].startswith("top_") and topic["createdAt"].endswith("Z")
+
+        listed = run(env, "topics", "list", "--page-size", "1")
+        assert listed.returncode == 0
+        assert name in [t["name"] for t in lines(listed.stdout)]
+
+        updated = run(env, "topics", "update", name, "--partitions", "3")
+        assert json.loads(updated.stdout)["partitions"] == 3
+
+        described = json.loads(run(env, "topics", "describe", name).stdout)
+        assert [p["id"] for p in described["partitionDetails"]] == [0, 1, 2]
+
+        deleted = run(env, "topics", "delete", name)
+        assert deleted.returncode == 0
+        assert json.loads(deleted.stdout) == {"name": name, "deleted": True}
+
+        missing = run(env, "topics", "describe", name)
+        assert missing.returncode == 1
+        assert "404 TOPIC_NOT_FOUND" in missing.stderr
+        assert "Request req_" in missing.stderr
+        assert missing.stdout == ""
+
+    def test_conflict_and_validation(self, env, cli_topic):
+        taken = run(env, "topics", "create", cli_topic)
+        assert taken.returncode == 1 and "409 TOPIC_ALREADY_EXISTS" in taken.stderr
+        bad = run(env, "topics", "update", cli_topic, "--partitions", "1")
+        assert bad.returncode == 1 and "400 INVALID_REQUEST" in bad.stderr
+        usage = run(env, "topics", "update", cli_topic)
+        assert usage.returncode == 2
+
+
+class TestPublishOne:
+    def test_publish_and_get(self, env, cli_topic):
+        published = run(
+            env,
+            "publish",
+            cli_topic,
+            '{"orderId": "ord_1", "amount": 9900}',
+            "--key",
+            "ord_1",
+            "--header",
+            "a=b",
+        )
+        assert published.returncode == 0, published.stderr
+        result = json.loads(published.stdout)
+        assert result["id"].startswith("msg_") and result["offset"] == 0 and result["durability"]
+
+        got = run(env, "messages", "get", cli_topic, result["id"])
+        message = json.loads(got.stdout)
+        assert message["data"] == {"orderId": "ord_1", "amount": 9900}
+        assert (message["key"], message["headers"], message["topic"]) == ("ord_1", {"a": "b"}, cli_topic)
+
+    def test_idempotency_key(self, env, cli_topic):
+        first = json.loads(run(env, "publish", cli_topic, "1", "--idempotency-key", "k1").stdout)
+        again = json.loads(run(env, "publish", cli_topic, "2", "--idempotency-key", "k1").stdout)
+        assert again["id"] == first["id"] and again["replayed"] is True
+
+    def test_bad_json_is_a_usage_error(self, env, cli_topic):
+        result = run(env, "publish", cli_topic, "{not json")
+        assert result.returncode == 2
+        assert "not valid JSON" in result.stderr
+
+
+class TestPublishLines:
+    def test_stdin_in_batches_then_read_back(self, env, cli_topic):
+        count = 2500
+        text = "".join(json.dumps({"n": i}) + "\n" + ("\n" if i % 700 == 0 else "") for i in range(count))
+        published = run(env, "publish", cli_topic, "-", "--partition", "1", stdin=text)
+        assert published.returncode == 0, published.stderr
+        results = lines(published.stdout)
+        assert len(results) == count
+        assert [r["offset"] for r in results] == list(range(count))
+        # stdin is a pipe, not a terminal: progress goes to stderr, ending with the total
+        assert "published 2500 messages in 3 batches" in published.stderr
+
+        read = run(env, "read", cli_topic, "--partition", "1")
+        assert read.returncode == 0, read.stderr
+        messages = lines(read.stdout)
+        assert [m["data"]["n"] for m in messages] == list(range(count))
+        assert [m["offset"] for m in messages] == list(range(count))
+
+        window = lines(
+            run(env, "read", cli_topic, "--partition", "1", "--from-offset", "10", "--limit", "5").stdout
+        )
+        assert [m["offset"] for m in window] == [10, 11, 12, 13, 14]
+
+        everything = lines(run(env, "read", cli_topic, "-p", "1", "--limit", "2000").stdout)
+        assert len(everything) == 2000
+
+    def test_no_message_argument_reads_stdin(self, env, cli_topic):
+        result = run(env, "publish", cli_topic, "--quiet", stdin='"a"\n"b"\n')
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "" and result.stderr == ""
+        detail = json.loads(run(env, "topics", "describe", cli_topic).stdout)
+        assert sum(p["messages"] for p in detail["partitionDetails"]) == 2
+
+    def test_one_batch_reports_once(self, env, cli_topic):
+        result = run(env, "publish", cli_topic, "-", stdin="1\n2\n3\n")
+        assert result.returncode == 0
+        assert len(lines(result.stdout)) == 3
+        assert result.stderr.splitlines() == [result.stderr.splitlines()[0]]
+        assert result.stderr.startswith("published 3 messages in 1 batches")
+
+    def test_file_with_batch_size_and_idempotent_rerun(self, env, cli_topic, tmp_path: Path):
+        source = tmp_path / "orders.jsonl"
+        source.write_text("".join(json.dumps({"orderId": f"ord_{i}"}) + "\n" for i in range(25)))
+        args = (
+            "publish",
+            cli_topic,
+            "--file",
+            str(source),
+            "--batch-size",
+            "10",
+            "--idempotency-key",
+            "import-1",
+        )
+        first = run(env, *args)
+        assert first.returncode == 0, first.stderr
+        assert "published 25 messages in 3 batches" in first.stderr
+        again = run(env, *args)
+        assert all(r.get("replayed") for r in lines(again.stdout))
+        detail = json.loads(run(env, "topics", "describe", cli_topic).stdout)
+        assert sum(p["messages"] for p in detail["partitionDetails"]) == 25
+
+    def test_a_bad_line_stops_after_publishing_the_lines_before_it(self, env, cli_topic):
+        result = run(env, "publish", cli_topic, "-", "--partition", "0", stdin="1\n2\n{oops\n4\n")
+        assert result.returncode == 2
+        assert "line 3" in result.stderr
+        assert [r["offset"] for r in lines(result.stdout)] == [0, 1]
+        read = lines(run(env, "read", cli_topic, "--partition", "0").stdout)
+        assert [m["data"] for m in read] == [1, 2]
+
+
+class TestErrorsAndExitCodes:
+    def test_no_key(self, env):
+        env = {k: v for k, v in env.items() if k != "QUEUECORE_API_KEY"}
+        result = run(env, "topics", "list")
+        assert result.returncode == 2
+        assert "QUEUECORE_API_KEY" in result.stderr
+
+    def test_a_bad_key(self, env):
+        result = run(env, "--api-key", "pq_test_sk_" + "z" * 32, "topics", "list")
+        assert result.returncode == 1
+        assert "401 INVALID_API_KEY" in result.stderr
+
+    def test_unreachable_server(self, env):
+        result = run(
+            env, "--base-url", f"http://127.0.0.1:{free_port()}", "--max-retries", "0", "topics", "list"
+        )
+        assert result.returncode == 3
+        assert "Connection error" in result.stderr
+
+    def test_missing_message(self, env, cli_topic):
+        result = run(env, "messages", "get", cli_topic, "not-an-id")
+        assert result.returncode == 1
+        assert "400 INVALID_REQUEST" in result.stderr
+
+    def test_usage(self, env):
+        assert run(env).returncode == 2
+        assert run(env, "read", "t").returncode == 2  # --partition is required
+        assert run(env, "publish", "t", "1", "--batch-size", "1001").returncode == 2
+
+    def test_health(self, env):
+        result = run(env, "health")
+        assert result.returncode == 0
+        assert json.loads(result.stdout)["status"] == "ok"
+
+
+def test_the_console_script_is_installed(env):
+    script = Path(sys.executable).parent / ("queuecore.exe" if os.name == "nt" else "queuecore")
+    assert script.exists()
+    result = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout.strip() == "queuecore 0.1.0"
+    topics = subprocess.run(
+        [str(script), "topics", "list"], env=env, capture_output=True, text=True, check=False
+    )
+    assert topics.returncode == 0, topics.stderr

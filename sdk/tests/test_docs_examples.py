@@ -1,0 +1,91 @@
+"""Every example of the customer docs that the server supports today, translated to Python names, on the
+sync and the async client. (Consumers, consumer groups, DLQs and offsets come with their server features.)"""
+
+from __future__ import annotations
+
+import pytest
+
+import queuecore
+from queuecore import AsyncQueueCore, QueueCore
+
+pytestmark = pytest.mark.integration
+
+ORDERS = [
+    {"type": "order.created", "orderId": "ord_a1b2c3", "amount": 4500},
+    {"type": "order.created", "orderId": "ord_d4e5f6", "amount": 12000},
+    {"type": "order.updated", "orderId": "ord_g7h8i9", "status": "shipped"},
+]
+
+
+def test_docs_sync(server):
+    # Initialize the Client
+    pq = QueueCore(api_key=server.keys["sdk-docs"]["development"], base_url=server.url)
+
+    # Create a Topic
+    topic = pq.topics.create(name="order.events", retention="30d", delivery="exactly-once", partitions=6)
+    # { id: 'top_8xk2m9', name: 'order.events', partitions: 6, status: 'active' }
+    assert topic.id.startswith("top_")
+    assert (topic.name, topic.partitions, topic.status) == ("order.events", 6, "active")
+
+    # List Topics
+    pq.topics.create(name="user.signups")
+    topics = list(pq.topics.list())
+    # [{ name: 'order.events', ... }, { name: 'user.signups', ... }]
+    assert [t.name for t in topics] == ["order.events", "user.signups"]
+
+    # Publish a Message
+    result = pq.publish(
+        "order.events", {"type": "order.created", "orderId": "ord_92jf8x", "amount": 9900, "currency": "usd"}
+    )
+    # { offset: 14829, partition: 2, timestamp: '2026-03-28T10:42:18.003Z', latency: 12 }
+    assert result.offset == 0
+    assert 0 <= result.partition < 6
+    assert result.to_wire()["timestamp"].endswith("Z") and len(result.to_wire()["timestamp"]) == 24
+    assert isinstance(result.latency, int)
+
+    # Batch Publishing
+    results = pq.publish_batch("order.events", ORDERS)
+    assert results.count == 3
+    assert isinstance(results.latency, int)
+
+    # Errors: the documented envelope, as an exception
+    with pytest.raises(queuecore.NotFoundError) as info:
+        pq.topics.describe("user.events")
+    err = info.value
+    assert (err.code, err.status) == ("TOPIC_NOT_FOUND", 404)
+    assert err.message == "The topic 'user.events' does not exist in the current environment."
+    assert err.request_id.startswith("req_")
+    assert err.body["error"]["requestId"] == err.request_id
+
+    with pytest.raises(queuecore.AuthenticationError) as info:
+        QueueCore(api_key="pq_test_sk_" + "0" * 32, base_url=server.url).topics.list()
+    assert (info.value.code, info.value.status) == ("INVALID_API_KEY", 401)
+
+    # Health checks
+    assert pq.health().status == "ok"
+    pq.close()
+
+
+async def test_docs_async(server):
+    async with AsyncQueueCore(api_key=server.keys["sdk-docs"]["staging"], base_url=server.url) as pq:
+        topic = await pq.topics.create(
+            name="order.events", retention="30d", delivery="exactly-once", partitions=6
+        )
+        assert (topic.name, topic.partitions, topic.status) == ("order.events", 6, "active")
+
+        await pq.topics.create(name="user.signups")
+        topics = [t async for t in pq.topics.list()]
+        assert [t.name for t in topics] == ["order.events", "user.signups"]
+
+        result = await pq.publish(
+            "order.events",
+            {"type": "order.created", "orderId": "ord_92jf8x", "amount": 9900, "currency": "usd"},
+        )
+        assert result.offset == 0 and 0 <= result.partition < 6
+
+        results = await pq.publish_batch("order.events", ORDERS)
+        assert results.count == 3 and isinstance(results.latency, int)
+
+        with pytest.raises(queuecore.NotFoundError):
+            await pq.topics.describe("user.events")
+        assert (await pq.health()).status == "ok"
