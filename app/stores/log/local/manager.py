@@ -1,0 +1,554 @@
+"""Every partition log of the engine, and the schedules around them (Kafka's ``LogManager``).
+
+Holds: the topics and their ``PartitionLog``s, the shared ``OpenSegments`` LRU, the worker threads
+(writers: one write+fsync in flight per partition, up to ``_WRITE_THREADS`` partitions at once;
+readers), the ``TransactionLog``, and two background tasks:
+
+* retention, every ``retention_check_interval_ms`` (``retention.enforce_retention``);
+* the recovery-point checkpoint, after every roll (debounced) and every ``_CHECKPOINT_INTERVAL_S``:
+  ``<root>/recovery-point-offset-checkpoint`` records each partition's high-watermark (all of it is
+  durable and committed), so recovery after a crash scans only from there - in practice the active
+  segment. It then lets the transaction log drop commit records nobody can need (see ``committer``).
+
+Clean shutdown (``close``): stop taking appends, wait for those in flight, flush every partition, write
+a final checkpoint (recovery point = log end everywhere) and then the ``.clean_shutdown`` marker. At
+start the marker means no partition needs a scan; it is removed once loading is done, so a crash later
+is recognised as one.
+
+Failure: a failed write or fsync takes the whole engine offline (``fail``), like a failed log dir in
+Kafka: unresolved appends fail with ``EngineUnavailable``, no new ones are taken, committed data stays
+readable, ``check()`` is False; a restart recovers from disk.
+
+Topic config lives in each partition directory's ``partition.metadata`` (JSON), so a restart needs
+nothing but the root directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.kit.clock import now_ms
+from app.settings import LogSettings
+from app.stores.log.local import files, retention
+from app.stores.log.local.committer import Transaction, TransactionLog
+from app.stores.log.local.loader import load_partition
+from app.stores.log.local.partition_log import LogConfig, PartitionLog
+from app.stores.log.local.segments import LogSegments, OpenSegments
+from app.stores.log.protocol import (
+    EngineUnavailable,
+    RecordIn,
+    TopicLogConfig,
+    TopicPartition,
+    UnknownLog,
+)
+
+logger = logging.getLogger("queuecore.log")
+
+_CHECKPOINT_INTERVAL_S = 5.0
+_WRITE_THREADS = 32
+_READ_THREADS = 8
+
+
+@dataclass
+class _Topic:
+    topic_id: str
+    config: TopicLogConfig
+    partitions: dict[int, PartitionLog] = field(default_factory=dict)
+
+
+def _read_metadata(directory: Path) -> TopicLogConfig:
+    path = directory / files.PARTITION_METADATA
+    try:
+        data = json.loads(path.read_bytes())
+        return TopicLogConfig(
+            retention_ms=data.get("retention_ms"), retention_bytes=data.get("retention_bytes")
+        )
+    except (OSError, ValueError, AttributeError):
+        logger.warning("%s is missing or unreadable; the partition keeps data forever until configured", path)
+        return TopicLogConfig()
+
+
+def _metadata_bytes(topic_id: str, partition: int, config: TopicLogConfig) -> bytes:
+    return json.dumps(
+        {
+            "version": 1,
+            "topic_id": topic_id,
+            "partition": partition,
+            "retention_ms": config.retention_ms,
+            "retention_bytes": config.retention_bytes,
+        }
+    ).encode()
+
+
+def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """``{(topic_id, partition): recovery_point}`` from a recovery-point checkpoint file (Kafka's text
+    format: a version line, a count line, then ``<topic_id> <partition> <offset>`` lines)."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    if len(lines) < 2 or lines[0].strip() != "0" or int(lines[1]) != len(lines) - 2:
+        logger.warning("ignoring malformed checkpoint %s", path)
+        return {}
+    points: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:
+        topic_id, partition, offset = line.split()
+        points[(topic_id, int(partition))] = int(offset)
+    return points
+
+
+def write_checkpoint(path: Path, points: Mapping[tuple[str, int], int]) -> None:
+    lines = ["0", str(len(points))] + [f"{t} {p} {o}" for (t, p), o in sorted(points.items())]
+    files.write_atomic(path, ("\n".join(lines) + "\n").encode())
+
+
+class LogManager:
+    """All partition logs under one root; see the module docstring."""
+
+    def __init__(self, root: Path, settings: LogSettings) -> None:
+        self.root = Path(root)
+        self.settings = settings
+        self.open_segments = OpenSegments(settings.max_open_segments)
+        self._write_executor = ThreadPoolExecutor(_WRITE_THREADS, thread_name_prefix="log-writer")
+        self._read_executor = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="log-reader")
+        self.txn_log = TransactionLog(self.root / files.TXN_DIR, self._write_executor)
+        self._topics: dict[str, _Topic] = {}
+        self._open_txns: dict[int, Transaction] = {}
+        self._inflight = 0
+        self._idle: asyncio.Event | None = None
+        self._checkpoint_wanted: asyncio.Event | None = None
+        self._checkpoint_lock: asyncio.Lock | None = None
+        self._stop: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.failed: BaseException | None = None
+        self.started = False
+        self.closing = False
+        self.recovery_stats: dict[str, int] = {"partitions": 0, "scanned_segments": 0, "truncated_bytes": 0}
+
+    # -- start and stop ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.started:
+            return
+        loop = asyncio.get_running_loop()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._checkpoint_wanted = asyncio.Event()
+        self._checkpoint_lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        started = time.perf_counter()
+        loaded = await loop.run_in_executor(self._read_executor, self._load_all)
+        for log, config in loaded:
+            self._register(log, config)
+        self.txn_log.start(self._txn_committed)
+        self.started = True
+        self._tasks = [
+            asyncio.create_task(self._retention_loop(), name="log-retention"),
+            asyncio.create_task(self._checkpoint_loop(), name="log-checkpoint"),
+        ]
+        logger.info(
+            "log engine started in %.0f ms: %d partitions, %d segment(s) scanned, %d bytes cut",
+            (time.perf_counter() - started) * 1000,
+            self.recovery_stats["partitions"],
+            self.recovery_stats["scanned_segments"],
+            self.recovery_stats["truncated_bytes"],
+        )
+
+    def _load_all(self) -> list[tuple[PartitionLog, TopicLogConfig]]:
+        root = self.root
+        root.mkdir(parents=True, exist_ok=True)
+        for entry in root.iterdir():
+            if entry.name.startswith(files.DELETING_PREFIX) or (
+                entry.name.startswith(".") and entry.name.endswith(files.TMP_SUFFIX)
+            ):
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        marker = root / files.CLEAN_SHUTDOWN
+        clean = marker.exists()
+        points = read_checkpoint(root / files.RECOVERY_POINT_CHECKPOINT)
+        committed = self.txn_log.load()
+        loaded: list[tuple[PartitionLog, TopicLogConfig]] = []
+        for entry in sorted(root.iterdir()):
+            parsed = files.parse_partition_dir(entry.name)
+            if parsed is None or not entry.is_dir():
+                continue
+            topic_id, partition = parsed
+            config = _read_metadata(entry)
+            point = points.get((topic_id, partition))
+            result = load_partition(
+                entry,
+                self.open_segments,
+                index_interval_bytes=self.settings.index_interval_bytes,
+                recovery_point=point,
+                clean=clean,
+                committed_txns=committed,
+            )
+            self.txn_log.observe_txn_id(result.max_txn_id)
+            self.recovery_stats["partitions"] += 1
+            self.recovery_stats["scanned_segments"] += result.scanned_segments
+            self.recovery_stats["truncated_bytes"] += result.truncated_bytes
+            log = self._build_log(TopicPartition(topic_id, partition), entry, config, result.segments)
+            log.recovery_point = point if point is not None and result.scanned_segments == 0 else 0
+            loaded.append((log, config))
+        if clean:
+            marker.unlink()
+            files.fsync_dir(root)
+        return loaded
+
+    def _build_log(
+        self, tp: TopicPartition, directory: Path, config: TopicLogConfig, segments: LogSegments
+    ) -> PartitionLog:
+        return PartitionLog(
+            tp,
+            directory,
+            LogConfig.of(self.settings, config),
+            segments,
+            self.open_segments,
+            write_executor=self._write_executor,
+            read_executor=self._read_executor,
+            on_roll=self._on_roll,
+            on_failure=self.fail,
+        )
+
+    def _register(self, log: PartitionLog, config: TopicLogConfig) -> None:
+        topic = self._topics.get(log.tp.topic_id)
+        if topic is None:
+            topic = self._topics[log.tp.topic_id] = _Topic(log.tp.topic_id, config)
+        topic.partitions[log.tp.partition] = log
+
+    async def close(self) -> None:
+        if not self.started or self.closing:
+            return
+        self.closing = True
+        # Stop the background tasks between passes (cancelling one mid-pass would leave its worker
+        # thread writing while we close).
+        assert self._stop is not None
+        self._stop.set()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        assert self._idle is not None
+        await self._idle.wait()
+        # Transactions whose appender went away (cancelled) still finish: wait for them too.
+        while self._open_txns:
+            pending = [asyncio.shield(txn.future) for txn in self._open_txns.values()]
+            await asyncio.gather(*pending, return_exceptions=True)
+        logs = self.logs()
+        for log in logs:
+            await log.close(EngineUnavailable("the log engine closed"))
+        loop = asyncio.get_running_loop()
+        if self.failed is None:
+            await self._checkpoint(final=True)
+            await loop.run_in_executor(self._read_executor, self._write_clean_marker)
+        await self.txn_log.close()
+        self._write_executor.shutdown(wait=True)
+        self._read_executor.shutdown(wait=True)
+        self.started = False
+
+    def _write_clean_marker(self) -> None:
+        files.write_atomic(self.root / files.CLEAN_SHUTDOWN, b'{"version": 1}\n')
+
+    # -- lookups -----------------------------------------------------------------------------------------------
+
+    def logs(self) -> list[PartitionLog]:
+        return [log for topic in self._topics.values() for log in topic.partitions.values()]
+
+    def topic_ids(self) -> set[str]:
+        return set(self._topics)
+
+    def log(self, topic_id: str, partition: int) -> PartitionLog:
+        topic = self._topics.get(topic_id)
+        if topic is None:
+            raise UnknownLog(f"no log for topic {topic_id}")
+        log = topic.partitions.get(partition)
+        if log is None:
+            raise UnknownLog(f"topic {topic_id} has no partition {partition}")
+        return log
+
+    def _check_writable(self) -> None:
+        if self.failed is not None:
+            raise EngineUnavailable(f"the log engine is offline after a write failure: {self.failed}")
+        if not self.started or self.closing:
+            raise EngineUnavailable("the log engine is not running")
+
+    # -- topics ----------------------------------------------------------------------------------------------------
+
+    async def create_topic(self, topic_id: str, partitions: int, config: TopicLogConfig) -> None:
+        self._check_writable()
+        topic = self._topics.get(topic_id)
+        if topic is not None:
+            if topic.config != config:
+                await self.update_config(topic_id, config)
+            existing = len(topic.partitions)
+            if partitions > existing:
+                await self.add_partitions(topic_id, partitions)
+            return
+        self._topics[topic_id] = _Topic(topic_id, config)
+        await self._add(topic_id, range(partitions), config)
+
+    async def add_partitions(self, topic_id: str, partitions: int) -> None:
+        self._check_writable()
+        topic = self._topics.get(topic_id)
+        if topic is None:
+            raise UnknownLog(f"no log for topic {topic_id}")
+        missing = [p for p in range(partitions) if p not in topic.partitions]
+        await self._add(topic_id, missing, topic.config)
+
+    async def _add(self, topic_id: str, partitions: Sequence[int], config: TopicLogConfig) -> None:
+        loop = asyncio.get_running_loop()
+        # Several at once: each creation waits on a few fsyncs, which the file system journals together.
+        created = await asyncio.gather(
+            *(
+                loop.run_in_executor(self._read_executor, self._create_partition, topic_id, partition, config)
+                for partition in partitions
+            )
+        )
+        if created:
+            await loop.run_in_executor(self._read_executor, files.fsync_dir, self.root)
+        topic = self._topics.get(topic_id)
+        for log in created:
+            if topic is None:  # deleted meanwhile
+                await log.close()
+            elif log.tp.partition not in topic.partitions:
+                topic.partitions[log.tp.partition] = log
+
+    def _create_partition(self, topic_id: str, partition: int, config: TopicLogConfig) -> PartitionLog:
+        name = files.partition_dir_name(topic_id, partition)
+        final = self.root / name
+        if not final.exists():
+            tmp = self.root / f".{name}{files.TMP_SUFFIX}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            files.write_atomic(tmp / files.PARTITION_METADATA, _metadata_bytes(topic_id, partition, config))
+            os.rename(tmp, final)  # the root is fsync'd once for all the partitions created (``_add``)
+        result = load_partition(
+            final,
+            self.open_segments,
+            index_interval_bytes=self.settings.index_interval_bytes,
+            recovery_point=None,
+            clean=False,
+        )
+        return self._build_log(TopicPartition(topic_id, partition), final, config, result.segments)
+
+    async def update_config(self, topic_id: str, config: TopicLogConfig) -> None:
+        topic = self._topics.get(topic_id)
+        if topic is None:
+            raise UnknownLog(f"no log for topic {topic_id}")
+        topic.config = config
+        logs = list(topic.partitions.values())
+        for log in logs:
+            log.config = LogConfig.of(self.settings, config)
+
+        def persist() -> None:
+            for log in logs:
+                files.write_atomic(
+                    log.directory / files.PARTITION_METADATA,
+                    _metadata_bytes(topic_id, log.tp.partition, config),
+                )
+
+        await asyncio.get_running_loop().run_in_executor(self._read_executor, persist)
+
+    async def delete_topic(self, topic_id: str) -> None:
+        topic = self._topics.pop(topic_id, None)
+        logs = list(topic.partitions.values()) if topic is not None else []
+        for log in logs:
+            await log.close(UnknownLog(f"topic {topic_id} was deleted"))
+            log.discard_files()
+        directories = [log.directory for log in logs]
+
+        def remove() -> None:
+            # Directories of this topic not loaded (left over from a crash) go too.
+            for entry in self.root.iterdir():
+                parsed = files.parse_partition_dir(entry.name)
+                if parsed is not None and parsed[0] == topic_id and entry not in directories:
+                    directories.append(entry)
+            for directory in directories:
+                trash = self.root / f"{files.DELETING_PREFIX}{directory.name}-{secrets.token_hex(4)}"
+                try:
+                    os.rename(directory, trash)
+                except FileNotFoundError:
+                    continue
+                shutil.rmtree(trash, ignore_errors=True)
+            files.fsync_dir(self.root)
+
+        await asyncio.get_running_loop().run_in_executor(None, remove)
+
+    # -- appends ---------------------------------------------------------------------------------------------------
+
+    async def append(self, topic_id: str, records: Mapping[int, Sequence[RecordIn]]) -> dict[int, int]:
+        self._check_writable()
+        topic = self._topics.get(topic_id)
+        if topic is None:
+            raise UnknownLog(f"no log for topic {topic_id}")
+        targets: list[tuple[int, PartitionLog, Sequence[RecordIn]]] = []
+        bases: dict[int, int] = {}
+        for partition, batch in records.items():
+            log = topic.partitions.get(partition)
+            if log is None:
+                raise UnknownLog(f"topic {topic_id} has no partition {partition}")
+            if batch:
+                targets.append((partition, log, batch))
+            else:
+                bases[partition] = log.next_offset
+        if not targets:
+            return bases
+        self._enter()
+        try:
+            if len(targets) == 1:
+                partition, log, batch = targets[0]
+                bases[partition] = await log.append(batch)
+                return bases
+            return await self._append_atomic(targets, bases)
+        finally:
+            self._exit()
+
+    async def _append_atomic(
+        self, targets: list[tuple[int, PartitionLog, Sequence[RecordIn]]], bases: dict[int, int]
+    ) -> dict[int, int]:
+        """A multi-partition append as one transaction (protocol in ``committer``)."""
+        txn = Transaction(self.txn_log.new_txn_id(), self.txn_log.commit)
+        now = now_ms()
+        # Encode everything first: if any partition's records are invalid, nothing is assigned.
+        encoded = [log.encode(batch, txn_id=txn.txn_id, now=now) for _, log, batch in targets]
+        txn.waiting = len(targets)
+        for (partition, log, _), batch in zip(targets, encoded, strict=True):
+            pending = log.enqueue(batch, txn)
+            txn.parts.append((log, pending))
+            bases[partition] = pending.base_offset
+        self._open_txns[txn.txn_id] = txn
+        txn.future.add_done_callback(lambda _: self._open_txns.pop(txn.txn_id, None))
+        await asyncio.shield(txn.future)
+        return bases
+
+    def _txn_committed(self, txn: Transaction, error: BaseException | None) -> None:
+        if error is not None:
+            txn.fail(EngineUnavailable(f"could not write the commit record: {error}"))
+            self.fail(error)
+            return
+        if txn.future.done():  # failed meanwhile (offline, topic deleted)
+            return
+        txn.committed = True
+        for log, pending in txn.parts:
+            log.committed(txn, pending)
+        txn.future.set_result(None)
+
+    def _enter(self) -> None:
+        self._inflight += 1
+        assert self._idle is not None
+        self._idle.clear()
+
+    def _exit(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            assert self._idle is not None
+            self._idle.set()
+
+    def fail(self, error: BaseException) -> None:
+        """Take the engine offline after a write failure (see the module docstring)."""
+        if self.failed is None:
+            self.failed = error
+            logger.error("the log engine is offline after a write failure: %r", error)
+        for log in self.logs():
+            log.fail(error)
+        unavailable = EngineUnavailable(f"the log engine is offline after a write failure: {error}")
+        for txn in list(self._open_txns.values()):
+            txn.fail(unavailable)
+
+    # -- background work -------------------------------------------------------------------------------------------
+
+    async def enforce_retention(self, now: int) -> int:
+        deleted = 0
+        for log in self.logs():
+            try:
+                deleted += await retention.enforce_retention(log, now)
+            except EngineUnavailable:
+                continue
+        return deleted
+
+    async def _sleep(self, event: asyncio.Event, seconds: float) -> bool:
+        """Wait for ``event`` or ``seconds``; False once the manager is stopping."""
+        assert self._stop is not None
+        waits = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(event.wait())]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        return not self._stop.is_set()
+
+    async def _retention_loop(self) -> None:
+        interval = self.settings.retention_check_interval_ms / 1000
+        never = asyncio.Event()
+        while await self._sleep(never, interval):
+            try:
+                await self.enforce_retention(now_ms())
+            except Exception:
+                logger.exception("retention pass failed")
+
+    def _on_roll(self, log: PartitionLog) -> None:
+        if self._checkpoint_wanted is not None:
+            self._checkpoint_wanted.set()
+
+    async def _checkpoint_loop(self) -> None:
+        assert self._checkpoint_wanted is not None
+        while await self._sleep(self._checkpoint_wanted, _CHECKPOINT_INTERVAL_S):
+            self._checkpoint_wanted.clear()
+            try:
+                await self._checkpoint()
+            except Exception:
+                logger.exception("recovery-point checkpoint failed")
+
+    async def checkpoint(self) -> None:
+        """Write the recovery-point checkpoint now and collect the transaction log."""
+        await self._checkpoint()
+
+    async def _checkpoint(self, final: bool = False) -> None:
+        assert self._checkpoint_lock is not None
+        async with self._checkpoint_lock:
+            if self.failed is not None:
+                return
+            logs = self.logs()
+            points = {(log.tp.topic_id, log.tp.partition): log.high_watermark for log in logs}
+            loop = asyncio.get_running_loop()
+            path = self.root / files.RECOVERY_POINT_CHECKPOINT
+            await loop.run_in_executor(self._read_executor, write_checkpoint, path, points)
+            candidates = [self.txn_log.next_txn_id, *self._open_txns]
+            for log in logs:
+                point = points[(log.tp.topic_id, log.tp.partition)]
+                log.recovery_point = point
+                marks = log.txn_marks
+                while marks and marks[0][1] <= point:
+                    marks.popleft()
+                if marks:
+                    candidates.append(marks[0][0])
+            resolved = min(candidates) - 1
+            if resolved > self.txn_log.resolved or (final and self.txn_log.file_count > 1):
+                await self.txn_log.checkpoint(resolved)
+
+    # -- health -----------------------------------------------------------------------------------------------------
+
+    async def check(self) -> bool:
+        if self.failed is not None or not self.started or self.closing:
+            return False
+
+        def probe() -> bool:
+            path = self.root / f".probe-{secrets.token_hex(4)}{files.TMP_SUFFIX}"
+            try:
+                with open(path, "wb") as f:
+                    f.write(b"ok")
+                path.unlink()
+                return True
+            except OSError:
+                return False
+
+        return await asyncio.get_running_loop().run_in_executor(None, probe)

@@ -1,0 +1,563 @@
+"""One partition's log: one writer, group-committed appends, rolls, committed reads (Kafka's
+``LocalLog`` and ``UnifiedLog``).
+
+Offsets and visibility::
+
+      earliest_offset          high_watermark           next_offset
+      (first segment base)     (committed, readable)    (next offset to assign)
+            |  committed records  |  unresolved batches  |
+            v                     v                      v
+    [seg 0][seg 1] ... [active ...........................]
+
+* ``next_offset`` is assigned on the event loop, synchronously, when an append is queued, so offsets
+  are dense and in the order appends arrived; no lock is needed.
+* An unresolved batch becomes *durable* when the committer's write+fsync that carried it returns, and
+  *resolved* when it is durable, every batch before it is resolved, and - for a batch of a
+  multi-partition append - its transaction has committed (see ``committer``). The ``high_watermark``
+  moves over resolved batches only, in order; readers never see past it, and an appender's future
+  completes when the high-watermark passes its batch.
+* Segments roll in the writer thread, before a batch that would overflow ``segment_bytes`` or when the
+  active segment is older than ``segment_ms``; the old segment is fsync'd and its indexes made durable
+  first. Retention asks for a roll through the same writer (``roll``), never behind its back.
+
+Thread-safety: state changes happen on the event loop; the worker threads write (one at a time per
+partition, via the ``GroupCommitter``) and read (any number), touching only segments pinned through
+``OpenSegments`` and the copy-on-write ``LogSegments``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.kit.clock import now_ms
+from app.settings import LogSettings
+from app.stores.log.local import files
+from app.stores.log.local.committer import GroupCommitter, Transaction
+from app.stores.log.local.records import (
+    EncodedBatch,
+    decode_batch,
+    encode_batch,
+    is_full,
+    iter_headers,
+    read_header,
+)
+from app.stores.log.local.segment import Segment, SegmentState
+from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted, SegmentHandle
+from app.stores.log.protocol import (
+    EngineUnavailable,
+    LogEngineError,
+    PartitionInfo,
+    Record,
+    RecordIn,
+    TopicLogConfig,
+    TopicPartition,
+)
+
+logger = logging.getLogger("queuecore.log")
+
+# A read fetches up to this much beyond ``max_bytes`` (it starts at an indexed batch before the offset).
+_READ_SLACK = 64 * 1024
+_SCAN_CHUNK = 1 << 20
+_MAX_RELATIVE = (1 << 31) - 1
+
+
+class OffsetOutOfRange(LogEngineError, ValueError):
+    """An offset that no record can have (negative)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """A partition's knobs, with Kafka's names (``TopicConfig``)."""
+
+    segment_bytes: int = 256 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    index_interval_bytes: int = 4096
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+
+    @classmethod
+    def of(cls, settings: LogSettings, topic: TopicLogConfig) -> LogConfig:
+        return cls(
+            segment_bytes=settings.segment_bytes,
+            segment_ms=settings.segment_ms,
+            index_interval_bytes=settings.index_interval_bytes,
+            retention_ms=topic.retention_ms,
+            retention_bytes=topic.retention_bytes,
+        )
+
+
+class PendingBatch:
+    """A queued batch of one partition, until the high-watermark passes it."""
+
+    __slots__ = ("base_offset", "batch", "durable", "future", "notified", "txn")
+
+    def __init__(
+        self,
+        base_offset: int,
+        batch: EncodedBatch,
+        txn: Transaction | None,
+        future: asyncio.Future[None] | None,
+    ) -> None:
+        self.base_offset = base_offset
+        self.batch = batch
+        self.txn = txn
+        self.future = future
+        self.durable = False
+        self.notified = False
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.batch.record_count
+
+
+class RollRequest:
+    """Ask the writer to roll the active segment (if it is not empty)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[bool]) -> None:
+        self.future = future
+
+
+class PartitionLog:
+    """The log of one topic-partition; see the module docstring."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        directory: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        open_segments: OpenSegments,
+        *,
+        write_executor: Executor,
+        read_executor: Executor,
+        on_roll: Callable[[PartitionLog], None] = lambda log: None,
+        on_failure: Callable[[BaseException], None] = lambda error: None,
+        recovery_point: int = 0,
+    ) -> None:
+        self.tp = tp
+        self.directory = directory
+        self.config = config
+        self.segments = segments
+        self.open_segments = open_segments
+        self._read_executor = read_executor
+        self._on_roll = on_roll
+        self._on_failure = on_failure
+        active = segments.active
+        assert active.state is not None, "the active segment is loaded before the log is built"
+        self.next_offset = active.state.next_offset
+        self.high_watermark = self.next_offset
+        self.recovery_point = recovery_point
+        # (txn id, next offset after its batch) of committed transactions above the recovery point.
+        self.txn_marks: deque[tuple[int, int]] = deque()
+        self._unresolved: deque[PendingBatch] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._committer: GroupCommitter[Any, bool] = GroupCommitter(
+            self._write, self._flushed, write_executor
+        )
+        self.failed: BaseException | None = None
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return self.directory.name
+
+    @property
+    def earliest_offset(self) -> int:
+        first = self.segments.first
+        return self.high_watermark if first is None else min(first.base_offset, self.high_watermark)
+
+    @property
+    def writes(self) -> int:
+        """How many write+fsync rounds the committer has run (for tests)."""
+        return self._committer.writes
+
+    # -- appending (event loop) -----------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        if self.failed is not None:
+            raise EngineUnavailable(f"the log is offline after a write failure: {self.failed}")
+        if self.closed:
+            raise EngineUnavailable(f"the log of {self.tp.topic_id}/{self.tp.partition} is closed")
+
+    def encode(self, records: Sequence[RecordIn], *, txn_id: int = 0, now: int | None = None) -> EncodedBatch:
+        """Encode ``records`` as the next batch (nothing is assigned until ``enqueue``)."""
+        self.check_writable()
+        return encode_batch(records, self.next_offset, txn_id=txn_id, now_ms=now_ms() if now is None else now)
+
+    def enqueue(self, batch: EncodedBatch, txn: Transaction | None = None) -> PendingBatch:
+        """Assign the batch its offsets and queue it for the writer (synchronous: call right after
+        ``encode``, with no ``await`` in between)."""
+        future = None if txn is not None else asyncio.get_running_loop().create_future()
+        pending = PendingBatch(self.next_offset, batch, txn, future)
+        self.next_offset = pending.next_offset
+        self._unresolved.append(pending)
+        self._committer.submit(pending)
+        return pending
+
+    async def append(self, records: Sequence[RecordIn]) -> int:
+        """Append a single-partition batch; returns its base offset once it is durable and committed."""
+        pending = self.enqueue(self.encode(records))
+        assert pending.future is not None
+        # Not shielded (one future less per append): if the caller is cancelled, the future is
+        # cancelled, but the batch is already queued and the writer never looks at the future.
+        await pending.future
+        return pending.base_offset
+
+    async def roll(self) -> bool:
+        """Roll the active segment through the writer (a no-op if it is empty); returns once done."""
+        self.check_writable()
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._committer.submit(RollRequest(future))
+        return await future
+
+    # -- writing (worker thread) ------------------------------------------------------------------------
+
+    def _write(self, items: list[Any]) -> bool:
+        """Write ``items`` (batches and roll requests) in order, rolling as needed, then fsync once.
+
+        Returns whether a segment was rolled.
+        """
+        config = self.config
+        now = now_ms()
+        rolled = False
+        cache = self.open_segments
+        handle = self.segments.active
+        segment = cache.acquire(handle)
+        try:
+            run: list[tuple[int, EncodedBatch]] = []
+            run_bytes = 0
+            dirty = False
+            for item in items:
+                if isinstance(item, RollRequest):
+                    if run:
+                        segment.append(run, now)
+                        run, run_bytes = [], 0
+                        dirty = True
+                    if segment.size > 0:
+                        segment, handle = self._roll(segment, handle)
+                        rolled = True
+                        dirty = False
+                    continue
+                batch = item.batch
+                size = segment.size + run_bytes
+                if size > 0:
+                    # An empty segment receiving this run gets its first batch now.
+                    rolling_ts = segment.state.rolling_timestamp if segment.size else now
+                    if (
+                        size + batch.size > config.segment_bytes
+                        or (rolling_ts >= 0 and now - rolling_ts >= config.segment_ms)
+                        or item.next_offset - segment.base_offset > _MAX_RELATIVE
+                    ):
+                        if run:
+                            segment.append(run, now)
+                            run, run_bytes = [], 0
+                        segment, handle = self._roll(segment, handle)
+                        rolled = True
+                        dirty = False
+                run.append((item.base_offset, batch))
+                run_bytes += batch.size
+            if run:
+                segment.append(run, now)
+                dirty = True
+            if dirty:
+                segment.flush()
+        finally:
+            cache.release(handle)
+        return rolled
+
+    def _roll(self, segment: Segment, handle: SegmentHandle) -> tuple[Segment, SegmentHandle]:
+        """Seal the active segment (fsync it and its indexes) and start a new one at its end."""
+        segment.flush()
+        segment.on_become_inactive()
+        base = segment.next_offset
+        fresh = SegmentHandle(
+            self.directory,
+            base,
+            index_interval_bytes=self.config.index_interval_bytes,
+            state=SegmentState(next_offset=base),
+        )
+        new_segment = self.open_segments.acquire(fresh)
+        try:
+            files.fsync_dir(self.directory)
+            self.segments.add(fresh)
+        except BaseException:
+            self.open_segments.release(fresh)
+            raise
+        self.open_segments.release(handle)
+        # The caller's ``finally`` releases whatever handle is current: hand it the new one, pinned.
+        return new_segment, fresh
+
+    # -- completion (event loop) --------------------------------------------------------------------------
+
+    def _flushed(self, items: list[Any], rolled: bool | None, error: BaseException | None) -> None:
+        if error is not None:
+            for item in items:
+                if isinstance(item, RollRequest) and not item.future.done():
+                    item.future.set_exception(EngineUnavailable(f"roll failed: {error}"))
+            if self.failed is None:
+                logger.error("write to %s failed: %r; the log engine goes offline", self.name, error)
+                self._on_failure(error)
+            return
+        for item in items:
+            if isinstance(item, RollRequest):
+                if not item.future.done():
+                    item.future.set_result(True)
+            else:
+                item.durable = True
+        if rolled:
+            self._on_roll(self)
+        if self.failed is None:
+            self._advance()
+
+    def _advance(self) -> None:
+        """Move the high-watermark over resolved batches; tell transactions when their batch is ready."""
+        queue = self._unresolved
+        moved = False
+        while queue:
+            head = queue[0]
+            if not head.durable:
+                break
+            txn = head.txn
+            if txn is not None and not txn.committed:
+                if not head.notified:
+                    head.notified = True
+                    txn.partition_ready()
+                break
+            queue.popleft()
+            self.high_watermark = head.next_offset
+            moved = True
+            future = head.future
+            if future is not None and not future.done():
+                future.set_result(None)
+        if moved:
+            self._wake()
+
+    def committed(self, txn: Transaction, pending: PendingBatch) -> None:
+        """``txn``'s commit record is durable: its batch here is resolved."""
+        self.txn_marks.append((txn.txn_id, pending.next_offset))
+        self._advance()
+
+    def fail(self, error: BaseException) -> None:
+        """Take the log offline: fail every unresolved append (their bytes are cut at the next start)."""
+        if self.failed is None:
+            self.failed = error
+        unavailable = EngineUnavailable(f"the log engine is offline after a write failure: {error}")
+        while self._unresolved:
+            pending = self._unresolved.popleft()
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_exception(unavailable)
+                pending.future.exception()
+            if pending.txn is not None:
+                pending.txn.fail(unavailable)
+
+    def abandon(self, error: BaseException) -> None:
+        """Fail unresolved appends because the log is going away (topic deleted, engine closed)."""
+        while self._unresolved:
+            pending = self._unresolved.popleft()
+            if pending.future is not None and not pending.future.done():
+                pending.future.set_exception(error)
+                pending.future.exception()
+            if pending.txn is not None:
+                pending.txn.fail(error)
+
+    # -- waiting (event loop) -------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_for(self, offset: int, timeout: float) -> bool:
+        """Until a record at ``offset`` is committed; False on timeout or close. Event-driven."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.high_watermark <= offset:
+            if self.closed:
+                return False
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            if self._waiter is None:
+                self._waiter = loop.create_future()
+            try:
+                async with asyncio.timeout(remaining):
+                    # Shielded: the future is shared by every waiter of this partition.
+                    await asyncio.shield(self._waiter)
+            except TimeoutError:
+                return self.high_watermark > offset
+        return True
+
+    # -- reading -----------------------------------------------------------------------------------------------
+
+    async def read(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
+        if offset < 0:
+            raise OffsetOutOfRange(f"offset {offset} is negative")
+        hw = self.high_watermark
+        offset = max(offset, self.earliest_offset)
+        if offset >= hw or max_records <= 0:
+            return []
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._read_executor, self._read, offset, max_records, max_bytes, hw)
+
+    def _read(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
+        out: list[Record] = []
+        size = 0
+        for handle in self.segments.from_offset(offset):
+            if handle.base_offset >= hw:
+                break
+            try:
+                segment = self.open_segments.acquire(handle)
+            except SegmentDeleted:
+                continue  # retention removed it meanwhile: go on from the next segment
+            try:
+                size, stop = self._read_segment(segment, offset, max_records, max_bytes, hw, out, size)
+            finally:
+                self.open_segments.release(handle)
+            if stop:
+                break
+        return out
+
+    def _read_segment(
+        self,
+        segment: Segment,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        hw: int,
+        out: list[Record],
+        size: int,
+    ) -> tuple[int, bool]:
+        _, position = segment.position_for(offset)
+        end = segment.size
+        while position < end:
+            want = min(
+                end - position, max(max_bytes - size, 0) + self.config.index_interval_bytes + _READ_SLACK
+            )
+            buf = segment.read(position, want)
+            first = read_header(buf)
+            if first is None:
+                break
+            if first.base_offset >= hw:
+                return size, True
+            if first.size > len(buf):
+                buf = segment.read(position, first.size)
+            consumed = 0
+            for pos, header in iter_headers(buf):
+                if header.base_offset >= hw:
+                    return size, True
+                consumed = pos + header.size
+                if header.next_offset <= offset:
+                    continue
+                size = decode_batch(
+                    buf,
+                    pos,
+                    header,
+                    out,
+                    start_offset=offset,
+                    end_offset=hw,
+                    max_records=max_records,
+                    max_bytes=max_bytes,
+                    size=size,
+                )
+                if is_full(size) or len(out) >= max_records:
+                    return size, True
+            if consumed == 0:
+                break
+            position += consumed
+        return size, False
+
+    async def offset_for_time(self, timestamp: int) -> int:
+        hw = self.high_watermark
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._read_executor, self._offset_for_time, timestamp, hw)
+
+    def _offset_for_time(self, timestamp: int, hw: int) -> int:
+        for handle in self.segments.values():
+            if handle.base_offset >= hw:
+                break
+            try:
+                segment = self.open_segments.acquire(handle)
+            except SegmentDeleted:
+                continue
+            try:
+                if segment.max_timestamp < timestamp:
+                    continue
+                found = self._scan_for_time(segment, timestamp, hw)
+                if found is not None:
+                    return found
+            finally:
+                self.open_segments.release(handle)
+        return hw
+
+    def _scan_for_time(self, segment: Segment, timestamp: int, hw: int) -> int | None:
+        start = segment.offset_for_timestamp_hint(timestamp)
+        _, position = segment.position_for(start)
+        end = segment.size
+        while position < end:
+            buf = segment.read(position, min(end - position, _SCAN_CHUNK))
+            first = read_header(buf)
+            if first is None:
+                return None
+            if first.size > len(buf):
+                buf = segment.read(position, first.size)
+            consumed = 0
+            for pos, header in iter_headers(buf):
+                if header.base_offset >= hw:
+                    return hw
+                consumed = pos + header.size
+                if header.max_timestamp < timestamp:
+                    continue
+                records: list[Record] = []
+                decode_batch(buf, pos, header, records, end_offset=hw)
+                for record in records:
+                    if record.timestamp_ms >= timestamp:
+                        return record.offset
+            if consumed == 0:
+                return None
+            position += consumed
+        return None
+
+    # -- state ---------------------------------------------------------------------------------------------------
+
+    def info(self) -> PartitionInfo:
+        return PartitionInfo(
+            partition=self.tp.partition,
+            earliest_offset=self.earliest_offset,
+            latest_offset=self.high_watermark,
+            size_bytes=self.segments.size_bytes(),
+        )
+
+    async def close(self, error: BaseException | None = None) -> None:
+        """Stop taking appends, let the writer finish, make indexes durable, close files, wake waiters."""
+        self.closed = True
+        await self._committer.wait_idle()
+        if error is not None:
+            self.abandon(error)
+        self._wake()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._read_executor, self._close_files)
+
+    def _close_files(self) -> None:
+        cache = self.open_segments
+        active = self.segments.active
+        if self.failed is None:
+            with cache.use(active) as segment:
+                segment.sync_indexes()
+        for handle in self.segments.values():
+            cache.close(handle)
+
+    def discard_files(self) -> None:
+        """Forget every segment (the directory is about to be removed)."""
+        for handle in self.segments.values():
+            self.open_segments.discard(handle)

@@ -1,0 +1,391 @@
+"""Every log engine honours one contract (``app/stores/log/protocol.py``).
+
+The classes run every scenario on every backend in ``BACKENDS`` (``local`` now, ``jetstream`` later),
+through the indirect ``log_backend`` fixture. Scenarios use only the protocol, so they say nothing about
+segments or files; backend-specific behaviour is tested beside each backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.kit.clock import now_ms
+from app.stores.log.protocol import (
+    LogEngine,
+    RecordIn,
+    TopicLogConfig,
+    UnknownLog,
+)
+from tests.stores.log.conftest import BACKENDS
+
+every_engine = pytest.mark.parametrize("log_backend", BACKENDS, indirect=True)
+
+
+def values(records) -> list[bytes]:
+    return [r.value for r in records]
+
+
+def batch(prefix: str, n: int, **kwargs) -> list[RecordIn]:
+    return [RecordIn(value=f"{prefix}-{i}".encode(), **kwargs) for i in range(n)]
+
+
+async def read_all(engine: LogEngine, topic: str, partition: int, offset: int = 0) -> list:
+    out = []
+    while True:
+        chunk = await engine.read(topic, partition, offset, max_records=500)
+        if not chunk:
+            return out
+        out.extend(chunk)
+        offset = chunk[-1].offset + 1
+
+
+@every_engine
+class TestTopics:
+    async def test_created_topic_is_empty(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 3, TopicLogConfig())
+        for p in range(3):
+            info = await engine.partition_info(topic, p)
+            assert (info.partition, info.earliest_offset, info.latest_offset) == (p, 0, 0)
+            assert await engine.read(topic, p, 0) == []
+
+    async def test_create_is_idempotent(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        await engine.append(topic, {0: batch("a", 3)})
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        assert (await engine.partition_info(topic, 0)).latest_offset == 3
+
+    async def test_add_partitions_keeps_existing_ones(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        await engine.append(topic, {0: batch("a", 2)})
+        await engine.add_partitions(topic, 4)
+        assert (await engine.partition_info(topic, 0)).latest_offset == 2
+        for p in (1, 2, 3):
+            assert (await engine.partition_info(topic, p)).latest_offset == 0
+        assert await engine.append(topic, {3: batch("b", 2)}) == {3: 0}
+
+    async def test_delete_removes_the_topic(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        await engine.append(topic, {0: batch("a", 2)})
+        await engine.delete_topic(topic)
+        with pytest.raises(UnknownLog):
+            await engine.partition_info(topic, 0)
+        await engine.delete_topic(topic)  # idempotent
+
+    async def test_recreated_topic_starts_empty(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        await engine.append(topic, {0: batch("a", 5)})
+        await engine.delete_topic(topic)
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        assert (await engine.partition_info(topic, 0)).latest_offset == 0
+        assert await engine.read(topic, 0, 0) == []
+
+
+@every_engine
+class TestUnknownLog:
+    async def test_every_call_on_an_unknown_topic_raises(self, engine, topic_id):
+        topic = topic_id()
+        calls = [
+            engine.append(topic, {0: batch("a", 1)}),
+            engine.read(topic, 0, 0),
+            engine.offset_for_time(topic, 0, 0),
+            engine.partition_info(topic, 0),
+            engine.wait_for(topic, 0, 0, 0.01),
+            engine.add_partitions(topic, 2),
+            engine.update_config(topic, TopicLogConfig(retention_ms=1)),
+        ]
+        for call in calls:
+            with pytest.raises(UnknownLog):
+                await call
+
+    async def test_unknown_partition_raises_and_appends_nothing(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        with pytest.raises(UnknownLog):
+            await engine.read(topic, 2, 0)
+        with pytest.raises(UnknownLog):
+            await engine.append(topic, {0: batch("a", 1), 2: batch("b", 1)})
+        assert (await engine.partition_info(topic, 0)).latest_offset == 0
+
+
+@every_engine
+class TestAppendAndRead:
+    async def test_offsets_are_dense_from_zero(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        assert await engine.append(topic, {0: batch("a", 3)}) == {0: 0}
+        assert await engine.append(topic, {0: batch("b", 1)}) == {0: 3}
+        assert await engine.append(topic, {0: batch("c", 2)}) == {0: 4}
+        records = await engine.read(topic, 0, 0)
+        assert [r.offset for r in records] == list(range(6))
+        assert values(records) == [b"a-0", b"a-1", b"a-2", b"b-0", b"c-0", b"c-1"]
+        assert (await engine.partition_info(topic, 0)).latest_offset == 6
+
+    async def test_records_come_back_byte_identical(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        given = [
+            RecordIn(value=b"", key=None, headers=None, timestamp_ms=1_700_000_000_000),
+            RecordIn(value=b"\x00\xff" * 100, key=b"", headers=b"", timestamp_ms=1_700_000_000_001),
+            RecordIn(value=b'{"a":1}', key=b"user-1", headers=b'{"h":"v"}', timestamp_ms=1_700_000_000_002),
+            RecordIn(
+                value=bytes(range(256)) * 40, key=b"k" * 300, headers=None, timestamp_ms=1_700_000_000_003
+            ),
+        ]
+        await engine.append(topic, {0: given})
+        records = await engine.read(topic, 0, 0)
+        assert [(r.value, r.key, r.headers, r.timestamp_ms) for r in records] == [
+            (g.value, g.key, g.headers, g.timestamp_ms) for g in given
+        ]
+
+    async def test_unset_timestamp_is_the_append_time(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        before = now_ms()
+        await engine.append(topic, {0: [RecordIn(value=b"x")]})
+        (record,) = await engine.read(topic, 0, 0)
+        assert before <= record.timestamp_ms <= now_ms()
+
+    async def test_read_from_the_middle_and_past_the_end(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        await engine.append(topic, {0: batch("a", 10)})
+        assert [r.offset for r in await engine.read(topic, 0, 7)] == [7, 8, 9]
+        assert await engine.read(topic, 0, 10) == []
+        assert await engine.read(topic, 0, 1000) == []
+
+    async def test_max_records_and_max_bytes(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        await engine.append(topic, {0: [RecordIn(value=b"x" * 100) for _ in range(20)]})
+        assert [r.offset for r in await engine.read(topic, 0, 2, max_records=3)] == [2, 3, 4]
+        assert len(await engine.read(topic, 0, 0, max_bytes=350)) == 3
+        # At least one record, even over max_bytes.
+        assert [r.offset for r in await engine.read(topic, 0, 5, max_bytes=1)] == [5]
+
+    async def test_reads_cross_many_batches(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        for i in range(40):
+            await engine.append(topic, {0: [RecordIn(value=f"{i}-{j}".encode() * 20) for j in range(5)]})
+        records = await read_all(engine, topic, 0)
+        assert [r.offset for r in records] == list(range(200))
+        assert records[123].value == b"24-3" * 20
+
+    async def test_concurrent_appends_get_dense_distinct_offsets(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+
+        async def writer(w: int) -> list[tuple[int, int, int]]:
+            got = []
+            for i in range(10):
+                n = 1 + (w + i) % 4
+                base = (await engine.append(topic, {0: batch(f"w{w}-{i}", n)}))[0]
+                got.append((base, n, w))
+            return got
+
+        results = [x for chunk in await asyncio.gather(*(writer(w) for w in range(16))) for x in chunk]
+        offsets = sorted(o for base, n, _ in results for o in range(base, base + n))
+        assert offsets == list(range(len(offsets)))
+        records = await read_all(engine, topic, 0)
+        by_offset = {r.offset: r.value for r in records}
+        for base, n, w in results:
+            assert by_offset[base].startswith(f"w{w}-".encode())
+            assert [by_offset[base + k][-1:] for k in range(n)] == [str(k).encode() for k in range(n)]
+
+
+@every_engine
+class TestAtomicAppends:
+    async def test_multi_partition_append_returns_each_base(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 3, TopicLogConfig())
+        await engine.append(topic, {1: batch("pre", 2)})
+        bases = await engine.append(topic, {0: batch("a", 2), 1: batch("b", 3), 2: batch("c", 1)})
+        assert bases == {0: 0, 1: 2, 2: 0}
+        assert values(await engine.read(topic, 1, 0)) == [b"pre-0", b"pre-1", b"b-0", b"b-1", b"b-2"]
+        assert values(await engine.read(topic, 2, 0)) == [b"c-0"]
+
+    async def test_readers_see_all_partitions_of_an_append_or_none(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        seen: list[tuple[int, int]] = []
+        stop = False
+
+        async def watch() -> None:
+            while not stop:
+                a = (await engine.partition_info(topic, 0)).latest_offset
+                b = (await engine.partition_info(topic, 1)).latest_offset
+                seen.append((a, b))
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        for i in range(30):
+            await engine.append(topic, {0: batch(f"x{i}", 2), 1: batch(f"y{i}", 3)})
+        stop = True
+        await watcher
+        # Both high-watermarks move together: 2 and 3 records per append.
+        assert all(b * 2 == a * 3 for a, b in seen), [s for s in seen if s[1] * 2 != s[0] * 3][:3]
+
+    async def test_concurrent_multi_partition_appends(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 3, TopicLogConfig())
+
+        async def writer(w: int) -> list[dict[int, int]]:
+            out = []
+            for i in range(8):
+                parts = {p: batch(f"w{w}i{i}p{p}", 1 + p) for p in range(3) if (w + i + p) % 3 or p == 0}
+                bases = await engine.append(topic, parts)
+                out.append({p: bases[p] for p in parts})
+            return out
+
+        results = [x for chunk in await asyncio.gather(*(writer(w) for w in range(10))) for x in chunk]
+        for p in range(3):
+            records = await read_all(engine, topic, p)
+            assert [r.offset for r in records] == list(range(len(records)))
+            by_offset = {r.offset: r.value for r in records}
+            for bases in results:
+                if p in bases:
+                    assert by_offset[bases[p]].endswith(f"p{p}-0".encode())
+
+
+@every_engine
+class TestOffsetForTime:
+    async def test_first_offset_at_or_after_a_time(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        base = 1_700_000_000_000
+        for i in range(30):
+            await engine.append(
+                topic, {0: [RecordIn(value=b"v" * 50, timestamp_ms=base + 10 * i + j) for j in range(3)]}
+            )
+        assert await engine.offset_for_time(topic, 0, 0) == 0
+        assert await engine.offset_for_time(topic, 0, base) == 0
+        assert await engine.offset_for_time(topic, 0, base + 1) == 1
+        assert await engine.offset_for_time(topic, 0, base + 3) == 3
+        assert await engine.offset_for_time(topic, 0, base + 10 * 17 + 2) == 17 * 3 + 2
+        assert await engine.offset_for_time(topic, 0, base + 10 * 29 + 2) == 89
+        # Past the last record: the latest offset.
+        assert await engine.offset_for_time(topic, 0, base + 10_000) == 90
+
+    async def test_empty_partition(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        assert await engine.offset_for_time(topic, 0, 123) == 0
+
+
+@every_engine
+class TestWaitFor:
+    async def test_returns_at_once_when_committed(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        await engine.append(topic, {0: batch("a", 1)})
+        assert await engine.wait_for(topic, 0, 0, 5.0) is True
+
+    async def test_times_out(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        started = time.monotonic()
+        assert await engine.wait_for(topic, 0, 0, 0.1) is False
+        assert 0.08 <= time.monotonic() - started < 2.0
+
+    async def test_waiters_wake_when_data_commits(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        waiters = [asyncio.create_task(engine.wait_for(topic, 0, 0, 10.0)) for _ in range(5)]
+        later = asyncio.create_task(engine.wait_for(topic, 0, 3, 0.5))
+        other = asyncio.create_task(engine.wait_for(topic, 1, 0, 0.5))
+        await asyncio.sleep(0.05)
+        assert not any(w.done() for w in waiters)
+        started = time.monotonic()
+        await engine.append(topic, {0: batch("a", 2)})
+        assert await asyncio.gather(*waiters) == [True] * 5
+        assert time.monotonic() - started < 1.0
+        assert await later is False
+        assert await other is False
+
+
+@every_engine
+class TestRetention:
+    async def test_expired_data_goes_and_earliest_moves(self, engine, topic_id):
+        topic = topic_id()
+        now = now_ms()
+        await engine.create_topic(topic, 1, TopicLogConfig(retention_ms=60_000))
+        old = now - 3_600_000
+        for _i in range(20):
+            await engine.append(topic, {0: [RecordIn(value=b"o" * 1000, timestamp_ms=old) for _ in range(4)]})
+        for _i in range(5):
+            await engine.append(topic, {0: [RecordIn(value=b"n" * 1000, timestamp_ms=now) for _ in range(4)]})
+        deleted = await engine.enforce_retention(now)
+        assert deleted >= 1
+        info = await engine.partition_info(topic, 0)
+        assert 0 < info.earliest_offset <= 80
+        assert info.latest_offset == 100
+        # Unexpired data is all still there.
+        records = await read_all(engine, topic, 0, 0)
+        assert records[0].offset == info.earliest_offset
+        assert [r.offset for r in records][-20:] == list(range(80, 100))
+
+    async def test_all_expired_keeps_latest_offset(self, engine, topic_id):
+        topic = topic_id()
+        now = now_ms()
+        await engine.create_topic(topic, 1, TopicLogConfig(retention_ms=1000))
+        for _i in range(10):
+            await engine.append(
+                topic, {0: [RecordIn(value=b"o" * 1000, timestamp_ms=now - 10_000) for _ in range(4)]}
+            )
+        await engine.enforce_retention(now)
+        info = await engine.partition_info(topic, 0)
+        assert info.earliest_offset == info.latest_offset == 40
+        assert await engine.read(topic, 0, 0) == []
+        assert await engine.append(topic, {0: batch("a", 1)}) == {0: 40}
+        assert [r.offset for r in await engine.read(topic, 0, 0)] == [40]
+
+    async def test_retention_bytes(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig(retention_bytes=40_000))
+        for _i in range(50):
+            await engine.append(topic, {0: [RecordIn(value=b"s" * 1000) for _ in range(4)]})
+        await engine.enforce_retention(now_ms())
+        info = await engine.partition_info(topic, 0)
+        assert info.earliest_offset > 0 and info.latest_offset == 200
+        assert 40_000 - 20_000 <= info.size_bytes <= 40_000 + 20_000
+
+    async def test_update_config_takes_effect(self, engine, topic_id):
+        topic = topic_id()
+        now = now_ms()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        for _i in range(10):
+            await engine.append(
+                topic, {0: [RecordIn(value=b"o" * 1000, timestamp_ms=now - 10_000) for _ in range(4)]}
+            )
+        await engine.enforce_retention(now)
+        assert (await engine.partition_info(topic, 0)).earliest_offset == 0
+        await engine.update_config(topic, TopicLogConfig(retention_ms=1000))
+        await engine.enforce_retention(now)
+        assert (await engine.partition_info(topic, 0)).earliest_offset == 40
+
+
+@every_engine
+class TestRestart:
+    async def test_close_and_reopen_keeps_everything(self, log_backend, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig(retention_ms=86_400_000))
+        for i in range(30):
+            await engine.append(topic, {0: batch(f"a{i}", 3), 1: batch(f"b{i}", 1)})
+        before = [await read_all(engine, topic, p) for p in range(2)]
+        engine = await log_backend.reopen()
+        assert [await read_all(engine, topic, p) for p in range(2)] == before
+        assert (await engine.partition_info(topic, 0)).latest_offset == 90
+        assert await engine.append(topic, {0: batch("after", 1)}) == {0: 90}
+        assert await engine.append(topic, {1: batch("after", 1)}) == {1: 30}
+
+    async def test_durability_and_health(self, engine):
+        assert engine.durability in ("fsync",) or engine.durability.startswith("replicated:")
+        assert await engine.check() is True
