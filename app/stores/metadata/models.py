@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     ForeignKey,
     Index,
@@ -91,3 +92,81 @@ class Topic(Base):
     status: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ConsumerGroup(Base):
+    """A consumer group of one topic: its config and its generation (bumped at every rebalance)."""
+
+    __tablename__ = "consumer_groups"
+    __table_args__ = (UniqueConstraint("topic_id", "name", name="uq_consumer_groups_topic_name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    topic_id: Mapped[str] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(249))
+    generation: Mapped[int] = mapped_column(Integer)
+    # How many topic partitions the assignment covers; behind the topic's count means: rebalance.
+    partition_count: Mapped[int] = mapped_column(Integer)
+    # Durations are kept as the customer wrote them ("30s") and in milliseconds.
+    ack_timeout: Mapped[str] = mapped_column(String(16))
+    ack_timeout_ms: Mapped[int] = mapped_column(BigInteger)
+    session_timeout: Mapped[str] = mapped_column(String(16))
+    session_timeout_ms: Mapped[int] = mapped_column(BigInteger)
+    # {"maxRetries", "retryDelay", "alertThreshold"}, or None: no DLQ.
+    dead_letter: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class GroupMember(Base):
+    """A live member of a group (``csr_…``); gone once ``expires_at_ms`` passes without a heartbeat."""
+
+    __tablename__ = "group_members"
+
+    group_id: Mapped[str] = mapped_column(
+        ForeignKey("consumer_groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    session_timeout: Mapped[str] = mapped_column(String(16))
+    session_timeout_ms: Mapped[int] = mapped_column(BigInteger)
+    expires_at_ms: Mapped[int] = mapped_column(BigInteger)
+    joined_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class GroupPartition(Base):
+    """One partition of a group: its owner, committed offset and delivery position.
+
+    ``committed`` (``current`` on the wire): every offset below it is acked. ``position``: the next
+    offset to read from the log; offsets in ``[committed, position)`` not yet acked have a lease row.
+    Both are None until the group first starts on the partition (``startFrom`` then applies).
+    """
+
+    __tablename__ = "group_partitions"
+
+    group_id: Mapped[str] = mapped_column(
+        ForeignKey("consumer_groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    member_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    committed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    position: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class GroupLease(Base):
+    """A delivered, not yet committed message of a group: who holds it, which attempt, until when.
+
+    An unacked lease whose ``deadline_ms`` has passed (ack timeout, or a nack's delay) is redelivered to
+    the partition's owner. Acked leases stay until ``committed`` moves past them.
+    """
+
+    __tablename__ = "group_leases"
+    __table_args__ = (Index("ix_group_leases_member", "group_id", "member_id"),)
+
+    group_id: Mapped[str] = mapped_column(
+        ForeignKey("consumer_groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    member_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    deadline_ms: Mapped[int] = mapped_column(BigInteger)
+    acked: Mapped[bool] = mapped_column(Boolean)

@@ -1,0 +1,154 @@
+"""Pull consumer calls (REST, stateless): join, heartbeat, leave, poll, ack, nack, extend.
+
+Every call is charged as ``consume``. Any API process answers any member's call: the truth about
+members, leases and offsets is in the metadata store (``app/broker/delivery``).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from app.api.deps import ConsumeKey, ServicesDep, scope_of
+from app.api.schemas.consumers import (
+    AckIn,
+    ExtendIn,
+    HeartbeatIn,
+    HeartbeatOut,
+    Joined,
+    JoinIn,
+    NackIn,
+    Polled,
+    PollIn,
+    Settled,
+)
+from app.broker import durations
+from app.broker.delivery import leases, membership
+from app.errors import responses
+
+router = APIRouter(prefix="/v1/topics/{name}/groups/{group}", tags=["consumers"])
+
+_AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
+_MEMBER = ("MEMBER_NOT_FOUND", "STALE_GENERATION")
+
+
+def _settled(result: leases.Settled) -> Settled:
+    return Settled.model_validate({"ids": result.ids, "failed": result.failed})
+
+
+@router.post(
+    "/members", response_model=Joined, responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND")
+)
+async def join(name: str, group: str, body: JoinIn, key: ConsumeKey, services: ServicesDep) -> Joined:
+    """Join a group (created if needed), or rejoin with ``memberId``; answers the member's partitions."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    joined = await membership.join(
+        services.metadata,
+        services.log,
+        topic,
+        group,
+        member_id=body.memberId,
+        start_from=body.startFrom,
+        session_timeout=body.sessionTimeout,
+    )
+    return Joined(
+        memberId=joined.member_id,
+        generationId=joined.generation,
+        assignments=joined.assignments,
+        sessionTimeout=joined.session_timeout,
+    )
+
+
+@router.post(
+    "/members/{member_id}/heartbeat",
+    response_model=HeartbeatOut,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "MEMBER_NOT_FOUND"),
+)
+async def heartbeat(
+    name: str, group: str, member_id: str, body: HeartbeatIn, key: ConsumeKey, services: ServicesDep
+) -> HeartbeatOut:
+    """Keep the member alive; ``shouldRejoin`` after a rebalance (join again with the same memberId)."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    beat = await membership.heartbeat(services.metadata, topic, group, member_id, body.generationId)
+    return HeartbeatOut(
+        generationId=beat.generation, shouldRejoin=beat.should_rejoin, assignments=beat.assignments
+    )
+
+
+@router.delete(
+    "/members/{member_id}",
+    status_code=204,
+    responses=responses(*_AUTH, "TOPIC_NOT_FOUND", "MEMBER_NOT_FOUND"),
+)
+async def leave(name: str, group: str, member_id: str, key: ConsumeKey, services: ServicesDep) -> Response:
+    """Leave the group: its partitions and unacked messages go to the other members at once."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    await membership.leave(services.metadata, topic, group, member_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/poll",
+    response_model=Polled,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
+)
+async def poll(name: str, group: str, body: PollIn, key: ConsumeKey, services: ServicesDep) -> Response:
+    """Up to ``maxMessages`` messages of the member's partitions, in offset order per partition; waits
+    up to ``waitSeconds`` for the first. Counts as a heartbeat."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    messages = await leases.poll(
+        services.metadata,
+        services.log,
+        topic,
+        group,
+        body.memberId,
+        body.generationId,
+        max_messages=body.maxMessages,
+        wait_seconds=body.waitSeconds,
+    )
+    return Response(b'{"messages":[' + b",".join(messages) + b"]}", media_type="application/json")
+
+
+@router.post(
+    "/ack",
+    response_model=Settled,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
+)
+async def ack(name: str, group: str, body: AckIn, key: ConsumeKey, services: ServicesDep) -> Settled:
+    """Acknowledge messages; answered once durable. Per id: ``ACK_EXPIRED`` after the deadline,
+    ``MESSAGE_NOT_FOUND`` or ``INVALID_REQUEST`` for ids that were not delivered or are malformed."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    return _settled(
+        await leases.ack(services.metadata, topic, group, body.memberId, body.generationId, body.ids)
+    )
+
+
+@router.post(
+    "/nack",
+    response_model=Settled,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
+)
+async def nack(name: str, group: str, body: NackIn, key: ConsumeKey, services: ServicesDep) -> Settled:
+    """Give a message back for redelivery, at once or after ``delay``; later messages are not held up."""
+    delay_ms = durations.parse_delay(body.delay) if body.delay is not None else 0
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    return _settled(
+        await leases.nack(
+            services.metadata, topic, group, body.memberId, body.generationId, body.id, delay_ms
+        )
+    )
+
+
+@router.post(
+    "/extend",
+    response_model=Settled,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
+)
+async def extend(name: str, group: str, body: ExtendIn, key: ConsumeKey, services: ServicesDep) -> Settled:
+    """Move the ack deadline of messages to ``seconds`` from now."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    return _settled(
+        await leases.extend(
+            services.metadata, topic, group, body.memberId, body.generationId, body.ids, body.seconds
+        )
+    )

@@ -1,0 +1,64 @@
+"""Group offset calls: get, seek (by offset or time), reset; seek and reset work while consuming."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.groups import positions
+from app.api.schemas.groups import Positions
+from app.api.schemas.offsets import Offset, OffsetList, OffsetResetIn, PartitionOffset, Seeked, SeekIn
+from app.broker import offsets
+from app.errors import responses
+
+router = APIRouter(prefix="/v1/topics/{name}/groups/{group}/offsets", tags=["offsets"])
+
+_AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
+_ERRORS = responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND")
+
+
+@router.get("", response_model=Offset | OffsetList, responses=_ERRORS)
+async def get_offsets(
+    name: str,
+    group: str,
+    key: AdminKey,
+    services: ServicesDep,
+    session: SessionDep,
+    partition: Annotated[int | None, Query(ge=0)] = None,
+) -> Offset | OffsetList:
+    """``{current, latest, lag}`` of one partition; without ``partition``, one entry per partition."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    lags = await offsets.get_offsets(session, services.log, topic, group, partition)
+    if partition is not None:
+        (one,) = lags
+        return Offset(current=one.current, latest=one.latest, lag=one.lag)
+    return OffsetList(
+        data=[
+            PartitionOffset(partition=p.partition, current=p.current, latest=p.latest, lag=p.lag)
+            for p in lags
+        ]
+    )
+
+
+@router.post("/seek", response_model=Seeked, responses=_ERRORS)
+async def seek(
+    name: str, group: str, body: SeekIn, key: AdminKey, services: ServicesDep, session: SessionDep
+) -> Seeked:
+    """Move one partition to an offset or a time, also while consuming: in-flight messages of the
+    partition are dropped and delivery resumes there."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    moved = await offsets.seek(
+        session, services.log, topic, group, body.partition, offset=body.offset, timestamp=body.timestamp
+    )
+    return Seeked(partition=moved.partition, offset=moved.current)
+
+
+@router.post("/reset", response_model=Positions, responses=_ERRORS)
+async def reset(
+    name: str, group: str, body: OffsetResetIn, key: AdminKey, services: ServicesDep, session: SessionDep
+) -> Positions:
+    """Move every partition (or one) to earliest or latest, also while consuming."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    return positions(await offsets.reset_live(session, services.log, topic, group, body.to, body.partition))

@@ -1,0 +1,82 @@
+"""Wire shapes of the pull consumer calls: join, heartbeat, poll, ack, nack, extend."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.messages import Message
+
+
+class JoinIn(RequestBody):
+    memberId: str | None = Field(None, description="Rejoin as this member (after shouldRejoin or eviction).")
+    startFrom: str = Field(
+        "latest", description="earliest or latest; applies while the group has no committed offset"
+    )
+    sessionTimeout: str | None = Field(None, examples=["10s"], description="2s to 5m; default: the group's")
+
+
+class Joined(ResponseBody):
+    memberId: str = Field(examples=["csr_a1b2c3d4e5f6g7h8"])
+    generationId: int = Field(examples=[3])
+    assignments: list[int] = Field(examples=[[0, 2]])
+    sessionTimeout: str = Field(examples=["10s"])
+
+
+class HeartbeatIn(RequestBody):
+    generationId: int
+
+
+class HeartbeatOut(ResponseBody):
+    generationId: int
+    shouldRejoin: bool
+    assignments: list[int]
+
+
+class PollIn(RequestBody):
+    memberId: str
+    generationId: int
+    maxMessages: int = Field(100, description="1 to 1000")
+    waitSeconds: float = Field(0, description="0 to 30: long poll until a message arrives")
+
+
+class DeliveredMessage(Message):
+    attempt: int = Field(examples=[1], description="1 on first delivery, +1 on every redelivery")
+    ackDeadline: str = Field(examples=["2026-03-28T10:42:48.003Z"])
+
+
+class Polled(ResponseBody):
+    messages: list[DeliveredMessage]
+
+
+class AckIn(RequestBody):
+    memberId: str
+    generationId: int
+    ids: list[str] = Field(description="1 to 1000 message ids")
+
+
+class NackIn(RequestBody):
+    memberId: str
+    generationId: int
+    id: str
+    reason: str | None = Field(None, max_length=1024)
+    delay: str | float | None = Field(
+        None, examples=["30s"], description="Redeliver after this: a duration string or seconds (default 0)"
+    )
+
+
+class ExtendIn(RequestBody):
+    memberId: str
+    generationId: int
+    ids: list[str] = Field(description="1 to 1000 message ids")
+    seconds: float = Field(description="The new deadline, from now: 1 to 43200")
+
+
+class FailedId(ResponseBody):
+    id: str
+    code: str = Field(examples=["ACK_EXPIRED"])
+
+
+class Settled(ResponseBody):
+    ids: list[str]
+    failed: list[FailedId]

@@ -1,0 +1,69 @@
+"""Wire shapes of the consumer group calls."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from app.api.schemas.common import RequestBody, ResponseBody
+
+
+class DeadLetterIn(RequestBody):
+    maxRetries: int | None = Field(None, description="0 to 100; default 5")
+    retryDelay: str | None = Field(None, description="0s to 1h; default 30s")
+    alertThreshold: int | None = Field(None, description="default 100")
+
+
+class GroupConfigUpdate(RequestBody):
+    ackTimeout: str | None = Field(None, examples=["30s"], description="1s to 12h")
+    sessionTimeout: str | None = Field(None, examples=["10s"], description="2s to 5m")
+    deadLetter: DeadLetterIn | None = Field(None, description="null removes the dead-letter queue")
+
+
+class DeadLetter(ResponseBody):
+    maxRetries: int
+    retryDelay: str
+    alertThreshold: int
+
+
+class GroupConfig(ResponseBody):
+    ackTimeout: str = Field(examples=["30s"])
+    sessionTimeout: str = Field(examples=["10s"])
+    deadLetter: DeadLetter | None
+
+
+class GroupSummary(ResponseBody):
+    name: str = Field(examples=["order-processing"])
+    consumers: int = Field(examples=[3])
+    lag: int = Field(examples=[42])
+
+
+class GroupList(ResponseBody):
+    data: list[GroupSummary]
+
+
+class GroupPartition(ResponseBody):
+    id: int
+    consumer: str | None = Field(examples=["csr_a1"])
+    offset: int = Field(examples=[4821], description="The committed offset (current)")
+    lag: int = Field(examples=[12])
+
+
+class Group(ResponseBody):
+    name: str
+    topic: str
+    consumers: int
+    partitions: list[GroupPartition]
+    config: GroupConfig
+
+
+class ResetOffsetsIn(RequestBody):
+    to: str | int = Field(examples=["earliest"], description="earliest, latest or an offset")
+
+
+class PartitionPosition(ResponseBody):
+    partition: int
+    current: int
+
+
+class Positions(ResponseBody):
+    data: list[PartitionPosition]

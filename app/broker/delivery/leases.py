@@ -1,0 +1,407 @@
+"""Leases: pull delivery (poll), ack, nack, extend, and the committed offset they move.
+
+Per group and partition the metadata store holds ``committed`` (everything below is acked), ``position``
+(the next offset to read from the log) and one lease row per delivered offset in between that is not
+committed yet: holder, attempt, deadline, acked. All of it is written before a call answers, so any API
+process can serve any member's next call, and a restarted one loses nothing.
+
+- **poll** locks the partitions the member owns, hands it the due leases first (a deadline passed: ack
+  timeout, or a nack's delay) with ``attempt + 1``, then new records from ``position`` with ``attempt 1``,
+  in offset order per partition. A message waiting for its retry holds no one up: the ones after it are
+  read from ``position`` meanwhile. One ``UPDATE`` (executemany) renews, one multi-row ``INSERT`` leases,
+  one ``UPDATE`` moves positions, whatever the number of messages. With nothing to deliver a long poll
+  waits on ``LogEngine.wait_for`` (woken when data commits) or until the next lease falls due.
+- **ack** marks the caller's live leases acked in one guarded ``UPDATE … RETURNING``, then moves
+  ``committed`` up to the lowest unacked lease (or ``position``) and deletes the acked leases below it,
+  all in the unit of work that answers: the ack is durable in the metadata store when it is answered
+  (exactly-once). An ack after the deadline, or of a lease someone else now holds, is ``ACK_EXPIRED``.
+- **nack** makes a lease due after ``delay``; **extend** moves its deadline. Both only touch the caller's
+  own live leases.
+
+No double delivery: only the owner of a partition leases in it, under the lock of that partition's row;
+a lease changes hands only once its deadline has passed (or its holder left the group); lease keys are a
+primary key, so no offset is ever leased twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.broker import message_ids
+from app.broker.delivery import membership
+from app.broker.delivery.membership import committing_fences, member_not_found, stale_generation
+from app.broker.errors import BrokerError, InvalidRequest
+from app.broker.publishing import TopicRef, render_message
+from app.kit.clock import isoformat_ms, now_ms
+from app.stores.log.protocol import LogEngine, Record
+from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.group_repositories import CallerView, GroupRepository, PartitionState
+
+MAX_MESSAGES = 1000
+MAX_WAIT_SECONDS = 30
+MAX_IDS = 1000
+MAX_EXTEND_SECONDS = 12 * 3600
+_READ_BYTES = 8 << 20
+
+Key = tuple[int, int]
+
+
+@dataclass(slots=True)
+class _Polled:
+    messages: list[bytes]
+    positions: dict[int, int] = field(default_factory=dict)
+    next_deadline_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The answer to ack, nack and extend: ids done, and the ones that failed with a code."""
+
+    ids: list[str]
+    failed: list[dict[str, str]]
+
+
+async def _caller(
+    repo: GroupRepository,
+    topic: TopicRef,
+    group_name: str,
+    member_id: str,
+    generation: int,
+    now: int,
+    *,
+    extra_ms: int = 0,
+    maintain: bool = False,
+) -> CallerView:
+    """Check the member and its generation, and count the call as a heartbeat."""
+    view = await repo.caller_view(topic.id, group_name, member_id)
+    if view is None:
+        raise member_not_found(member_id, group_name)
+    expired = view.soonest_expiry_ms is not None and view.soonest_expiry_ms <= now
+    if maintain and (expired or view.partition_count < topic.partitions):
+        await membership.maintain(repo.session, topic, group_name)
+        view = await repo.caller_view(topic.id, group_name, member_id)
+        assert view is not None
+    if view.member_expires_at_ms is None or view.member_expires_at_ms <= now:
+        raise member_not_found(member_id, group_name)
+    if generation != view.generation:
+        raise stale_generation(generation, view.generation)
+    assert view.member_session_timeout_ms is not None
+    await repo.touch_member(view.group_id, member_id, now, now + view.member_session_timeout_ms + extra_ms)
+    return view
+
+
+def _validate_poll(max_messages: int, wait_seconds: float) -> None:
+    if not 1 <= max_messages <= MAX_MESSAGES:
+        raise InvalidRequest.field("maxMessages", f"must be between 1 and {MAX_MESSAGES}")
+    if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
+        raise InvalidRequest.field("waitSeconds", f"must be between 0 and {MAX_WAIT_SECONDS}")
+
+
+async def poll(
+    metadata: MetadataStore,
+    log: LogEngine,
+    topic: TopicRef,
+    group_name: str,
+    member_id: str,
+    generation: int,
+    *,
+    max_messages: int = 100,
+    wait_seconds: float = 0,
+) -> list[bytes]:
+    """Up to ``max_messages`` messages for the member, waiting up to ``wait_seconds`` for the first."""
+    _validate_poll(max_messages, wait_seconds)
+    until = time.monotonic() + wait_seconds
+    while True:
+        remaining = max(0.0, until - time.monotonic())
+
+        async def work(session: AsyncSession, remaining: float = remaining) -> _Polled:
+            return await _poll_once(
+                session, log, topic, group_name, member_id, generation, max_messages, round(remaining * 1000)
+            )
+
+        polled = await committing_fences(metadata, work)
+        remaining = until - time.monotonic()
+        if polled.messages or remaining <= 0:
+            return polled.messages
+        timeout = remaining
+        if polled.next_deadline_ms is not None:
+            timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now_ms()) / 1000) + 0.005)
+        await _wait_for_data(log, topic, polled.positions, timeout)
+
+
+async def _wait_for_data(log: LogEngine, topic: TopicRef, positions: dict[int, int], timeout: float) -> None:
+    """Until a record commits at one of ``positions``, or ``timeout``; no polling."""
+    if not positions:
+        await asyncio.sleep(timeout)  # nothing assigned: nothing can arrive for this member meanwhile
+        return
+    waiters = [asyncio.ensure_future(log.wait_for(topic.id, p, o, timeout)) for p, o in positions.items()]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def _read_offsets(
+    log: LogEngine, topic: TopicRef, partition: int, offsets: Sequence[int]
+) -> dict[int, Record]:
+    """The records at ``offsets`` (ascending) of one partition, read as one range when it is compact."""
+    found: dict[int, Record] = {}
+    lo, hi = offsets[0], offsets[-1]
+    if hi - lo < 4 * MAX_MESSAGES:
+        records = await log.read(topic.id, partition, lo, max_records=hi - lo + 1, max_bytes=_READ_BYTES)
+        wanted = set(offsets)
+        for record in records:
+            if record.offset in wanted:
+                found[record.offset] = record
+        missing = [o for o in offsets if o not in found and o > (records[-1].offset if records else lo - 1)]
+    else:
+        missing = list(offsets)
+    for offset in missing:
+        one = await log.read(topic.id, partition, offset, max_records=1, max_bytes=1)
+        if one and one[0].offset == offset:
+            found[offset] = one[0]
+    return found
+
+
+async def _poll_once(
+    session: AsyncSession,
+    log: LogEngine,
+    topic: TopicRef,
+    group_name: str,
+    member_id: str,
+    generation: int,
+    max_messages: int,
+    wait_ms: int,
+) -> _Polled:
+    repo = GroupRepository.from_session(session)
+    now = now_ms()
+    view = await _caller(repo, topic, group_name, member_id, generation, now, extra_ms=wait_ms, maintain=True)
+    owned = await repo.lock_partitions(view.group_id, member_id=member_id)
+    if not owned:
+        return _Polled([])
+    numbers = [s.partition for s in owned]
+    deadline_ms = now + view.ack_timeout_ms
+    delivered: list[tuple[int, int, int, Record]] = []  # partition, offset, attempt, record
+
+    due = await repo.due_leases(view.group_id, numbers, now, max_messages)
+    by_partition: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for p, o, attempt in due:
+        by_partition[p].append((o, attempt))
+    renewed: list[Key] = []
+    vanished: list[Key] = []
+    for p, items in by_partition.items():
+        found = await _read_offsets(log, topic, p, [o for o, _ in items])
+        for o, attempt in items:
+            record = found.get(o)
+            if record is None:  # gone with retention: nothing left to deliver
+                vanished.append((p, o))
+            else:
+                renewed.append((p, o))
+                delivered.append((p, o, attempt + 1, record))
+
+    budget = max_messages - len(renewed)
+    fresh: list[Key] = []
+    moved: dict[int, int] = {}
+    started: dict[int, int] = {}
+    positions: dict[int, int] = {}
+    start = random.randrange(len(owned))  # no partition starves another of the budget
+    for state in owned[start:] + owned[:start]:
+        position = await _position_of(log, topic, state, started)
+        positions[state.partition] = position
+        if budget <= 0:
+            continue
+        records = await log.read(
+            topic.id, state.partition, position, max_records=budget, max_bytes=_READ_BYTES
+        )
+        for record in records:
+            fresh.append((state.partition, record.offset))
+            delivered.append((state.partition, record.offset, 1, record))
+        if records:
+            moved[state.partition] = positions[state.partition] = records[-1].offset + 1
+            budget -= len(records)
+
+    await repo.renew_leases(view.group_id, member_id, deadline_ms, renewed)
+    await repo.drop_leases(view.group_id, vanished)
+    await repo.add_leases(view.group_id, member_id, deadline_ms, fresh)
+    await repo.set_offsets(view.group_id, started)
+    await repo.set_offsets(view.group_id, moved, position_only=True)
+    if vanished:
+        await repo.advance_committed(view.group_id, sorted({p for p, _ in vanished}))
+
+    if not delivered:
+        return _Polled([], positions, await repo.next_deadline(view.group_id, numbers))
+    delivered.sort(key=lambda d: (d[0], d[1]))
+    ack_deadline = isoformat_ms(deadline_ms)
+    return _Polled(
+        [
+            render_message(
+                topic.name, topic, topic.id, p, record, {"attempt": attempt, "ackDeadline": ack_deadline}
+            )
+            for p, _, attempt, record in delivered
+        ]
+    )
+
+
+async def _position_of(
+    log: LogEngine, topic: TopicRef, state: PartitionState, started: dict[int, int]
+) -> int:
+    """Where to read a partition from; one never started (e.g. just added) starts at its earliest offset."""
+    if state.position is not None:
+        return state.position
+    info = await log.partition_info(topic.id, state.partition)
+    started[state.partition] = info.earliest_offset
+    return info.earliest_offset
+
+
+def _locate(topic: TopicRef, message_id: Any) -> tuple[Key | None, str | None]:
+    """Where an id points in this topic, or the per-id error code."""
+    if not isinstance(message_id, str):
+        return None, "INVALID_REQUEST"
+    try:
+        where = message_ids.decode(message_id)
+    except BrokerError:
+        return None, "INVALID_REQUEST"
+    if where.topic_id != topic.id or not 0 <= where.partition < topic.partitions:
+        return None, "MESSAGE_NOT_FOUND"
+    return (where.partition, where.offset), None
+
+
+def _validate_ids(ids: Any) -> list[Any]:
+    if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_IDS:
+        raise InvalidRequest.field("ids", f"expected a list of 1 to {MAX_IDS} message ids")
+    return ids
+
+
+async def _settle_ids(
+    metadata: MetadataStore,
+    topic: TopicRef,
+    group_name: str,
+    member_id: str,
+    generation: int,
+    ids: list[Any],
+    values_at: Any,
+    *,
+    commit: bool,
+) -> Settled:
+    """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
+    where = [(str(message_id), *_locate(topic, message_id)) for message_id in ids]
+    located = {key for _, key, _ in where if key is not None}
+
+    async def work(session: AsyncSession) -> tuple[set[Key], dict[Key, str]]:
+        repo = GroupRepository.from_session(session)
+        now = now_ms()
+        view = await _caller(repo, topic, group_name, member_id, generation, now)
+        if not located:
+            return set(), {}
+        keys = sorted(located)
+        numbers = sorted({p for p, _ in keys})
+        # Locks the partitions an ack may move the committed offset of (ordered: no deadlocks).
+        state = {s.partition: s for s in await repo.lock_partitions(view.group_id, numbers=numbers)}
+        done = await repo.settle(view.group_id, member_id, now, keys, values_at(now))
+        rest = [k for k in keys if k not in done]
+        known = await repo.leases_among(view.group_id, rest)
+        codes: dict[Key, str] = {}
+        for key in rest:
+            lease, part = known.get(key), state.get(key[0])
+            already_acked = (lease is not None and lease.acked) or (
+                lease is None and part is not None and part.committed is not None and key[1] < part.committed
+            )
+            if commit and already_acked:
+                done.add(key)  # acks are idempotent
+            elif lease is not None or (
+                part is not None and part.position is not None and key[1] < part.position
+            ):
+                codes[key] = "ACK_EXPIRED"
+            else:
+                codes[key] = "MESSAGE_NOT_FOUND"
+        if commit:
+            await repo.advance_committed(view.group_id, numbers)
+        return done, codes
+
+    done, codes = await committing_fences(metadata, work)
+    ok: list[str] = []
+    failed: list[dict[str, str]] = []
+    for message_id, key, code in where:  # answered in the order asked
+        if key is not None and key in done:
+            ok.append(message_id)
+        else:
+            failed.append(
+                {"id": message_id, "code": codes[key] if key is not None else code or "INVALID_REQUEST"}
+            )
+    return Settled(ok, failed)
+
+
+async def ack(
+    metadata: MetadataStore, topic: TopicRef, group_name: str, member_id: str, generation: int, ids: Any
+) -> Settled:
+    """Acknowledge messages; answered once the acks and the committed offset are durable."""
+    return await _settle_ids(
+        metadata,
+        topic,
+        group_name,
+        member_id,
+        generation,
+        _validate_ids(ids),
+        lambda now: {"acked": True},
+        commit=True,
+    )
+
+
+async def nack(
+    metadata: MetadataStore,
+    topic: TopicRef,
+    group_name: str,
+    member_id: str,
+    generation: int,
+    message_id: Any,
+    delay_ms: int,
+) -> Settled:
+    """Give a message back: it is redelivered (to the partition's owner) after ``delay_ms``."""
+    return await _settle_ids(
+        metadata,
+        topic,
+        group_name,
+        member_id,
+        generation,
+        [message_id],
+        lambda now: {"member_id": None, "deadline_ms": now + delay_ms},
+        commit=False,
+    )
+
+
+async def extend(
+    metadata: MetadataStore,
+    topic: TopicRef,
+    group_name: str,
+    member_id: str,
+    generation: int,
+    ids: Any,
+    seconds: float,
+) -> Settled:
+    """Move the ack deadline of the caller's messages to ``seconds`` from now."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 1 <= seconds <= MAX_EXTEND_SECONDS
+    ):
+        raise InvalidRequest.field("seconds", f"must be a number between 1 and {MAX_EXTEND_SECONDS}")
+    return await _settle_ids(
+        metadata,
+        topic,
+        group_name,
+        member_id,
+        generation,
+        _validate_ids(ids),
+        lambda now: {"deadline_ms": now + round(seconds * 1000)},
+        commit=False,
+    )

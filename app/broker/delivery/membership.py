@@ -1,0 +1,231 @@
+"""Membership: join, heartbeat, leave, session expiry, and the rebalances they cause.
+
+A group has one ``generation``, bumped at every rebalance (a member joins, leaves or expires, or the topic
+gains partitions). Members carry the generation they joined in; a call with an older one is refused
+(``STALE_GENERATION``) and the member joins again with its ``memberId``, which is cheap: rejoining a live
+member changes nothing and answers the current generation and assignment.
+
+There is no background task: expiry is noticed by the next call that reads the group (a heartbeat, a
+poll, a join), which sweeps expired members and rebalances in the same unit of work. A rebalance locks
+the group row first, so two never interleave.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.broker import durations, groups
+from app.broker.delivery.assignment import assign
+from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
+from app.broker.publishing import TopicRef
+from app.kit.clock import now_ms, utcnow
+from app.kit.ids import new_id
+from app.stores.log.protocol import LogEngine
+from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.group_repositories import GroupRepository
+from app.stores.metadata.models import ConsumerGroup, GroupMember
+
+START_FROM = ("earliest", "latest")
+_MEMBER_ID = re.compile(r"^csr_[A-Za-z0-9]{1,28}$")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    member_id: str
+    generation: int
+    assignments: list[int]
+    session_timeout: str
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    generation: int
+    should_rejoin: bool
+    assignments: list[int]
+
+
+def member_not_found(member_id: str, group: str) -> MemberNotFound:
+    return MemberNotFound(
+        f"No member '{member_id}' in group '{group}' (it left or its session expired); join again."
+    )
+
+
+def stale_generation(given: int, current: int) -> StaleGeneration:
+    return StaleGeneration(
+        f"Generation {given} is stale: the group rebalanced (now generation {current}); join again."
+    )
+
+
+async def committing_fences(metadata: MetadataStore, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    """Run ``work`` in a unit of work that commits even when it ends in a fencing error.
+
+    A sweep or rebalance done before a member is told it is stale or gone must stick; otherwise every
+    retry would redo it and no member would ever see the new generation.
+    """
+    fenced: BrokerError | None = None
+    async with metadata.session() as session:
+        try:
+            return await work(session)
+        except (MemberNotFound, StaleGeneration) as error:
+            fenced = error
+    assert fenced is not None
+    raise fenced
+
+
+async def settle(
+    repo: GroupRepository,
+    group: ConsumerGroup,
+    topic_partitions: int,
+    now: int,
+    *,
+    changed: bool = False,
+    gone: list[str] | None = None,
+) -> int:
+    """With the group row locked: sweep expired members, cover new partitions, rebalance if anything
+    changed. Returns the group's generation afterwards."""
+    gone = list(gone or ()) + await repo.remove_expired_members(group.id, now)
+    grown = topic_partitions > group.partition_count
+    if grown:
+        have = {s.partition for s in await repo.partitions(group.id)}
+        await repo.add_partitions(group.id, [p for p in range(topic_partitions) if p not in have])
+    if not (changed or gone or grown):
+        return group.generation
+    live = await repo.live_members(group.id, now)
+    state = await repo.partitions(group.id)
+    current = {s.partition: s.member_id for s in state}
+    wanted = assign(topic_partitions, live, current)
+    await repo.set_owners(group.id, {p: m for p, m in wanted.items() if current.get(p) != m})
+    # Leases of members that are gone become due now, for the partitions' new owners. Leases of members
+    # still alive keep their deadline: a message is never redelivered while its ack deadline holds.
+    # (Partitions before leases: the lock order every unit of work keeps.)
+    await repo.release_member_leases(group.id, gone, now)
+    generation = group.generation + 1
+    await repo.set_generation(group.id, generation, max(topic_partitions, group.partition_count))
+    return generation
+
+
+async def _start_positions(
+    repo: GroupRepository, log: LogEngine, topic: TopicRef, group_id: str, start_from: str
+) -> None:
+    """Give partitions without a position one: ``startFrom`` while the group has committed nothing yet,
+    else the earliest retained offset (a partition added later is read from its start)."""
+    state = await repo.partitions(group_id)
+    unset = [s.partition for s in state if s.position is None]
+    if not unset:
+        return
+    fresh = all(s.committed is None for s in state)
+    offsets = {}
+    for p in unset:
+        info = await log.partition_info(topic.id, p)
+        offsets[p] = info.latest_offset if fresh and start_from == "latest" else info.earliest_offset
+    await repo.set_offsets(group_id, offsets)
+
+
+def _assigned(state_owner: dict[int, str | None], member_id: str) -> list[int]:
+    return sorted(p for p, m in state_owner.items() if m == member_id)
+
+
+async def join(
+    metadata: MetadataStore,
+    log: LogEngine,
+    topic: TopicRef,
+    group_name: str,
+    *,
+    member_id: str | None = None,
+    start_from: str = "latest",
+    session_timeout: str | None = None,
+) -> Membership:
+    """Join (or rejoin with ``member_id``) a group, creating the group if needed."""
+    groups.validate_name(group_name)
+    if start_from not in START_FROM:
+        raise InvalidRequest.field("startFrom", "must be 'earliest' or 'latest'")
+    timeout_ms = (
+        durations.parse(session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT)
+        if session_timeout is not None
+        else None
+    )
+    if member_id is not None and not _MEMBER_ID.match(member_id):
+        raise InvalidRequest.field("memberId", "not a member id issued by QueueCore (csr_…)")
+
+    async def work(session: AsyncSession) -> Membership:
+        repo = GroupRepository.from_session(session)
+        group = await groups.ensure_group(session, topic, group_name)
+        now = now_ms()
+        text = session_timeout if session_timeout is not None else group.session_timeout
+        ms = timeout_ms if timeout_ms is not None else group.session_timeout_ms
+        member = await repo.get_member(group.id, member_id) if member_id else None
+        if member is not None:
+            # A rejoin: a live member changes nothing; one past its session comes back (a rebalance).
+            changed = member.expires_at_ms <= now
+            member.session_timeout, member.session_timeout_ms = text, ms
+            member.expires_at_ms = now + ms
+            await session.flush()
+        else:
+            member = GroupMember(
+                group_id=group.id,
+                id=member_id or new_id("csr"),
+                session_timeout=text,
+                session_timeout_ms=ms,
+                expires_at_ms=now + ms,
+                joined_at=utcnow(),
+            )
+            await repo.add_member(member)
+            changed = True
+        generation = await settle(repo, group, topic.partitions, now, changed=changed)
+        await _start_positions(repo, log, topic, group.id, start_from)
+        owners = {s.partition: s.member_id for s in await repo.partitions(group.id)}
+        return Membership(member.id, generation, _assigned(owners, member.id), member.session_timeout)
+
+    return await committing_fences(metadata, work)
+
+
+async def heartbeat(
+    metadata: MetadataStore, topic: TopicRef, group_name: str, member_id: str, generation: int
+) -> Heartbeat:
+    """Keep a member alive; says whether it must join again (the group rebalanced) and what it owns."""
+
+    async def work(session: AsyncSession) -> Heartbeat:
+        repo = GroupRepository.from_session(session)
+        group = await repo.get(topic.id, group_name, for_update=True)
+        if group is None:
+            raise member_not_found(member_id, group_name)
+        now = now_ms()
+        member = await repo.get_member(group.id, member_id)
+        alive = member is not None and member.expires_at_ms > now
+        if alive:
+            assert member is not None
+            await repo.touch_member(group.id, member_id, now, now + member.session_timeout_ms)
+        current = await settle(repo, group, topic.partitions, now)
+        if not alive:
+            raise member_not_found(member_id, group_name)
+        owners = {s.partition: s.member_id for s in await repo.partitions(group.id)}
+        return Heartbeat(current, generation != current, _assigned(owners, member_id))
+
+    return await committing_fences(metadata, work)
+
+
+async def leave(metadata: MetadataStore, topic: TopicRef, group_name: str, member_id: str) -> None:
+    """Leave a group: its partitions go to the others at once, its leases are redelivered at once."""
+
+    async def work(session: AsyncSession) -> None:
+        repo = GroupRepository.from_session(session)
+        group = await repo.get(topic.id, group_name, for_update=True)
+        if group is None or not await repo.remove_member(group.id, member_id):
+            raise member_not_found(member_id, group_name)
+        await settle(repo, group, topic.partitions, now_ms(), gone=[member_id])
+
+    await committing_fences(metadata, work)
+
+
+async def maintain(session: AsyncSession, topic: TopicRef, group_name: str) -> None:
+    """Lock the group and sweep/rebalance if due (called by polls that noticed it is)."""
+    repo = GroupRepository.from_session(session)
+    group = await repo.get(topic.id, group_name, for_update=True)
+    if group is not None:
+        await settle(repo, group, topic.partitions, now_ms())

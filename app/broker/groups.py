@@ -1,0 +1,223 @@
+"""Consumer groups: config (upsert with merge), list and describe with lag, delete.
+
+A group exists from its first config ``PUT`` or its first join. Its config durations are kept as the
+strings given (``"30s"``) and echoed back; ``deadLetter`` is stored with its defaults filled in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.broker import durations
+from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
+from app.broker.publishing import TopicRef
+from app.kit.clock import now_ms, utcnow
+from app.kit.ids import new_id
+from app.stores.log.protocol import LogEngine
+from app.stores.metadata.group_repositories import GroupRepository, PartitionState
+from app.stores.metadata.models import ConsumerGroup
+
+DEFAULT_ACK_TIMEOUT = "30s"
+DEFAULT_SESSION_TIMEOUT = "10s"
+DEAD_LETTER_DEFAULTS: dict[str, Any] = {"maxRetries": 5, "retryDelay": "30s", "alertThreshold": 100}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    partition: int
+    consumer: str | None
+    current: int
+    latest: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.latest - self.current)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    name: str
+    consumers: int
+    lag: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDetail:
+    name: str
+    topic: str
+    consumers: int
+    partitions: list[PartitionLag]
+    config: dict[str, Any]
+
+
+def validate_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise InvalidRequest.field(
+            "group", "1–249 chars of letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def config_of(group: ConsumerGroup) -> dict[str, Any]:
+    return {
+        "ackTimeout": group.ack_timeout,
+        "sessionTimeout": group.session_timeout,
+        "deadLetter": group.dead_letter,
+    }
+
+
+def parse_dead_letter(value: Any) -> dict[str, Any] | None:
+    """``deadLetter`` of a config PUT: None removes it; omitted fields take their defaults."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest.field("deadLetter", "expected an object or null")
+    unknown = set(value) - set(DEAD_LETTER_DEFAULTS)
+    if unknown:
+        raise InvalidRequest.field(f"deadLetter.{min(unknown)}", "unknown field")
+    merged = {**DEAD_LETTER_DEFAULTS, **{k: v for k, v in value.items() if v is not None}}
+    retries, threshold = merged["maxRetries"], merged["alertThreshold"]
+    if type(retries) is not int or not 0 <= retries <= 100:
+        raise InvalidRequest.field("deadLetter.maxRetries", "must be an integer between 0 and 100")
+    if type(threshold) is not int or not 1 <= threshold <= 1_000_000:
+        raise InvalidRequest.field("deadLetter.alertThreshold", "must be an integer between 1 and 1000000")
+    durations.parse(merged["retryDelay"], "deadLetter.retryDelay", durations.RETRY_DELAY)
+    return merged
+
+
+async def ensure_group(session: AsyncSession, topic: TopicRef, name: str) -> ConsumerGroup:
+    """The group, created with the default config if it does not exist; its row locked for this unit of work."""
+    repo = GroupRepository.from_session(session)
+    group = await repo.get(topic.id, name, for_update=True)
+    if group is not None:
+        return group
+    now = utcnow()
+    group_id = new_id("grp")
+    await repo.insert_if_absent(
+        {
+            "id": group_id,
+            "topic_id": topic.id,
+            "name": name,
+            "generation": 0,
+            "partition_count": topic.partitions,
+            "ack_timeout": DEFAULT_ACK_TIMEOUT,
+            "ack_timeout_ms": durations.parse(DEFAULT_ACK_TIMEOUT, "ackTimeout", durations.ACK_TIMEOUT),
+            "session_timeout": DEFAULT_SESSION_TIMEOUT,
+            "session_timeout_ms": durations.parse(
+                DEFAULT_SESSION_TIMEOUT, "sessionTimeout", durations.SESSION_TIMEOUT
+            ),
+            "dead_letter": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
+    group = await repo.get(topic.id, name, for_update=True)
+    assert group is not None
+    if group.id == group_id:  # ours, not a concurrent creator's
+        await repo.add_partitions(group.id, range(topic.partitions))
+    return group
+
+
+async def get_group(
+    session: AsyncSession, topic: TopicRef, name: str, *, for_update: bool = False
+) -> ConsumerGroup:
+    group = await GroupRepository.from_session(session).get(topic.id, name, for_update=for_update)
+    if group is None:
+        raise GroupNotFound(f"No consumer group '{name}' on topic '{topic.name}'.")
+    return group
+
+
+async def upsert_config(
+    session: AsyncSession,
+    topic: TopicRef,
+    name: str,
+    *,
+    ack_timeout: str | None = None,
+    session_timeout: str | None = None,
+    dead_letter: Any = _UNSET,
+) -> ConsumerGroup:
+    """Create the group or merge the given fields into its config (``dead_letter=None`` removes the DLQ)."""
+    validate_name(name)
+    ack_ms = (
+        durations.parse(ack_timeout, "ackTimeout", durations.ACK_TIMEOUT) if ack_timeout is not None else None
+    )
+    session_ms = (
+        durations.parse(session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT)
+        if session_timeout is not None
+        else None
+    )
+    letter = parse_dead_letter(dead_letter) if dead_letter is not _UNSET else _UNSET
+    group = await ensure_group(session, topic, name)
+    if ack_timeout is not None and ack_ms is not None:
+        group.ack_timeout, group.ack_timeout_ms = ack_timeout, ack_ms
+    if session_timeout is not None and session_ms is not None:
+        group.session_timeout, group.session_timeout_ms = session_timeout, session_ms
+    if letter is not _UNSET:
+        group.dead_letter = letter
+    group.updated_at = utcnow()
+    await session.flush()
+    return group
+
+
+async def partition_lags(
+    repo: GroupRepository, log: LogEngine, topic: TopicRef, group_id: str
+) -> list[PartitionLag]:
+    """Per partition: live owner, ``current`` (the earliest retained offset while nothing is committed), lag."""
+    state: dict[int, PartitionState] = {s.partition: s for s in await repo.partitions(group_id)}
+    live = set(await repo.live_members(group_id, now_ms()))
+    out = []
+    for p in range(topic.partitions):
+        info = await log.partition_info(topic.id, p)
+        row = state.get(p)
+        committed = row.committed if row is not None and row.committed is not None else info.earliest_offset
+        out.append(
+            PartitionLag(
+                p,
+                row.member_id if row is not None and row.member_id in live else None,
+                max(committed, info.earliest_offset),
+                info.latest_offset,
+            )
+        )
+    return out
+
+
+async def list_groups(session: AsyncSession, log: LogEngine, topic: TopicRef) -> list[GroupSummary]:
+    repo = GroupRepository.from_session(session)
+    rows = await repo.list_for_topic(topic.id)
+    counts = await repo.live_member_counts([g.id for g in rows], now_ms())
+    out = []
+    for group in rows:
+        lags = await partition_lags(repo, log, topic, group.id)
+        out.append(GroupSummary(group.name, counts.get(group.id, 0), sum(p.lag for p in lags)))
+    return out
+
+
+async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef, name: str) -> GroupDetail:
+    repo = GroupRepository.from_session(session)
+    group = await get_group(session, topic, name)
+    counts = await repo.live_member_counts([group.id], now_ms())
+    lags = await partition_lags(repo, log, topic, group.id)
+    return GroupDetail(group.name, topic.name, counts.get(group.id, 0), lags, config_of(group))
+
+
+async def require_stopped(repo: GroupRepository, group: ConsumerGroup, what: str) -> None:
+    live = await repo.live_members(group.id, now_ms())
+    if live:
+        raise GroupActive(
+            f"Group '{group.name}' has {len(live)} connected member{'s' if len(live) != 1 else ''}; "
+            f"stop them before {what}."
+        )
+
+
+async def delete_group(session: AsyncSession, topic: TopicRef, name: str) -> None:
+    """Delete a stopped group with its offsets and leases; 409 ``GROUP_ACTIVE`` while members are connected."""
+    repo = GroupRepository.from_session(session)
+    group = await get_group(session, topic, name, for_update=True)
+    await require_stopped(repo, group, "deleting it")
+    await repo.remove(group.id)

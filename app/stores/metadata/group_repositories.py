@@ -1,0 +1,420 @@
+"""SQL of consumer groups: groups, members, partition ownership and offsets, leases.
+
+The delivery hot paths (poll, ack, nack, extend) use Core statements, one per step for a whole call
+(``executemany`` or one multi-row ``INSERT``), never an ORM object per message. Row-level guards keep
+concurrent calls honest on Postgres and SQLite alike:
+
+- a poll locks the ``group_partitions`` rows its member owns (``FOR UPDATE … WHERE member_id = me``; on
+  Postgres the owner test is re-checked after the lock), so only the current owner leases in a partition;
+- rebalances and stopped-group changes lock the ``consumer_groups`` row first; the lock order is
+  group → members → partitions → leases everywhere, so they cannot deadlock;
+- lease updates carry their own conditions (holder, not acked, deadline still running).
+
+SQLite runs every write unit of work under ``BEGIN IMMEDIATE``, which serialises them; ``FOR UPDATE`` is
+simply not rendered there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Self, cast
+
+from sqlalchemy import Table, and_, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.stores.metadata.models import ConsumerGroup, GroupLease, GroupMember, GroupPartition
+
+groups = cast(Table, ConsumerGroup.__table__)
+members = cast(Table, GroupMember.__table__)
+partitions = cast(Table, GroupPartition.__table__)
+leases = cast(Table, GroupLease.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class CallerView:
+    """What every member call needs to know first, read in one round trip."""
+
+    group_id: str
+    generation: int
+    ack_timeout_ms: int
+    partition_count: int
+    member_expires_at_ms: int | None
+    member_session_timeout_ms: int | None
+    soonest_expiry_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    partition: int
+    member_id: str | None
+    committed: int | None
+    position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    partition: int
+    offset: int
+    member_id: str | None
+    attempt: int
+    deadline_ms: int
+    acked: bool
+
+
+class GroupRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    @classmethod
+    def from_session(cls, session: AsyncSession) -> Self:
+        return cls(session)
+
+    @property
+    def _dialect(self) -> str:
+        return self.session.get_bind().dialect.name
+
+    def _greatest(self, column: Any, value: int) -> Any:
+        # Never shorten an expiry a long poll in progress has set.
+        return func.greatest(column, value) if self._dialect == "postgresql" else func.max(column, value)
+
+    # groups ---------------------------------------------------------------------------------------
+
+    async def get(self, topic_id: str, name: str, *, for_update: bool = False) -> ConsumerGroup | None:
+        stmt = select(ConsumerGroup).where(ConsumerGroup.topic_id == topic_id, ConsumerGroup.name == name)
+        if for_update:
+            stmt = stmt.with_for_update()
+        result = await self.session.execute(stmt.execution_options(populate_existing=True))
+        return result.scalar_one_or_none()
+
+    async def insert_if_absent(self, values: dict[str, Any]) -> None:
+        """Create a group unless one of that name exists (a concurrent create is not an error)."""
+        dialect = postgresql if self._dialect == "postgresql" else sqlite
+        stmt = (
+            dialect.insert(groups)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["topic_id", "name"])
+        )
+        await self.session.execute(stmt)
+
+    async def list_for_topic(self, topic_id: str) -> Sequence[ConsumerGroup]:
+        result = await self.session.execute(
+            select(ConsumerGroup).where(ConsumerGroup.topic_id == topic_id).order_by(ConsumerGroup.name)
+        )
+        return result.scalars().all()
+
+    async def set_generation(self, group_id: str, generation: int, partition_count: int) -> None:
+        await self.session.execute(
+            update(groups)
+            .where(groups.c.id == group_id)
+            .values(generation=generation, partition_count=partition_count)
+        )
+
+    async def remove(self, group_id: str) -> None:
+        await self.session.execute(delete(groups).where(groups.c.id == group_id))
+
+    async def caller_view(self, topic_id: str, name: str, member_id: str) -> CallerView | None:
+        """The group, the calling member (if present) and the soonest member expiry, in one query."""
+        others = members.alias("others")
+        soonest = (
+            select(func.min(others.c.expires_at_ms))
+            .where(others.c.group_id == groups.c.id)
+            .correlate(groups)
+            .scalar_subquery()
+        )
+        stmt = (
+            select(
+                groups.c.id,
+                groups.c.generation,
+                groups.c.ack_timeout_ms,
+                groups.c.partition_count,
+                members.c.expires_at_ms,
+                members.c.session_timeout_ms,
+                soonest,
+            )
+            .select_from(
+                groups.outerjoin(members, and_(members.c.group_id == groups.c.id, members.c.id == member_id))
+            )
+            .where(groups.c.topic_id == topic_id, groups.c.name == name)
+        )
+        row = (await self.session.execute(stmt)).first()
+        return CallerView(*row) if row else None
+
+    # members --------------------------------------------------------------------------------------
+
+    async def live_members(self, group_id: str, now_ms: int) -> list[str]:
+        """Live members in join order (the order assignment breaks ties by)."""
+        result = await self.session.execute(
+            select(members.c.id)
+            .where(members.c.group_id == group_id, members.c.expires_at_ms > now_ms)
+            .order_by(members.c.joined_at, members.c.id)
+        )
+        return list(result.scalars().all())
+
+    async def live_member_counts(self, group_ids: Sequence[str], now_ms: int) -> dict[str, int]:
+        if not group_ids:
+            return {}
+        result = await self.session.execute(
+            select(members.c.group_id, func.count())
+            .where(members.c.group_id.in_(group_ids), members.c.expires_at_ms > now_ms)
+            .group_by(members.c.group_id)
+        )
+        return {gid: int(n) for gid, n in result.all()}
+
+    async def remove_expired_members(self, group_id: str, now_ms: int) -> list[str]:
+        result = await self.session.execute(
+            delete(members)
+            .where(members.c.group_id == group_id, members.c.expires_at_ms <= now_ms)
+            .returning(members.c.id)
+        )
+        return list(result.scalars().all())
+
+    async def get_member(self, group_id: str, member_id: str) -> GroupMember | None:
+        result = await self.session.execute(
+            select(GroupMember)
+            .where(GroupMember.group_id == group_id, GroupMember.id == member_id)
+            .execution_options(populate_existing=True)
+        )
+        return result.scalar_one_or_none()
+
+    async def add_member(self, member: GroupMember) -> None:
+        self.session.add(member)
+        await self.session.flush()
+
+    async def remove_member(self, group_id: str, member_id: str) -> bool:
+        result = await self.session.execute(
+            delete(members).where(members.c.group_id == group_id, members.c.id == member_id)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def touch_member(self, group_id: str, member_id: str, now_ms: int, expires_at_ms: int) -> bool:
+        """Move a live member's expiry; False if it is gone or already expired."""
+        result = await self.session.execute(
+            update(members)
+            .where(
+                members.c.group_id == group_id, members.c.id == member_id, members.c.expires_at_ms > now_ms
+            )
+            .values(expires_at_ms=self._greatest(members.c.expires_at_ms, expires_at_ms))
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    # partitions -----------------------------------------------------------------------------------
+
+    async def partitions(self, group_id: str) -> list[PartitionState]:
+        result = await self.session.execute(
+            select(
+                partitions.c.partition, partitions.c.member_id, partitions.c.committed, partitions.c.position
+            )
+            .where(partitions.c.group_id == group_id)
+            .order_by(partitions.c.partition)
+        )
+        return [PartitionState(*row) for row in result.all()]
+
+    async def add_partitions(self, group_id: str, numbers: Iterable[int]) -> None:
+        rows = [{"group_id": group_id, "partition": p} for p in numbers]
+        if rows:
+            await self.session.execute(insert(partitions), rows)
+
+    async def lock_partitions(
+        self, group_id: str, *, member_id: str | None = None, numbers: Sequence[int] | None = None
+    ) -> list[PartitionState]:
+        """Lock (Postgres) and read partition rows: those a member owns, or the numbered ones."""
+        stmt = select(
+            partitions.c.partition, partitions.c.member_id, partitions.c.committed, partitions.c.position
+        ).where(partitions.c.group_id == group_id)
+        if member_id is not None:
+            stmt = stmt.where(partitions.c.member_id == member_id)
+        if numbers is not None:
+            stmt = stmt.where(partitions.c.partition.in_(numbers))
+        result = await self.session.execute(stmt.order_by(partitions.c.partition).with_for_update())
+        return [PartitionState(*row) for row in result.all()]
+
+    async def set_owners(self, group_id: str, owners: dict[int, str | None]) -> None:
+        if owners:
+            await self.session.execute(
+                update(partitions)
+                .where(partitions.c.group_id == group_id, partitions.c.partition == bindparam("p"))
+                .values(member_id=bindparam("m")),
+                [{"p": p, "m": m} for p, m in owners.items()],
+            )
+
+    async def set_offsets(
+        self, group_id: str, offsets: dict[int, int], *, position_only: bool = False
+    ) -> None:
+        """Set ``position`` (and, unless ``position_only``, ``committed``) of several partitions."""
+        if not offsets:
+            return
+        values: dict[str, Any] = {"position": bindparam("o")}
+        if not position_only:
+            values["committed"] = bindparam("o")
+        await self.session.execute(
+            update(partitions)
+            .where(partitions.c.group_id == group_id, partitions.c.partition == bindparam("p"))
+            .values(**values),
+            [{"p": p, "o": o} for p, o in offsets.items()],
+        )
+
+    async def advance_committed(self, group_id: str, numbers: Sequence[int]) -> None:
+        """``committed`` := the lowest unacked leased offset, else ``position``; drop leases below it."""
+        lowest = (
+            select(func.min(leases.c.offset))
+            .where(
+                leases.c.group_id == partitions.c.group_id,
+                leases.c.partition == partitions.c.partition,
+                leases.c.acked.is_(False),
+            )
+            .scalar_subquery()
+        )
+        await self.session.execute(
+            update(partitions)
+            .where(partitions.c.group_id == group_id, partitions.c.partition.in_(numbers))
+            .values(committed=func.coalesce(lowest, partitions.c.position))
+        )
+        committed = (
+            select(partitions.c.committed)
+            .where(partitions.c.group_id == leases.c.group_id, partitions.c.partition == leases.c.partition)
+            .scalar_subquery()
+        )
+        await self.session.execute(
+            delete(leases).where(
+                leases.c.group_id == group_id,
+                leases.c.partition.in_(numbers),
+                leases.c.acked.is_(True),
+                leases.c.offset < committed,
+            )
+        )
+
+    # leases ---------------------------------------------------------------------------------------
+
+    async def due_leases(
+        self, group_id: str, numbers: Sequence[int], now_ms: int, limit: int
+    ) -> list[tuple[int, int, int]]:
+        """Unacked leases whose deadline passed (timed out or nacked), as (partition, offset, attempt)."""
+        result = await self.session.execute(
+            select(leases.c.partition, leases.c.offset, leases.c.attempt)
+            .where(
+                leases.c.group_id == group_id,
+                leases.c.partition.in_(numbers),
+                leases.c.acked.is_(False),
+                leases.c.deadline_ms <= now_ms,
+            )
+            .order_by(leases.c.partition, leases.c.offset)
+            .limit(limit)
+        )
+        return [(p, o, a) for p, o, a in result.all()]
+
+    async def next_deadline(self, group_id: str, numbers: Sequence[int]) -> int | None:
+        result = await self.session.execute(
+            select(func.min(leases.c.deadline_ms)).where(
+                leases.c.group_id == group_id, leases.c.partition.in_(numbers), leases.c.acked.is_(False)
+            )
+        )
+        value = result.scalar_one_or_none()
+        return int(value) if value is not None else None
+
+    async def renew_leases(
+        self, group_id: str, member_id: str, deadline_ms: int, keys: Sequence[tuple[int, int]]
+    ) -> None:
+        """Hand due leases to ``member_id`` for one more attempt (the caller holds their partitions)."""
+        if keys:
+            await self.session.execute(
+                update(leases)
+                .where(
+                    leases.c.group_id == group_id,
+                    leases.c.partition == bindparam("p"),
+                    leases.c.offset == bindparam("o"),
+                )
+                .values(member_id=member_id, attempt=leases.c.attempt + 1, deadline_ms=deadline_ms),
+                [{"p": p, "o": o} for p, o in keys],
+            )
+
+    async def add_leases(
+        self, group_id: str, member_id: str, deadline_ms: int, keys: Sequence[tuple[int, int]]
+    ) -> None:
+        """First deliveries: one multi-row INSERT."""
+        if keys:
+            await self.session.execute(
+                insert(leases).values(
+                    [
+                        {
+                            "group_id": group_id,
+                            "partition": p,
+                            "offset": o,
+                            "member_id": member_id,
+                            "attempt": 1,
+                            "deadline_ms": deadline_ms,
+                            "acked": False,
+                        }
+                        for p, o in keys
+                    ]
+                )
+            )
+
+    async def drop_leases(self, group_id: str, keys: Sequence[tuple[int, int]]) -> None:
+        if keys:
+            await self.session.execute(
+                delete(leases).where(
+                    leases.c.group_id == group_id, tuple_(leases.c.partition, leases.c.offset).in_(keys)
+                )
+            )
+
+    async def drop_partition_leases(self, group_id: str, numbers: Sequence[int]) -> None:
+        await self.session.execute(
+            delete(leases).where(leases.c.group_id == group_id, leases.c.partition.in_(numbers))
+        )
+
+    async def release_member_leases(self, group_id: str, member_ids: Sequence[str], now_ms: int) -> None:
+        """Leases of members that are gone become due at once (for the partitions' new owners)."""
+        if member_ids:
+            await self.session.execute(
+                update(leases)
+                .where(
+                    leases.c.group_id == group_id,
+                    leases.c.member_id.in_(member_ids),
+                    leases.c.acked.is_(False),
+                )
+                .values(member_id=None, deadline_ms=now_ms)
+            )
+
+    async def settle(
+        self,
+        group_id: str,
+        member_id: str,
+        now_ms: int,
+        keys: Sequence[tuple[int, int]],
+        values: dict[str, Any],
+    ) -> set[tuple[int, int]]:
+        """Update the member's live (unacked, deadline running) leases among ``keys``; which ones matched."""
+        if not keys:
+            return set()
+        result = await self.session.execute(
+            update(leases)
+            .where(
+                leases.c.group_id == group_id,
+                leases.c.member_id == member_id,
+                leases.c.acked.is_(False),
+                leases.c.deadline_ms > now_ms,
+                tuple_(leases.c.partition, leases.c.offset).in_(keys),
+            )
+            .values(**values)
+            .returning(leases.c.partition, leases.c.offset)
+        )
+        return {(p, o) for p, o in result.all()}
+
+    async def leases_among(
+        self, group_id: str, keys: Sequence[tuple[int, int]]
+    ) -> dict[tuple[int, int], LeaseState]:
+        if not keys:
+            return {}
+        result = await self.session.execute(
+            select(
+                leases.c.partition,
+                leases.c.offset,
+                leases.c.member_id,
+                leases.c.attempt,
+                leases.c.deadline_ms,
+                leases.c.acked,
+            ).where(leases.c.group_id == group_id, tuple_(leases.c.partition, leases.c.offset).in_(keys))
+        )
+        return {(row[0], row[1]): LeaseState(*row) for row in result.all()}
