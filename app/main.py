@@ -15,6 +15,7 @@ from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher, TopicDirectory
+from app.broker.topics import sweep_orphan_logs
 from app.broker.usage import UsageMeter
 from app.errors import add_exception_handlers
 from app.openapi import install as install_openapi
@@ -44,6 +45,11 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     metadata = MetadataStore(settings.resolved_database_url)
     log = LocalLogEngine(settings.log_dir, settings.log)
     await log.start()
+    # A crash between a topic's deletion and its files' removal leaves logs nobody owns: remove them.
+    async with metadata.session() as session:
+        swept = await sweep_orphan_logs(session, log, await log.topic_ids())
+    if swept:
+        logger.info("removed the logs of %d deleted topics", swept)
     limiter = build_limiter(settings)
     keys = KeyAuthenticator(
         metadata,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.broker.topics import sweep_orphan_logs
+from app.stores.log.protocol import TopicLogConfig
 from tests.fixtures.factories import ProjectKeys
 
 
@@ -187,3 +189,16 @@ class TestDeleteTopic:
         # The name is free again, for a new, empty topic.
         again = (await client.post("/v1/topics", json={"name": "gone"}, headers=prod)).json()
         assert again["id"] != created["id"]
+
+
+class TestOrphanSweep:
+    async def test_startup_removes_logs_of_deleted_topics(self, deployment, tmp_path):
+
+        log = deployment.app.state.services.log
+        await log.create_topic("top_0000000000orphan", 2, TopicLogConfig())
+        assert "top_0000000000orphan" in await log.topic_ids()
+        async with deployment.store.session() as session:
+            swept = await sweep_orphan_logs(session, log, await log.topic_ids())
+        assert swept >= 1
+        assert "top_0000000000orphan" not in await log.topic_ids()
+        assert "__usage" in await log.topic_ids()  # internal logs are never swept

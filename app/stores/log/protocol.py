@@ -146,6 +146,10 @@ class LogEngine(Protocol):
         """Delete whole segments past their topic's retention; returns how many were deleted."""
         ...
 
+    async def topic_ids(self) -> set[str]:
+        """Ids of every topic this engine holds logs for (internal ones included)."""
+        ...
+
     async def check(self) -> bool:
         """True when the engine can take appends (for health)."""
         ...

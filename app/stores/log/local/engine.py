@@ -102,7 +102,7 @@ class LocalLogEngine:
 
     # -- beyond the protocol --------------------------------------------------------------------------------
 
-    def topic_ids(self) -> set[str]:
+    async def topic_ids(self) -> set[str]:
         """Ids of the topics with logs here (for the orphan sweep, ``topics.sweep_orphan_logs``)."""
         return self.manager.topic_ids()
 
