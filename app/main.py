@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -70,6 +71,10 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         publisher=Publisher(log, TopicDirectory(metadata), dedup_window_ms=settings.idempotency_window_ms),
         registry=application.state.registry,
     )
+    # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
+    # which otherwise rescan it and stall requests (the p99 of publishing).
+    gc.collect()
+    gc.freeze()
     logger.info("queuecore started", extra={"version": package.__version__, "durability": log.durability})
     try:
         yield
