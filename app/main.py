@@ -14,6 +14,7 @@ import app as package
 from app.api import consumers, groups, health, messages, metrics, offsets, topics
 from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
+from app.broker.errors import Unavailable
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher, TopicDirectory
 from app.broker.topics import sweep_orphan_logs
@@ -47,10 +48,14 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     log = LocalLogEngine(settings.log_dir, settings.log)
     await log.start()
     # A crash between a topic's deletion and its files' removal leaves logs nobody owns: remove them.
-    async with metadata.session() as session:
-        swept = await sweep_orphan_logs(session, log, await log.topic_ids())
-    if swept:
-        logger.info("removed the logs of %d deleted topics", swept)
+    # Never a reason not to start: with the metadata store down, health must still answer (503).
+    try:
+        async with metadata.session() as session:
+            swept = await sweep_orphan_logs(session, log, await log.topic_ids())
+        if swept:
+            logger.info("removed the logs of %d deleted topics", swept)
+    except Unavailable:
+        logger.warning("metadata store unavailable at startup: orphan logs not swept this time")
     limiter = build_limiter(settings)
     keys = KeyAuthenticator(
         metadata,

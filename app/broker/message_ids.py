@@ -52,9 +52,17 @@ def topic_prefix(topic_id: str) -> bytes:
     return int(topic_id.removeprefix("top_"), 36).to_bytes(_TOPIC_BYTES, "big")
 
 
-def encode(topic_id: str, partition: int, offset: int, *, prefix: bytes | None = None) -> str:
-    """The id of the message at ``offset`` of ``partition``; pass ``prefix`` to skip re-deriving it."""
-    raw = (prefix or topic_prefix(topic_id)) + _varint(partition) + _varint(offset)
+def partition_prefix(topic_id: str, partition: int, *, prefix: bytes | None = None) -> bytes:
+    """The bytes every id of one partition starts with (for encoding many ids of it)."""
+    return (prefix or topic_prefix(topic_id)) + _varint(partition)
+
+
+def encode(
+    topic_id: str, partition: int, offset: int, *, prefix: bytes | None = None, head: bytes | None = None
+) -> str:
+    """The id of the message at ``offset`` of ``partition``; ``prefix`` (the topic's) or ``head`` (the
+    partition's, from ``partition_prefix``) skip re-deriving what many ids share."""
+    raw = (head or partition_prefix(topic_id, partition, prefix=prefix)) + _varint(offset)
     # urlsafe_b64encode is C all the way (b32encode is pure Python): this runs once per message.
     return "msg_" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 

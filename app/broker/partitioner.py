@@ -6,7 +6,8 @@ The key hash is Kafka's default partitioner exactly (``Utils.murmur2`` over the 
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Sequence
+from typing import Protocol
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -42,15 +43,41 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+class Routable(Protocol):
+    """What the partitioner looks at in a message."""
+
+    @property
+    def key(self) -> str | None: ...
+
+    @property
+    def partition(self) -> int | None: ...
+
+
 class Partitioner:
     """Spreads keyless messages evenly; one per process, shared by every topic."""
 
     def __init__(self) -> None:
-        self._next = itertools.count()
+        self._next = 0
 
     def choose(self, partitions: int, key: str | None, explicit: int | None) -> int:
+        """The partition of one message."""
         if explicit is not None:
             return explicit
         if key is not None:
             return partition_for_key(key.encode(), partitions)
-        return next(self._next) % partitions
+        self._next += 1
+        return (self._next - 1) % partitions
+
+    def assign(self, partitions: int, messages: Sequence[Routable]) -> list[int]:
+        """The partition of every message of a batch (what ``choose`` would say, one loop)."""
+        start = self._next
+        self._next += len(messages)
+        out = []
+        for i, m in enumerate(messages):
+            if m.partition is not None:
+                out.append(m.partition)
+            elif m.key is not None:
+                out.append(partition_for_key(m.key.encode(), partitions))
+            else:
+                out.append((start + i) % partitions)
+        return out

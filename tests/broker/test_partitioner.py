@@ -41,3 +41,21 @@ class TestPartitioner:
         for _ in range(400):
             counts[p.choose(4, None, None)] += 1
         assert counts == [100, 100, 100, 100]
+
+
+class TestAssign:
+    def test_batch_assignment_matches_one_by_one(self):
+        from app.broker.publishing import Outgoing
+
+        batch = [
+            Outgoing(b"1", None, None, None, None),
+            Outgoing(b"2", "user-42", None, None, None),
+            Outgoing(b"3", None, None, 5, None),
+            Outgoing(b"4", None, None, None, None),
+        ]
+        one_by_one, batched = Partitioner(), Partitioner()
+        expected = [one_by_one.choose(6, m.key, m.partition) for m in batch]
+        # Keyless messages keep spreading across calls, as if chosen one by one.
+        assert batched.assign(6, batch) == [0, partition_for_key(b"user-42", 6), 5, 3]
+        assert expected[1:3] == [partition_for_key(b"user-42", 6), 5]
+        assert sorted({batched.assign(6, [batch[0]])[0] for _ in range(6)}) == [0, 1, 2, 3, 4, 5]
