@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     port: int = 8080
     log_level: str = "INFO"
     metrics_token: SecretStr = SecretStr("")
+    # Operators' token for /v1/admin (tiers and custom limits over HTTP); the admin API is off when unset.
+    admin_token: SecretStr = SecretStr("")
     # Revocations must reach every API process within one second; the key cache never holds longer.
     key_cache_ttl_seconds: float = 0.5
     key_last_used_flush_seconds: float = 5.0

@@ -1,0 +1,83 @@
+"""The operators' admin API: a project's tier and custom limits over HTTP, as the CLI does.
+
+Authenticated by ``Authorization: Bearer <QUEUECORE_ADMIN_TOKEN>``, not by a project key; disabled (403)
+when no token is configured. Changes apply on every API node within one second.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import Field
+
+from app.api.deps import SessionDep
+from app.api.schemas.common import RequestBody, ResponseBody
+from app.broker import tenancy
+from app.broker.rate_limits import Category, limit_for
+from app.errors import ApiError, responses
+from app.stores.metadata.models import Project as ProjectRow
+
+
+class TierUpdate(RequestBody):
+    tier: str = Field(examples=["enterprise"], description="developer, pro or enterprise")
+    limits: dict[str, int] | None = Field(
+        None,
+        examples=[{"publish": 5000, "consume": 2000, "admin": 100}],
+        description="Requests per second per category; enterprise only.",
+    )
+
+
+class Project(ResponseBody):
+    id: str
+    name: str
+    tier: str
+    customLimits: dict[str, int] | None
+    limits: dict[str, int] = Field(description="What each key of the project is allowed now, per category.")
+
+
+async def operator(request: Request) -> None:
+    """Require the operators' token."""
+    token = request.app.state.services.settings.admin_token.get_secret_value()
+    if not token:
+        raise ApiError("FORBIDDEN", "The admin API is disabled: set QUEUECORE_ADMIN_TOKEN to enable it.")
+    presented = request.headers.get("authorization", "").encode()
+    if not hmac.compare_digest(presented, f"Bearer {token}".encode()):
+        raise ApiError("INVALID_API_KEY", "A valid admin token is required.")
+
+
+Operator = Annotated[None, Depends(operator)]
+router = APIRouter(prefix="/v1/admin/projects", tags=["admin"])
+
+
+def _project(row: ProjectRow) -> Project:
+    return Project(
+        id=row.id,
+        name=row.name,
+        tier=row.tier,
+        customLimits=row.custom_limits,
+        limits={c.value: limit_for(row.tier, row.custom_limits, c) for c in Category},
+    )
+
+
+@router.get(
+    "/{project}", response_model=Project, responses=responses("INVALID_API_KEY", "FORBIDDEN", "NOT_FOUND")
+)
+async def get_project(project: str, _: Operator, session: SessionDep) -> Project:
+    """A project (by id or name) with its tier and effective limits."""
+    return _project(await tenancy.get_project(session, project))
+
+
+@router.put(
+    "/{project}/tier",
+    response_model=Project,
+    responses=responses("INVALID_REQUEST", "INVALID_API_KEY", "FORBIDDEN", "NOT_FOUND"),
+)
+async def set_tier(project: str, body: TierUpdate, _: Operator, session: SessionDep) -> Project:
+    """Set a project's tier, and custom limits for the enterprise tier."""
+    limits = None
+    if body.limits is not None:
+        limits = tenancy.parse_custom_limits(",".join(f"{k}={v}" for k, v in body.limits.items()))
+    row = await tenancy.set_tier(session, project, tenancy.parse_tier(body.tier), limits)
+    return _project(row)
