@@ -56,16 +56,29 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def cli(self, *args: str) -> str:
-        return subprocess.run([str(BIN / "queuecore-server"), *args], env=self.env, check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            [str(BIN / "queuecore-server"), *args], env=self.env, check=True, capture_output=True, text=True
+        ).stdout
 
     def start(self) -> dict:
         self.cli("migrate")
         boot = json.loads(self.cli("bootstrap", "--project", "bench", "--tier", "enterprise", "--json"))
-        self.cli("projects", "set-tier", "--project", "bench", "--tier", "enterprise",
-                 "--limits", "publish=10000000,consume=10000000,admin=10000000")
-        self.proc = subprocess.Popen([str(BIN / "queuecore-server"), "serve", "--port", str(self.port)],
-                                     env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.cli(
+            "projects",
+            "set-tier",
+            "--project",
+            "bench",
+            "--tier",
+            "enterprise",
+            "--limits",
+            "publish=10000000,consume=10000000,admin=10000000",
+        )
+        self.proc = subprocess.Popen(
+            [str(BIN / "queuecore-server"), "serve", "--port", str(self.port)],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(300):
             try:
                 if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
@@ -98,7 +111,9 @@ def wrk(url: str, key: str, body: str, connections: int, seconds: int, threads: 
         script = f.name
     out = subprocess.run(
         ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     os.unlink(script)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
@@ -135,33 +150,41 @@ async def jetstream_batch(batch: int, seconds: float) -> float:
     return sent / elapsed
 
 
-async def jetstream_single(concurrency: int, seconds: float) -> dict:
-    import nats
-
-    nc = await nats.connect("nats://127.0.0.1:4222")
-    js = nc.jetstream()
-    stream = f"QCBENCHS{os.getpid()}"
-    await js.add_stream(name=stream, subjects=[f"qcbenchs.{os.getpid()}"], storage="file")
-    data = json.dumps(payload(), separators=(",", ":")).encode()
+async def measure_concurrent(concurrency: int, seconds: float, call) -> dict:
+    """Run ``call()`` from ``concurrency`` tasks for ``seconds``: calls/s and latency percentiles (ms)."""
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
 
     async def worker() -> None:
         while time.perf_counter() < deadline:
             t = time.perf_counter()
-            await js.publish(f"qcbenchs.{os.getpid()}", data)
+            await call()
             latencies.append((time.perf_counter() - t) * 1000)
 
     started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": latencies[len(latencies) // 2],
+        "p99_ms": latencies[int(len(latencies) * 0.99)],
+    }
+
+
+async def jetstream_single(concurrency: int, seconds: float) -> dict:
+    import nats
+
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    js = nc.jetstream()
+    stream, subject = f"QCBENCHS{os.getpid()}", f"qcbenchs.{os.getpid()}"
+    await js.add_stream(name=stream, subjects=[subject], storage="file")
+    data = json.dumps(payload(), separators=(",", ":")).encode()
     try:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return await measure_concurrent(concurrency, seconds, lambda: js.publish(subject, data))
     finally:
-        elapsed = time.perf_counter() - started
         await js.delete_stream(stream)
         await nc.close()
-    latencies.sort()
-    return {"rps": len(latencies) / elapsed, "p50_ms": latencies[len(latencies) // 2],
-            "p99_ms": latencies[int(len(latencies) * 0.99)]}
 
 
 async def redis_batch(batch: int, seconds: float) -> float:
@@ -192,25 +215,11 @@ async def redis_single(concurrency: int, seconds: float) -> dict:
     client = redis.Redis(max_connections=concurrency)
     key = f"qcbenchs:{os.getpid()}"
     data = json.dumps(payload(), separators=(",", ":"))
-    latencies: list[float] = []
-    deadline = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        while time.perf_counter() < deadline:
-            t = time.perf_counter()
-            await client.xadd(key, {"data": data})
-            latencies.append((time.perf_counter() - t) * 1000)
-
-    started = time.perf_counter()
     try:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return await measure_concurrent(concurrency, seconds, lambda: client.xadd(key, {"data": data}))
     finally:
-        elapsed = time.perf_counter() - started
         await client.delete(key)
         await client.aclose()
-    latencies.sort()
-    return {"rps": len(latencies) / elapsed, "p50_ms": latencies[len(latencies) // 2],
-            "p99_ms": latencies[int(len(latencies) * 0.99)]}
 
 
 def median_of(rounds: list[dict]) -> dict:
@@ -218,7 +227,9 @@ def median_of(rounds: list[dict]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=50)
@@ -231,36 +242,61 @@ def main() -> None:
     boot = server.start()
     key = boot["keys"]["production"]
     headers = {"Authorization": f"Bearer {key}"}
-    httpx.post(f"{server.url}/v1/topics", json={"name": "bench", "partitions": 3}, headers=headers).raise_for_status()
+    httpx.post(
+        f"{server.url}/v1/topics", json={"name": "bench", "partitions": 3}, headers=headers
+    ).raise_for_status()
     # The same service without usage metering, measured in the same rounds: what metering costs.
     bare_dir = Path(tempfile.mkdtemp(prefix="qc-bench-bare-"))
     bare = Server(bare_dir, QUEUECORE_USAGE_METERING="false")
     bare_key = bare.start()["keys"]["production"]
-    httpx.post(f"{bare.url}/v1/topics", json={"name": "bench", "partitions": 3},
-               headers={"Authorization": f"Bearer {bare_key}"}).raise_for_status()
+    httpx.post(
+        f"{bare.url}/v1/topics",
+        json={"name": "bench", "partitions": 3},
+        headers={"Authorization": f"Bearer {bare_key}"},
+    ).raise_for_status()
     single_body = json.dumps({"data": payload()}, separators=(",", ":"))
     batch_body = json.dumps({"messages": [{"data": payload(i)} for i in range(1000)]}, separators=(",", ":"))
     results: dict[str, dict] = {}
     try:
-        rounds: dict[str, list[dict]] = {name: [] for name in (
-            "queuecore_batch", "jetstream_batch", "redis_batch",
-            "queuecore_single", "jetstream_single", "redis_single",
-            "unmetered_batch", "unmetered_single")}
+        rounds: dict[str, list[dict]] = {
+            name: []
+            for name in (
+                "queuecore_batch",
+                "jetstream_batch",
+                "redis_batch",
+                "queuecore_single",
+                "jetstream_single",
+                "redis_single",
+                "unmetered_batch",
+                "unmetered_single",
+            )
+        }
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
             qb = wrk(f"{server.url}/v1/topics/bench/messages/batch", key, batch_body, 4, args.seconds)
-            rounds["queuecore_batch"].append({"msgs_per_s": qb["rps"] * 1000, "p50_ms": qb["p50_ms"],
-                                              "p99_ms": qb["p99_ms"]})
+            rounds["queuecore_batch"].append(
+                {"msgs_per_s": qb["rps"] * 1000, "p50_ms": qb["p50_ms"], "p99_ms": qb["p99_ms"]}
+            )
             rounds["jetstream_batch"].append({"msgs_per_s": asyncio.run(jetstream_batch(1000, args.seconds))})
             rounds["redis_batch"].append({"msgs_per_s": asyncio.run(redis_batch(1000, args.seconds))})
             rounds["queuecore_single"].append(
-                wrk(f"{server.url}/v1/topics/bench/messages", key, single_body, args.connections, args.seconds))
+                wrk(
+                    f"{server.url}/v1/topics/bench/messages", key, single_body, args.connections, args.seconds
+                )
+            )
             rounds["jetstream_single"].append(asyncio.run(jetstream_single(args.connections, args.seconds)))
             rounds["redis_single"].append(asyncio.run(redis_single(args.connections, args.seconds)))
             ub = wrk(f"{bare.url}/v1/topics/bench/messages/batch", bare_key, batch_body, 4, args.seconds)
             rounds["unmetered_batch"].append({"msgs_per_s": ub["rps"] * 1000})
             rounds["unmetered_single"].append(
-                wrk(f"{bare.url}/v1/topics/bench/messages", bare_key, single_body, args.connections, args.seconds))
+                wrk(
+                    f"{bare.url}/v1/topics/bench/messages",
+                    bare_key,
+                    single_body,
+                    args.connections,
+                    args.seconds,
+                )
+            )
         results = {name: median_of(rs) for name, rs in rounds.items()}
     finally:
         server.stop()
@@ -273,19 +309,25 @@ def main() -> None:
     lines = [
         "# Publish benchmark (HTTP, one uvicorn worker)",
         "",
-        f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores shared by client and "
-        f"server, {args.rounds} rounds of {args.seconds} s, medians. 200-byte JSON payloads. QueueCore driven by "
-        "wrk over HTTP (fsync before every answer); JetStream (file storage) and Redis Streams from Python.",
+        (
+            f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores shared by client and "
+            f"server, {args.rounds} rounds of {args.seconds} s, medians. 200-byte JSON payloads. QueueCore driven by "
+            "wrk over HTTP (fsync before every answer); JetStream (file storage) and Redis Streams from Python."
+        ),
         "",
         "## Batches of 1000",
         "",
         "| system | msgs/s | vs QueueCore |",
         "|---|---:|---:|",
         f"| QueueCore HTTP batch publish (4 connections) | {qb['msgs_per_s']:,.0f} | 1.0× |",
-        f"| NATS JetStream, nats-py publish_async ×1000 + acks | {jb['msgs_per_s']:,.0f} | "
-        f"{qb['msgs_per_s'] / jb['msgs_per_s']:.1f}× slower |",
-        f"| Redis Streams, pipelined XADD ×1000 | {rb['msgs_per_s']:,.0f} | "
-        f"{qb['msgs_per_s'] / rb['msgs_per_s']:.1f}× slower |",
+        (
+            f"| NATS JetStream, nats-py publish_async ×1000 + acks | {jb['msgs_per_s']:,.0f} | "
+            f"{qb['msgs_per_s'] / jb['msgs_per_s']:.1f}× slower |"
+        ),
+        (
+            f"| Redis Streams, pipelined XADD ×1000 | {rb['msgs_per_s']:,.0f} | "
+            f"{qb['msgs_per_s'] / rb['msgs_per_s']:.1f}× slower |"
+        ),
         "",
         f"## Single messages, {args.connections} concurrent",
         "",
@@ -301,8 +343,10 @@ def main() -> None:
         "|---|---:|---:|",
         f"| batch publish msgs/s | {qb['msgs_per_s']:,.0f} | {results['unmetered_batch']['msgs_per_s']:,.0f} |",
         f"| single publish req/s | {qs['rps']:,.0f} | {results['unmetered_single']['rps']:,.0f} |",
-        f"| single publish p50 / p99 ms | {qs['p50_ms']:.2f} / {qs['p99_ms']:.2f} | "
-        f"{results['unmetered_single']['p50_ms']:.2f} / {results['unmetered_single']['p99_ms']:.2f} |",
+        (
+            f"| single publish p50 / p99 ms | {qs['p50_ms']:.2f} / {qs['p99_ms']:.2f} | "
+            f"{results['unmetered_single']['p50_ms']:.2f} / {results['unmetered_single']['p99_ms']:.2f} |"
+        ),
         "",
     ]
     text = "\n".join(lines)
