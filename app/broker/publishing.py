@@ -32,6 +32,7 @@ from app.broker.errors import InvalidRequest, PayloadTooLarge, TopicNotFound
 from app.broker.partitioner import Partitioner
 from app.broker.topics import Scope
 from app.kit.clock import isoformat_ms, now_ms
+from app.kit.singleflight import SingleFlight
 from app.stores.log.protocol import LogEngine, Record, RecordIn
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.repositories import TopicRepository
@@ -68,38 +69,28 @@ class TopicDirectory:
         self._metadata = metadata
         self._ttl = ttl
         self._cache: dict[tuple[str, str, str], tuple[float, TopicRef | None]] = {}
-        self._loading: dict[tuple[str, str, str], asyncio.Future[TopicRef | None]] = {}
+        # One metadata read per topic per TTL, however many requests arrive together.
+        self._loading: SingleFlight[tuple[str, str, str], TopicRef | None] = SingleFlight()
 
     async def resolve(self, scope: Scope, name: str) -> TopicRef:
         key = (scope.project_id, scope.environment, name)
         hit = self._cache.get(key)
-        ref = hit[1] if hit is not None and hit[0] > time.monotonic() else await self._refresh(key)
+        if hit is not None and hit[0] > time.monotonic():
+            ref = hit[1]
+        else:
+            ref = await self._loading.do(key, lambda: self._refresh(key))
         if ref is None:
             raise TopicNotFound(name)
         return ref
 
     async def _refresh(self, key: tuple[str, str, str]) -> TopicRef | None:
-        # One metadata read per topic per TTL, however many requests arrive together.
-        pending = self._loading.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[TopicRef | None] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
-        try:
-            async with self._metadata.session(readonly=True) as session:
-                row = await TopicRepository.from_session(session).get_by_name(*key)
-            ref = (
-                TopicRef(row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id))
-                if row
-                else None
-            )
-            future.set_result(ref)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
-            del self._loading[key]
+        async with self._metadata.session(readonly=True) as session:
+            row = await TopicRepository.from_session(session).get_by_name(*key)
+        ref = (
+            TopicRef(row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id))
+            if row
+            else None
+        )
         if len(self._cache) > 50_000:
             self._cache.clear()
         self._cache[key] = (time.monotonic() + self._ttl, ref)
