@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     usage_metering: bool = True
     # How long a publish idempotency key is remembered per topic.
     idempotency_window_ms: int = 24 * 3600 * 1000
+    # WebSocket keepalive: a connection that stops answering pings is closed, and its member leaves the
+    # group, within interval + timeout + the 1 s close timeout = 6 s, inside the default 10 s sessionTimeout.
+    ws_ping_interval_seconds: float = 2.0
+    ws_ping_timeout_seconds: float = 3.0
     log: LogSettings = Field(default_factory=LogSettings)
 
     @model_validator(mode="after")

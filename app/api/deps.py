@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.requests import HTTPConnection
 
 from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
@@ -78,7 +79,9 @@ def api_key(category: Category) -> Callable[[Request], Awaitable[Principal]]:
     return authenticate
 
 
-async def charge(services: Services, request: Request, principal: Principal, category: Category) -> None:
+async def charge(
+    services: Services, request: HTTPConnection, principal: Principal, category: Category
+) -> None:
     """Count one request against the key's limit for ``category``; 429 when over it."""
     limit = limit_for(principal.tier, principal.custom_limits, category)
     decision = await services.limiter.acquire(f"{principal.key_id}:{category.value}", limit)

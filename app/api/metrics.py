@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterator
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from starlette.responses import Response
 
+from app.broker import groups
 from app.errors import ApiError
 
 
@@ -36,6 +40,40 @@ class HttpMetrics:
         self.latency.labels(method, route, code).observe(seconds)
 
 
+class _GroupCollector(Collector):
+    """Per-group delivery gauges computed at scrape time (never per message)."""
+
+    _LABELS = ("project", "environment", "topic", "group")
+
+    def __init__(self, stats: list[groups.GroupStats]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        lag = GaugeMetricFamily(
+            "queuecore_group_lag_messages",
+            "Messages not yet acked by the group (latest - current).",
+            labels=list(self._LABELS),
+        )
+        age = GaugeMetricFamily(
+            "queuecore_group_oldest_unacked_message_age_seconds",
+            "Age of the oldest message the group has not acked (0 with no lag).",
+            labels=list(self._LABELS),
+        )
+        in_flight = GaugeMetricFamily(
+            "queuecore_group_in_flight_messages",
+            "Messages delivered to the group and not acked (held or waiting for a retry).",
+            labels=list(self._LABELS),
+        )
+        for s in self.stats:
+            labels = [s.project_id, s.environment, s.topic, s.group]
+            lag.add_metric(labels, s.lag)
+            age.add_metric(labels, round(s.oldest_unacked_seconds, 3))
+            in_flight.add_metric(labels, s.in_flight)
+        yield lag
+        yield age
+        yield in_flight
+
+
 router = APIRouter()
 
 
@@ -48,4 +86,9 @@ async def metrics(request: Request) -> Response:
         presented = request.headers.get("authorization", "")
         if not hmac.compare_digest(presented.encode(), f"Bearer {token}".encode()):
             raise ApiError("INVALID_API_KEY", "A valid metrics token is required.", 401)
-    return Response(generate_latest(services.registry), media_type=CONTENT_TYPE_LATEST)
+    async with services.metadata.session(readonly=True) as session:
+        stats = await groups.delivery_stats(session, services.log)
+    per_group = CollectorRegistry(auto_describe=False)
+    per_group.register(_GroupCollector(stats))
+    body = generate_latest(services.registry) + generate_latest(per_group)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

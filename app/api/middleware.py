@@ -75,6 +75,10 @@ class RequestEnvelopeMiddleware:
             elif kind == "websocket.accept":
                 response_started = True
                 status = 101
+            elif kind == "websocket.http.response.start":
+                # An upgrade refused with an HTTP answer (401, 404, 429…): that status, not a 500.
+                response_started = True
+                status = message["status"]
             await send(message)
 
         async def receive_capped() -> Message:

@@ -17,7 +17,7 @@ from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
 from app.broker.publishing import TopicRef
 from app.kit.clock import now_ms, utcnow
 from app.kit.ids import new_id
-from app.stores.log.protocol import LogEngine
+from app.stores.log.protocol import LogEngine, LogEngineError
 from app.stores.metadata.group_repositories import GroupRepository, PartitionState
 from app.stores.metadata.models import ConsumerGroup
 
@@ -221,3 +221,48 @@ async def delete_group(session: AsyncSession, topic: TopicRef, name: str) -> Non
     group = await get_group(session, topic, name, for_update=True)
     await require_stopped(repo, group, "deleting it")
     await repo.remove(group.id)
+
+
+@dataclass(slots=True)
+class GroupStats:
+    """What ``/metrics`` exports per group: lag, age of the oldest unacked message, messages in flight."""
+
+    project_id: str
+    environment: str
+    topic: str
+    group: str
+    lag: int = 0
+    oldest_unacked_seconds: float = 0.0
+    in_flight: int = 0
+
+
+async def delivery_stats(session: AsyncSession, log: LogEngine) -> list[GroupStats]:
+    """Every group's stats, from two aggregate metadata queries and the log's partition ends.
+
+    The oldest unacked message of a partition is the one at the group's ``current`` offset (everything
+    below is acked); its age is read from that one record's timestamp, once per lagging partition.
+    """
+    repo = GroupRepository.from_session(session)
+    rows = await repo.all_partition_offsets()
+    in_flight = await repo.unacked_counts()
+    now = now_ms()
+    stats: dict[str, GroupStats] = {}
+    for project_id, environment, topic_id, topic, group_id, group, partition, committed in rows:
+        entry = stats.get(group_id)
+        if entry is None:
+            entry = stats[group_id] = GroupStats(
+                project_id, environment, topic, group, in_flight=in_flight.get(group_id, 0)
+            )
+        try:
+            info = await log.partition_info(topic_id, partition)
+        except LogEngineError:  # a topic being deleted: its logs may be gone already
+            continue
+        current = max(committed if committed is not None else info.earliest_offset, info.earliest_offset)
+        if current >= info.latest_offset:
+            continue
+        entry.lag += info.latest_offset - current
+        oldest = await log.read(topic_id, partition, current, max_records=1, max_bytes=1)
+        if oldest:
+            age = max(0.0, (now - oldest[0].timestamp_ms) / 1000)
+            entry.oldest_unacked_seconds = max(entry.oldest_unacked_seconds, age)
+    return list(stats.values())

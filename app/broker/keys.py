@@ -217,6 +217,21 @@ class KeyAuthenticator:
             custom_limits=project.custom_limits,
         )
 
+    async def principal_by_id(self, key_id: str) -> Principal | None:
+        """The principal of an active key named by its id (for tokens minted from it), read now."""
+        async with self._metadata.session(readonly=True) as session:
+            found = await ApiKeyRepository.from_session(session).find_active_by_id(key_id)
+        if found is None:
+            return None
+        key, project = found
+        return Principal(
+            key_id=key.id,
+            project_id=project.id,
+            environment=key.environment,
+            tier=project.tier,
+            custom_limits=project.custom_limits,
+        )
+
     def forget(self) -> None:
         """Drop every cached answer (after a local revoke, so this process honours it at once)."""
         self._cache.clear()

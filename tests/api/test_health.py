@@ -58,3 +58,38 @@ class TestMetrics:
             assert ok.status_code == 200
         finally:
             object.__setattr__(settings, "metrics_token", original)
+
+
+class TestGroupMetrics:
+    async def test_lag_oldest_unacked_age_and_in_flight_per_group(self, client, prod):
+        topic = "metrics.jobs"
+        assert (
+            await client.post("/v1/topics", json={"name": topic, "partitions": 2}, headers=prod)
+        ).status_code == 201
+        batch = {"messages": [{"data": i} for i in range(3)]}
+        assert (
+            await client.post(f"/v1/topics/{topic}/messages/batch", json=batch, headers=prod)
+        ).status_code == 201
+        base = f"/v1/topics/{topic}/groups/workers"
+        member = (await client.post(f"{base}/members", json={"startFrom": "earliest"}, headers=prod)).json()
+        ident = {"memberId": member["memberId"], "generationId": member["generationId"]}
+        polled = await client.post(f"{base}/poll", json={**ident, "maxMessages": 2}, headers=prod)
+        assert len(polled.json()["messages"]) == 2
+        text = (await client.get("/metrics")).text
+        lines = {
+            line.split("{")[0]: line
+            for line in text.splitlines()
+            if f'topic="{topic}"' in line and 'group="workers"' in line
+        }
+        assert lines["queuecore_group_lag_messages"].endswith(" 3.0")
+        assert lines["queuecore_group_in_flight_messages"].endswith(" 2.0")
+        assert float(lines["queuecore_group_oldest_unacked_message_age_seconds"].rsplit(" ", 1)[1]) >= 0
+        ids = [m["id"] for m in polled.json()["messages"]]
+        await client.post(f"{base}/ack", json={**ident, "ids": ids}, headers=prod)
+        text = (await client.get("/metrics")).text
+        in_flight = [
+            line
+            for line in text.splitlines()
+            if line.startswith("queuecore_group_in_flight_messages") and f'topic="{topic}"' in line
+        ]
+        assert in_flight and in_flight[0].endswith(" 0.0")

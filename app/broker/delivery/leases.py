@@ -55,10 +55,15 @@ Key = tuple[int, int]
 
 
 @dataclass(slots=True)
-class _Polled:
+class Polled:
+    """One pass of a poll: the rendered messages (with their ids and ack deadline), where the member's
+    partitions stand in the log, and when its next lease falls due (to wait on when nothing came)."""
+
     messages: list[bytes]
     positions: dict[int, int] = field(default_factory=dict)
     next_deadline_ms: int | None = None
+    ids: list[str] = field(default_factory=list)
+    deadline_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,22 +127,37 @@ async def poll(
     while True:
         remaining = max(0.0, until - time.monotonic())
 
-        async def work(session: AsyncSession, remaining: float = remaining) -> _Polled:
-            return await _poll_once(
-                session, log, topic, group_name, member_id, generation, max_messages, round(remaining * 1000)
-            )
-
-        polled = await committing_fences(metadata, work)
+        polled = await poll_once(
+            metadata, log, topic, group_name, member_id, generation, max_messages, round(remaining * 1000)
+        )
         remaining = until - time.monotonic()
         if polled.messages or remaining <= 0:
             return polled.messages
         timeout = remaining
         if polled.next_deadline_ms is not None:
             timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now_ms()) / 1000) + 0.005)
-        await _wait_for_data(log, topic, polled.positions, timeout)
+        await wait_for_data(log, topic, polled.positions, timeout)
 
 
-async def _wait_for_data(log: LogEngine, topic: TopicRef, positions: dict[int, int], timeout: float) -> None:
+async def poll_once(
+    metadata: MetadataStore,
+    log: LogEngine,
+    topic: TopicRef,
+    group_name: str,
+    member_id: str,
+    generation: int,
+    max_messages: int,
+    wait_ms: int = 0,
+) -> Polled:
+    """One unit of work of a poll (no waiting): what is due or new for the member, leased to it."""
+
+    async def work(session: AsyncSession) -> Polled:
+        return await _poll_once(session, log, topic, group_name, member_id, generation, max_messages, wait_ms)
+
+    return await committing_fences(metadata, work)
+
+
+async def wait_for_data(log: LogEngine, topic: TopicRef, positions: dict[int, int], timeout: float) -> None:
     """Until a record commits at one of ``positions``, or ``timeout``; no polling."""
     if not positions:
         await asyncio.sleep(timeout)  # nothing assigned: nothing can arrive for this member meanwhile
@@ -182,13 +202,13 @@ async def _poll_once(
     generation: int,
     max_messages: int,
     wait_ms: int,
-) -> _Polled:
+) -> Polled:
     repo = GroupRepository.from_session(session)
     now = now_ms()
     view = await _caller(repo, topic, group_name, member_id, generation, now, extra_ms=wait_ms, maintain=True)
     owned = await repo.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
-        return _Polled([])
+        return Polled([])
     numbers = [s.partition for s in owned]
     deadline_ms = now + view.ack_timeout_ms
     delivered: list[tuple[int, int, int, Record]] = []  # partition, offset, attempt, record
@@ -239,16 +259,19 @@ async def _poll_once(
         await repo.advance_committed(view.group_id, sorted({p for p, _ in vanished}))
 
     if not delivered:
-        return _Polled([], positions, await repo.next_deadline(view.group_id, numbers))
+        return Polled([], positions, await repo.next_deadline(view.group_id, numbers))
     delivered.sort(key=lambda d: (d[0], d[1]))
     ack_deadline = isoformat_ms(deadline_ms)
-    return _Polled(
+    return Polled(
         [
             render_message(
                 topic.name, topic, topic.id, p, record, {"attempt": attempt, "ackDeadline": ack_deadline}
             )
             for p, _, attempt, record in delivered
-        ]
+        ],
+        positions,
+        ids=[message_ids.encode(topic.id, p, o, prefix=topic.id_prefix) for p, o, _, _ in delivered],
+        deadline_ms=deadline_ms,
     )
 
 

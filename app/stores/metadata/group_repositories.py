@@ -24,7 +24,7 @@ from sqlalchemy import Table, and_, bindparam, delete, func, insert, select, tup
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.stores.metadata.models import ConsumerGroup, GroupLease, GroupMember, GroupPartition
+from app.stores.metadata.models import ConsumerGroup, GroupLease, GroupMember, GroupPartition, Topic
 
 groups = cast(Table, ConsumerGroup.__table__)
 members = cast(Table, GroupMember.__table__)
@@ -103,6 +103,34 @@ class GroupRepository:
             select(ConsumerGroup).where(ConsumerGroup.topic_id == topic_id).order_by(ConsumerGroup.name)
         )
         return result.scalars().all()
+
+    async def all_partition_offsets(self) -> Sequence[Any]:
+        """Every group's partitions with their topic (for metrics): one row per group and partition,
+        ``(project_id, environment, topic_id, topic, group_id, group, partition, committed)``."""
+        result = await self.session.execute(
+            select(
+                Topic.project_id,
+                Topic.environment,
+                Topic.id,
+                Topic.name,
+                ConsumerGroup.id,
+                ConsumerGroup.name,
+                GroupPartition.partition,
+                GroupPartition.committed,
+            )
+            .join(ConsumerGroup, ConsumerGroup.topic_id == Topic.id)
+            .join(GroupPartition, GroupPartition.group_id == ConsumerGroup.id)
+        )
+        return result.all()
+
+    async def unacked_counts(self) -> dict[str, int]:
+        """Unacked leases (messages in flight or waiting for a retry) per group id."""
+        result = await self.session.execute(
+            select(GroupLease.group_id, func.count())
+            .where(GroupLease.acked.is_(False))
+            .group_by(GroupLease.group_id)
+        )
+        return {group_id: int(count) for group_id, count in result.all()}
 
     async def set_generation(self, group_id: str, generation: int, partition_count: int) -> None:
         await self.session.execute(

@@ -85,6 +85,15 @@ class ApiKeyRepository(_Repository):
         row = result.first()
         return (row[0], row[1]) if row else None
 
+    async def find_active_by_id(self, key_id: str) -> tuple[ApiKey, Project] | None:
+        result = await self.session.execute(
+            select(ApiKey, Project)
+            .join(Project, Project.id == ApiKey.project_id)
+            .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+        )
+        row = result.first()
+        return (row[0], row[1]) if row else None
+
     async def add(self, key: ApiKey) -> ApiKey:
         self.session.add(key)
         await self.session.flush()

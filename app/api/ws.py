@@ -1,0 +1,159 @@
+"""``GET /v1/topics/{name}/consume``: push delivery over a WebSocket (``app/broker/delivery/push.py``).
+
+Everything that can refuse the connection is checked before the upgrade and answered with the HTTP
+status and the error envelope (``websocket.http.response``): a bad parameter (400), a missing,
+malformed, expired or revoked key or token (401), a token for another topic or group (401), the
+rate limit (429, opening a WebSocket is one ``consume`` request), a missing topic (404). Frames after
+the upgrade are not charged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import orjson
+from fastapi import APIRouter, WebSocket
+from starlette.websockets import WebSocketDisconnect
+
+from app.api.deps import Services, charge, scope_of
+from app.broker import groups, tokens
+from app.broker.delivery import membership
+from app.broker.delivery.push import PushMember, validate_max_in_flight
+from app.broker.errors import BrokerError, InvalidRequest
+from app.broker.keys import Principal
+from app.broker.rate_limits import Category
+from app.errors import STATUS_BY_CODE, ApiError, error_response
+
+logger = logging.getLogger("queuecore.ws")
+
+router = APIRouter()
+
+_INVALID_KEY = "The API key is missing, malformed, or has been revoked."
+_INVALID_TOKEN = "The WebSocket token is malformed, expired, or its API key has been revoked."
+
+
+def _request_id(websocket: WebSocket) -> str:
+    return str(websocket.scope.get("state", {}).get("request_id", ""))
+
+
+async def _authenticate(websocket: WebSocket, services: Services, topic_name: str, group: str) -> Principal:
+    header = websocket.headers.get("authorization", "")
+    token = websocket.query_params.get("token")
+    if header:
+        scheme, _, key = header.partition(" ")
+        principal = (
+            await services.keys.authenticate(key.strip()) if scheme.lower() == "bearer" and key else None
+        )
+        if principal is None:
+            raise ApiError("INVALID_API_KEY", _INVALID_KEY)
+        return principal
+    if not token:
+        raise ApiError("INVALID_API_KEY", _INVALID_KEY)
+    claims = tokens.verify(services.settings.server_secret(), token)
+    if claims is None:
+        raise ApiError("INVALID_API_KEY", _INVALID_TOKEN)
+    if claims.topic != topic_name or (claims.group is not None and claims.group != group):
+        raise ApiError("INVALID_API_KEY", "The WebSocket token was issued for another topic or group.")
+    principal = await services.keys.principal_by_id(claims.key_id)
+    if (
+        principal is None
+        or principal.project_id != claims.project_id
+        or principal.environment != claims.environment
+    ):
+        raise ApiError("INVALID_API_KEY", _INVALID_TOKEN)
+    return principal
+
+
+def _error_frame(request_id: str, error: BrokerError) -> bytes:
+    body: dict[str, object] = {
+        "code": error.code,
+        "message": error.message,
+        "status": STATUS_BY_CODE.get(error.code, 500),
+        "requestId": request_id,
+    }
+    if error.details:
+        body["details"] = error.details
+    return orjson.dumps({"type": "error", "error": body})
+
+
+@router.websocket("/v1/topics/{name}/consume")
+async def consume(websocket: WebSocket, name: str) -> None:
+    """Push delivery to one group member; see docs/consuming.md for the frames."""
+    services: Services = websocket.app.state.services
+    request_id = _request_id(websocket)
+    params = websocket.query_params
+    try:
+        try:
+            group = groups.validate_name(params.get("group", ""))
+            start_from = params.get("startFrom") or "latest"
+            if start_from not in membership.START_FROM:
+                raise InvalidRequest.field("startFrom", "must be 'earliest' or 'latest'")
+            max_in_flight = validate_max_in_flight(params.get("maxInFlight"))
+            principal = await _authenticate(websocket, services, name, group)
+            websocket.scope["state"]["key_id"] = principal.key_id
+            await charge(services, websocket, principal, Category.consume)
+            topic = await services.publisher.topics.resolve(scope_of(principal), name)
+        except BrokerError as exc:
+            raise ApiError.from_broker(exc) from None
+    except ApiError as exc:
+        headers = dict(websocket.scope["state"].get("response_headers", ()))
+        headers.update(exc.headers)
+        headers["X-Request-Id"] = request_id
+        await websocket.send_denial_response(
+            error_response(request_id, exc.code, exc.message, exc.status, exc.details, headers)
+        )
+        return
+
+    sending = asyncio.Lock()
+
+    async def send(frame: bytes) -> None:
+        async with sending:
+            await websocket.send_text(frame.decode())
+
+    member = PushMember(
+        services.metadata,
+        services.log,
+        topic,
+        group,
+        start_from=start_from,
+        max_in_flight=max_in_flight,
+        send=send,
+        render_error=lambda error: _error_frame(request_id, error),
+    )
+    await websocket.accept()
+    delivery: asyncio.Task[None] | None = None
+    try:
+        await send(await member.join())
+        delivery = asyncio.create_task(member.deliver(), name=f"push-{member.member_id}")
+        while True:
+            receiving = asyncio.ensure_future(websocket.receive())
+            done, _ = await asyncio.wait({receiving, delivery}, return_when=asyncio.FIRST_COMPLETED)
+            if delivery in done:
+                receiving.cancel()
+                delivery.result()  # raises what stopped it
+                return
+            message = receiving.result()
+            if message["type"] == "websocket.disconnect":
+                return
+            payload = message.get("text")
+            if payload is None:
+                payload = message.get("bytes") or b""
+            await member.handle(payload)
+    except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+        logger.debug("websocket closed: %s", exc)
+    except Exception:
+        logger.exception("push delivery failed", extra={"requestId": request_id})
+        with contextlib.suppress(Exception):
+            await websocket.close(code=1011)
+    finally:
+        if delivery is not None:
+            member.stop()
+            try:
+                await asyncio.wait_for(asyncio.shield(delivery), 10)
+            except Exception:  # noqa: BLE001 - a send to the closed socket, or a stuck store: it is over
+                delivery.cancel()
+        # Leave at once (shielded: the connection task itself may be cancelled at shutdown).
+        with contextlib.suppress(Exception):
+            await asyncio.shield(member.leave())
