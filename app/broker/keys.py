@@ -34,8 +34,9 @@ from app.broker import tenancy
 from app.broker.errors import ApiKeyNotFound, KeyLimitReached
 from app.kit.clock import isoformat_ms, utcnow
 from app.kit.ids import new_id
+from app.kit.singleflight import SingleFlight
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.models import ApiKey
+from app.stores.metadata.models import ApiKey, Project
 from app.stores.metadata.repositories import ApiKeyRepository
 
 logger = logging.getLogger("queuecore.keys")
@@ -141,6 +142,16 @@ def key_view(row: ApiKey) -> dict[str, Any]:
     }
 
 
+def _principal(key: ApiKey, project: Project) -> Principal:
+    return Principal(
+        key_id=key.id,
+        project_id=project.id,
+        environment=key.environment,
+        tier=project.tier,
+        custom_limits=project.custom_limits,
+    )
+
+
 class KeyAuthenticator:
     """Turns a presented key into a ``Principal``; caches briefly and batches last-used writes."""
 
@@ -159,7 +170,7 @@ class KeyAuthenticator:
         self._size = cache_size
         self._flush_interval = flush_interval
         self._cache: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[Principal | None]] = {}
+        self._inflight: SingleFlight[str, Principal | None] = SingleFlight()
         self._last_used: dict[str, datetime] = {}
         self._flusher: asyncio.Task[None] | None = None
 
@@ -181,20 +192,7 @@ class KeyAuthenticator:
         if hit is not None and hit[0] > now:
             return hit[1]
         # One database read per key per TTL, however many requests arrive together.
-        pending = self._inflight.get(digest)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[Principal | None] = asyncio.get_running_loop().create_future()
-        self._inflight[digest] = future
-        try:
-            principal = await self._load(digest)
-            future.set_result(principal)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved here so a lone waiter-less failure is not logged as unhandled
-            raise
-        finally:
-            del self._inflight[digest]
+        principal = await self._inflight.do(digest, lambda: self._load(digest))
         self._cache[digest] = (now + self._ttl, principal)
         self._cache.move_to_end(digest)
         while len(self._cache) > self._size:
@@ -209,28 +207,13 @@ class KeyAuthenticator:
         key, project = found
         if not hmac.compare_digest(key.key_hash, digest):
             return None
-        return Principal(
-            key_id=key.id,
-            project_id=project.id,
-            environment=key.environment,
-            tier=project.tier,
-            custom_limits=project.custom_limits,
-        )
+        return _principal(key, project)
 
     async def principal_by_id(self, key_id: str) -> Principal | None:
         """The principal of an active key named by its id (for tokens minted from it), read now."""
         async with self._metadata.session(readonly=True) as session:
             found = await ApiKeyRepository.from_session(session).find_active_by_id(key_id)
-        if found is None:
-            return None
-        key, project = found
-        return Principal(
-            key_id=key.id,
-            project_id=project.id,
-            environment=key.environment,
-            tier=project.tier,
-            custom_limits=project.custom_limits,
-        )
+        return _principal(*found) if found is not None else None
 
     def forget(self) -> None:
         """Drop every cached answer (after a local revoke, so this process honours it at once)."""
