@@ -73,7 +73,8 @@ async def publish(
     message = publishing.parse_message(await _body(request))
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish(scope_of(key), name, message, idempotency_key)
-    request.scope["state"]["messages"] = 0 if replayed else 1
+    state = request.scope["state"]
+    state["messages"], state["data_bytes"] = (0, 0) if replayed else (1, len(message.data))
     body = publisher.result(topic, placed)
     body["latency"] = placed.latency_ms
     body["durability"] = services.log.durability
@@ -96,7 +97,9 @@ async def publish_batch(name: str, request: Request, key: PublishKey, services: 
     messages = publishing.parse_batch(await _body(request))
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish_batch(scope_of(key), name, messages)
-    request.scope["state"]["messages"] = replayed.count(False)
+    state = request.scope["state"]
+    state["messages"] = replayed.count(False)
+    state["data_bytes"] = sum(len(m.data) for m, again in zip(messages, replayed, strict=True) if not again)
     items = publisher.results(topic, placed)
     if any(replayed):
         for item, again in zip(items, replayed, strict=True):

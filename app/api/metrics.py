@@ -16,7 +16,7 @@ from app.errors import ApiError
 
 
 class HttpMetrics:
-    """Request counts and latency histograms by method, route template and status."""
+    """Request counts and latency histograms by method, route template and status; publishes per topic."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -34,10 +34,31 @@ class HttpMetrics:
             registry=registry,
         )
 
+        # Per topic: rate() of these is the publish rate and throughput. Labelled by project and
+        # environment too, since topic names repeat across tenants.
+        self.published = Counter(
+            "queuecore_topic_published_messages_total",
+            "Messages appended to a topic.",
+            ["project", "environment", "topic"],
+            registry=registry,
+        )
+        self.published_bytes = Counter(
+            "queuecore_topic_published_bytes_total",
+            "Bytes of message data appended to a topic.",
+            ["project", "environment", "topic"],
+            registry=registry,
+        )
+
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         code = str(status)
         self.requests.labels(method, route, code).inc()
         self.latency.labels(method, route, code).observe(seconds)
+
+    def observe_publish(
+        self, project: str, environment: str, topic: str, messages: int, data_bytes: int
+    ) -> None:
+        self.published.labels(project, environment, topic).inc(messages)
+        self.published_bytes.labels(project, environment, topic).inc(data_bytes)
 
 
 class _GroupCollector(Collector):

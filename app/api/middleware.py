@@ -153,6 +153,15 @@ class RequestEnvelopeMiddleware:
             },
         )
         principal = state.get("principal")
+        if principal is not None and state.get("messages"):
+            topic = scope.get("path_params", {}).get("name", "")
+            self.metrics.observe_publish(
+                principal.project_id,
+                principal.environment,
+                topic,
+                state["messages"],
+                state.get("data_bytes", 0),
+            )
         app_state = getattr(scope.get("app"), "state", None)
         if principal is not None and app_state is not None and hasattr(app_state, "services"):
             app_state.services.usage.record(

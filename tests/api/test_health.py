@@ -93,3 +93,19 @@ class TestGroupMetrics:
             if line.startswith("queuecore_group_in_flight_messages") and f'topic="{topic}"' in line
         ]
         assert in_flight and in_flight[0].endswith(" 0.0")
+
+
+class TestTopicMetrics:
+    async def test_publishes_counted_per_topic(self, client, prod, tenant):
+        await client.post("/v1/topics", json={"name": "metered"}, headers=prod)
+        await client.post("/v1/topics/metered/messages", json={"data": {"a": 1}}, headers=prod)
+        await client.post(
+            "/v1/topics/metered/messages/batch",
+            json={"messages": [{"data": 1}, {"data": "xy"}]},
+            headers=prod,
+        )
+        text = (await client.get("/metrics")).text
+        labels = f'{{environment="production",project="{tenant.project_id}",topic="metered"}}'
+        assert f"queuecore_topic_published_messages_total{labels} 3.0" in text
+        # data bytes: {"a":1} is 7, 1 is 1, "xy" is 4
+        assert f"queuecore_topic_published_bytes_total{labels} 12.0" in text

@@ -177,7 +177,8 @@ class TestUpgrade:
                 error["code"] == code and error["status"] == status and error["requestId"].startswith("req_")
             )
         # Refused upgrades are counted under their own status, not as server errors.
-        metrics = httpx.get(api.server.url + "/metrics", timeout=10).text
+        async with httpx.AsyncClient(timeout=10) as http:
+            metrics = (await http.get(api.server.url + "/metrics")).text
         route = 'route="/v1/topics/{name}/consume"'
         assert f'method="WS",{route},status="401"' in metrics
         assert f'method="WS",{route},status="404"' in metrics
