@@ -38,7 +38,10 @@ def _request_id(websocket: WebSocket) -> str:
     return str(websocket.scope.get("state", {}).get("request_id", ""))
 
 
-async def _authenticate(websocket: WebSocket, services: Services, topic_name: str, group: str) -> Principal:
+async def _authenticate(
+    websocket: WebSocket, services: Services, topic_name: str, group: str
+) -> tuple[Principal, str | None]:
+    """The caller, and the topic id its token is bound to (None when authenticated by a key)."""
     header = websocket.headers.get("authorization", "")
     token = websocket.query_params.get("token")
     if header:
@@ -48,7 +51,7 @@ async def _authenticate(websocket: WebSocket, services: Services, topic_name: st
         )
         if principal is None:
             raise ApiError("INVALID_API_KEY", _INVALID_KEY)
-        return principal
+        return principal, None
     if not token:
         raise ApiError("INVALID_API_KEY", _INVALID_KEY)
     claims = tokens.verify(services.settings.server_secret(), token)
@@ -63,7 +66,7 @@ async def _authenticate(websocket: WebSocket, services: Services, topic_name: st
         or principal.environment != claims.environment
     ):
         raise ApiError("INVALID_API_KEY", _INVALID_TOKEN)
-    return principal
+    return principal, claims.topic_id
 
 
 def _error_frame(request_id: str, error: BrokerError) -> bytes:
@@ -91,10 +94,15 @@ async def consume(websocket: WebSocket, name: str) -> None:
             if start_from not in membership.START_FROM:
                 raise InvalidRequest.field("startFrom", "must be 'earliest' or 'latest'")
             max_in_flight = validate_max_in_flight(params.get("maxInFlight"))
-            principal = await _authenticate(websocket, services, name, group)
+            principal, bound_topic_id = await _authenticate(websocket, services, name, group)
             websocket.scope["state"]["key_id"] = principal.key_id
             await charge(services, websocket, principal, Category.consume)
             topic = await services.publisher.topics.resolve(scope_of(principal), name)
+            if bound_topic_id is not None and bound_topic_id != topic.id:
+                # The name was deleted and re-created since the token was issued: another topic.
+                raise ApiError(
+                    "INVALID_API_KEY", "The WebSocket token was issued for another topic or group."
+                )
         except BrokerError as exc:
             raise ApiError.from_broker(exc) from None
     except ApiError as exc:

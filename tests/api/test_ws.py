@@ -388,6 +388,14 @@ class TestTokens:
         await ws.close()
         assert (await self._refused(api.ws_url(other, token=issued["token"])))["code"] == "INVALID_API_KEY"
 
+    async def test_a_token_does_not_open_a_recreated_topic_of_the_same_name(self, api: Api) -> None:
+        topic = api.topic()
+        token = self._token(api, topic)
+        api.ok("DELETE", f"/v1/topics/{topic}")
+        api.ok("POST", "/v1/topics", {"name": topic})
+        await asyncio.sleep(1.1)  # past the topic cache's TTL
+        assert (await self._refused(api.ws_url(topic, token=token)))["code"] == "INVALID_API_KEY"
+
     async def test_a_group_bound_token_opens_its_group_only(self, api: Api) -> None:
         topic = api.topic()
         token = self._token(api, topic, group="g")
