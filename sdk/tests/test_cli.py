@@ -231,3 +231,45 @@ def test_the_console_script_is_installed(env):
         [str(script), "topics", "list"], env=env, capture_output=True, text=True, check=False
     )
     assert topics.returncode == 0, topics.stderr
+
+
+class TestGroupsAndOffsets:
+    def test_lifecycle(self, env, cli_topic):
+        for i in range(3):
+            assert run(env, "publish", cli_topic, json.dumps({"n": i}), "--partition", "0").returncode == 0
+        group = unique("g")
+        # A group exists once configured or joined; reset-offsets on a missing one is refused.
+        missing = run(env, "groups", "describe", cli_topic, group)
+        assert missing.returncode == 1 and "404 GROUP_NOT_FOUND" in missing.stderr
+
+        from queuecore import QueueCore
+
+        with QueueCore(api_key=env["QUEUECORE_API_KEY"], base_url=env["QUEUECORE_BASE_URL"]) as client:
+            client.consumer_groups.update(cli_topic, group)
+
+        listed = run(env, "groups", "list", cli_topic)
+        assert listed.returncode == 0, listed.stderr
+        assert [(g["name"], g["consumers"]) for g in lines(listed.stdout)] == [(group, 0)]
+
+        described = json.loads(run(env, "groups", "describe", cli_topic, group).stdout)
+        assert [p["id"] for p in described["partitions"]] == [0, 1]
+        assert set(described["config"]) >= {"ackTimeout", "sessionTimeout", "deadLetter"}
+
+        reset = run(env, "groups", "reset-offsets", cli_topic, group, "--to", "latest")
+        assert lines(reset.stdout) == [{"partition": 0, "current": 3}, {"partition": 1, "current": 0}]
+        bad = run(env, "groups", "reset-offsets", cli_topic, group, "--to", "middle")
+        assert bad.returncode == 2
+
+        seek = run(env, "offsets", "seek", cli_topic, "-g", group, "-p", "0", "--offset", "1")
+        assert json.loads(seek.stdout) == {"partition": 0, "offset": 1}
+        one = run(env, "offsets", "get", cli_topic, "--group", group, "--partition", "0")
+        assert json.loads(one.stdout) == {"current": 1, "latest": 3, "lag": 2}
+        by_time = run(env, "offsets", "seek", cli_topic, "-g", group, "-p", "0", "--timestamp", "0")
+        assert json.loads(by_time.stdout) == {"partition": 0, "offset": 0}
+        neither = run(env, "offsets", "seek", cli_topic, "-g", group, "-p", "0")
+        assert neither.returncode == 2
+
+        out = run(env, "offsets", "reset", cli_topic, "-g", group, "--to", "latest", "-p", "0")
+        assert lines(out.stdout) == [{"partition": 0, "current": 3}]
+        every = lines(run(env, "offsets", "get", cli_topic, "-g", group).stdout)
+        assert [(o["partition"], o["lag"]) for o in every] == [(0, 0), (1, 0)]

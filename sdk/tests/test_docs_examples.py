@@ -1,5 +1,5 @@
 """Every example of the customer docs that the server supports today, translated to Python names, on the
-sync and the async client. (Consumers, consumer groups, DLQs and offsets come with their server features.)"""
+sync and the async client. (Consumers and DLQ inspect/replay are not covered here yet.)"""
 
 from __future__ import annotations
 
@@ -63,6 +63,43 @@ def test_docs_sync(server):
 
     # Health checks
     assert pq.health().status == "ok"
+
+    # Configure a DLQ (the group's config; the consumer is not part of the SDK yet)
+    group = pq.consumer_groups.update(
+        "order.events",
+        "order-processing",
+        dead_letter={"max_retries": 5, "retry_delay": "30s", "alert_threshold": 100},
+    )
+    assert group.config.dead_letter == queuecore.DeadLetter(
+        max_retries=5, retry_delay="30s", alert_threshold=100
+    )
+
+    # List Consumer Groups
+    groups = pq.consumer_groups.list("order.events")
+    # [{ name: 'order-processing', consumers: 3, lag: 42 }, ...]
+    assert [(g.name, g.consumers) for g in groups] == [("order-processing", 0)]
+
+    # Describe a Group
+    group = pq.consumer_groups.describe("order.events", "order-processing")
+    # { name, topic, consumers, partitions: [{ id: 0, consumer: 'csr_a1', offset: 4821, lag: 12 }, ...] }
+    assert (group.name, group.topic, len(group.partitions)) == ("order-processing", "order.events", 6)
+
+    # Reset Group Offsets
+    pq.consumer_groups.reset_offsets("order.events", "order-processing", to="earliest")
+
+    # Get Current Offset
+    offset = pq.offsets.get("order.events", group="order-processing", partition=0)
+    # { current: 4821, latest: 4833, lag: 12 }
+    assert offset.current == 0 and offset.lag == offset.latest
+
+    # Seek to a Specific Offset
+    pq.offsets.seek("order.events", group="order-processing", partition=0, offset=offset.latest)
+    assert pq.offsets.get("order.events", group="order-processing", partition=0).lag == 0
+
+    # Reset to Earliest or Latest
+    pq.offsets.reset("order.events", group="order-processing", to="earliest")
+    pq.offsets.reset("order.events", group="order-processing", to="latest")
+    assert all(o.lag == 0 for o in pq.offsets.get("order.events", group="order-processing"))
     pq.close()
 
 
@@ -89,3 +126,20 @@ async def test_docs_async(server):
         with pytest.raises(queuecore.NotFoundError):
             await pq.topics.describe("user.events")
         assert (await pq.health()).status == "ok"
+
+        await pq.consumer_groups.update(
+            "order.events",
+            "order-processing",
+            dead_letter=queuecore.DeadLetter(max_retries=5, retry_delay="30s", alert_threshold=100),
+        )
+        groups = await pq.consumer_groups.list("order.events")
+        assert [g.name for g in groups] == ["order-processing"]
+        group = await pq.consumer_groups.describe("order.events", "order-processing")
+        assert len(group.partitions) == 6
+        await pq.consumer_groups.reset_offsets("order.events", "order-processing", to="earliest")
+        offset = await pq.offsets.get("order.events", group="order-processing", partition=0)
+        assert offset.current == 0 and offset.lag == offset.latest
+        await pq.offsets.seek("order.events", group="order-processing", partition=0, offset=offset.latest)
+        await pq.offsets.reset("order.events", group="order-processing", to="earliest")
+        await pq.offsets.reset("order.events", group="order-processing", to="latest")
+        assert all(o.lag == 0 for o in await pq.offsets.get("order.events", group="order-processing"))

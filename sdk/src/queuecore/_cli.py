@@ -6,6 +6,8 @@ the API's wire form (camelCase), ready for ``jq``.
     queuecore publish TOPIC - < events.jsonl               # one message per line, batched
     queuecore messages get TOPIC MESSAGE_ID
     queuecore read TOPIC --partition 0 --from-offset 0 --limit 10
+    queuecore groups list|describe|reset-offsets TOPIC [GROUP] [--to earliest|latest|N]
+    queuecore offsets get|seek|reset TOPIC --group G [--partition N] [--offset N|--timestamp T] [--to ...]
     queuecore health
 
 The key comes from ``QUEUECORE_API_KEY`` (or ``--api-key``), the server from ``QUEUECORE_BASE_URL`` (or
@@ -133,6 +135,63 @@ def cmd_read(client: QueueCore, args: argparse.Namespace) -> int:
         if remaining is not None:
             remaining -= len(page.data)
         from_offset, from_timestamp = page.next_offset, None
+    return EXIT_OK
+
+
+def _reset_target(text: str) -> str | int:
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be earliest, latest or an offset") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("an offset must be 0 or more")
+    return value
+
+
+def cmd_groups_list(client: QueueCore, args: argparse.Namespace) -> int:
+    for group in client.consumer_groups.list(args.topic):
+        _emit_model(group, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_groups_describe(client: QueueCore, args: argparse.Namespace) -> int:
+    _emit_model(client.consumer_groups.describe(args.topic, args.group), sys.stdout)
+    return EXIT_OK
+
+
+def cmd_groups_reset_offsets(client: QueueCore, args: argparse.Namespace) -> int:
+    for position in client.consumer_groups.reset_offsets(args.topic, args.group, to=args.to):
+        _emit_model(position, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_offsets_get(client: QueueCore, args: argparse.Namespace) -> int:
+    if args.partition is not None:
+        _emit_model(client.offsets.get(args.topic, group=args.group, partition=args.partition), sys.stdout)
+        return EXIT_OK
+    for offset in client.offsets.get(args.topic, group=args.group):
+        _emit_model(offset, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_offsets_seek(client: QueueCore, args: argparse.Namespace) -> int:
+    if (args.offset is None) == (args.timestamp is None):
+        raise UsageError("offsets seek needs exactly one of --offset and --timestamp")
+    timestamp: str | int | None = args.timestamp
+    if isinstance(timestamp, str) and timestamp.isdigit():
+        timestamp = int(timestamp)
+    result = client.offsets.seek(
+        args.topic, group=args.group, partition=args.partition, offset=args.offset, timestamp=timestamp
+    )
+    _emit_model(result, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_offsets_reset(client: QueueCore, args: argparse.Namespace) -> int:
+    for position in client.offsets.reset(args.topic, group=args.group, to=args.to, partition=args.partition):
+        _emit_model(position, sys.stdout)
     return EXIT_OK
 
 
@@ -357,6 +416,44 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_argument("--from-timestamp", help="first message at or after this ISO-8601 time or epoch ms")
     read.add_argument("--limit", type=_positive, help="at most this many messages (default: to the end)")
     read.set_defaults(run=cmd_read)
+
+    groups = sub.add_parser("groups", help="consumer groups of a topic").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    gl = groups.add_parser("list", help="the topic's groups with members and lag, one per line")
+    gl.add_argument("topic")
+    gl.set_defaults(run=cmd_groups_list)
+    gd = groups.add_parser("describe", help="a group's partitions (consumer, offset, lag) and config")
+    gd.add_argument("topic")
+    gd.add_argument("group")
+    gd.set_defaults(run=cmd_groups_describe)
+    gr = groups.add_parser("reset-offsets", help="move every partition of a stopped group")
+    gr.add_argument("topic")
+    gr.add_argument("group")
+    gr.add_argument("--to", type=_reset_target, required=True, help="earliest, latest or an offset")
+    gr.set_defaults(run=cmd_groups_reset_offsets)
+
+    offsets = sub.add_parser("offsets", help="a group's offsets").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    og = offsets.add_parser("get", help="{current, latest, lag} of one partition, or of each")
+    og.add_argument("topic")
+    og.add_argument("--group", "-g", required=True)
+    og.add_argument("--partition", "-p", type=_non_negative)
+    og.set_defaults(run=cmd_offsets_get)
+    os_ = offsets.add_parser("seek", help="move one partition to an offset or a time")
+    os_.add_argument("topic")
+    os_.add_argument("--group", "-g", required=True)
+    os_.add_argument("--partition", "-p", type=_non_negative, required=True)
+    os_.add_argument("--offset", type=_non_negative)
+    os_.add_argument("--timestamp", help="ISO-8601 time or epoch milliseconds")
+    os_.set_defaults(run=cmd_offsets_seek)
+    orr = offsets.add_parser("reset", help="move every partition (or one) to earliest or latest")
+    orr.add_argument("topic")
+    orr.add_argument("--group", "-g", required=True)
+    orr.add_argument("--to", choices=["earliest", "latest"], required=True)
+    orr.add_argument("--partition", "-p", type=_non_negative)
+    orr.set_defaults(run=cmd_offsets_reset)
 
     health = sub.add_parser("health", help="the service's readiness (exit 1 when down)")
     health.set_defaults(run=cmd_health)

@@ -19,8 +19,11 @@ from typing_extensions import Self
 
 from ._base_client import AsyncAPIClient, RequestOptions, SyncAPIClient, TimeoutTypes, parse_model
 from ._constants import DEFAULT_BASE_URL, DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
+from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
 from ._exceptions import QueueCoreError
+from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.messages import AsyncMessages, Messages
+from .resources.offsets import AsyncOffsets, Offsets
 from .resources.topics import AsyncTopics, Topics
 from .types.batch_message import BatchMessage
 from .types.batch_result import BatchResult
@@ -124,6 +127,16 @@ class QueueCore(SyncAPIClient):
         """Publish, get by id, read a partition."""
         return Messages(self)
 
+    @cached_property
+    def consumer_groups(self) -> ConsumerGroups:
+        """List, describe, update and delete consumer groups; reset a stopped group's offsets."""
+        return ConsumerGroups(self)
+
+    @cached_property
+    def offsets(self) -> Offsets:
+        """A group's offsets per partition; seek and reset, also while consuming."""
+        return Offsets(self)
+
     def publish(
         self,
         topic: str,
@@ -138,6 +151,42 @@ class QueueCore(SyncAPIClient):
         return self.messages.publish(
             topic, data, key=key, headers=headers, partition=partition, idempotency_key=idempotency_key
         )
+
+    def consume(
+        self,
+        topic: str,
+        *,
+        group: str,
+        start_from: StartFrom = "latest",
+        dead_letter: DeadLetterParam = None,
+        max_in_flight: int = 100,
+        transport: Transport = "pull",
+    ) -> Consumer:
+        """A consumer of ``topic`` in ``group``: register handlers with ``on("message", ...)`` and
+        ``on("error", ...)``, then ``start()`` (blocks until ``stop()``).
+
+        Args:
+            group: the consumer group; its members split the topic's partitions.
+            start_from: ``"earliest"`` or ``"latest"`` (default), while the group has no committed offset.
+            dead_letter: ``DeadLetter(...)`` or a dict of its fields: set as the group's dead-letter queue
+                before joining.
+            max_in_flight: messages fetched per poll, 1 to 1000.
+            transport: ``"pull"`` (REST long polls), the only transport so far.
+        """
+        engine_client = AsyncQueueCore(
+            api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
+        )
+        engine = AsyncConsumer(
+            engine_client,
+            topic,
+            group=group,
+            start_from=start_from,
+            dead_letter=dead_letter,
+            max_in_flight=max_in_flight,
+            transport=transport,
+            logger=self._logger,
+        )
+        return Consumer(engine)
 
     def publish_batch(self, topic: str, messages: Iterable[BatchMessage | Any]) -> BatchResult:
         """Publish 1–1000 messages atomically. Same as ``client.messages.publish_batch``."""
@@ -240,6 +289,16 @@ class AsyncQueueCore(AsyncAPIClient):
         """Publish, get by id, read a partition."""
         return AsyncMessages(self)
 
+    @cached_property
+    def consumer_groups(self) -> AsyncConsumerGroups:
+        """List, describe, update and delete consumer groups; reset a stopped group's offsets."""
+        return AsyncConsumerGroups(self)
+
+    @cached_property
+    def offsets(self) -> AsyncOffsets:
+        """A group's offsets per partition; seek and reset, also while consuming."""
+        return AsyncOffsets(self)
+
     async def publish(
         self,
         topic: str,
@@ -253,6 +312,30 @@ class AsyncQueueCore(AsyncAPIClient):
         """Publish one message; returns once it is durable. Same as ``client.messages.publish``."""
         return await self.messages.publish(
             topic, data, key=key, headers=headers, partition=partition, idempotency_key=idempotency_key
+        )
+
+    def consume(
+        self,
+        topic: str,
+        *,
+        group: str,
+        start_from: StartFrom = "latest",
+        dead_letter: DeadLetterParam = None,
+        max_in_flight: int = 100,
+        transport: Transport = "pull",
+    ) -> AsyncConsumer:
+        """A consumer of ``topic`` in ``group``: register handlers with ``on(...)`` and
+        ``await consumer.start()`` (runs until ``stop()``), or ``async for msg in consumer``.
+        See ``QueueCore.consume``."""
+        return AsyncConsumer(
+            self,
+            topic,
+            group=group,
+            start_from=start_from,
+            dead_letter=dead_letter,
+            max_in_flight=max_in_flight,
+            transport=transport,
+            logger=self._logger,
         )
 
     async def publish_batch(self, topic: str, messages: Iterable[BatchMessage | Any]) -> BatchResult:

@@ -3,9 +3,19 @@
 from .batch_message import BatchMessage as BatchMessage
 from .batch_result import BatchItem as BatchItem
 from .batch_result import BatchResult as BatchResult
+from .consumed_message import ConsumedMessage as ConsumedMessage
+from .consumer_group import ConsumerGroup as ConsumerGroup
+from .consumer_group import ConsumerGroupConfig as ConsumerGroupConfig
+from .consumer_group import ConsumerGroupPartition as ConsumerGroupPartition
+from .consumer_group import ConsumerGroupSummary as ConsumerGroupSummary
+from .consumer_group import DeadLetter as DeadLetter
+from .consumer_group import PartitionPosition as PartitionPosition
 from .health import Health as Health
 from .message import Message as Message
 from .message import MessagePage as MessagePage
+from .offset import Offset as Offset
+from .offset import PartitionOffset as PartitionOffset
+from .offset import SeekResult as SeekResult
 from .publish_result import PublishResult as PublishResult
 from .topic import Topic as Topic
 from .topic_detail import PartitionDetail as PartitionDetail
@@ -15,11 +25,21 @@ __all__ = [
     "BatchItem",
     "BatchMessage",
     "BatchResult",
+    "ConsumedMessage",
+    "ConsumerGroup",
+    "ConsumerGroupConfig",
+    "ConsumerGroupPartition",
+    "ConsumerGroupSummary",
+    "DeadLetter",
     "Health",
     "Message",
     "MessagePage",
+    "Offset",
     "PartitionDetail",
+    "PartitionOffset",
+    "PartitionPosition",
     "PublishResult",
+    "SeekResult",
     "Topic",
     "TopicDetail",
 ]

@@ -1,0 +1,543 @@
+"""The pull consumer: ``client.consume(topic, group=...)`` joins a consumer group over REST, long-polls,
+runs handlers, batches acks, heartbeats, rejoins after rebalances or eviction, and rides out restarts.
+
+The engine is asyncio (``AsyncConsumer``); the sync ``Consumer`` runs the same engine on an event loop of
+its own in the thread that calls ``start()``, with sync handlers in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import random
+import re
+import threading
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, Callable, Literal, Union
+
+import httpx
+
+from ._base_client import RequestOptions, parse_model
+from ._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    InternalServerError,
+    RateLimitError,
+    ServiceUnavailableError,
+)
+from ._models import BaseModel
+from ._resource import path_segment
+from .resources.consumer_groups import DeadLetterParam, dead_letter_wire
+from .types.consumed_message import ConsumedMessage
+
+if TYPE_CHECKING:
+    from ._client import AsyncQueueCore
+
+__all__ = ["AsyncConsumer", "Consumer", "Handler", "StartFrom", "Transport"]
+
+StartFrom = Literal["earliest", "latest"]
+Transport = Literal["pull"]
+Handler = Callable[[Any], Union[Awaitable[None], None]]
+
+ACK_FLUSH_INTERVAL = 0.1
+POLL_WAIT_SECONDS = 5.0
+MAX_BACKOFF = 5.0
+_REJOIN_CODES = frozenset({"MEMBER_NOT_FOUND", "STALE_GENERATION"})
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(duration: str, default: float) -> float:
+    match = _DURATION.match(duration.strip())
+    return float(match.group(1)) * _UNITS[match.group(2)] if match else default
+
+
+class _Joined(BaseModel):
+    member_id: str
+    generation_id: int
+    assignments: list[int]
+    session_timeout: str
+
+
+class _Heartbeat(BaseModel):
+    generation_id: int
+    should_rejoin: bool
+    assignments: list[int]
+
+
+class _Rejoin(Exception):
+    """The membership is gone or stale: join again."""
+
+
+class _Settler:
+    """Thread-safe queue of acks, nacks and extends; the engine sends them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.acks: list[str] = []
+        self.nacks: list[tuple[str, str | None, str | float | None]] = []
+        self.extends: list[tuple[str, float]] = []
+        self.wake: Callable[[], None] | None = None
+
+    def ack(self, message_id: str) -> None:
+        with self._lock:
+            self.acks.append(message_id)
+
+    def nack(self, message_id: str, reason: str | None, delay: str | float | None) -> None:
+        with self._lock:
+            self.nacks.append((message_id, reason, delay))
+        if self.wake is not None:
+            self.wake()
+
+    def extend(self, message_id: str, seconds: float) -> None:
+        with self._lock:
+            self.extends.append((message_id, seconds))
+        if self.wake is not None:
+            self.wake()
+
+    def take(
+        self,
+    ) -> tuple[list[str], list[tuple[str, str | None, str | float | None]], list[tuple[str, float]]]:
+        with self._lock:
+            taken = (self.acks, self.nacks, self.extends)
+            self.acks, self.nacks, self.extends = [], [], []
+        return taken
+
+    def pending(self) -> bool:
+        with self._lock:
+            return bool(self.acks or self.nacks or self.extends)
+
+
+def _retryable(exc: Exception) -> bool:
+    return isinstance(
+        exc,
+        (
+            APIConnectionError,
+            httpx.TransportError,
+            InternalServerError,
+            ServiceUnavailableError,
+            RateLimitError,
+        ),
+    )
+
+
+class AsyncConsumer:
+    """A member of a consumer group, fed by long polls. Build it with ``client.consume(...)``.
+
+    ::
+
+        consumer = client.consume("order.events", group="order-processing")
+        consumer.on("message", handle)  # sync or async; raise to nack
+        await consumer.start()  # runs until consumer.stop()
+    """
+
+    def __init__(
+        self,
+        client: AsyncQueueCore,
+        topic: str,
+        *,
+        group: str,
+        start_from: StartFrom = "latest",
+        dead_letter: DeadLetterParam = None,
+        max_in_flight: int = 100,
+        transport: Transport = "pull",
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if transport != "pull":
+            raise ValueError(f"unknown transport {transport!r}: only 'pull' is available")
+        if not 1 <= max_in_flight <= 1000:
+            raise ValueError("max_in_flight must be 1 to 1000")
+        self.topic = topic
+        self.group = group
+        self.start_from = start_from
+        self.dead_letter = dead_letter
+        self.max_in_flight = max_in_flight
+        self.transport = transport
+        self._client = client
+        self._log = logger or logging.getLogger("queuecore")
+        self._handlers: dict[str, list[Handler]] = {"message": [], "error": []}
+        self._settler = _Settler()
+        self._member_id: str | None = None
+        self._generation = 0
+        self._session_seconds = 10.0
+        self._stopping = False
+        self._running = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._flush_event: asyncio.Event | None = None
+        self._poll_task: asyncio.Task[Any] | None = None
+        self._sync_handlers_in_threads = False
+
+    @property
+    def member_id(self) -> str | None:
+        """The member id while joined (``csr_…``)."""
+        return self._member_id
+
+    def on(self, event: Literal["message", "error"], handler: Handler) -> AsyncConsumer:
+        """Register a handler: ``"message"`` gets each ``ConsumedMessage`` (raise to nack it), ``"error"``
+        each exception the consumer survives (connection errors, refused calls, handler failures)."""
+        if event not in self._handlers:
+            raise ValueError(f"unknown event {event!r}: 'message' or 'error'")
+        self._handlers[event].append(handler)
+        return self
+
+    # -- paths and calls ------------------------------------------------------------------------------------
+
+    def _path(self, tail: str) -> str:
+        return f"/v1/topics/{path_segment(self.topic)}/groups/{path_segment(self.group)}{tail}"
+
+    async def _call(self, method: str, tail: str, body: Any = None) -> httpx.Response:
+        return await self._client.request(RequestOptions(method, self._path(tail), json=body))
+
+    def _member_call(self, exc: APIStatusError) -> None:
+        if exc.code in _REJOIN_CODES:
+            raise _Rejoin() from exc
+
+    async def _join(self) -> None:
+        body: dict[str, Any] = {"startFrom": self.start_from}
+        if self._member_id is not None:
+            body["memberId"] = self._member_id
+        joined = parse_model(_Joined, await self._call("POST", "/members", body))
+        self._member_id, self._generation = joined.member_id, joined.generation_id
+        self._session_seconds = _seconds(joined.session_timeout, 10.0)
+        self._log.debug(
+            "joined %s/%s as %s (generation %s)",
+            self.topic,
+            self.group,
+            joined.member_id,
+            joined.generation_id,
+        )
+
+    async def _emit_error(self, exc: BaseException) -> None:
+        if not self._handlers["error"]:
+            self._log.warning("consumer %s/%s: %s", self.topic, self.group, exc)
+        for handler in self._handlers["error"]:
+            try:
+                await self._invoke(handler, exc)
+            except Exception:  # noqa: BLE001 — an error handler's own failure is only logged
+                self._log.exception("the consumer's error handler failed")
+
+    async def _invoke(self, handler: Handler, arg: Any) -> None:
+        if inspect.iscoroutinefunction(handler):
+            await handler(arg)
+            return
+        if self._sync_handlers_in_threads:
+            result = await asyncio.get_running_loop().run_in_executor(None, handler, arg)
+        else:
+            result = handler(arg)
+        if inspect.isawaitable(result):
+            await result
+
+    # -- the engine -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join the group and consume until ``stop()``; then leave gracefully."""
+        if self._running:
+            raise RuntimeError("the consumer is already running")
+        self._running = True  # a stop() that came first still counts
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        self._flush_event = asyncio.Event()
+        loop, flush_event = self._loop, self._flush_event
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(flush_event.set)
+
+        self._settler.wake = wake
+        try:
+            if self.dead_letter is not None:
+                body = {"deadLetter": dead_letter_wire(self.dead_letter)}
+                await self._with_retries(lambda: self._call("PUT", "", body))
+            await self._run()
+        finally:
+            self._running, self._stopping = False, False
+            self._settler.wake = None
+
+    async def _with_retries(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except Exception as exc:
+                if not _retryable(exc) or self._stopping:
+                    raise
+                attempt += 1
+                await self._emit_error(exc)
+                await self._sleep(min(MAX_BACKOFF, 0.1 * 2**attempt) * (0.5 + random.random() / 2))
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._stop_event is not None
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop_event.wait(), timeout=seconds)
+
+    async def _run(self) -> None:
+        flusher = asyncio.ensure_future(self._flush_loop())
+        heartbeater = asyncio.ensure_future(self._heartbeat_loop())
+        try:
+            await self._poll_loop()
+        finally:
+            heartbeater.cancel()
+            await asyncio.gather(heartbeater, return_exceptions=True)
+            self._stopping = True
+            assert self._flush_event is not None
+            self._flush_event.set()
+            await asyncio.gather(flusher, return_exceptions=True)
+            await self._flush_once()
+            await self._leave()
+
+    async def _poll_loop(self) -> None:
+        failures = 0
+        while not self._stopping:
+            try:
+                if self._member_id is None or self._generation == 0:
+                    await self._join()
+                self._poll_task = asyncio.ensure_future(self._poll())
+                try:
+                    messages = await self._poll_task
+                finally:
+                    self._poll_task = None
+                failures = 0
+                if messages:
+                    await self._dispatch(messages)
+            except asyncio.CancelledError:
+                if self._stopping:
+                    return
+                raise
+            except _Rejoin:
+                self._generation = 0
+            except APIStatusError as exc:
+                if exc.code in _REJOIN_CODES:
+                    if exc.code == "MEMBER_NOT_FOUND":
+                        self._member_id = None
+                    self._generation = 0
+                    continue
+                if not _retryable(exc):
+                    await self._emit_error(exc)
+                    raise
+                failures += 1
+                await self._emit_error(exc)
+                await self._sleep(min(MAX_BACKOFF, 0.1 * 2**failures) * (0.5 + random.random() / 2))
+            except Exception as exc:
+                if not _retryable(exc):
+                    raise
+                failures += 1
+                await self._emit_error(exc)
+                await self._sleep(min(MAX_BACKOFF, 0.1 * 2**failures) * (0.5 + random.random() / 2))
+
+    async def _poll(self) -> list[ConsumedMessage]:
+        body = {
+            "memberId": self._member_id,
+            "generationId": self._generation,
+            "maxMessages": self.max_in_flight,
+            "waitSeconds": POLL_WAIT_SECONDS,
+        }
+        response = await self._call("POST", "/poll", body)
+        raw = response.json().get("messages", [])
+        messages = [ConsumedMessage.model_validate(item) for item in raw]
+        for message in messages:
+            message._settle = self._settler
+        return messages
+
+    async def _dispatch(self, messages: list[ConsumedMessage]) -> None:
+        by_partition: dict[int, list[ConsumedMessage]] = {}
+        for message in messages:
+            by_partition.setdefault(message.partition, []).append(message)
+        await asyncio.gather(*(self._handle_in_order(run) for run in by_partition.values()))
+
+    async def _handle_in_order(self, run: list[ConsumedMessage]) -> None:
+        for message in run:
+            for handler in self._handlers["message"]:
+                try:
+                    await self._invoke(handler, message)
+                except Exception as exc:  # noqa: BLE001
+                    message.nack(f"{type(exc).__name__}: {exc}"[:1024])
+                    await self._emit_error(exc)
+                    break
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.5, self._session_seconds / 3))
+            if self._member_id is None or self._generation == 0:
+                continue
+            try:
+                body = {"generationId": self._generation}
+                beat = parse_model(
+                    _Heartbeat, await self._call("POST", f"/members/{self._member_id}/heartbeat", body)
+                )
+                if beat.should_rejoin:
+                    self._generation = 0
+            except APIStatusError as exc:
+                if exc.code in _REJOIN_CODES:
+                    if exc.code == "MEMBER_NOT_FOUND":
+                        self._member_id = None
+                    self._generation = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 — the poll loop reports and retries connection trouble
+                self._log.debug("heartbeat failed: %s", exc)
+
+    async def _flush_loop(self) -> None:
+        assert self._flush_event is not None
+        while not self._stopping:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._flush_event.wait(), timeout=ACK_FLUSH_INTERVAL)
+            self._flush_event.clear()
+            await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        acks, nacks, extends = self._settler.take()
+        if not (acks or nacks or extends):
+            return
+        retry_acks: list[str] = []
+        retry_nacks: list[tuple[str, str | None, str | float | None]] = []
+        retry_extends: list[tuple[str, float]] = []
+        member = {"memberId": self._member_id, "generationId": self._generation}
+        try:
+            for start in range(0, len(acks), 1000):
+                try:
+                    await self._call("POST", "/ack", {**member, "ids": acks[start : start + 1000]})
+                except Exception as exc:  # noqa: BLE001
+                    if _retryable(exc) and not self._stopping:
+                        retry_acks.extend(acks[start : start + 1000])
+                    else:
+                        await self._emit_error(exc)
+            for message_id, reason, delay in nacks:
+                body: dict[str, Any] = {**member, "id": message_id}
+                if reason is not None:
+                    body["reason"] = reason
+                if delay is not None:
+                    body["delay"] = delay
+                try:
+                    await self._call("POST", "/nack", body)
+                except Exception as exc:  # noqa: BLE001
+                    if _retryable(exc) and not self._stopping:
+                        retry_nacks.append((message_id, reason, delay))
+                    else:
+                        await self._emit_error(exc)
+            for message_id, seconds in extends:
+                try:
+                    await self._call("POST", "/extend", {**member, "ids": [message_id], "seconds": seconds})
+                except Exception as exc:  # noqa: BLE001
+                    if _retryable(exc) and not self._stopping:
+                        retry_extends.append((message_id, seconds))
+                    else:
+                        await self._emit_error(exc)
+        finally:
+            for message_id in retry_acks:
+                self._settler.ack(message_id)
+            for item in retry_nacks:
+                self._settler.nack(*item)
+            for message_id, seconds in retry_extends:
+                self._settler.extend(message_id, seconds)
+
+    async def _leave(self) -> None:
+        member, self._member_id, self._generation = self._member_id, None, 0
+        if member is None:
+            return
+        try:
+            await self._call("DELETE", f"/members/{member}")
+        except Exception as exc:  # noqa: BLE001 — the session timeout removes it anyway
+            self._log.debug("leaving the group failed: %s", exc)
+
+    def stop(self) -> None:
+        """Stop gracefully: no new polls, running handlers finish, pending acks are sent, the member leaves
+        the group. ``start()`` returns once that is done. Safe from any thread and from a handler."""
+        loop = self._loop
+        if loop is None or not self._running:
+            self._stopping = True
+            return
+
+        def request_stop() -> None:
+            self._stopping = True
+            if self._stop_event is not None:
+                self._stop_event.set()
+            if self._poll_task is not None:
+                self._poll_task.cancel()
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            request_stop()
+        else:
+            loop.call_soon_threadsafe(request_stop)
+
+    def __aiter__(self) -> AsyncIterator[ConsumedMessage]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ConsumedMessage]:
+        queue: asyncio.Queue[ConsumedMessage] = asyncio.Queue(maxsize=1)
+
+        async def hand_over(message: ConsumedMessage) -> None:
+            await queue.put(message)
+
+        self.on("message", hand_over)
+        runner = asyncio.ensure_future(self.start())
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, runner}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                    continue
+                getter.cancel()
+                runner.result()  # raise what stopped it
+                return
+        finally:
+            self._handlers["message"].remove(hand_over)
+            self.stop()
+            while not queue.empty():
+                queue.get_nowait()
+            await asyncio.gather(runner, return_exceptions=True)
+
+
+class Consumer:
+    """A member of a consumer group for sync code. Build it with ``client.consume(...)``.
+
+    ::
+
+        consumer = client.consume("order.events", group="order-processing")
+        consumer.on("message", handle)  # raise to nack
+        consumer.start()  # blocks until consumer.stop() (from a handler or another thread)
+    """
+
+    def __init__(self, engine: AsyncConsumer) -> None:
+        self._engine = engine
+        engine._sync_handlers_in_threads = True
+
+    @property
+    def topic(self) -> str:
+        return self._engine.topic
+
+    @property
+    def group(self) -> str:
+        return self._engine.group
+
+    @property
+    def member_id(self) -> str | None:
+        """The member id while joined (``csr_…``)."""
+        return self._engine.member_id
+
+    def on(self, event: Literal["message", "error"], handler: Handler) -> Consumer:
+        """Register a handler (sync or async); see ``AsyncConsumer.on``."""
+        self._engine.on(event, handler)
+        return self
+
+    def start(self) -> None:
+        """Join the group and consume until ``stop()``; blocks the calling thread."""
+
+        async def run() -> None:
+            client = self._engine._client
+            try:
+                await self._engine.start()
+            finally:
+                await client.close()
+
+        asyncio.run(run())
+
+    def stop(self) -> None:
+        """Stop gracefully; ``start()`` returns once pending acks are sent and the member has left."""
+        self._engine.stop()

@@ -1,0 +1,156 @@
+"""``client.consumer_groups``: list, describe, update, delete groups and reset a stopped group's offsets."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import Any, Literal, Union
+
+from .._base_client import RequestOptions, parse_model
+from .._resource import AsyncAPIResource, SyncAPIResource, path_segment
+from ..types.consumer_group import ConsumerGroup, ConsumerGroupSummary, DeadLetter, PartitionPosition
+from ._lists import parse_list
+
+__all__ = ["AsyncConsumerGroups", "ConsumerGroups", "DeadLetterParam", "ResetTo"]
+
+ResetTo = Union[Literal["earliest", "latest"], int]
+DeadLetterParam = Union[DeadLetter, Mapping[str, Any], None]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+_UNSET: Any = _Unset()
+
+
+def dead_letter_wire(dead_letter: DeadLetterParam) -> dict[str, Any] | None:
+    """``DeadLetter(...)`` or a dict of its snake_case fields as the wire's ``deadLetter`` object."""
+    if dead_letter is None:
+        return None
+    model = (
+        dead_letter if isinstance(dead_letter, DeadLetter) else DeadLetter.model_validate(dict(dead_letter))
+    )
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _path(topic: str, group: str | None = None) -> str:
+    path = f"/v1/topics/{path_segment(topic)}/groups"
+    return path if group is None else f"{path}/{path_segment(group)}"
+
+
+def _update_options(
+    topic: str, group: str, ack_timeout: str | None, session_timeout: str | None, dead_letter: Any
+) -> RequestOptions:
+    body: dict[str, Any] = {}
+    if ack_timeout is not None:
+        body["ackTimeout"] = ack_timeout
+    if session_timeout is not None:
+        body["sessionTimeout"] = session_timeout
+    if dead_letter is not _UNSET:
+        body["deadLetter"] = dead_letter_wire(dead_letter)
+    return RequestOptions("PUT", _path(topic, group), json=body)
+
+
+def _reset_options(topic: str, group: str, to: ResetTo) -> RequestOptions:
+    return RequestOptions("POST", f"{_path(topic, group)}/reset-offsets", json={"to": to})
+
+
+class ConsumerGroups(SyncAPIResource):
+    """Consumer groups of a topic."""
+
+    def list(self, topic: str) -> list[ConsumerGroupSummary]:
+        """The topic's groups with their live member count and total lag.
+
+        Raises:
+            NotFoundError: no such topic.
+        """
+        return parse_list(ConsumerGroupSummary, self._client.request(RequestOptions("GET", _path(topic))))
+
+    def describe(self, topic: str, group: str) -> ConsumerGroup:
+        """A group: per partition its consumer, committed offset and lag; and its config.
+
+        Raises:
+            NotFoundError: no such topic (``TOPIC_NOT_FOUND``) or group (``GROUP_NOT_FOUND``).
+        """
+        return parse_model(ConsumerGroup, self._client.request(RequestOptions("GET", _path(topic, group))))
+
+    def update(
+        self,
+        topic: str,
+        group: str,
+        *,
+        ack_timeout: str | None = None,
+        session_timeout: str | None = None,
+        dead_letter: DeadLetterParam = _UNSET,
+    ) -> ConsumerGroup:
+        """Create the group or merge the given settings into its config; omitted settings are kept.
+
+        Args:
+            ack_timeout: ``1s`` to ``12h``.
+            session_timeout: ``2s`` to ``5m``.
+            dead_letter: ``DeadLetter(max_retries=, retry_delay=, alert_threshold=)`` or a dict of those
+                fields; ``None`` removes the dead-letter queue.
+
+        Raises:
+            ValidationError: a value is out of range.
+            NotFoundError: no such topic.
+        """
+        options = _update_options(topic, group, ack_timeout, session_timeout, dead_letter)
+        return parse_model(ConsumerGroup, self._client.request(options))
+
+    def delete(self, topic: str, group: str) -> None:
+        """Delete a group with its offsets.
+
+        Raises:
+            ConflictError: members are connected (``GROUP_ACTIVE``).
+            NotFoundError: no such topic or group.
+        """
+        self._client.request(RequestOptions("DELETE", _path(topic, group)))
+
+    def reset_offsets(self, topic: str, group: str, *, to: ResetTo) -> builtins.list[PartitionPosition]:
+        """Move every partition of a stopped group to ``"earliest"``, ``"latest"`` or an offset (clamped to
+        what is retained).
+
+        Raises:
+            ConflictError: members are connected (``GROUP_ACTIVE``).
+            NotFoundError: no such topic or group.
+        """
+        return parse_list(PartitionPosition, self._client.request(_reset_options(topic, group, to)))
+
+
+class AsyncConsumerGroups(AsyncAPIResource):
+    """Consumer groups of a topic."""
+
+    async def list(self, topic: str) -> list[ConsumerGroupSummary]:
+        """The topic's groups. See ``ConsumerGroups.list``."""
+        response = await self._client.request(RequestOptions("GET", _path(topic)))
+        return parse_list(ConsumerGroupSummary, response)
+
+    async def describe(self, topic: str, group: str) -> ConsumerGroup:
+        """A group with partitions and config. See ``ConsumerGroups.describe``."""
+        response = await self._client.request(RequestOptions("GET", _path(topic, group)))
+        return parse_model(ConsumerGroup, response)
+
+    async def update(
+        self,
+        topic: str,
+        group: str,
+        *,
+        ack_timeout: str | None = None,
+        session_timeout: str | None = None,
+        dead_letter: DeadLetterParam = _UNSET,
+    ) -> ConsumerGroup:
+        """Create the group or merge settings into its config. See ``ConsumerGroups.update``."""
+        options = _update_options(topic, group, ack_timeout, session_timeout, dead_letter)
+        return parse_model(ConsumerGroup, await self._client.request(options))
+
+    async def delete(self, topic: str, group: str) -> None:
+        """Delete a group with its offsets. See ``ConsumerGroups.delete``."""
+        await self._client.request(RequestOptions("DELETE", _path(topic, group)))
+
+    async def reset_offsets(self, topic: str, group: str, *, to: ResetTo) -> builtins.list[PartitionPosition]:
+        """Move every partition of a stopped group. See ``ConsumerGroups.reset_offsets``."""
+        response = await self._client.request(_reset_options(topic, group, to))
+        return parse_list(PartitionPosition, response)

@@ -1,0 +1,105 @@
+"""``client.consumer_groups`` against a real server, sync and async."""
+
+from __future__ import annotations
+
+import pytest
+from sdk_support import unique
+
+import queuecore
+from queuecore import DeadLetter
+
+pytestmark = pytest.mark.integration
+
+
+def publish(client, topic, per_partition):
+    for partition, count in enumerate(per_partition):
+        for i in range(count):
+            client.publish(topic, {"n": i}, partition=partition)
+
+
+class TestSync:
+    def test_update_creates_then_merges(self, client, topic):
+        group = unique("g")
+        created = client.consumer_groups.update(topic, group, ack_timeout="45s")
+        assert isinstance(created, queuecore.ConsumerGroup)
+        assert (created.name, created.topic, created.consumers) == (group, topic, 0)
+        assert created.config.ack_timeout == "45s"
+        assert [p.id for p in created.partitions] == [0, 1, 2]
+        assert all(p.consumer is None for p in created.partitions)
+
+        merged = client.consumer_groups.update(
+            topic, group, session_timeout="20s", dead_letter=DeadLetter(max_retries=3, retry_delay="5s")
+        )
+        assert (merged.config.ack_timeout, merged.config.session_timeout) == ("45s", "20s")
+        assert merged.config.dead_letter is not None
+        assert (merged.config.dead_letter.max_retries, merged.config.dead_letter.retry_delay) == (3, "5s")
+
+        as_dict = client.consumer_groups.update(topic, group, dead_letter={"alert_threshold": 7})
+        assert as_dict.config.dead_letter is not None
+        assert as_dict.config.dead_letter.alert_threshold == 7
+
+        removed = client.consumer_groups.update(topic, group, dead_letter=None)
+        assert removed.config.dead_letter is None
+        assert removed.config.ack_timeout == "45s"
+
+    def test_invalid_config(self, client, topic):
+        with pytest.raises(queuecore.ValidationError):
+            client.consumer_groups.update(topic, unique("g"), ack_timeout="13h")
+
+    def test_list_and_describe(self, client, topic):
+        publish(client, topic, [2, 3, 0])
+        group = unique("g")
+        client.consumer_groups.update(topic, group)
+        groups = client.consumer_groups.list(topic)
+        assert isinstance(groups, list)
+        (summary,) = [g for g in groups if g.name == group]
+        assert isinstance(summary, queuecore.ConsumerGroupSummary)
+        assert summary.consumers == 0
+        detail = client.consumer_groups.describe(topic, group)
+        assert sum(p.lag for p in detail.partitions) == summary.lag
+        assert detail.request_id and detail.request_id.startswith("req_")
+
+    def test_reset_offsets(self, client, topic):
+        publish(client, topic, [2, 3, 1])
+        group = unique("g")
+        client.consumer_groups.update(topic, group)
+        latest = client.consumer_groups.reset_offsets(topic, group, to="latest")
+        assert [(p.partition, p.current) for p in latest] == [(0, 2), (1, 3), (2, 1)]
+        assert all(p.lag == 0 for p in client.consumer_groups.describe(topic, group).partitions)
+        earliest = client.consumer_groups.reset_offsets(topic, group, to="earliest")
+        assert [p.current for p in earliest] == [0, 0, 0]
+        exact = client.consumer_groups.reset_offsets(topic, group, to=2)
+        assert [p.current for p in exact] == [2, 2, 1]  # clamped to what is retained
+
+    def test_delete(self, client, topic):
+        group = unique("g")
+        client.consumer_groups.update(topic, group)
+        client.consumer_groups.delete(topic, group)
+        assert group not in [g.name for g in client.consumer_groups.list(topic)]
+        with pytest.raises(queuecore.NotFoundError) as info:
+            client.consumer_groups.describe(topic, group)
+        assert info.value.code == "GROUP_NOT_FOUND"
+
+    def test_missing_topic(self, client):
+        with pytest.raises(queuecore.NotFoundError) as info:
+            client.consumer_groups.list(unique("missing"))
+        assert info.value.code == "TOPIC_NOT_FOUND"
+
+
+class TestAsync:
+    async def test_every_call(self, client, async_client, topic):
+        publish(client, topic, [1, 1, 1])
+        group = unique("g")
+        created = await async_client.consumer_groups.update(
+            topic, group, ack_timeout="10s", dead_letter={"max_retries": 2}
+        )
+        assert created.config.ack_timeout == "10s"
+        assert created.config.dead_letter is not None and created.config.dead_letter.max_retries == 2
+        groups = await async_client.consumer_groups.list(topic)
+        assert [g.name for g in groups] == [group]
+        detail = await async_client.consumer_groups.describe(topic, group)
+        assert len(detail.partitions) == 3
+        moved = await async_client.consumer_groups.reset_offsets(topic, group, to="latest")
+        assert [p.current for p in moved] == [1, 1, 1]
+        await async_client.consumer_groups.delete(topic, group)
+        assert await async_client.consumer_groups.list(topic) == []

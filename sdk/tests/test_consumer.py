@@ -1,0 +1,219 @@
+"""The pull consumer against a real server: order, acks, redelivery, graceful stop, group sharing, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from sdk_support import unique
+
+import queuecore
+
+pytestmark = pytest.mark.integration
+
+
+def run_sync(consumer: queuecore.Consumer, until, timeout: float = 30.0) -> None:
+    """Run ``consumer.start()`` in a thread until ``until()`` holds, then stop it and wait."""
+    thread = threading.Thread(target=consumer.start)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while not until() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        consumer.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert until(), "the consumer did not get there in time"
+
+
+def publish(client, topic, per_partition):
+    for partition, count in enumerate(per_partition):
+        if count:
+            batch = [queuecore.BatchMessage(data={"n": i}, partition=partition) for i in range(count)]
+            client.publish_batch(topic, batch)
+
+
+class TestSync:
+    def test_in_order_per_partition_and_acked(self, client, topic):
+        publish(client, topic, [5, 4, 3])
+        group = unique("g")
+        seen: list[tuple[int, int, int]] = []
+        consumer = client.consume(topic, group=group, start_from="earliest")
+
+        def handle(msg: queuecore.ConsumedMessage) -> None:
+            seen.append((msg.partition, msg.offset, msg.attempt))
+            msg.ack()
+
+        consumer.on("message", handle)
+        run_sync(consumer, lambda: len(seen) >= 12)
+        for partition, count in enumerate([5, 4, 3]):
+            assert [o for p, o, _ in seen if p == partition] == list(range(count)), repr(seen)
+        assert all(attempt == 1 for *_, attempt in seen)
+        # graceful stop: acks flushed, member gone
+        described = client.consumer_groups.describe(topic, group)
+        assert described.consumers == 0
+        assert [p.offset for p in described.partitions] == [5, 4, 3]
+
+        again: list[int] = []
+        second = client.consume(topic, group=group, start_from="earliest")
+        second.on("message", lambda m: again.append(m.offset))
+        started = time.monotonic()
+        run_sync(second, lambda: time.monotonic() - started > 1.5)
+        assert again == []
+
+    def test_a_raising_handler_leads_to_redelivery(self, client, topic):
+        publish(client, topic, [1, 0, 0])
+        attempts: list[int] = []
+        errors: list[BaseException] = []
+        consumer = client.consume(topic, group=unique("g"), start_from="earliest")
+
+        def handle(msg: queuecore.ConsumedMessage) -> None:
+            attempts.append(msg.attempt)
+            if msg.attempt == 1:
+                raise RuntimeError("boom")
+            msg.ack()
+
+        consumer.on("message", handle).on("error", errors.append)
+        run_sync(consumer, lambda: attempts[-2:] == [1, 2] or attempts == [1, 2])
+        assert attempts[:2] == [1, 2]
+        assert any(isinstance(e, RuntimeError) for e in errors)
+
+    def test_dead_letter_is_set_before_joining(self, client, topic):
+        group = unique("g")
+        consumer = client.consume(topic, group=group, dead_letter={"max_retries": 2, "retry_delay": "1s"})
+        joined: list[str] = []
+        run_sync(consumer, lambda: joined or (consumer.member_id and joined.append(consumer.member_id)))
+        config = client.consumer_groups.describe(topic, group).config
+        assert config.dead_letter is not None and config.dead_letter.max_retries == 2
+
+    def test_two_consumers_split_partitions(self, client, topic):
+        group = unique("g")
+        publish(client, topic, [3, 3, 3])
+        got: dict[str, set[int]] = {"a": set(), "b": set()}
+        offsets: list[tuple[int, int]] = []
+        lock = threading.Lock()
+
+        def handler(name):
+            def handle(msg):
+                with lock:
+                    got[name].add(msg.partition)
+                    offsets.append((msg.partition, msg.offset))
+                msg.ack()
+
+            return handle
+
+        a = client.consume(topic, group=group, start_from="earliest").on("message", handler("a"))
+        b = client.consume(topic, group=group, start_from="earliest").on("message", handler("b"))
+        ta, tb = threading.Thread(target=a.start), threading.Thread(target=b.start)
+        ta.start()
+        time.sleep(0.5)
+        tb.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            described = client.consumer_groups.describe(topic, group)
+            members = {p.consumer for p in described.partitions}
+            if described.consumers == 2 and len(members) == 2 and None not in members:
+                break
+            time.sleep(0.1)
+        assert len({p.consumer for p in client.consumer_groups.describe(topic, group).partitions}) == 2
+        publish(client, topic, [3, 3, 3])
+        deadline = time.monotonic() + 30
+        while len(set(offsets)) < 18 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        a.stop()
+        b.stop()
+        ta.join(30)
+        tb.join(30)
+        assert len(set(offsets)) == 18
+        assert got["a"] and got["b"]
+        assert client.consumer_groups.describe(topic, group).consumers == 0
+
+    def test_unknown_transport(self, client, topic):
+        with pytest.raises(ValueError):
+            client.consume(topic, group="g", transport="websocket")  # type: ignore[arg-type]
+
+
+class TestAsync:
+    async def test_start_stop_and_async_handlers(self, client, async_client, topic):
+        publish(client, topic, [2, 2, 2])
+        group = unique("g")
+        consumer = async_client.consume(topic, group=group, start_from="earliest")
+        seen: list[tuple[int, int]] = []
+
+        async def handle(msg: queuecore.ConsumedMessage) -> None:
+            seen.append((msg.partition, msg.offset))
+            msg.ack()
+            if len(seen) == 6:
+                consumer.stop()
+
+        consumer.on("message", handle)
+        await asyncio.wait_for(consumer.start(), 30)
+        assert sorted(seen) == [(p, o) for p in range(3) for o in range(2)]
+        described = await async_client.consumer_groups.describe(topic, group)
+        assert described.consumers == 0 and [p.offset for p in described.partitions] == [2, 2, 2]
+
+    async def test_async_iteration(self, client, async_client, topic):
+        publish(client, topic, [3, 0, 0])
+        consumer = async_client.consume(topic, group=unique("g"), start_from="earliest")
+        offsets = []
+
+        async def consume() -> None:
+            async for msg in consumer:
+                offsets.append(msg.offset)
+                msg.ack()
+                if len(offsets) == 3:
+                    break
+
+        await asyncio.wait_for(consume(), 30)
+        assert offsets == [0, 1, 2]
+        # leaving the loop closes the iterator: the consumer stops, flushes its acks and leaves
+        current = 0
+        for _ in range(100):
+            current = (await async_client.offsets.get(topic, group=consumer.group, partition=0)).current
+            if current == 3:
+                break
+            await asyncio.sleep(0.05)
+        assert current == 3
+
+
+class TestRestart:
+    def test_survives_a_restart_without_redelivering_acked_messages(self, server, client):
+        topic = unique("eo")
+        client.topics.create(topic, partitions=2, delivery="exactly-once")
+        publish(client, topic, [5, 5])
+        group = unique("g")
+        seen: list[tuple[int, int]] = []
+        errors: list[BaseException] = []
+        consumer = client.consume(topic, group=group, start_from="earliest")
+
+        def handle(msg):
+            seen.append((msg.partition, msg.offset))
+            msg.ack()
+
+        consumer.on("message", handle).on("error", errors.append)
+        thread = threading.Thread(target=consumer.start)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(seen) < 10 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(seen) == 10
+            time.sleep(0.5)  # the acks go out
+            server.stop()
+            time.sleep(1.0)
+            server.start()
+            publish(client, topic, [5, 5])
+            deadline = time.monotonic() + 60
+            while len(seen) < 20 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)
+        finally:
+            consumer.stop()
+            thread.join(60)
+        assert not thread.is_alive()
+        assert len(seen) == len(set(seen)) == 20, seen
+        assert errors  # the outage was reported
+        assert [p.offset for p in client.consumer_groups.describe(topic, group).partitions] == [10, 10]
