@@ -211,6 +211,44 @@ class BaseClient(Generic[_HttpxClientT]):
     def _status_error(self, response: httpx.Response) -> APIStatusError:
         return make_status_error(response, read_json(response))
 
+    # The retry policy, shared by the sync and async loops (which differ only in awaiting).
+
+    def _after_failure(
+        self, request: httpx.Request, retries_taken: int, error: httpx.TransportError
+    ) -> float:
+        """The delay before resending after a transport failure; raises when giving up."""
+        if isinstance(error, (httpx.UnsupportedProtocol, httpx.ProxyError)):
+            raise APIConnectionError(request=request, message=f"Connection error: {error}") from error
+        timed_out = isinstance(error, httpx.TimeoutException)
+        if retries_taken >= self.max_retries:
+            if timed_out:
+                raise APITimeoutError(request) from error
+            raise APIConnectionError(request=request, message=f"Connection error: {error}") from error
+        delay = self._retry_delay(retries_taken, None)
+        self._log_retry(
+            request, delay, "timed out" if timed_out else f"connection error: {type(error).__name__}"
+        )
+        return delay
+
+    def _after_answer(
+        self, options: RequestOptions, request: httpx.Request, retries_taken: int, response: httpx.Response
+    ) -> float | None:
+        """None when ``response`` is the answer; else the delay before resending; raises when giving up."""
+        self._logger.debug(
+            "Answer: %s %s %d (%s)",
+            request.method,
+            request.url.path,
+            response.status_code,
+            response.headers.get("x-request-id"),
+        )
+        if self._is_answer(options, response):
+            return None
+        if not self._should_retry(response) or retries_taken >= self.max_retries:
+            raise self._status_error(response)
+        delay = self._retry_delay(retries_taken, response)
+        self._log_retry(request, delay, f"status {response.status_code}")
+        return delay
+
 
 class SyncAPIClient(BaseClient[httpx.Client]):
     """The blocking request loop, over an ``httpx.Client``."""
@@ -227,32 +265,13 @@ class SyncAPIClient(BaseClient[httpx.Client]):
             self._logger.debug("Request: %s %s", request.method, request.url)
             try:
                 response = self._client.send(request)
-            except httpx.TimeoutException as exc:
-                if retries_taken >= self.max_retries:
-                    raise APITimeoutError(request) from exc
-                delay = self._retry_delay(retries_taken, None)
-                self._log_retry(request, delay, "timed out")
-            except (httpx.UnsupportedProtocol, httpx.ProxyError) as exc:
-                raise APIConnectionError(request=request, message=f"Connection error: {exc}") from exc
             except httpx.TransportError as exc:
-                if retries_taken >= self.max_retries:
-                    raise APIConnectionError(request=request, message=f"Connection error: {exc}") from exc
-                delay = self._retry_delay(retries_taken, None)
-                self._log_retry(request, delay, f"connection error: {type(exc).__name__}")
+                delay = self._after_failure(request, retries_taken, exc)
             else:
-                self._logger.debug(
-                    "Answer: %s %s %d (%s)",
-                    request.method,
-                    request.url.path,
-                    response.status_code,
-                    response.headers.get("x-request-id"),
-                )
-                if self._is_answer(options, response):
+                wait = self._after_answer(options, request, retries_taken, response)
+                if wait is None:
                     return response
-                if not self._should_retry(response) or retries_taken >= self.max_retries:
-                    raise self._status_error(response)
-                delay = self._retry_delay(retries_taken, response)
-                self._log_retry(request, delay, f"status {response.status_code}")
+                delay = wait
                 response.close()
             self._sleep(delay)
             retries_taken += 1
@@ -273,32 +292,13 @@ class AsyncAPIClient(BaseClient[httpx.AsyncClient]):
             self._logger.debug("Request: %s %s", request.method, request.url)
             try:
                 response = await self._client.send(request)
-            except httpx.TimeoutException as exc:
-                if retries_taken >= self.max_retries:
-                    raise APITimeoutError(request) from exc
-                delay = self._retry_delay(retries_taken, None)
-                self._log_retry(request, delay, "timed out")
-            except (httpx.UnsupportedProtocol, httpx.ProxyError) as exc:
-                raise APIConnectionError(request=request, message=f"Connection error: {exc}") from exc
             except httpx.TransportError as exc:
-                if retries_taken >= self.max_retries:
-                    raise APIConnectionError(request=request, message=f"Connection error: {exc}") from exc
-                delay = self._retry_delay(retries_taken, None)
-                self._log_retry(request, delay, f"connection error: {type(exc).__name__}")
+                delay = self._after_failure(request, retries_taken, exc)
             else:
-                self._logger.debug(
-                    "Answer: %s %s %d (%s)",
-                    request.method,
-                    request.url.path,
-                    response.status_code,
-                    response.headers.get("x-request-id"),
-                )
-                if self._is_answer(options, response):
+                wait = self._after_answer(options, request, retries_taken, response)
+                if wait is None:
                     return response
-                if not self._should_retry(response) or retries_taken >= self.max_retries:
-                    raise self._status_error(response)
-                delay = self._retry_delay(retries_taken, response)
-                self._log_retry(request, delay, f"status {response.status_code}")
+                delay = wait
                 await response.aclose()
             await self._sleep(delay)
             retries_taken += 1
