@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.fixtures.server import cli, server_env
+from tests.fixtures.server import bootstrap, cli, server_env
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -16,10 +16,6 @@ def env(request, tmp_path, postgres_database):
     env = server_env(tmp_path, url)
     cli(env, "migrate")
     return env
-
-
-def bootstrap(env, name: str, *extra: str) -> dict:
-    return json.loads(cli(env, "bootstrap", "--project", name, "--json", *extra).stdout)
 
 
 class TestBootstrap:

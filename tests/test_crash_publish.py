@@ -8,7 +8,6 @@ byte-identical at their acknowledged offsets, no batch is visible in part, and p
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import signal
 import uuid
@@ -17,7 +16,7 @@ from collections import defaultdict
 import httpx
 import pytest
 
-from tests.fixtures.server import ServerProcess, cli, free_port, server_env
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 KILLS = 5
 
@@ -80,7 +79,7 @@ async def _read_partition(url: str, key: str, partition: int) -> dict[int, dict]
 async def test_acknowledged_publishes_survive_sigkill(tmp_path):
     env = server_env(tmp_path / "data")
     cli(env, "migrate")
-    boot = json.loads(cli(env, "bootstrap", "--project", "crash", "--tier", "pro", "--json").stdout)
+    boot = bootstrap(env, "crash", "--tier", "pro")
     key = boot["keys"]["production"]
     server = ServerProcess(
         env=env, port=free_port(), data_dir=tmp_path / "data", log_path=tmp_path / "srv.log"

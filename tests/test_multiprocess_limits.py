@@ -4,7 +4,6 @@ counted from the servers' own usage events (stamped with the Redis time of accep
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 
@@ -14,7 +13,7 @@ import pytest
 from app.broker.usage import read_usage
 from app.settings import LogSettings
 from app.stores.log.local import LocalLogEngine
-from tests.fixtures.server import ServerProcess, cli, free_port, server_env
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 LIMIT = 20
 
@@ -40,7 +39,7 @@ def pair(tmp_path, postgres_database):
     env = servers[0].env
     cli(env, "migrate")
     name = f"mp-{secrets.token_hex(3)}"
-    boot = json.loads(cli(env, "bootstrap", "--project", name, "--tier", "enterprise", "--json").stdout)
+    boot = bootstrap(env, name, "--tier", "enterprise")
     cli(
         env,
         "projects",

@@ -8,7 +8,6 @@ Run over the embedded SQLite and over Postgres.
 
 from __future__ import annotations
 
-import json
 import secrets
 import signal
 import time
@@ -16,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from tests.fixtures.server import ServerProcess, cli, free_port, server_env
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -25,7 +24,7 @@ def running(request, tmp_path, postgres_database):
     env = server_env(tmp_path / "data", url)
     cli(env, "migrate")
     project = f"pull-{secrets.token_hex(4)}"
-    boot = json.loads(cli(env, "bootstrap", "--project", project, "--tier", "pro", "--json").stdout)
+    boot = bootstrap(env, project, "--tier", "pro")
     server = ServerProcess(
         env=env, port=free_port(), data_dir=tmp_path / "data", log_path=tmp_path / "srv.log"
     )

@@ -24,7 +24,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from app.broker import tokens
 from app.settings import Settings
-from tests.fixtures.server import ServerProcess, cli, free_port, server_env
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 
 def _name(prefix: str) -> str:
@@ -424,9 +424,7 @@ class TestTokens:
 
     async def test_a_token_of_a_revoked_key_is_refused(self, api: Api, server: ServerProcess) -> None:
         project = _name("tok")
-        boot = json.loads(
-            cli(server.env, "bootstrap", "--project", project, "--tier", "pro", "--json").stdout
-        )
+        boot = bootstrap(server.env, project, "--tier", "pro")
         own = Api(server, boot["keys"]["production"])
         topic = own.topic()
         token = self._token(own, topic)
