@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 import app as package
-from app.api import admin, consumers, groups, health, messages, metrics, offsets, tokens, topics, ws
+from app.api import admin, consumers, dlq, groups, health, messages, metrics, offsets, tokens, topics, ws
 from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.broker.errors import Unavailable
@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(messages.router)
     application.include_router(groups.router)
     application.include_router(offsets.router)
+    application.include_router(dlq.router)
     application.include_router(consumers.router)
     application.include_router(tokens.router)
     application.include_router(ws.router)

@@ -130,11 +130,19 @@ async def ack(name: str, group: str, body: AckIn, key: ConsumeKey, services: Ser
 )
 async def nack(name: str, group: str, body: NackIn, key: ConsumeKey, services: ServicesDep) -> Settled:
     """Give a message back for redelivery, at once or after ``delay``; later messages are not held up."""
-    delay_ms = durations.parse_delay(body.delay) if body.delay is not None else 0
+    delay_ms = durations.parse_delay(body.delay) if body.delay is not None else None
     topic = await services.publisher.topics.resolve(scope_of(key), name)
     return _settled(
         await leases.nack(
-            services.metadata, topic, group, body.memberId, body.generationId, body.id, delay_ms
+            services.metadata,
+            services.log,
+            topic,
+            group,
+            body.memberId,
+            body.generationId,
+            body.id,
+            delay_ms,
+            body.reason,
         )
     )
 

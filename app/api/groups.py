@@ -84,12 +84,10 @@ async def upsert_group(
     status_code=204,
     responses=responses(*_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND", "GROUP_ACTIVE"),
 )
-async def delete_group(
-    name: str, group: str, key: AdminKey, services: ServicesDep, session: SessionDep
-) -> Response:
+async def delete_group(name: str, group: str, key: AdminKey, services: ServicesDep) -> Response:
     """Delete a group with its offsets; 409 ``GROUP_ACTIVE`` while members are connected."""
     topic = await services.publisher.topics.resolve(scope_of(key), name)
-    await groups.delete_group(session, topic, group)
+    await groups.delete_group_and_dlq(services.metadata, services.log, topic, group)
     return Response(status_code=204)
 
 

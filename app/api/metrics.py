@@ -85,14 +85,21 @@ class _GroupCollector(Collector):
             "Messages delivered to the group and not acked (held or waiting for a retry).",
             labels=list(self._LABELS),
         )
+        dlq_depth = GaugeMetricFamily(
+            "queuecore_group_dlq_depth_messages",
+            "Messages in the group's dead-letter queue.",
+            labels=list(self._LABELS),
+        )
         for s in self.stats:
             labels = [s.project_id, s.environment, s.topic, s.group]
+            dlq_depth.add_metric(labels, s.dlq_depth)
             lag.add_metric(labels, s.lag)
             age.add_metric(labels, round(s.oldest_unacked_seconds, 3))
             in_flight.add_metric(labels, s.in_flight)
         yield lag
         yield age
         yield in_flight
+        yield dlq_depth
 
 
 router = APIRouter()

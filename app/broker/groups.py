@@ -6,6 +6,7 @@ strings given (``"30s"``) and echoed back; ``deadLetter`` is stored with its def
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ from app.broker.publishing import TopicRef
 from app.kit.clock import now_ms, utcnow
 from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine, LogEngineError
+from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.dlq_repositories import DeadLetterRepository
 from app.stores.metadata.group_repositories import GroupRepository, PartitionState
 from app.stores.metadata.models import ConsumerGroup
 
@@ -215,12 +218,22 @@ async def require_stopped(repo: GroupRepository, group: ConsumerGroup, what: str
         )
 
 
-async def delete_group(session: AsyncSession, topic: TopicRef, name: str) -> None:
-    """Delete a stopped group with its offsets and leases; 409 ``GROUP_ACTIVE`` while members are connected."""
+async def delete_group(session: AsyncSession, topic: TopicRef, name: str) -> str:
+    """Delete a stopped group with its offsets, leases and DLQ rows; 409 ``GROUP_ACTIVE`` while members
+    are connected. Returns its id: the caller removes its DLQ log once this unit of work committed."""
     repo = GroupRepository.from_session(session)
     group = await get_group(session, topic, name, for_update=True)
     await require_stopped(repo, group, "deleting it")
     await repo.remove(group.id)
+    return group.id
+
+
+async def delete_group_and_dlq(metadata: MetadataStore, log: LogEngine, topic: TopicRef, name: str) -> None:
+    """``delete_group``, then (committed) its DLQ log; a crash between leaves the log to the startup sweep."""
+    async with metadata.session() as session:
+        group_id = await delete_group(session, topic, name)
+    with contextlib.suppress(LogEngineError):
+        await log.delete_topic(f"dlq_{group_id}")
 
 
 @dataclass(slots=True)
@@ -234,6 +247,7 @@ class GroupStats:
     lag: int = 0
     oldest_unacked_seconds: float = 0.0
     in_flight: int = 0
+    dlq_depth: int = 0
 
 
 async def delivery_stats(session: AsyncSession, log: LogEngine) -> list[GroupStats]:
@@ -245,13 +259,19 @@ async def delivery_stats(session: AsyncSession, log: LogEngine) -> list[GroupSta
     repo = GroupRepository.from_session(session)
     rows = await repo.all_partition_offsets()
     in_flight = await repo.unacked_counts()
+    depths = await DeadLetterRepository.from_session(session).depths()
     now = now_ms()
     stats: dict[str, GroupStats] = {}
     for project_id, environment, topic_id, topic, group_id, group, partition, committed in rows:
         entry = stats.get(group_id)
         if entry is None:
             entry = stats[group_id] = GroupStats(
-                project_id, environment, topic, group, in_flight=in_flight.get(group_id, 0)
+                project_id,
+                environment,
+                topic,
+                group,
+                in_flight=in_flight.get(group_id, 0),
+                dlq_depth=depths.get(group_id, 0),
             )
         try:
             info = await log.partition_info(topic_id, partition)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import enum
 import re
 from collections.abc import Sequence
@@ -20,8 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.broker.errors import InvalidRequest, TopicAlreadyExists, TopicNotFound
 from app.kit.clock import utcnow
 from app.kit.ids import new_id
-from app.stores.log.protocol import LogEngine, PartitionInfo, TopicLogConfig
+from app.stores.log.protocol import LogEngine, LogEngineError, PartitionInfo, TopicLogConfig
 from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.models import Topic
 from app.stores.metadata.repositories import TopicRepository
 
@@ -195,8 +197,12 @@ async def delete_topic(metadata: MetadataStore, log: LogEngine, scope: Scope, na
     """Delete a topic: the row first (committed), then its logs, groups and DLQs with it; returns its id."""
     async with metadata.session() as session:
         topic = await get_topic(session, scope, name)
+        group_ids = [g.id for g in await GroupRepository.from_session(session).list_for_topic(topic.id)]
         await TopicRepository.from_session(session).remove(topic.id)
     await log.delete_topic(topic.id)
+    for group_id in group_ids:  # their DLQs (a crash meanwhile leaves them to the startup sweep)
+        with contextlib.suppress(LogEngineError):
+            await log.delete_topic(f"dlq_{group_id}")
     return topic.id
 
 
@@ -204,6 +210,9 @@ async def sweep_orphan_logs(session: AsyncSession, log: LogEngine, log_topic_ids
     """Delete engine logs whose topic row no longer exists (a crash between commit and file removal)."""
     known = await TopicRepository.from_session(session).all_ids()
     orphans = {t for t in log_topic_ids if t.startswith("top_")} - known
+    # A group's DLQ log is named after the group (``dlq_grp_…``): orphaned once the group is gone.
+    groups = await GroupRepository.from_session(session).all_ids()
+    orphans |= {t for t in log_topic_ids if t.startswith("dlq_grp_") and t.removeprefix("dlq_") not in groups}
     for topic_id in orphans:
         await log.delete_topic(topic_id)
     return len(orphans)

@@ -28,14 +28,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import message_ids
+from app.broker import dlq, message_ids
 from app.broker.delivery import membership
 from app.broker.delivery.membership import committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest
@@ -43,7 +42,7 @@ from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, Record
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import CallerView, GroupRepository, PartitionState
+from app.stores.metadata.group_repositories import CallerView, GroupRepository, LeaseState, PartitionState
 
 MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30
@@ -52,6 +51,8 @@ MAX_EXTEND_SECONDS = 12 * 3600
 _READ_BYTES = 8 << 20
 
 Key = tuple[int, int]
+# A step of an ack, nack or extend after the caller's leases were updated, in the same unit of work.
+Then = Callable[[AsyncSession, CallerView, set[Key], int], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -171,28 +172,6 @@ async def wait_for_data(log: LogEngine, topic: TopicRef, positions: dict[int, in
         await asyncio.gather(*waiters, return_exceptions=True)
 
 
-async def _read_offsets(
-    log: LogEngine, topic: TopicRef, partition: int, offsets: Sequence[int]
-) -> dict[int, Record]:
-    """The records at ``offsets`` (ascending) of one partition, read as one range when it is compact."""
-    found: dict[int, Record] = {}
-    lo, hi = offsets[0], offsets[-1]
-    if hi - lo < 4 * MAX_MESSAGES:
-        records = await log.read(topic.id, partition, lo, max_records=hi - lo + 1, max_bytes=_READ_BYTES)
-        wanted = set(offsets)
-        for record in records:
-            if record.offset in wanted:
-                found[record.offset] = record
-        missing = [o for o in offsets if o not in found and o > (records[-1].offset if records else lo - 1)]
-    else:
-        missing = list(offsets)
-    for offset in missing:
-        one = await log.read(topic.id, partition, offset, max_records=1, max_bytes=1)
-        if one and one[0].offset == offset:
-            found[offset] = one[0]
-    return found
-
-
 async def _poll_once(
     session: AsyncSession,
     log: LogEngine,
@@ -214,20 +193,30 @@ async def _poll_once(
     delivered: list[tuple[int, int, int, Record]] = []  # partition, offset, attempt, record
 
     due = await repo.due_leases(view.group_id, numbers, now, max_messages)
-    by_partition: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for p, o, attempt in due:
-        by_partition[p].append((o, attempt))
+    found = await dlq.records_for(
+        log, topic, view.group_id, [(d.partition, d.offset, d.replay_offset) for d in due]
+    )
+    policy = dlq.Policy.of(view.dead_letter)
     renewed: list[Key] = []
     vanished: list[Key] = []
-    for p, items in by_partition.items():
-        found = await _read_offsets(log, topic, p, [o for o, _ in items])
-        for o, attempt in items:
-            record = found.get(o)
-            if record is None:  # gone with retention: nothing left to deliver
-                vanished.append((p, o))
-            else:
-                renewed.append((p, o))
-                delivered.append((p, o, attempt + 1, record))
+    schedule: list[tuple[int, int, int, str]] = []
+    failures: list[dlq.Failure] = []
+    for d in due:
+        key = (d.partition, d.offset)
+        record = found.get(key)
+        if record is None:  # gone with retention: nothing left to deliver
+            vanished.append(key)
+            continue
+        if policy is not None and d.member_id is not None:  # its holder let the deadline pass: a failure
+            if policy.exhausted(d.attempt):
+                failures.append(dlq.Failure(d.partition, d.offset, record, dlq.TIMEOUT_REASON, d.attempt - 1))
+                continue
+            due_at = d.deadline_ms + dlq.retry_delay_ms(policy, d.attempt)
+            if due_at > now:
+                schedule.append((d.partition, d.offset, due_at, dlq.TIMEOUT_REASON))
+                continue
+        renewed.append(key)
+        delivered.append((d.partition, d.offset, d.attempt + 1, record))
 
     budget = max_messages - len(renewed)
     fresh: list[Key] = []
@@ -252,6 +241,8 @@ async def _poll_once(
 
     await repo.renew_leases(view.group_id, member_id, deadline_ms, renewed)
     await repo.drop_leases(view.group_id, vanished)
+    await repo.reschedule_leases(view.group_id, schedule)
+    await dlq.dead_letter(session, log, topic, view.group_id, failures)
     await repo.add_leases(view.group_id, member_id, deadline_ms, fresh)
     await repo.set_offsets(view.group_id, started)
     await repo.set_offsets(view.group_id, moved, position_only=True)
@@ -315,6 +306,7 @@ async def _settle_ids(
     values_at: Any,
     *,
     commit: bool,
+    then: Then | None = None,
 ) -> Settled:
     """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
     where = [(str(message_id), *_locate(topic, message_id)) for message_id in ids]
@@ -349,6 +341,8 @@ async def _settle_ids(
                 codes[key] = "MESSAGE_NOT_FOUND"
         if commit:
             await repo.advance_committed(view.group_id, numbers)
+        if then is not None and done:
+            await then(session, view, done, now)
         return done, codes
 
     done, codes = await committing_fences(metadata, work)
@@ -382,14 +376,53 @@ async def ack(
 
 async def nack(
     metadata: MetadataStore,
+    log: LogEngine,
     topic: TopicRef,
     group_name: str,
     member_id: str,
     generation: int,
     message_id: Any,
-    delay_ms: int,
+    delay_ms: int | None = None,
+    reason: str | None = None,
 ) -> Settled:
-    """Give a message back: it is redelivered (to the partition's owner) after ``delay_ms``."""
+    """Give a message back: it is redelivered (to the partition's owner) after ``delay_ms`` — at once by
+    default, or, when the group has a DLQ, after the retry schedule's wait; a nack of the last allowed
+    attempt moves the message to the DLQ instead."""
+    why = (reason or dlq.NACK_REASON)[:1024]
+
+    async def then(session: AsyncSession, view: CallerView, done: set[Key], now: int) -> None:
+        policy = dlq.Policy.of(view.dead_letter)
+        if policy is None:
+            return
+        repo = GroupRepository.from_session(session)
+        nacked = await repo.leases_among(view.group_id, sorted(done))
+        exhausted: list[LeaseState] = []
+        schedule: list[tuple[int, int, int, str]] = []
+        for (p, o), lease in nacked.items():
+            if policy.exhausted(lease.attempt):
+                exhausted.append(lease)
+            elif delay_ms is None:
+                schedule.append((p, o, now + dlq.retry_delay_ms(policy, lease.attempt), why))
+        await repo.reschedule_leases(view.group_id, schedule)
+        if exhausted:
+            replays = await repo.replay_offsets(view.group_id, [(x.partition, x.offset) for x in exhausted])
+            found = await dlq.records_for(
+                log,
+                topic,
+                view.group_id,
+                [(x.partition, x.offset, replays.get((x.partition, x.offset))) for x in exhausted],
+            )
+            failures = [
+                dlq.Failure(x.partition, x.offset, found[(x.partition, x.offset)], why, x.attempt - 1)
+                for x in exhausted
+                if (x.partition, x.offset) in found
+            ]
+            gone = [(x.partition, x.offset) for x in exhausted if (x.partition, x.offset) not in found]
+            await dlq.dead_letter(session, log, topic, view.group_id, failures)
+            if gone:  # retention removed it meanwhile: nothing to keep
+                await repo.drop_leases(view.group_id, gone)
+                await repo.advance_committed(view.group_id, sorted({p for p, _ in gone}))
+
     return await _settle_ids(
         metadata,
         topic,
@@ -397,8 +430,9 @@ async def nack(
         member_id,
         generation,
         [message_id],
-        lambda now: {"member_id": None, "deadline_ms": now + delay_ms},
+        lambda now: {"member_id": None, "deadline_ms": now + (delay_ms or 0), "reason": why},
         commit=False,
+        then=then,
     )
 
 

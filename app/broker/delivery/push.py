@@ -241,7 +241,7 @@ class PushMember:
 
     async def _settle(self, frame: dict[str, Any]) -> leases.Settled:
         kind = frame["type"]
-        delay_ms = 0
+        delay_ms: int | None = None
         if kind == "nack":
             if "id" not in frame:
                 raise InvalidRequest.field("id", "required")
@@ -259,12 +259,14 @@ class PushMember:
                 elif kind == "nack":
                     answer = await leases.nack(
                         self._metadata,
+                        self._log,
                         self._topic,
                         self._group,
                         self.member_id,
                         generation,
                         frame["id"],
                         delay_ms,
+                        frame.get("reason") if isinstance(frame.get("reason"), str) else None,
                     )
                 else:
                     answer = await leases.extend(

@@ -43,6 +43,7 @@ class CallerView:
     member_expires_at_ms: int | None
     member_session_timeout_ms: int | None
     soonest_expiry_ms: int | None
+    dead_letter: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,19 @@ class PartitionState:
     member_id: str | None
     committed: int | None
     position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DueLease:
+    """An unacked lease whose deadline passed: timed out (``member_id`` still set) or due for a retry."""
+
+    partition: int
+    offset: int
+    attempt: int
+    member_id: str | None
+    deadline_ms: int
+    reason: str | None
+    replay_offset: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +111,10 @@ class GroupRepository:
             .on_conflict_do_nothing(index_elements=["topic_id", "name"])
         )
         await self.session.execute(stmt)
+
+    async def all_ids(self) -> set[str]:
+        result = await self.session.execute(select(groups.c.id))
+        return set(result.scalars().all())
 
     async def list_for_topic(self, topic_id: str) -> Sequence[ConsumerGroup]:
         result = await self.session.execute(
@@ -160,6 +178,7 @@ class GroupRepository:
                 members.c.expires_at_ms,
                 members.c.session_timeout_ms,
                 soonest,
+                groups.c.dead_letter,
             )
             .select_from(
                 groups.outerjoin(members, and_(members.c.group_id == groups.c.id, members.c.id == member_id))
@@ -317,10 +336,18 @@ class GroupRepository:
 
     async def due_leases(
         self, group_id: str, numbers: Sequence[int], now_ms: int, limit: int
-    ) -> list[tuple[int, int, int]]:
-        """Unacked leases whose deadline passed (timed out or nacked), as (partition, offset, attempt)."""
+    ) -> list[DueLease]:
+        """Unacked leases whose deadline passed (timed out, nacked, or released), in offset order."""
         result = await self.session.execute(
-            select(leases.c.partition, leases.c.offset, leases.c.attempt)
+            select(
+                leases.c.partition,
+                leases.c.offset,
+                leases.c.attempt,
+                leases.c.member_id,
+                leases.c.deadline_ms,
+                leases.c.reason,
+                leases.c.replay_offset,
+            )
             .where(
                 leases.c.group_id == group_id,
                 leases.c.partition.in_(numbers),
@@ -330,7 +357,57 @@ class GroupRepository:
             .order_by(leases.c.partition, leases.c.offset)
             .limit(limit)
         )
-        return [(p, o, a) for p, o, a in result.all()]
+        return [DueLease(*row) for row in result.all()]
+
+    async def reschedule_leases(self, group_id: str, schedule: Sequence[tuple[int, int, int, str]]) -> None:
+        """Failed attempts waiting for their retry: ``(partition, offset, due_ms, reason)``; no holder."""
+        if schedule:
+            await self.session.execute(
+                update(leases)
+                .where(
+                    leases.c.group_id == group_id,
+                    leases.c.partition == bindparam("p"),
+                    leases.c.offset == bindparam("o"),
+                )
+                .values(member_id=None, deadline_ms=bindparam("d"), reason=bindparam("r")),
+                [{"p": p, "o": o, "d": d, "r": r} for p, o, d, r in schedule],
+            )
+
+    async def mark_acked(self, group_id: str, keys: Sequence[tuple[int, int]]) -> None:
+        """Leases done with (dead-lettered): ``advance_committed`` then moves past them."""
+        if keys:
+            await self.session.execute(
+                update(leases)
+                .where(leases.c.group_id == group_id, tuple_(leases.c.partition, leases.c.offset).in_(keys))
+                .values(acked=True)
+            )
+
+    async def add_replayed_leases(
+        self, group_id: str, now_ms: int, replays: Sequence[tuple[int, int, int]]
+    ) -> None:
+        """Replayed dead letters ``(partition, offset, dlq_offset)``: due at once, attempt back at 1, a
+        fresh retry budget. An acked lease left at that offset is replaced."""
+        if not replays:
+            return
+        await self.drop_leases(group_id, [(p, o) for p, o, _ in replays])
+        await self.session.execute(
+            insert(leases).values(
+                [
+                    {
+                        "group_id": group_id,
+                        "partition": p,
+                        "offset": o,
+                        "member_id": None,
+                        "attempt": 0,
+                        "deadline_ms": now_ms,
+                        "acked": False,
+                        "reason": None,
+                        "replay_offset": dlq_offset,
+                    }
+                    for p, o, dlq_offset in replays
+                ]
+            )
+        )
 
     async def next_deadline(self, group_id: str, numbers: Sequence[int]) -> int | None:
         result = await self.session.execute(
@@ -429,6 +506,21 @@ class GroupRepository:
             .returning(leases.c.partition, leases.c.offset)
         )
         return {(p, o) for p, o in result.all()}
+
+    async def replay_offsets(
+        self, group_id: str, keys: Sequence[tuple[int, int]]
+    ) -> dict[tuple[int, int], int]:
+        """Of these leases, the replayed dead letters: their copy's offset in the DLQ log."""
+        if not keys:
+            return {}
+        result = await self.session.execute(
+            select(leases.c.partition, leases.c.offset, leases.c.replay_offset).where(
+                leases.c.group_id == group_id,
+                tuple_(leases.c.partition, leases.c.offset).in_(keys),
+                leases.c.replay_offset.is_not(None),
+            )
+        )
+        return {(p, o): int(d) for p, o, d in result.all()}
 
     async def leases_among(
         self, group_id: str, keys: Sequence[tuple[int, int]]

@@ -113,6 +113,9 @@ class ConsumerGroup(Base):
     session_timeout_ms: Mapped[int] = mapped_column(BigInteger)
     # {"maxRetries", "retryDelay", "alertThreshold"}, or None: no DLQ.
     dead_letter: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Whether the DLQ depth alert may fire: cleared when it fires, set again once the depth falls below
+    # the threshold (one alert per crossing).
+    dlq_alert_armed: Mapped[bool] = mapped_column(Boolean, default=True, server_default="1")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -170,3 +173,43 @@ class GroupLease(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     deadline_ms: Mapped[int] = mapped_column(BigInteger)
     acked: Mapped[bool] = mapped_column(Boolean)
+    # Why the last attempt failed (a nack's reason, "ack timeout"), kept for the dead letter.
+    reason: Mapped[str | None] = mapped_column(String(1024), nullable=True, default=None)
+    # A replayed dead letter: its copy's offset in the group's DLQ log, read when the topic's own log
+    # no longer holds the message (retention).
+    replay_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+
+
+class DeadLetter(Base):
+    """A message in a group's DLQ. Its copy (data, key, headers, and the failure in the record's
+    metadata) is record ``dlq_offset`` of the group's DLQ log; this row is what makes it a member of the
+    DLQ: moving a message in (with its lease acked) or out (replay, delete) is one metadata transaction."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (Index("ix_dead_letters_order", "group_id", "dlq_offset"),)
+
+    group_id: Mapped[str] = mapped_column(
+        ForeignKey("consumer_groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    dlq_offset: Mapped[int] = mapped_column(BigInteger)
+    reason: Mapped[str] = mapped_column(String(1024))
+    retry_count: Mapped[int] = mapped_column(Integer)
+    failed_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class DlqAuditEntry(Base):
+    """Who replayed or deleted what in a group's DLQ, and when."""
+
+    __tablename__ = "dlq_audit"
+    __table_args__ = (Index("ix_dlq_audit_group", "group_id", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    group_id: Mapped[str] = mapped_column(ForeignKey("consumer_groups.id", ondelete="CASCADE"))
+    action: Mapped[str] = mapped_column(String(16))
+    message_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    actor_type: Mapped[str] = mapped_column(String(8))
+    actor_id: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,103 @@
+"""Dead-letter queue calls: inspect, replay one, replay all, delete one, and the audit list."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Body, Query
+from starlette.responses import Response
+
+from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.schemas.dlq import AuditPage, DeadLetterPage, ReplayAllIn, Replayed, ReplayedAll, ReplayIn
+from app.broker import dlq
+from app.broker.keys import Principal
+from app.errors import responses
+
+router = APIRouter(prefix="/v1/topics/{name}/groups/{group}/dlq", tags=["dlq"])
+
+_AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
+_FOUND = ("TOPIC_NOT_FOUND", "GROUP_NOT_FOUND")
+
+
+def _actor(key: Principal) -> dlq.Actor:
+    return dlq.Actor("key", key.key_id)
+
+
+@router.get("", response_model=DeadLetterPage, responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND))
+async def inspect(
+    name: str,
+    group: str,
+    key: AdminKey,
+    services: ServicesDep,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=dlq.MAX_PAGE)] = 50,
+    cursor: str | None = None,
+) -> Response:
+    """The group's dead letters, oldest first, with the original message and why it failed; ``total``
+    is the DLQ's depth. A group without a DLQ lists an empty one."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    page = await dlq.inspect(session, services.log, topic, group, limit=limit, cursor=cursor)
+    return Response(page.render(), media_type="application/json")
+
+
+@router.post(
+    "/replay",
+    response_model=Replayed,
+    responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND, "MESSAGE_NOT_FOUND"),
+)
+async def replay(name: str, group: str, body: ReplayIn, key: AdminKey, services: ServicesDep) -> Replayed:
+    """Send one dead letter back to this group (only), under its original id, partition and offset, with
+    ``attempt`` back at 1 and a fresh retry budget."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    message_id = await dlq.replay(services.metadata, topic, group, body.messageId, _actor(key))
+    return Replayed(messageId=message_id, replayed=True)
+
+
+@router.post(
+    "/replay-all", response_model=ReplayedAll, responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND)
+)
+async def replay_all(
+    name: str,
+    group: str,
+    key: AdminKey,
+    services: ServicesDep,
+    body: Annotated[ReplayAllIn | None, Body()] = None,
+) -> ReplayedAll:
+    """Send every dead letter back to this group, streamed in chunks, at most ``rate`` per second when
+    given; answers the count once done."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    rate = dlq.validate_rate(body.rate if body else None)
+    count = await dlq.replay_all(services.metadata, topic, group, _actor(key), rate=rate)
+    return ReplayedAll(replayed=count)
+
+
+@router.get("/audit", response_model=AuditPage, responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND))
+async def audit(
+    name: str,
+    group: str,
+    key: AdminKey,
+    services: ServicesDep,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=dlq.MAX_PAGE)] = 50,
+    cursor: str | None = None,
+) -> Response:
+    """Every replay and delete of this DLQ: who (key or dashboard user), what, when; newest first."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    page = await dlq.audit(session, topic, group, limit=limit, cursor=cursor)
+    # Rendered as is: ``messageId`` and ``count`` are left out where they do not apply.
+    return Response(
+        orjson.dumps({"data": page.entries, "nextCursor": page.next_cursor}), media_type="application/json"
+    )
+
+
+@router.delete(
+    "/{message_id}",
+    status_code=204,
+    responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND, "MESSAGE_NOT_FOUND"),
+)
+async def delete(name: str, group: str, message_id: str, key: AdminKey, services: ServicesDep) -> Response:
+    """Remove one dead letter for good."""
+    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    await dlq.delete(services.metadata, topic, group, message_id, _actor(key))
+    return Response(status_code=204)

@@ -1,0 +1,63 @@
+"""Wire shapes of the dead-letter queue calls."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from app.api.schemas.common import RequestBody, ResponseBody
+
+
+class DeadLetterEntry(ResponseBody):
+    messageId: str = Field(examples=["msg_x8k2n4"])
+    data: Any
+    key: str | None
+    headers: dict[str, str]
+    partition: int
+    offset: int
+    reason: str = Field(examples=["ack timeout"])
+    retryCount: int = Field(description="retries made before the message was dead-lettered")
+    failedAt: str
+
+
+class DeadLetterPage(ResponseBody):
+    data: list[DeadLetterEntry]
+    total: int = Field(description="the DLQ's depth")
+    nextCursor: str | None
+
+
+class ReplayIn(RequestBody):
+    messageId: str
+
+
+class Replayed(ResponseBody):
+    messageId: str
+    replayed: Literal[True]
+
+
+class ReplayAllIn(RequestBody):
+    rate: float | None = Field(None, gt=0, le=100_000, description="at most this many messages per second")
+
+
+class ReplayedAll(ResponseBody):
+    replayed: int
+
+
+class Actor(ResponseBody):
+    type: Literal["key", "user"]
+    id: str
+
+
+class AuditEntry(ResponseBody):
+    id: str
+    action: Literal["replay", "replay_all", "delete"]
+    messageId: str | None = None
+    count: int | None = None
+    actor: Actor
+    at: str
+
+
+class AuditPage(ResponseBody):
+    data: list[AuditEntry]
+    nextCursor: str | None

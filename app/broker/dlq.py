@@ -1,0 +1,464 @@
+"""Dead-letter queues: the retry schedule, dead-lettering, and inspect / replay / delete / audit.
+
+A group has a DLQ once its config sets ``deadLetter``. Every failed attempt (a nack, or an ack timeout)
+is then retried after ``retryDelay × 2^(n−1)`` for the n-th retry (±10 % jitter, capped at one hour; a
+nack's own ``delay`` overrides); the schedule is the lease row's deadline, so it survives restarts and
+crashes. After ``maxRetries`` retries the next failure moves the message to the DLQ:
+
+- its copy is appended to the group's DLQ log (engine topic ``dlq_<group id>``): the original data, key,
+  timestamp and headers, and in the record's metadata the failure — topic, partition, offset, reason,
+  retry count, time;
+- then one metadata transaction inserts the ``dead_letters`` row (what makes it a member of the DLQ) and
+  acks the lease, which moves the group's committed offset past it.
+
+A crash between the two leaves an unreferenced copy in the DLQ log and the lease pending: the message is
+retried and dead-lettered again, never both pending and in the DLQ. A replay removes the row and gives the
+group a fresh lease (attempt back at 1, a fresh retry budget) in one transaction; the copy stays behind as
+the source to deliver from if retention removed the original. Only the failing group sees a replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.broker import durations, message_ids
+from app.broker.errors import InvalidRequest, MessageNotFound
+from app.broker.groups import get_group
+from app.broker.publishing import TopicRef, decode_headers
+from app.broker.topics import decode_cursor, encode_cursor
+from app.kit.clock import isoformat_ms, now_ms, utcnow
+from app.stores.log.protocol import LogEngine, Record, RecordIn, TopicLogConfig
+from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.dlq_repositories import DeadLetterRepository, DeadLetterRow
+from app.stores.metadata.group_repositories import GroupRepository
+
+TIMEOUT_REASON = "ack timeout"
+NACK_REASON = "nack"
+RETRY_CAP_MS = 3_600_000
+JITTER = 0.10
+MAX_PAGE = 1000
+REPLAY_CHUNK = 500
+MAX_REPLAY_RATE = 100_000
+_READ_BYTES = 8 << 20
+
+Key = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A group's ``deadLetter`` config, parsed."""
+
+    max_retries: int
+    retry_delay_ms: int
+    alert_threshold: int
+
+    @classmethod
+    def of(cls, config: dict[str, Any] | None) -> Policy | None:
+        if config is None:
+            return None
+        return cls(
+            int(config["maxRetries"]),
+            durations.parse(config["retryDelay"], "deadLetter.retryDelay", durations.RETRY_DELAY),
+            int(config["alertThreshold"]),
+        )
+
+    def exhausted(self, attempt: int) -> bool:
+        """Whether a failure of delivery ``attempt`` is the last one: ``attempt − 1`` retries were made."""
+        return attempt - 1 >= self.max_retries
+
+
+def retry_delay_ms(policy: Policy, retry: int, rng: Callable[[], float] = random.random) -> int:
+    """The wait before the ``retry``-th retry: ``retryDelay × 2^(retry−1)``, ±10 % jitter, at most 1 h."""
+    base = min(policy.retry_delay_ms * (1 << min(max(retry - 1, 0), 32)), 2 * RETRY_CAP_MS)
+    return min(RETRY_CAP_MS, round(base * (1 + JITTER * (2 * rng() - 1))))
+
+
+def log_id(group_id: str) -> str:
+    """The engine topic holding a group's dead letters."""
+    return f"dlq_{group_id}"
+
+
+def is_log_id(topic_id: str) -> bool:
+    return topic_id.startswith("dlq_grp_")
+
+
+def group_of_log(topic_id: str) -> str:
+    return topic_id.removeprefix("dlq_")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A message whose last allowed attempt failed, on its way to the DLQ."""
+
+    partition: int
+    offset: int
+    record: Record
+    reason: str
+    retry_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who replays or deletes: an API key or a dashboard user."""
+
+    type: str
+    id: str
+
+
+async def read_offsets(
+    log: LogEngine, topic_id: str, partition: int, offsets: Sequence[int]
+) -> dict[int, Record]:
+    """The records at ``offsets`` (ascending) of one partition, read as one range when it is compact."""
+    found: dict[int, Record] = {}
+    if not offsets:
+        return found
+    lo, hi = offsets[0], offsets[-1]
+    if hi - lo < 4 * MAX_PAGE:
+        records = await log.read(topic_id, partition, lo, max_records=hi - lo + 1, max_bytes=_READ_BYTES)
+        wanted = set(offsets)
+        for record in records:
+            if record.offset in wanted:
+                found[record.offset] = record
+        last = records[-1].offset if records else lo - 1
+        missing = [o for o in offsets if o not in found and o > last]
+    else:
+        missing = list(offsets)
+    for offset in missing:
+        one = await log.read(topic_id, partition, offset, max_records=1, max_bytes=1)
+        if one and one[0].offset == offset:
+            found[offset] = one[0]
+    return found
+
+
+async def records_for(
+    log: LogEngine, topic: TopicRef, group_id: str, wanted: Sequence[tuple[int, int, int | None]]
+) -> dict[Key, Record]:
+    """The records of ``(partition, offset, replay_offset)``: from the topic's log, else (a replayed dead
+    letter whose original retention removed) from its copy in the DLQ log, under its original offset."""
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for p, o, _ in wanted:
+        by_partition[p].append(o)
+    found: dict[Key, Record] = {}
+    for p, offsets in by_partition.items():
+        for o, record in (await read_offsets(log, topic.id, p, sorted(offsets))).items():
+            found[(p, o)] = record
+    copies = {d: (p, o) for p, o, d in wanted if (p, o) not in found and d is not None}
+    if copies:
+        try:
+            read = await read_offsets(log, log_id(group_id), 0, sorted(copies))
+        except Exception:  # noqa: BLE001 - no DLQ log any more: nothing left to deliver
+            read = {}
+        for d, record in read.items():
+            p, o = copies[d]
+            found[(p, o)] = record._replace(offset=o)
+    return found
+
+
+def _copy_of(topic: TopicRef, failure: Failure, failed_at_ms: int) -> RecordIn:
+    headers, _ = decode_headers(failure.record.headers)
+    meta = {
+        "h": headers,
+        "dlq": {
+            "topicId": topic.id,
+            "topic": topic.name,
+            "partition": failure.partition,
+            "offset": failure.offset,
+            "messageId": message_ids.encode(
+                topic.id, failure.partition, failure.offset, prefix=topic.id_prefix
+            ),
+            "reason": failure.reason,
+            "retryCount": failure.retry_count,
+            "failedAt": failed_at_ms,
+        },
+    }
+    return RecordIn(failure.record.value, failure.record.key, orjson.dumps(meta), failure.record.timestamp_ms)
+
+
+async def dead_letter(
+    session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str, failures: Sequence[Failure]
+) -> None:
+    """Move messages to the group's DLQ, in the caller's unit of work (see the module docstring)."""
+    if not failures:
+        return
+    now = now_ms()
+    dlq_topic = log_id(group_id)
+    await log.create_topic(dlq_topic, 1, TopicLogConfig())
+    first = (await log.append(dlq_topic, {0: [_copy_of(topic, f, now) for f in failures]}))[0]
+    repo = DeadLetterRepository.from_session(session)
+    await repo.add(
+        group_id,
+        [
+            DeadLetterRow(f.partition, f.offset, first + i, f.reason, f.retry_count, now)
+            for i, f in enumerate(failures)
+        ],
+    )
+    groups = GroupRepository.from_session(session)
+    await groups.mark_acked(group_id, [(f.partition, f.offset) for f in failures])
+    await groups.advance_committed(group_id, sorted({f.partition for f in failures}))
+    await _check_alert(session, group_id)
+
+
+async def _check_alert(session: AsyncSession, group_id: str) -> None:
+    """One alert per crossing of ``alertThreshold``; re-armed once the depth falls below it."""
+    repo = DeadLetterRepository.from_session(session)
+    armed, config, project_id, topic_name, group_name = await repo.alert_state(group_id)
+    policy = Policy.of(config)
+    if policy is None:
+        return
+    depth = await repo.depth(group_id)
+    if armed and depth >= policy.alert_threshold:
+        await repo.set_alert_armed(group_id, False)
+        await _raise_alert(
+            session,
+            project_id,
+            {"topic": topic_name, "group": group_name, "depth": depth, "threshold": policy.alert_threshold},
+        )
+    elif not armed and depth < policy.alert_threshold:
+        await repo.set_alert_armed(group_id, True)
+
+
+async def _raise_alert(session: AsyncSession, project_id: str, data: dict[str, Any]) -> None:
+    """Queue the ``dlq.threshold_reached`` event in the alert outbox (same unit of work)."""
+    from app.broker import alerts
+
+    await alerts.enqueue(session, project_id=project_id, event_type="dlq.threshold_reached", data=data)
+
+
+# the API ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DlqPage:
+    entries: list[bytes]
+    total: int
+    next_cursor: str | None
+
+    def render(self) -> bytes:
+        cursor = orjson.dumps(self.next_cursor)
+        return (
+            b'{"data":['
+            + b",".join(self.entries)
+            + b'],"total":'
+            + str(self.total).encode()
+            + b',"nextCursor":'
+            + cursor
+            + b"}"
+        )
+
+
+def _entry(topic: TopicRef, row: DeadLetterRow, record: Record | None) -> bytes:
+    headers: dict[str, str] = {}
+    if record is not None:
+        headers, _ = decode_headers(record.headers)
+    head = {
+        "messageId": message_ids.encode(topic.id, row.partition, row.offset, prefix=topic.id_prefix),
+        "key": record.key.decode() if record is not None and record.key is not None else None,
+        "headers": headers,
+        "partition": row.partition,
+        "offset": row.offset,
+        "reason": row.reason,
+        "retryCount": row.retry_count,
+        "failedAt": isoformat_ms(row.failed_at_ms),
+    }
+    value = record.value if record is not None else b"null"
+    return orjson.dumps(head)[:-1] + b',"data":' + value + b"}"
+
+
+def _check_limit(limit: int) -> None:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest.field("limit", f"must be between 1 and {MAX_PAGE}")
+
+
+def _after(cursor: str | None) -> int | None:
+    if not cursor:
+        return None
+    value = decode_cursor(cursor)
+    if not value.isdigit():
+        raise InvalidRequest.field("cursor", "not a cursor returned by this API")
+    return int(value)
+
+
+async def inspect(
+    session: AsyncSession,
+    log: LogEngine,
+    topic: TopicRef,
+    group_name: str,
+    *,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> DlqPage:
+    """One page of the DLQ, oldest dead letter first, with the DLQ's depth."""
+    _check_limit(limit)
+    after = _after(cursor)
+    group = await get_group(session, topic, group_name)
+    repo = DeadLetterRepository.from_session(session)
+    rows = await repo.page(group.id, after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    total = await repo.depth(group.id)
+    copies: dict[int, Record] = {}
+    if rows:
+        try:
+            copies = await read_offsets(log, log_id(group.id), 0, [r.dlq_offset for r in rows])
+        except Exception:  # noqa: BLE001 - a DLQ log lost with the disk: list what the rows know
+            copies = {}
+    entries = [_entry(topic, row, copies.get(row.dlq_offset)) for row in rows]
+    next_cursor = encode_cursor(str(rows[-1].dlq_offset)) if more and rows else None
+    return DlqPage(entries, total, next_cursor)
+
+
+def _key_of(topic: TopicRef, message_id: str) -> Key:
+    where = message_ids.decode(message_id)  # malformed: INVALID_REQUEST
+    if where.topic_id != topic.id:
+        raise MessageNotFound(f"Message '{message_id}' is not in this topic's DLQ.")
+    if not 0 <= where.partition < topic.partitions:
+        raise InvalidRequest.field("messageId", f"the topic has partitions 0–{topic.partitions - 1}")
+    return where.partition, where.offset
+
+
+def _audit_id() -> str:
+    # Sortable by time (hex milliseconds), then random: the audit list pages newest first by id.
+    return f"aud_{now_ms():012x}{random.getrandbits(40):010x}"
+
+
+async def _record(
+    session: AsyncSession,
+    group_id: str,
+    action: str,
+    actor: Actor,
+    *,
+    message_id: str | None = None,
+    count: int | None = None,
+) -> None:
+    await DeadLetterRepository.from_session(session).record(
+        {
+            "id": _audit_id(),
+            "group_id": group_id,
+            "action": action,
+            "message_id": message_id,
+            "count": count,
+            "actor_type": actor.type,
+            "actor_id": actor.id,
+            "at": utcnow(),
+        }
+    )
+
+
+async def _requeue(session: AsyncSession, group_id: str, rows: Sequence[DeadLetterRow]) -> None:
+    """Dead letters taken out of the DLQ go back to the group: a fresh lease, due now, attempt 1 next."""
+    groups = GroupRepository.from_session(session)
+    await groups.add_replayed_leases(
+        group_id, now_ms(), [(r.partition, r.offset, r.dlq_offset) for r in rows]
+    )
+    await groups.advance_committed(group_id, sorted({r.partition for r in rows}))
+
+
+async def replay(
+    metadata: MetadataStore, topic: TopicRef, group_name: str, message_id: str, actor: Actor
+) -> str:
+    """Send one dead letter back to the failing group, under its original id; recorded in the audit."""
+    key = _key_of(topic, message_id)
+    async with metadata.session() as session:
+        group = await get_group(session, topic, group_name, for_update=True)
+        taken = await DeadLetterRepository.from_session(session).take(group.id, [key])
+        if not taken:
+            raise MessageNotFound(f"Message '{message_id}' is not in the DLQ of group '{group_name}'.")
+        await _requeue(session, group.id, taken)
+        await _record(session, group.id, "replay", actor, message_id=message_id)
+        await _check_alert(session, group.id)
+    return message_id
+
+
+async def delete(
+    metadata: MetadataStore, topic: TopicRef, group_name: str, message_id: str, actor: Actor
+) -> None:
+    """Drop one dead letter for good (its group's committed offset already moved past it)."""
+    key = _key_of(topic, message_id)
+    async with metadata.session() as session:
+        group = await get_group(session, topic, group_name, for_update=True)
+        taken = await DeadLetterRepository.from_session(session).take(group.id, [key])
+        if not taken:
+            raise MessageNotFound(f"Message '{message_id}' is not in the DLQ of group '{group_name}'.")
+        await _record(session, group.id, "delete", actor, message_id=message_id)
+        await _check_alert(session, group.id)
+
+
+def validate_rate(rate: Any) -> float | None:
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= MAX_REPLAY_RATE:
+        raise InvalidRequest.field(
+            "rate", f"must be a number of messages per second, above 0 and at most {MAX_REPLAY_RATE}"
+        )
+    return float(rate)
+
+
+async def replay_all(
+    metadata: MetadataStore, topic: TopicRef, group_name: str, actor: Actor, *, rate: float | None = None
+) -> int:
+    """Send every dead letter present when the call starts back to the group, in chunks (never the whole
+    DLQ in memory), at most ``rate`` per second when given; the count replayed."""
+    async with metadata.session(readonly=True) as session:
+        group = await get_group(session, topic, group_name)
+        group_id = group.id
+        last = await DeadLetterRepository.from_session(session).max_dlq_offset(group_id)
+    replayed = 0
+    chunk = REPLAY_CHUNK if rate is None else max(1, min(REPLAY_CHUNK, int(rate)))
+    started = time.monotonic()
+    after: int | None = None
+    while last is not None:
+        async with metadata.session() as session:
+            repo = DeadLetterRepository.from_session(session)
+            rows = [r for r in await repo.page(group_id, after, chunk) if r.dlq_offset <= last]
+            if not rows:
+                break
+            taken = await repo.take(group_id, [(r.partition, r.offset) for r in rows])
+            await _requeue(session, group_id, taken)
+            await _check_alert(session, group_id)
+        replayed += len(taken)
+        after = rows[-1].dlq_offset
+        if rate is not None:  # throttle: never ahead of ``rate`` messages per second
+            ahead = replayed / rate - (time.monotonic() - started)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+    async with metadata.session() as session:
+        await _record(session, group_id, "replay_all", actor, count=replayed)
+    return replayed
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    entries: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+async def audit(
+    session: AsyncSession, topic: TopicRef, group_name: str, *, limit: int = 50, cursor: str | None = None
+) -> AuditPage:
+    """The replays and deletes of a group's DLQ, newest first."""
+    _check_limit(limit)
+    before = decode_cursor(cursor) if cursor else None
+    group = await get_group(session, topic, group_name)
+    rows = list(await DeadLetterRepository.from_session(session).audit_page(group.id, before, limit + 1))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    entries = []
+    for row in rows:
+        entry: dict[str, Any] = {"id": row.id, "action": row.action}
+        if row.message_id is not None:
+            entry["messageId"] = row.message_id
+        if row.count is not None:
+            entry["count"] = row.count
+        entry["actor"] = {"type": row.actor_type, "id": row.actor_id}
+        entry["at"] = isoformat_ms(row.at)
+        entries.append(entry)
+    return AuditPage(entries, encode_cursor(rows[-1].id) if more and rows else None)
