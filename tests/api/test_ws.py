@@ -257,6 +257,38 @@ class TestAcks:
         await c.close()
 
 
+class TestDeadLetters:
+    async def test_nacks_and_timeouts_over_websocket_end_in_the_dlq_while_the_rest_flows(
+        self, api: Api
+    ) -> None:
+        topic = api.topic(ackTimeout="1s")
+        api.ok("PUT", f"/v1/topics/{topic}/groups/g", {"deadLetter": {"maxRetries": 1, "retryDelay": "0s"}})
+        poison, slow, *healthy = api.publish(topic, 6)
+        c = await Consumer.open(api, topic)
+        acked: set[str] = set()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            page = api.ok("GET", f"/v1/topics/{topic}/groups/g/dlq")
+            if page["total"] == 2 and acked == set(healthy):
+                break
+            for m in await c.quiet(0.3):
+                if m["id"] == poison:
+                    await c.ws.send(json.dumps({"type": "nack", "id": poison, "reason": "bad payload"}))
+                    assert (await c.until("acked"))["ids"] == [poison]
+                elif m["id"] in healthy:
+                    assert (await c.ack([m["id"]]))["ids"] == [m["id"]]
+                    acked.add(m["id"])
+                # ``slow`` is never acked: its deadline passes, twice.
+        page = api.ok("GET", f"/v1/topics/{topic}/groups/g/dlq")
+        reasons = {e["messageId"]: (e["reason"], e["retryCount"]) for e in page["data"]}
+        assert reasons == {poison: ("bad payload", 1), slow: ("ack timeout", 1)}
+        assert acked == set(healthy)
+        api.ok("POST", f"/v1/topics/{topic}/groups/g/dlq/replay", {"messageId": poison})
+        [again] = [m for m in await c.messages(1) if m["id"] == poison]
+        assert again["attempt"] == 1
+        await c.close()
+
+
 class TestFlowControl:
     async def test_no_more_than_max_in_flight_unacked(self, api: Api) -> None:
         topic = api.topic(partitions=2)
