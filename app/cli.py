@@ -1,4 +1,4 @@
-"""``queuecore-server``: the operator CLI (serve, migrate, users, bootstrap, keys, projects).
+"""``queuecore-server``: the operator CLI (serve, migrate, users, bootstrap, keys, projects, alerts).
 
 Exit codes: 0 success, 1 a refused operation (not found, conflict, invalid value), 2 bad arguments,
 3 ``KEY_LIMIT_REACHED``, 4 a store is unavailable.
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.broker import keys, tenancy
+from app.broker import alerts, keys, tenancy
 from app.broker.errors import BrokerError, KeyLimitReached, Unavailable
 from app.broker.rate_limits import Tier
 from app.settings import Settings, get_settings
@@ -152,6 +152,33 @@ async def cmd_projects_set_tier(args: argparse.Namespace, store: MetadataStore) 
     return 0
 
 
+async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
+    async with store.session() as session:
+        project = await tenancy.get_project(session, args.project)
+        view = await alerts.set_endpoint(session, settings, project.id, args.url, args.secret)
+    human = f"alerts for {project.name} go to {view.url} (secret …{view.secret_hint})"
+    if view.secret:
+        human += f"\nsigning secret (shown once): {view.secret}"
+    _print(view.to_wire(), args.json, human)
+    return 0
+
+
+async def cmd_alerts_show(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
+    async with store.session() as session:
+        project = await tenancy.get_project(session, args.project)
+        view = await alerts.get_endpoint(session, settings, project.id)
+    _print(view.to_wire(), args.json, f"{view.url}  secret …{view.secret_hint}  breaker {view.state}")
+    return 0
+
+
+async def cmd_alerts_test(args: argparse.Namespace, store: MetadataStore) -> int:
+    async with store.session() as session:
+        project = await tenancy.get_project(session, args.project)
+        event_id = await alerts.send_test_event(session, project.id)
+    _print({"eventId": event_id}, args.json, f"queued test event {event_id} (sent by the running server)")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="queuecore-server", description="Operate a QueueCore server.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -199,6 +226,21 @@ def _parser() -> argparse.ArgumentParser:
     pt.add_argument("--tier", required=True, choices=[t.value for t in Tier])
     pt.add_argument("--limits", help="publish=N,consume=N,admin=N (enterprise only)")
     pt.add_argument("--json", action="store_true")
+
+    alerts_ = sub.add_parser("alerts", help="a project's alert webhook").add_subparsers(
+        dest="action", required=True
+    )
+    aset = alerts_.add_parser("set", help="set the alert endpoint (a secret is generated if not given)")
+    aset.add_argument("--project", required=True, help="project id or name")
+    aset.add_argument("--url", required=True)
+    aset.add_argument("--secret", help="signing secret, 16-255 characters")
+    aset.add_argument("--json", action="store_true")
+    ashow = alerts_.add_parser("show", help="show the alert endpoint and its breaker (not the secret)")
+    ashow.add_argument("--project", required=True, help="project id or name")
+    ashow.add_argument("--json", action="store_true")
+    atest = alerts_.add_parser("test", help="queue a test event for the endpoint")
+    atest.add_argument("--project", required=True, help="project id or name")
+    atest.add_argument("--json", action="store_true")
     return parser
 
 
@@ -245,6 +287,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         ("projects", "create"): lambda s: cmd_projects_create(args, s),
         ("projects", "list"): lambda s: cmd_projects_list(args, s),
         ("projects", "set-tier"): lambda s: cmd_projects_set_tier(args, s),
+        ("alerts", "set"): lambda s: cmd_alerts_set(args, s, settings),
+        ("alerts", "show"): lambda s: cmd_alerts_show(args, s, settings),
+        ("alerts", "test"): lambda s: cmd_alerts_test(args, s),
     }
     return asyncio.run(_with_store(settings, handlers[(command, action)]))
 

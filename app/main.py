@@ -12,8 +12,10 @@ from prometheus_client import CollectorRegistry
 
 import app as package
 from app.api import admin, consumers, dlq, groups, health, messages, metrics, offsets, tokens, topics, ws
+from app.api import alerts as alert_routes
 from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
+from app.broker.alerts import AlertDispatcher
 from app.broker.errors import Unavailable
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher, TopicDirectory
@@ -66,6 +68,8 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     keys.start()
     usage = UsageMeter(log, enabled=settings.usage_metering)
     await usage.start()
+    alerts = AlertDispatcher(metadata, settings)
+    alerts.start()
     application.state.services = Services(
         settings=settings,
         metadata=metadata,
@@ -75,6 +79,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         usage=usage,
         publisher=Publisher(log, TopicDirectory(metadata), dedup_window_ms=settings.idempotency_window_ms),
         registry=application.state.registry,
+        alerts=alerts,
     )
     # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
     # which otherwise rescan it and stall requests (the p99 of publishing).
@@ -84,6 +89,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await alerts.close()
         await usage.close()
         await keys.close()
         await limiter.close()
@@ -113,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(groups.router)
     application.include_router(offsets.router)
     application.include_router(dlq.router)
+    application.include_router(alert_routes.router)
     application.include_router(consumers.router)
     application.include_router(tokens.router)
     application.include_router(ws.router)

@@ -65,6 +65,16 @@ class Settings(BaseSettings):
     # group, within interval + timeout + the 1 s close timeout = 6 s, inside the default 10 s sessionTimeout.
     ws_ping_interval_seconds: float = 2.0
     ws_ping_timeout_seconds: float = 3.0
+    # Alert webhooks (DLQ depth). Hostnames or CIDRs exempt from the production SSRF rule (no loopback,
+    # private or link-local targets): for tests and on-premise receivers.
+    alert_allowed_hosts: list[str] = Field(default_factory=list)
+    alert_timeout_seconds: float = 5.0
+    alert_max_attempts: int = 10
+    alert_backoff_base_seconds: float = 2.0
+    alert_backoff_max_seconds: float = 900.0
+    alert_breaker_threshold: int = 5
+    alert_breaker_cooldown_seconds: float = 60.0
+    alert_poll_seconds: float = 0.5
     log: LogSettings = Field(default_factory=LogSettings)
 
     @model_validator(mode="after")

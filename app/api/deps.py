@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
+from app.broker.alerts import AlertDispatcher
 from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
 from app.broker.rate_limits import Category, limit_for
@@ -36,6 +37,7 @@ class Services:
     publisher: Publisher
     usage: UsageMeter
     registry: CollectorRegistry
+    alerts: AlertDispatcher
 
 
 async def get_services(request: Request) -> Services:

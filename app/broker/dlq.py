@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import durations, message_ids
+from app.broker import alerts, durations, message_ids
 from app.broker.errors import InvalidRequest, MessageNotFound
 from app.broker.groups import get_group
 from app.broker.publishing import TopicRef, decode_headers
@@ -228,8 +228,6 @@ async def _check_alert(session: AsyncSession, group_id: str) -> None:
 
 async def _raise_alert(session: AsyncSession, project_id: str, data: dict[str, Any]) -> None:
     """Queue the ``dlq.threshold_reached`` event in the alert outbox (same unit of work)."""
-    from app.broker import alerts
-
     await alerts.enqueue(session, project_id=project_id, event_type="dlq.threshold_reached", data=data)
 
 

@@ -52,6 +52,10 @@ class MemberNotFound(NotFound):
     code = "MEMBER_NOT_FOUND"
 
 
+class AlertEndpointNotFound(NotFound):
+    code = "ALERT_ENDPOINT_NOT_FOUND"
+
+
 class ProjectNotFound(NotFound):
     def __init__(self, ref: str) -> None:
         super().__init__(f"No project with id or name '{ref}'.")

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -212,4 +213,59 @@ class DlqAuditEntry(Base):
     count: Mapped[int | None] = mapped_column(Integer, nullable=True)
     actor_type: Mapped[str] = mapped_column(String(8))
     actor_id: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AlertEndpoint(Base):
+    """A project's alert webhook: where events go, the secret they are signed with, and its breaker.
+
+    The breaker is ``closed`` below ``failures`` consecutive failures; ``open`` until ``open_until_ms``
+    after that; then ``half-open``: one probe may go, whose success closes it and failure reopens it.
+    """
+
+    __tablename__ = "alert_endpoints"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    # Needed in clear to sign; never answered after the one-time reveal, never logged.
+    secret: Mapped[str] = mapped_column(String(255))
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    open_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AlertEvent(Base):
+    """The alert outbox: an event is written in the transaction that raises it and sent afterwards, so no
+    alert is lost across restarts. ``claimed_until_ms`` keeps two dispatchers from sending it at once."""
+
+    __tablename__ = "alert_events"
+    __table_args__ = (Index("ix_alert_events_due", "status", "next_attempt_ms"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    type: Mapped[str] = mapped_column(String(64))
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # pending | delivered | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_ms: Mapped[int] = mapped_column(BigInteger)
+    claimed_until_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AlertAttempt(Base):
+    """One try at delivering an alert event: what the endpoint answered, or why it could not."""
+
+    __tablename__ = "alert_attempts"
+    __table_args__ = (Index("ix_alert_attempts_project", "project_id", "id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(ForeignKey("alert_events.id", ondelete="CASCADE"))
+    event_type: Mapped[str] = mapped_column(String(64))
+    attempt: Mapped[int] = mapped_column(Integer)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    duration_ms: Mapped[int] = mapped_column(Integer)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

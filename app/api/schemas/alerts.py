@@ -1,0 +1,49 @@
+"""Wire shapes of the alert webhook calls."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from app.api.schemas.common import RequestBody, ResponseBody
+
+
+class EndpointIn(RequestBody):
+    url: str = Field(examples=["https://hooks.example.com/queuecore"], max_length=2048)
+    secret: str | None = Field(
+        None,
+        min_length=16,
+        max_length=255,
+        description="signing secret; generated (and shown once) if omitted",
+    )
+
+
+class Endpoint(ResponseBody):
+    url: str
+    secretHint: str = Field(description="the secret's last four characters")
+    state: Literal["closed", "open", "half-open"] = Field(description="the delivery circuit breaker")
+    createdAt: str
+    updatedAt: str
+    secret: str | None = Field(None, description="only in the answer that generated it")
+
+
+class TestEvent(ResponseBody):
+    eventId: str
+
+
+class Delivery(ResponseBody):
+    id: str
+    eventId: str
+    eventType: str
+    attempt: int
+    ok: bool
+    statusCode: int | None
+    error: str | None
+    durationMs: int
+    at: str
+
+
+class DeliveryPage(ResponseBody):
+    data: list[Delivery]
+    nextCursor: str | None

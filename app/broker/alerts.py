@@ -1,0 +1,472 @@
+"""Alert webhooks: a project's endpoint, the outbox of events, and the dispatcher that signs and sends them.
+
+- **Endpoint**: one per project, an http(s) URL and a signing secret (given, or generated and shown once).
+  In production the URL may not resolve to a loopback, private, link-local or otherwise internal address
+  (SSRF), unless its host is in ``alert_allowed_hosts``; checked when it is set and again before every
+  delivery (DNS can change), resolving off the event loop. Redirects are not followed.
+- **Outbox**: ``enqueue`` writes the event in the caller's transaction (the one that moved a DLQ past its
+  threshold), so an alert exists exactly when what raised it committed, and no restart loses it.
+- **Dispatcher**: one task per server process claims due events (``SKIP LOCKED`` on Postgres, so several
+  processes never send one event at once), POSTs them signed
+  ``QueueCore-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>``, records every attempt,
+  retries failures with exponential backoff and jitter up to ``alert_max_attempts``, and keeps a circuit
+  breaker per endpoint in the metadata store: open after ``alert_breaker_threshold`` failures in a row,
+  half-open after ``alert_breaker_cooldown_seconds`` (one probe goes), closed by a success. Events wait
+  while the breaker is open; they are not dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import ipaddress
+import logging
+import random
+import secrets
+import socket
+import string
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.broker.errors import AlertEndpointNotFound, BrokerError, InvalidRequest
+from app.broker.topics import decode_cursor, encode_cursor
+from app.kit.clock import isoformat_ms, now_ms, utcnow
+from app.kit.ids import new_id
+from app.settings import Environment, Settings
+from app.stores.metadata.alert_repositories import AlertRepository, Claimed
+from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.models import AlertEndpoint
+
+logger = logging.getLogger("queuecore.alerts")
+
+SIGNATURE_HEADER = "QueueCore-Signature"
+USER_AGENT = "QueueCore-Webhooks/1"
+_BASE62 = string.ascii_letters + string.digits
+_CLAIM = 20
+_CLAIM_LEASE_MS = 60_000
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The ``QueueCore-Signature`` header value of ``body`` sent at ``timestamp`` (unix seconds)."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def new_secret() -> str:
+    return "whsec_" + "".join(secrets.choice(_BASE62) for _ in range(32))
+
+
+# SSRF --------------------------------------------------------------------------------------------
+
+
+def _allowed(host: str, addresses: list[str], allow: list[str]) -> bool:
+    for entry in allow:
+        if entry.lower() == host.lower():
+            return True
+        try:
+            network = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            continue
+        if any(ipaddress.ip_address(a) in network for a in addresses):
+            return True
+    return False
+
+
+def _internal(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (
+        ip.is_loopback
+        or ip.is_private
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+        or not ip.is_global
+    )
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+class BlockedUrl(InvalidRequest):
+    """An alert URL the SSRF rule refuses."""
+
+
+async def check_url(settings: Settings, url: Any) -> str:
+    """``url`` if it may receive alerts; else ``INVALID_REQUEST`` saying why."""
+    if not isinstance(url, str) or not url or len(url) > 2048:
+        raise InvalidRequest.field("url", "expected an http(s) URL of at most 2048 characters")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest.field("url", "expected an http:// or https:// URL with a host")
+    if parts.username or parts.password:
+        raise InvalidRequest.field("url", "credentials in the URL are not allowed; sign with the secret")
+    if settings.environment is not Environment.production:
+        return url
+    host = parts.hostname
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        addresses = await _resolve(host, port)
+    except (OSError, ValueError):
+        raise InvalidRequest.field("url", f"the host '{host}' does not resolve") from None
+    if _allowed(host, addresses, settings.alert_allowed_hosts):
+        return url
+    internal = [a for a in addresses if _internal(a)]
+    if internal:
+        raise BlockedUrl.field(
+            "url", f"'{host}' resolves to an internal address ({internal[0]}); alerts go to public hosts only"
+        )
+    return url
+
+
+# the endpoint ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointView:
+    url: str
+    secret_hint: str
+    state: str
+    created_at: str
+    updated_at: str
+    secret: str | None = None  # only in the answer that generated it
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "url": self.url,
+            "secretHint": self.secret_hint,
+            "state": self.state,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+        if self.secret is not None:
+            wire["secret"] = self.secret
+        return wire
+
+
+def breaker_state(failures: int, open_until_ms: int | None, threshold: int, now: int) -> str:
+    if open_until_ms is None or failures < threshold:
+        return "closed"
+    return "open" if open_until_ms > now else "half-open"
+
+
+def _view(endpoint: AlertEndpoint, settings: Settings, secret: str | None = None) -> EndpointView:
+    return EndpointView(
+        endpoint.url,
+        endpoint.secret[-4:],
+        breaker_state(endpoint.failures, endpoint.open_until_ms, settings.alert_breaker_threshold, now_ms()),
+        isoformat_ms(endpoint.created_at),
+        isoformat_ms(endpoint.updated_at),
+        secret,
+    )
+
+
+async def set_endpoint(
+    session: AsyncSession, settings: Settings, project_id: str, url: Any, secret: Any = None
+) -> EndpointView:
+    """Create or replace the project's endpoint. Without ``secret``, a new one is generated on creation
+    (and answered once); an update without it keeps the current one. A new URL resets the breaker."""
+    url = await check_url(settings, url)
+    if secret is not None and (not isinstance(secret, str) or not 16 <= len(secret) <= 255):
+        raise InvalidRequest.field("secret", "expected a string of 16 to 255 characters")
+    repo = AlertRepository.from_session(session)
+    endpoint = await repo.endpoint(project_id)
+    now = utcnow()
+    revealed = None
+    if endpoint is None:
+        revealed = secret is None
+        endpoint = AlertEndpoint(
+            project_id=project_id,
+            url=url,
+            secret=secret or new_secret(),
+            failures=0,
+            open_until_ms=None,
+            created_at=now,
+            updated_at=now,
+        )
+    else:
+        if url != endpoint.url:
+            endpoint.failures, endpoint.open_until_ms = 0, None
+        endpoint.url = url
+        if secret is not None:
+            endpoint.secret = secret
+        endpoint.updated_at = now
+    await repo.save_endpoint(endpoint)
+    return _view(endpoint, settings, endpoint.secret if revealed else None)
+
+
+async def get_endpoint(session: AsyncSession, settings: Settings, project_id: str) -> EndpointView:
+    endpoint = await AlertRepository.from_session(session).endpoint(project_id)
+    if endpoint is None:
+        raise AlertEndpointNotFound(
+            "This project has no alert endpoint; set one with PUT /v1/alerts/endpoint."
+        )
+    return _view(endpoint, settings)
+
+
+async def delete_endpoint(session: AsyncSession, project_id: str) -> None:
+    if not await AlertRepository.from_session(session).remove_endpoint(project_id):
+        raise AlertEndpointNotFound("This project has no alert endpoint.")
+
+
+# the outbox --------------------------------------------------------------------------------------
+
+
+async def enqueue(session: AsyncSession, *, project_id: str, event_type: str, data: dict[str, Any]) -> str:
+    """Write an event to the outbox in the caller's unit of work; its id. A project without an endpoint
+    gets no event (nothing could receive it; "" is answered)."""
+    repo = AlertRepository.from_session(session)
+    if await repo.endpoint(project_id) is None:
+        return ""
+    event_id = new_id("evt")
+    now = now_ms()
+    body = orjson.dumps(
+        {
+            "id": event_id,
+            "type": event_type,
+            "createdAt": isoformat_ms(now),
+            "projectId": project_id,
+            "data": data,
+        }
+    )
+    await repo.add_event(
+        {
+            "id": event_id,
+            "project_id": project_id,
+            "type": event_type,
+            "body": body.decode(),
+            "status": "pending",
+            "attempts": 0,
+            "next_attempt_ms": now,
+            "claimed_until_ms": 0,
+            "created_at": utcnow(),
+        }
+    )
+    return event_id
+
+
+async def send_test_event(session: AsyncSession, project_id: str) -> str:
+    """Queue a ``test`` event for the project's endpoint."""
+    if await AlertRepository.from_session(session).endpoint(project_id) is None:
+        raise AlertEndpointNotFound(
+            "This project has no alert endpoint; set one with PUT /v1/alerts/endpoint."
+        )
+    return await enqueue(
+        session,
+        project_id=project_id,
+        event_type="test",
+        data={"message": "This is a test event from QueueCore."},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptPage:
+    entries: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+async def deliveries(
+    session: AsyncSession, project_id: str, *, limit: int = 50, cursor: str | None = None
+) -> AttemptPage:
+    """Every delivery attempt of the project's alerts, newest first."""
+    if not 1 <= limit <= 1000:
+        raise InvalidRequest.field("limit", "must be between 1 and 1000")
+    before = decode_cursor(cursor) if cursor else None
+    rows = list(await AlertRepository.from_session(session).attempts_page(project_id, before, limit + 1))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    entries = [
+        {
+            "id": r.id,
+            "eventId": r.event_id,
+            "eventType": r.event_type,
+            "attempt": r.attempt,
+            "ok": r.ok,
+            "statusCode": r.status_code,
+            "error": r.error,
+            "durationMs": r.duration_ms,
+            "at": isoformat_ms(r.at),
+        }
+        for r in rows
+    ]
+    return AttemptPage(entries, encode_cursor(rows[-1].id) if more and rows else None)
+
+
+# the dispatcher ----------------------------------------------------------------------------------
+
+
+def backoff_ms(settings: Settings, attempts_made: int, rng: Callable[[], float] = random.random) -> int:
+    """Wait after the ``attempts_made``-th failure: base × 2^(n−1), ±20 % jitter, capped."""
+    base = settings.alert_backoff_base_seconds * 1000 * float(1 << min(attempts_made - 1, 30))
+    capped = min(base, settings.alert_backoff_max_seconds * 1000)
+    return max(1, round(capped * (0.8 + 0.4 * rng())))
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    ok: bool
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+
+
+class AlertDispatcher:
+    """Sends due outbox events; one per server process (see the module docstring)."""
+
+    def __init__(
+        self,
+        metadata: MetadataStore,
+        settings: Settings,
+        *,
+        clock: Callable[[], int] = now_ms,
+        unix_time: Callable[[], float] = time.time,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._metadata = metadata
+        self._settings = settings
+        self._clock = clock
+        self._unix_time = unix_time
+        self._http = httpx.AsyncClient(
+            timeout=settings.alert_timeout_seconds, follow_redirects=False, transport=transport
+        )
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run_forever(), name="alert-dispatcher")
+
+    def wake(self) -> None:
+        """Look at the outbox now (after a commit that queued an event)."""
+        self._wake.set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._http.aclose()
+
+    async def _run_forever(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                sent = await self.run_once()
+            except BrokerError as error:  # the metadata store is down: try again shortly
+                logger.warning("alert dispatcher paused: %s", error.code)
+                sent = 0
+            except Exception:  # never let the loop die
+                logger.exception("alert dispatcher pass failed")
+                sent = 0
+            if sent:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._settings.alert_poll_seconds)
+
+    async def run_once(self) -> int:
+        """One pass: claim what is due, send it, record the outcomes; the number of attempts made."""
+        settings = self._settings
+        now = self._clock()
+        async with self._metadata.session() as session:
+            repo = AlertRepository.from_session(session)
+            claimed = await repo.claim_due(now, _CLAIM_LEASE_MS, _CLAIM)
+            waiting: list[str] = []
+            sending: list[Claimed] = []
+            probing: set[str] = set()
+            for event in claimed:
+                state = breaker_state(
+                    event.failures, event.open_until_ms, settings.alert_breaker_threshold, now
+                )
+                if event.url is None:
+                    sending.append(event)  # settled below as failed: nowhere to send
+                elif state == "open" or (state == "half-open" and event.project_id in probing):
+                    waiting.append(event.id)
+                else:
+                    if state == "half-open":
+                        probing.add(event.project_id)
+                    sending.append(event)
+            cooldown = round(settings.alert_breaker_cooldown_seconds * 1000)
+            # The half-open probe holds the breaker open meanwhile: one probe per endpoint at a time.
+            await repo.hold_breaker(sorted(probing), now + cooldown)
+            await repo.release(waiting, now + min(cooldown, 1000))
+        if not sending:
+            return 0
+        outcomes = await asyncio.gather(*(self._deliver(event) for event in sending))
+        async with self._metadata.session() as session:
+            repo = AlertRepository.from_session(session)
+            for event, outcome in zip(sending, outcomes, strict=True):
+                await self._record(repo, event, outcome, self._clock())
+        return len(sending)
+
+    async def _deliver(self, event: Claimed) -> Outcome:
+        started = time.monotonic()
+
+        def took() -> int:
+            return round((time.monotonic() - started) * 1000)
+
+        if event.url is None or event.secret is None:
+            return Outcome(False, None, "no alert endpoint", 0)
+        try:
+            await check_url(self._settings, event.url)
+        except InvalidRequest as error:
+            return Outcome(False, None, error.message[:500], took())
+        body = event.body.encode()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "QueueCore-Event-Id": event.id,
+            SIGNATURE_HEADER: sign(event.secret, int(self._unix_time()), body),
+        }
+        try:
+            response = await self._http.post(event.url, content=body, headers=headers)
+        except httpx.HTTPError as error:
+            return Outcome(
+                False, None, f"{type(error).__name__}: {error}"[:500] or "connection failed", took()
+            )
+        ok = 200 <= response.status_code < 300
+        return Outcome(ok, response.status_code, None if ok else f"HTTP {response.status_code}", took())
+
+    async def _record(self, repo: AlertRepository, event: Claimed, outcome: Outcome, now: int) -> None:
+        settings = self._settings
+        made = event.attempts + 1
+        await repo.add_attempt(
+            {
+                "id": f"att_{now:012x}{secrets.token_hex(5)}",
+                "project_id": event.project_id,
+                "event_id": event.id,
+                "event_type": event.type,
+                "attempt": made,
+                "ok": outcome.ok,
+                "status_code": outcome.status_code,
+                "error": outcome.error,
+                "duration_ms": outcome.duration_ms,
+                "at": utcnow(),
+            }
+        )
+        if outcome.ok:
+            await repo.settle_event(event.id, "delivered", made, now)
+        elif event.url is None or made >= settings.alert_max_attempts:
+            await repo.settle_event(event.id, "failed", made, now)
+            logger.warning("alert %s given up after %d attempts", event.id, made)
+        else:
+            await repo.settle_event(event.id, "pending", made, now + backoff_ms(settings, made))
+        if event.url is not None:
+            await repo.breaker_outcome(
+                event.project_id,
+                outcome.ok,
+                settings.alert_breaker_threshold,
+                now + round(settings.alert_breaker_cooldown_seconds * 1000),
+            )

@@ -1,0 +1,178 @@
+"""SQL of alert webhooks: endpoints with their breaker, the outbox of events, and the attempts made."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Self, cast
+
+from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.stores.metadata.models import AlertAttempt, AlertEndpoint, AlertEvent
+
+endpoints = cast(Table, AlertEndpoint.__table__)
+events = cast(Table, AlertEvent.__table__)
+attempts = cast(Table, AlertAttempt.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """An outbox event taken for one delivery attempt, with where it goes."""
+
+    id: str
+    project_id: str
+    type: str
+    body: str
+    attempts: int
+    url: str | None
+    secret: str | None
+    failures: int
+    open_until_ms: int | None
+
+
+class AlertRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    @classmethod
+    def from_session(cls, session: AsyncSession) -> Self:
+        return cls(session)
+
+    @property
+    def _postgres(self) -> bool:
+        return self.session.get_bind().dialect.name == "postgresql"
+
+    # endpoints ------------------------------------------------------------------------------------
+
+    async def endpoint(self, project_id: str) -> AlertEndpoint | None:
+        result = await self.session.execute(
+            select(AlertEndpoint)
+            .where(AlertEndpoint.project_id == project_id)
+            .execution_options(populate_existing=True)
+        )
+        return result.scalar_one_or_none()
+
+    async def save_endpoint(self, endpoint: AlertEndpoint) -> None:
+        self.session.add(endpoint)
+        await self.session.flush()
+
+    async def remove_endpoint(self, project_id: str) -> bool:
+        result = await self.session.execute(delete(endpoints).where(endpoints.c.project_id == project_id))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def breaker_outcome(self, project_id: str, ok: bool, threshold: int, open_until_ms: int) -> None:
+        """A success closes the breaker; a failure counts, and opens it at ``threshold`` in a row (or
+        reopens it after a failed half-open probe)."""
+        if ok:
+            values: dict[str, Any] = {"failures": 0, "open_until_ms": None}
+            await self.session.execute(
+                update(endpoints).where(endpoints.c.project_id == project_id).values(**values)
+            )
+            return
+        await self.session.execute(
+            update(endpoints)
+            .where(endpoints.c.project_id == project_id)
+            .values(failures=endpoints.c.failures + 1)
+        )
+        await self.session.execute(
+            update(endpoints)
+            .where(endpoints.c.project_id == project_id, endpoints.c.failures >= threshold)
+            .values(open_until_ms=open_until_ms)
+        )
+
+    async def hold_breaker(self, project_ids: Sequence[str], until_ms: int) -> None:
+        """A half-open endpoint lets one probe go: the others wait until it answered."""
+        if project_ids:
+            await self.session.execute(
+                update(endpoints)
+                .where(endpoints.c.project_id.in_(project_ids))
+                .values(open_until_ms=until_ms)
+            )
+
+    # the outbox -----------------------------------------------------------------------------------
+
+    async def add_event(self, values: dict[str, Any]) -> None:
+        await self.session.execute(insert(events).values(**values))
+
+    async def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[Claimed]:
+        """Due pending events not held by another dispatcher, taken for ``lease_ms``. On Postgres,
+        ``SKIP LOCKED``: concurrent dispatchers take disjoint events."""
+        stmt = (
+            select(events.c.id)
+            .where(
+                events.c.status == "pending",
+                events.c.next_attempt_ms <= now_ms,
+                events.c.claimed_until_ms <= now_ms,
+            )
+            .order_by(events.c.next_attempt_ms)
+            .limit(limit)
+        )
+        if self._postgres:
+            stmt = stmt.with_for_update(skip_locked=True)
+        ids = list((await self.session.execute(stmt)).scalars().all())
+        if not ids:
+            return []
+        rows = await self.session.execute(
+            select(
+                events.c.id,
+                events.c.project_id,
+                events.c.type,
+                events.c.body,
+                events.c.attempts,
+                endpoints.c.url,
+                endpoints.c.secret,
+                endpoints.c.failures,
+                endpoints.c.open_until_ms,
+            )
+            .select_from(events.outerjoin(endpoints, endpoints.c.project_id == events.c.project_id))
+            .where(events.c.id.in_(ids))
+            .order_by(events.c.next_attempt_ms)
+        )
+        claimed = [Claimed(*row) for row in rows.all()]
+        await self.session.execute(
+            update(events).where(events.c.id.in_(ids)).values(claimed_until_ms=now_ms + lease_ms)
+        )
+        return claimed
+
+    async def release(self, event_ids: Sequence[str], next_attempt_ms: int) -> None:
+        """Events claimed but not tried (their endpoint's breaker is open): due again later."""
+        if event_ids:
+            await self.session.execute(
+                update(events)
+                .where(events.c.id.in_(event_ids))
+                .values(claimed_until_ms=0, next_attempt_ms=next_attempt_ms)
+            )
+
+    async def settle_event(
+        self, event_id: str, status: str, attempts_made: int, next_attempt_ms: int
+    ) -> None:
+        await self.session.execute(
+            update(events)
+            .where(events.c.id == event_id)
+            .values(
+                status=status, attempts=attempts_made, next_attempt_ms=next_attempt_ms, claimed_until_ms=0
+            )
+        )
+
+    async def event(self, event_id: str) -> AlertEvent | None:
+        return await self.session.get(AlertEvent, event_id, populate_existing=True)
+
+    # attempts -------------------------------------------------------------------------------------
+
+    async def add_attempt(self, values: dict[str, Any]) -> None:
+        await self.session.execute(insert(attempts).values(**values))
+
+    async def attempts_page(self, project_id: str, before: str | None, limit: int) -> Sequence[AlertAttempt]:
+        """Newest first (ids grow with time)."""
+        stmt = select(AlertAttempt).where(AlertAttempt.project_id == project_id)
+        if before is not None:
+            stmt = stmt.where(AlertAttempt.id < before)
+        result = await self.session.execute(stmt.order_by(AlertAttempt.id.desc()).limit(limit))
+        return result.scalars().all()
+
+    async def pending_count(self, project_id: str | None = None) -> int:
+        stmt = select(func.count()).select_from(events).where(events.c.status == "pending")
+        if project_id is not None:
+            stmt = stmt.where(events.c.project_id == project_id)
+        return int((await self.session.execute(stmt)).scalar_one())
