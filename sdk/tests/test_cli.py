@@ -273,3 +273,81 @@ class TestGroupsAndOffsets:
         assert lines(out.stdout) == [{"partition": 0, "current": 3}]
         every = lines(run(env, "offsets", "get", cli_topic, "-g", group).stdout)
         assert [(o["partition"], o["lag"]) for o in every] == [(0, 0), (1, 0)]
+
+
+class TestConsume:
+    def test_consume_prints_json_lines_and_acks(self, env, cli_topic):
+        published = run(
+            env, "publish", cli_topic, "-", stdin="\n".join(json.dumps({"n": i}) for i in range(6))
+        )
+        assert published.returncode == 0, published.stderr
+        group = unique("g")
+        got = run(
+            env, "consume", cli_topic, "--group", group, "--from", "earliest", "--count", "6", timeout=60
+        )
+        assert got.returncode == 0, got.stderr
+        messages = lines(got.stdout)
+        assert sorted(m["data"]["n"] for m in messages) == list(range(6))
+        assert all(
+            m["id"].startswith("msg_") and m["attempt"] == 1 and m["topic"] == cli_topic for m in messages
+        )
+        lag = lines(run(env, "offsets", "get", cli_topic, "--group", group).stdout)
+        assert sum(p["lag"] for p in lag) == 0  # acked before exiting
+
+    def test_no_ack_leaves_the_messages_for_the_group(self, env, cli_topic):
+        assert run(env, "publish", cli_topic, '{"n": 1}').returncode == 0
+        group = unique("g")
+        for transport in ("websocket", "pull"):
+            got = run(
+                env,
+                "consume",
+                cli_topic,
+                "--group",
+                group,
+                "--from",
+                "earliest",
+                "--count",
+                "1",
+                "--no-ack",
+                "--transport",
+                transport,
+                timeout=60,
+            )
+            assert got.returncode == 0, got.stderr
+            assert [m["data"] for m in lines(got.stdout)] == [{"n": 1}]
+        lag = lines(run(env, "offsets", "get", cli_topic, "--group", group).stdout)
+        assert sum(p["lag"] for p in lag) == 1
+
+    def test_consume_refused(self, env):
+        got = run(env, "consume", unique("missing"), "--group", "g", timeout=60)
+        assert got.returncode == 1 and "TOPIC_NOT_FOUND" in got.stderr
+
+
+class TestDlq:
+    def test_list_replay_delete_replay_all_audit(self, env, server):
+        from test_dlq import fill_dlq
+
+        import queuecore
+
+        with queuecore.QueueCore(api_key=env["QUEUECORE_API_KEY"], base_url=server.url) as client:
+            topic, group, ids = fill_dlq(client, 3)
+        listed = run(env, "dlq", "list", topic, "--group", group)
+        assert listed.returncode == 0, listed.stderr
+        entries = lines(listed.stdout)
+        assert [e["messageId"] for e in entries] == ids and all(e["retryCount"] == 0 for e in entries)
+        assert (
+            lines(run(env, "dlq", "list", topic, "--group", group, "--limit", "1").stdout)[0]["messageId"]
+            == ids[0]
+        )
+        replayed = run(env, "dlq", "replay", topic, "--group", group, "--message-id", ids[0])
+        assert lines(replayed.stdout) == [{"messageId": ids[0], "replayed": True}]
+        deleted = run(env, "dlq", "delete", topic, "--group", group, "--message-id", ids[1])
+        assert deleted.returncode == 0 and lines(deleted.stdout) == [{"messageId": ids[1], "deleted": True}]
+        again = run(env, "dlq", "delete", topic, "--group", group, "--message-id", ids[1])
+        assert again.returncode == 1 and "MESSAGE_NOT_FOUND" in again.stderr
+        assert lines(run(env, "dlq", "replay-all", topic, "--group", group, "--rate", "50").stdout) == [
+            {"replayed": 1}
+        ]
+        audit = lines(run(env, "dlq", "audit", topic, "--group", group).stdout)
+        assert [a["action"] for a in audit] == ["replay_all", "delete", "replay"]
+        assert audit[0]["count"] == 1 and "messageId" not in audit[0]

@@ -1,4 +1,5 @@
-"""The pull consumer against a real server: order, acks, redelivery, graceful stop, group sharing, restarts."""
+"""Consumers against a real server, over both transports (WebSocket push and REST pull): order, acks,
+redelivery, graceful stop, group sharing, restarts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from sdk_support import unique
 import queuecore
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["websocket", "pull"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def run_sync(consumer: queuecore.Consumer, until, timeout: float = 30.0) -> None:
@@ -37,11 +43,11 @@ def publish(client, topic, per_partition):
 
 
 class TestSync:
-    def test_in_order_per_partition_and_acked(self, client, topic):
+    def test_in_order_per_partition_and_acked(self, client, topic, transport):
         publish(client, topic, [5, 4, 3])
         group = unique("g")
         seen: list[tuple[int, int, int]] = []
-        consumer = client.consume(topic, group=group, start_from="earliest")
+        consumer = client.consume(topic, transport=transport, group=group, start_from="earliest")
 
         def handle(msg: queuecore.ConsumedMessage) -> None:
             seen.append((msg.partition, msg.offset, msg.attempt))
@@ -58,17 +64,17 @@ class TestSync:
         assert [p.offset for p in described.partitions] == [5, 4, 3]
 
         again: list[int] = []
-        second = client.consume(topic, group=group, start_from="earliest")
+        second = client.consume(topic, transport=transport, group=group, start_from="earliest")
         second.on("message", lambda m: again.append(m.offset))
         started = time.monotonic()
         run_sync(second, lambda: time.monotonic() - started > 1.5)
         assert again == []
 
-    def test_a_raising_handler_leads_to_redelivery(self, client, topic):
+    def test_a_raising_handler_leads_to_redelivery(self, client, topic, transport):
         publish(client, topic, [1, 0, 0])
         attempts: list[int] = []
         errors: list[BaseException] = []
-        consumer = client.consume(topic, group=unique("g"), start_from="earliest")
+        consumer = client.consume(topic, transport=transport, group=unique("g"), start_from="earliest")
 
         def handle(msg: queuecore.ConsumedMessage) -> None:
             attempts.append(msg.attempt)
@@ -81,15 +87,17 @@ class TestSync:
         assert attempts[:2] == [1, 2]
         assert any(isinstance(e, RuntimeError) for e in errors)
 
-    def test_dead_letter_is_set_before_joining(self, client, topic):
+    def test_dead_letter_is_set_before_joining(self, client, topic, transport):
         group = unique("g")
-        consumer = client.consume(topic, group=group, dead_letter={"max_retries": 2, "retry_delay": "1s"})
+        consumer = client.consume(
+            topic, transport=transport, group=group, dead_letter={"max_retries": 2, "retry_delay": "1s"}
+        )
         joined: list[str] = []
         run_sync(consumer, lambda: joined or (consumer.member_id and joined.append(consumer.member_id)))
         config = client.consumer_groups.describe(topic, group).config
         assert config.dead_letter is not None and config.dead_letter.max_retries == 2
 
-    def test_two_consumers_split_partitions(self, client, topic):
+    def test_two_consumers_split_partitions(self, client, topic, transport):
         group = unique("g")
         publish(client, topic, [3, 3, 3])
         got: dict[str, set[int]] = {"a": set(), "b": set()}
@@ -105,8 +113,12 @@ class TestSync:
 
             return handle
 
-        a = client.consume(topic, group=group, start_from="earliest").on("message", handler("a"))
-        b = client.consume(topic, group=group, start_from="earliest").on("message", handler("b"))
+        a = client.consume(topic, transport=transport, group=group, start_from="earliest").on(
+            "message", handler("a")
+        )
+        b = client.consume(topic, transport=transport, group=group, start_from="earliest").on(
+            "message", handler("b")
+        )
         ta, tb = threading.Thread(target=a.start), threading.Thread(target=b.start)
         ta.start()
         time.sleep(0.5)
@@ -133,14 +145,14 @@ class TestSync:
 
     def test_unknown_transport(self, client, topic):
         with pytest.raises(ValueError):
-            client.consume(topic, group="g", transport="websocket")  # type: ignore[arg-type]
+            client.consume(topic, group="g", transport="carrier-pigeon")  # type: ignore[arg-type]
 
 
 class TestAsync:
-    async def test_start_stop_and_async_handlers(self, client, async_client, topic):
+    async def test_start_stop_and_async_handlers(self, client, async_client, topic, transport):
         publish(client, topic, [2, 2, 2])
         group = unique("g")
-        consumer = async_client.consume(topic, group=group, start_from="earliest")
+        consumer = async_client.consume(topic, transport=transport, group=group, start_from="earliest")
         seen: list[tuple[int, int]] = []
 
         async def handle(msg: queuecore.ConsumedMessage) -> None:
@@ -155,9 +167,9 @@ class TestAsync:
         described = await async_client.consumer_groups.describe(topic, group)
         assert described.consumers == 0 and [p.offset for p in described.partitions] == [2, 2, 2]
 
-    async def test_async_iteration(self, client, async_client, topic):
+    async def test_async_iteration(self, client, async_client, topic, transport):
         publish(client, topic, [3, 0, 0])
-        consumer = async_client.consume(topic, group=unique("g"), start_from="earliest")
+        consumer = async_client.consume(topic, transport=transport, group=unique("g"), start_from="earliest")
         offsets = []
 
         async def consume() -> None:
@@ -180,14 +192,14 @@ class TestAsync:
 
 
 class TestRestart:
-    def test_survives_a_restart_without_redelivering_acked_messages(self, server, client):
+    def test_survives_a_restart_without_redelivering_acked_messages(self, server, client, transport):
         topic = unique("eo")
         client.topics.create(topic, partitions=2, delivery="exactly-once")
         publish(client, topic, [5, 5])
         group = unique("g")
         seen: list[tuple[int, int]] = []
         errors: list[BaseException] = []
-        consumer = client.consume(topic, group=group, start_from="earliest")
+        consumer = client.consume(topic, transport=transport, group=group, start_from="earliest")
 
         def handle(msg):
             seen.append((msg.partition, msg.offset))
@@ -217,3 +229,21 @@ class TestRestart:
         assert len(seen) == len(set(seen)) == 20, seen
         assert errors  # the outage was reported
         assert [p.offset for p in client.consumer_groups.describe(topic, group).partitions] == [10, 10]
+
+
+class TestRefusals:
+    def test_a_bad_key_ends_start_with_authentication_error(self, server, topic, transport):
+        with queuecore.QueueCore(api_key="pq_live_sk_" + "x" * 32, base_url=server.url, max_retries=0) as bad:
+            consumer = bad.consume(topic, transport=transport, group=unique("g"))
+            errors: list[BaseException] = []
+            consumer.on("error", errors.append)
+            with pytest.raises(queuecore.AuthenticationError) as refused:
+                consumer.start()
+        assert refused.value.code == "INVALID_API_KEY" and refused.value.status == 401
+        assert refused.value.request_id and refused.value.request_id.startswith("req_")
+
+    async def test_a_missing_topic_is_not_found(self, async_client, transport):
+        consumer = async_client.consume(unique("nope"), transport=transport, group=unique("g"))
+        with pytest.raises(queuecore.NotFoundError) as refused:
+            await asyncio.wait_for(consumer.start(), 30)
+        assert refused.value.code == "TOPIC_NOT_FOUND"

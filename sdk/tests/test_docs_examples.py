@@ -1,7 +1,9 @@
-"""Every example of the customer docs that the server supports today, translated to Python names, on the
-sync and the async client. (Consumers and DLQ inspect/replay are not covered here yet.)"""
+"""Every example of the customer docs, translated to Python names, on the sync and the async client."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 
@@ -64,7 +66,7 @@ def test_docs_sync(server):
     # Health checks
     assert pq.health().status == "ok"
 
-    # Configure a DLQ (the group's config; the consumer is not part of the SDK yet)
+    # Configure a DLQ (as the group's config; test_docs_consumers configures it through consume())
     group = pq.consumer_groups.update(
         "order.events",
         "order-processing",
@@ -143,3 +145,87 @@ async def test_docs_async(server):
         await pq.offsets.reset("order.events", group="order-processing", to="earliest")
         await pq.offsets.reset("order.events", group="order-processing", to="latest")
         assert all(o.lag == 0 for o in await pq.offsets.get("order.events", group="order-processing"))
+
+
+def _run_until(consumer: queuecore.Consumer, done, timeout: float = 30) -> None:
+    thread = threading.Thread(target=consumer.start)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    consumer.stop()
+    thread.join(30)
+    assert done()
+
+
+def test_docs_consumers_and_dlq(server, capsys):
+    pq = QueueCore(api_key=server.keys["sdk-docs"]["production"], base_url=server.url)
+    pq.topics.create(name="order.events", retention="30d", delivery="exactly-once", partitions=6)
+
+    # Create a Consumer
+    consumer = pq.consume("order.events", group="order-processing", start_from="latest")
+    processed: list[dict] = []
+
+    async def process_order(data: dict) -> None:
+        processed.append(data)
+
+    async def on_message(msg: queuecore.ConsumedMessage) -> None:
+        print(msg.data)  # { type: 'order.created', ... }
+        print(msg.offset)  # 14829
+        print(msg.topic)  # 'order.events'
+        print(msg.partition)  # 2
+        await process_order(msg.data)
+        msg.ack()
+
+    consumer.on("message", on_message)
+    consumer.on("error", lambda err: print("Consumer error:", err))
+
+    published: list[object] = []
+
+    def published_after_join() -> bool:  # start_from="latest": publish once the consumer has joined
+        if consumer.member_id is not None and not published:
+            published.append(pq.publish_batch("order.events", ORDERS))
+        return len(processed) == 3
+
+    _run_until(consumer, published_after_join)
+    assert sorted(o["orderId"] for o in processed) == sorted(o["orderId"] for o in ORDERS)
+    assert "order.events" in capsys.readouterr().out
+    assert all(o.lag == 0 for o in pq.offsets.get("order.events", group="order-processing"))
+
+    # Configure a DLQ (here with no retries, so the failing message lands there at once)
+    consumer = pq.consume(
+        "order.events",
+        group="order-processing",
+        dead_letter={"max_retries": 0, "retry_delay": "30s", "alert_threshold": 100},
+    )
+
+    def failing(msg: queuecore.ConsumedMessage) -> None:
+        raise RuntimeError("payment service unavailable")
+
+    consumer.on("message", failing)
+    consumer.on("error", lambda err: None)
+
+    def dead_lettered() -> bool:
+        if consumer.member_id is not None and not hasattr(consumer, "_published"):
+            consumer._published = pq.publish(
+                "order.events", {"type": "order.created", "orderId": "ord_x8k2n4"}
+            )  # type: ignore[attr-defined]
+        try:
+            return pq.dlq.inspect("order.events", group="order-processing").total == 1
+        except queuecore.NotFoundError:
+            return False
+
+    _run_until(consumer, dead_lettered)
+
+    # Inspect the DLQ
+    dead_messages = pq.dlq.inspect("order.events", group="order-processing", limit=10)
+    # Returns messages with original data, error reason, retry count, and timestamp
+    [dead] = dead_messages.data
+    assert dead.data["orderId"] == "ord_x8k2n4" and dead.retry_count == 0
+    assert dead.reason == "RuntimeError: payment service unavailable" and dead.failed_at
+
+    # Replay a single message by ID
+    pq.dlq.replay("order.events", "order-processing", message_id=dead.message_id)
+    # Replay all messages in the DLQ
+    assert pq.dlq.replay_all("order.events", "order-processing").replayed == 0
+    pq.close()

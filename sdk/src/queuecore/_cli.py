@@ -8,6 +8,8 @@ the API's wire form (camelCase), ready for ``jq``.
     queuecore read TOPIC --partition 0 --from-offset 0 --limit 10
     queuecore groups list|describe|reset-offsets TOPIC [GROUP] [--to earliest|latest|N]
     queuecore offsets get|seek|reset TOPIC --group G [--partition N] [--offset N|--timestamp T] [--to ...]
+    queuecore consume TOPIC --group G [--from earliest] [--count N] [--no-ack]   # JSON lines, acked
+    queuecore dlq list|replay|replay-all|delete|audit TOPIC --group G [--message-id ID] [--rate R]
     queuecore health
 
 The key comes from ``QUEUECORE_API_KEY`` (or ``--api-key``), the server from ``QUEUECORE_BASE_URL`` (or
@@ -193,6 +195,87 @@ def cmd_offsets_reset(client: QueueCore, args: argparse.Namespace) -> int:
     for position in client.offsets.reset(args.topic, group=args.group, to=args.to, partition=args.partition):
         _emit_model(position, sys.stdout)
     return EXIT_OK
+
+
+def cmd_consume(client: QueueCore, args: argparse.Namespace) -> int:
+    """Print each message as a JSON line (and ack it, unless ``--no-ack``) until ``--count`` or Ctrl-C."""
+    consumer = client.consume(
+        args.topic,
+        group=args.group,
+        start_from=args.start_from,
+        max_in_flight=args.max_in_flight,
+        transport=args.transport,
+    )
+    printed = 0
+
+    def handle(message: Any) -> None:
+        nonlocal printed
+        if args.count is not None and printed >= args.count:
+            return  # arrived while stopping: not acked, the group gets it again
+        _emit(message.to_wire(), sys.stdout)
+        sys.stdout.flush()
+        if not args.no_ack:
+            message.ack()
+        printed += 1
+        if args.count is not None and printed >= args.count:
+            consumer.stop()
+
+    def on_error(error: BaseException) -> None:
+        # Refusals end start() with the error (reported by main); the rest is survived and retried.
+        if not (isinstance(error, APIStatusError) and error.status in (400, 401, 403, 404)):
+            _error(f"{error} (retrying)")
+
+    consumer.on("message", handle).on("error", on_error)
+    try:
+        consumer.start()
+    except KeyboardInterrupt:
+        consumer.stop()
+        raise
+    return EXIT_OK
+
+
+def cmd_dlq_list(client: QueueCore, args: argparse.Namespace) -> int:
+    cursor: str | None = None
+    shown = 0
+    while True:
+        page = client.dlq.inspect(
+            args.topic, group=args.group, limit=min(1000, args.limit or 100), cursor=cursor
+        )
+        for entry in page.data:
+            if args.limit is not None and shown >= args.limit:
+                return EXIT_OK
+            _emit_model(entry, sys.stdout)
+            shown += 1
+        cursor = page.next_cursor
+        if cursor is None:
+            return EXIT_OK
+
+
+def cmd_dlq_replay(client: QueueCore, args: argparse.Namespace) -> int:
+    _emit_model(client.dlq.replay(args.topic, args.group, message_id=args.message_id), sys.stdout)
+    return EXIT_OK
+
+
+def cmd_dlq_replay_all(client: QueueCore, args: argparse.Namespace) -> int:
+    _emit_model(client.dlq.replay_all(args.topic, args.group, rate=args.rate), sys.stdout)
+    return EXIT_OK
+
+
+def cmd_dlq_delete(client: QueueCore, args: argparse.Namespace) -> int:
+    client.dlq.delete(args.topic, args.group, message_id=args.message_id)
+    _emit({"messageId": args.message_id, "deleted": True}, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_dlq_audit(client: QueueCore, args: argparse.Namespace) -> int:
+    cursor: str | None = None
+    while True:
+        page = client.dlq.audit(args.topic, args.group, limit=100, cursor=cursor)
+        for entry in page.data:
+            _emit(entry.model_dump(mode="json", by_alias=True, exclude_none=True), sys.stdout)
+        cursor = page.next_cursor
+        if cursor is None:
+            return EXIT_OK
 
 
 def cmd_health(client: QueueCore, args: argparse.Namespace) -> int:
@@ -454,6 +537,50 @@ def build_parser() -> argparse.ArgumentParser:
     orr.add_argument("--to", choices=["earliest", "latest"], required=True)
     orr.add_argument("--partition", "-p", type=_non_negative)
     orr.set_defaults(run=cmd_offsets_reset)
+
+    consume = sub.add_parser("consume", help="consume as a group member: one JSON line per message, acked")
+    consume.add_argument("topic")
+    consume.add_argument("--group", "-g", required=True)
+    consume.add_argument(
+        "--from",
+        dest="start_from",
+        choices=["earliest", "latest"],
+        default="latest",
+        help="where a group without committed offsets starts (default: latest)",
+    )
+    consume.add_argument("--count", "-n", type=_positive, help="exit after this many messages")
+    consume.add_argument("--no-ack", action="store_true", help="print without acking (redelivered later)")
+    consume.add_argument("--max-in-flight", type=_positive, default=100)
+    consume.add_argument("--transport", choices=["websocket", "pull"], default="websocket")
+    consume.set_defaults(run=cmd_consume)
+
+    dlq = sub.add_parser("dlq", help="a group's dead-letter queue").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    dl = dlq.add_parser("list", help="the dead letters, oldest first, one per line")
+    dl.add_argument("topic")
+    dl.add_argument("--group", "-g", required=True)
+    dl.add_argument("--limit", type=_positive, help="at most this many (default: all)")
+    dl.set_defaults(run=cmd_dlq_list)
+    dr = dlq.add_parser("replay", help="send one dead letter back to the group")
+    dr.add_argument("topic")
+    dr.add_argument("--group", "-g", required=True)
+    dr.add_argument("--message-id", required=True)
+    dr.set_defaults(run=cmd_dlq_replay)
+    dra = dlq.add_parser("replay-all", help="send every dead letter back to the group")
+    dra.add_argument("topic")
+    dra.add_argument("--group", "-g", required=True)
+    dra.add_argument("--rate", type=float, help="at most this many messages per second")
+    dra.set_defaults(run=cmd_dlq_replay_all)
+    dd = dlq.add_parser("delete", help="remove one dead letter for good")
+    dd.add_argument("topic")
+    dd.add_argument("--group", "-g", required=True)
+    dd.add_argument("--message-id", required=True)
+    dd.set_defaults(run=cmd_dlq_delete)
+    da = dlq.add_parser("audit", help="who replayed or deleted what, newest first")
+    da.add_argument("topic")
+    da.add_argument("--group", "-g", required=True)
+    da.set_defaults(run=cmd_dlq_audit)
 
     health = sub.add_parser("health", help="the service's readiness (exit 1 when down)")
     health.set_defaults(run=cmd_health)

@@ -22,6 +22,7 @@ from ._constants import DEFAULT_BASE_URL, DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX
 from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
 from ._exceptions import QueueCoreError
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
+from .resources.dlq import AsyncDlq, Dlq
 from .resources.messages import AsyncMessages, Messages
 from .resources.offsets import AsyncOffsets, Offsets
 from .resources.topics import AsyncTopics, Topics
@@ -137,6 +138,11 @@ class QueueCore(SyncAPIClient):
         """A group's offsets per partition; seek and reset, also while consuming."""
         return Offsets(self)
 
+    @cached_property
+    def dlq(self) -> Dlq:
+        """A group's dead-letter queue: inspect, replay, replay all, delete, audit."""
+        return Dlq(self)
+
     def publish(
         self,
         topic: str,
@@ -160,7 +166,7 @@ class QueueCore(SyncAPIClient):
         start_from: StartFrom = "latest",
         dead_letter: DeadLetterParam = None,
         max_in_flight: int = 100,
-        transport: Transport = "pull",
+        transport: Transport = "websocket",
     ) -> Consumer:
         """A consumer of ``topic`` in ``group``: register handlers with ``on("message", ...)`` and
         ``on("error", ...)``, then ``start()`` (blocks until ``stop()``).
@@ -170,8 +176,9 @@ class QueueCore(SyncAPIClient):
             start_from: ``"earliest"`` or ``"latest"`` (default), while the group has no committed offset.
             dead_letter: ``DeadLetter(...)`` or a dict of its fields: set as the group's dead-letter queue
                 before joining.
-            max_in_flight: messages fetched per poll, 1 to 1000.
-            transport: ``"pull"`` (REST long polls), the only transport so far.
+            max_in_flight: messages delivered and not yet acked, at most (websocket: 1 to 10,000); messages
+                fetched per poll (pull: 1 to 1000).
+            transport: ``"websocket"`` (push, the default) or ``"pull"`` (REST long polls).
         """
         engine_client = AsyncQueueCore(
             api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
@@ -299,6 +306,11 @@ class AsyncQueueCore(AsyncAPIClient):
         """A group's offsets per partition; seek and reset, also while consuming."""
         return AsyncOffsets(self)
 
+    @cached_property
+    def dlq(self) -> AsyncDlq:
+        """A group's dead-letter queue: inspect, replay, replay all, delete, audit."""
+        return AsyncDlq(self)
+
     async def publish(
         self,
         topic: str,
@@ -322,7 +334,7 @@ class AsyncQueueCore(AsyncAPIClient):
         start_from: StartFrom = "latest",
         dead_letter: DeadLetterParam = None,
         max_in_flight: int = 100,
-        transport: Transport = "pull",
+        transport: Transport = "websocket",
     ) -> AsyncConsumer:
         """A consumer of ``topic`` in ``group``: register handlers with ``on(...)`` and
         ``await consumer.start()`` (runs until ``stop()``), or ``async for msg in consumer``.

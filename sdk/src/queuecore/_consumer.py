@@ -1,5 +1,7 @@
-"""The pull consumer: ``client.consume(topic, group=...)`` joins a consumer group over REST, long-polls,
-runs handlers, batches acks, heartbeats, rejoins after rebalances or eviction, and rides out restarts.
+"""Consumers: ``client.consume(topic, group=...)`` joins a consumer group and runs handlers on its messages,
+batching acks, riding out rebalances, restarts and dropped connections. Two transports: WebSocket push (the
+default, ``_push.py``: the connection is the membership) and REST pull (``transport="pull"``: long polls,
+heartbeats, explicit join and leave; for environments without WebSocket).
 
 The engine is asyncio (``AsyncConsumer``); the sync ``Consumer`` runs the same engine on an event loop of
 its own in the thread that calls ``start()``, with sync handlers in worker threads.
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncConsumer", "Consumer", "Handler", "StartFrom", "Transport"]
 
 StartFrom = Literal["earliest", "latest"]
-Transport = Literal["pull"]
+Transport = Literal["websocket", "pull"]
 Handler = Callable[[Any], Union[Awaitable[None], None]]
 
 ACK_FLUSH_INTERVAL = 0.1
@@ -80,10 +82,13 @@ class _Settler:
         self.nacks: list[tuple[str, str | None, str | float | None]] = []
         self.extends: list[tuple[str, float]] = []
         self.wake: Callable[[], None] | None = None
+        self.wake_on_ack = False  # push: acks go out within milliseconds; pull: on the flush interval
 
     def ack(self, message_id: str) -> None:
         with self._lock:
             self.acks.append(message_id)
+        if self.wake_on_ack and self.wake is not None:
+            self.wake()
 
     def nack(self, message_id: str, reason: str | None, delay: str | float | None) -> None:
         with self._lock:
@@ -124,7 +129,8 @@ def _retryable(exc: Exception) -> bool:
 
 
 class AsyncConsumer:
-    """A member of a consumer group, fed by long polls. Build it with ``client.consume(...)``.
+    """A member of a consumer group, fed over WebSocket (or by long polls with ``transport="pull"``).
+    Build it with ``client.consume(...)``.
 
     ::
 
@@ -142,13 +148,14 @@ class AsyncConsumer:
         start_from: StartFrom = "latest",
         dead_letter: DeadLetterParam = None,
         max_in_flight: int = 100,
-        transport: Transport = "pull",
+        transport: Transport = "websocket",
         logger: logging.Logger | None = None,
     ) -> None:
-        if transport != "pull":
-            raise ValueError(f"unknown transport {transport!r}: only 'pull' is available")
-        if not 1 <= max_in_flight <= 1000:
-            raise ValueError("max_in_flight must be 1 to 1000")
+        if transport not in ("websocket", "pull"):
+            raise ValueError(f"unknown transport {transport!r}: 'websocket' or 'pull'")
+        limit = 10_000 if transport == "websocket" else 1000
+        if not 1 <= max_in_flight <= limit:
+            raise ValueError(f"max_in_flight must be 1 to {limit}")
         self.topic = topic
         self.group = group
         self.start_from = start_from
@@ -250,7 +257,13 @@ class AsyncConsumer:
             if self.dead_letter is not None:
                 body = {"deadLetter": dead_letter_wire(self.dead_letter)}
                 await self._with_retries(lambda: self._call("PUT", "", body))
-            await self._run()
+            if self.transport == "websocket":
+                from ._push import PushSession
+
+                self._settler.wake_on_ack = True
+                await PushSession(self).run()
+            else:
+                await self._run()
         finally:
             self._running, self._stopping = False, False
             self._settler.wake = None

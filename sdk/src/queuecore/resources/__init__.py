@@ -1,8 +1,10 @@
 """Resource namespaces of the clients: ``client.topics``, ``client.messages``, ``client.consumer_groups``,
-``client.offsets``."""
+``client.offsets``, ``client.dlq``."""
 
 from .consumer_groups import AsyncConsumerGroups as AsyncConsumerGroups
 from .consumer_groups import ConsumerGroups as ConsumerGroups
+from .dlq import AsyncDlq as AsyncDlq
+from .dlq import Dlq as Dlq
 from .messages import AsyncMessages as AsyncMessages
 from .messages import Messages as Messages
 from .offsets import AsyncOffsets as AsyncOffsets
@@ -12,10 +14,12 @@ from .topics import Topics as Topics
 
 __all__ = [
     "AsyncConsumerGroups",
+    "AsyncDlq",
     "AsyncMessages",
     "AsyncOffsets",
     "AsyncTopics",
     "ConsumerGroups",
+    "Dlq",
     "Messages",
     "Offsets",
     "Topics",

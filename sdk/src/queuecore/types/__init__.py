@@ -10,6 +10,13 @@ from .consumer_group import ConsumerGroupPartition as ConsumerGroupPartition
 from .consumer_group import ConsumerGroupSummary as ConsumerGroupSummary
 from .consumer_group import DeadLetter as DeadLetter
 from .consumer_group import PartitionPosition as PartitionPosition
+from .dead_letter import AuditActor as AuditActor
+from .dead_letter import AuditEntry as AuditEntry
+from .dead_letter import AuditPage as AuditPage
+from .dead_letter import DeadLetterMessage as DeadLetterMessage
+from .dead_letter import DeadLetterPage as DeadLetterPage
+from .dead_letter import ReplayAllResult as ReplayAllResult
+from .dead_letter import ReplayResult as ReplayResult
 from .health import Health as Health
 from .message import Message as Message
 from .message import MessagePage as MessagePage
@@ -22,6 +29,9 @@ from .topic_detail import PartitionDetail as PartitionDetail
 from .topic_detail import TopicDetail as TopicDetail
 
 __all__ = [
+    "AuditActor",
+    "AuditEntry",
+    "AuditPage",
     "BatchItem",
     "BatchMessage",
     "BatchResult",
@@ -31,6 +41,8 @@ __all__ = [
     "ConsumerGroupPartition",
     "ConsumerGroupSummary",
     "DeadLetter",
+    "DeadLetterMessage",
+    "DeadLetterPage",
     "Health",
     "Message",
     "MessagePage",
@@ -39,6 +51,8 @@ __all__ = [
     "PartitionOffset",
     "PartitionPosition",
     "PublishResult",
+    "ReplayAllResult",
+    "ReplayResult",
     "SeekResult",
     "Topic",
     "TopicDetail",
