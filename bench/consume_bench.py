@@ -42,6 +42,9 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rawhttp
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 RESULTS = ROOT / "bench" / "results"
@@ -183,8 +186,15 @@ async def qc_latency(server: Server, seconds: float, rate: int) -> tuple[float, 
                     return
 
     reader = asyncio.create_task(consume())
-    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30) as http:
-        await paced(rate, total, lambda i: http.post(f"/v1/topics/{topic}/messages", json={"data": stamp(i)}))
+    pool = rawhttp.Pool("127.0.0.1", server.port, headers)
+    path = f"/v1/topics/{topic}/messages"
+
+    async def publish(i: int) -> None:
+        status = await pool.post(path, json.dumps({"data": stamp(i)}).encode())
+        assert status == 201, status
+
+    await paced(rate, total, publish)
+    await pool.close()
     await asyncio.wait_for(reader, 60)
     await ws.close()
     return percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000

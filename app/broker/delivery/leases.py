@@ -85,6 +85,7 @@ async def _caller(
     *,
     extra_ms: int = 0,
     maintain: bool = False,
+    touch: bool = True,
 ) -> CallerView:
     """Check the member and its generation, and count the call as a heartbeat."""
     view = await repo.caller_view(topic.id, group_name, member_id)
@@ -100,7 +101,10 @@ async def _caller(
     if generation != view.generation:
         raise stale_generation(generation, view.generation)
     assert view.member_session_timeout_ms is not None
-    await repo.touch_member(view.group_id, member_id, now, now + view.member_session_timeout_ms + extra_ms)
+    if touch:
+        await repo.touch_member(
+            view.group_id, member_id, now, now + view.member_session_timeout_ms + extra_ms
+        )
     return view
 
 
@@ -149,11 +153,16 @@ async def poll_once(
     generation: int,
     max_messages: int,
     wait_ms: int = 0,
+    *,
+    heartbeat: bool = True,
 ) -> Polled:
-    """One unit of work of a poll (no waiting): what is due or new for the member, leased to it."""
+    """One unit of work of a poll (no waiting): what is due or new for the member, leased to it. It counts
+    as the member's heartbeat unless ``heartbeat`` is False (a push loop beats on its own schedule)."""
 
     async def work(session: AsyncSession) -> Polled:
-        return await _poll_once(session, log, topic, group_name, member_id, generation, max_messages, wait_ms)
+        return await _poll_once(
+            session, log, topic, group_name, member_id, generation, max_messages, wait_ms, heartbeat
+        )
 
     return await committing_fences(metadata, work)
 
@@ -181,10 +190,13 @@ async def _poll_once(
     generation: int,
     max_messages: int,
     wait_ms: int,
+    heartbeat: bool = True,
 ) -> Polled:
     repo = GroupRepository.from_session(session)
     now = now_ms()
-    view = await _caller(repo, topic, group_name, member_id, generation, now, extra_ms=wait_ms, maintain=True)
+    view = await _caller(
+        repo, topic, group_name, member_id, generation, now, extra_ms=wait_ms, maintain=True, touch=heartbeat
+    )
     owned = await repo.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
         return Polled([])
@@ -290,7 +302,8 @@ def _locate(topic: TopicRef, message_id: Any) -> tuple[Key | None, str | None]:
     return (where.partition, where.offset), None
 
 
-def _validate_ids(ids: Any) -> list[Any]:
+def validate_ids(ids: Any) -> list[Any]:
+    """The ``ids`` of an ack or extend: a list of 1 to ``MAX_IDS`` message ids."""
     if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_IDS:
         raise InvalidRequest.field("ids", f"expected a list of 1 to {MAX_IDS} message ids")
     return ids
@@ -307,6 +320,7 @@ async def _settle_ids(
     *,
     commit: bool,
     then: Then | None = None,
+    heartbeat: bool = True,
 ) -> Settled:
     """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
     where = [(str(message_id), *_locate(topic, message_id)) for message_id in ids]
@@ -315,7 +329,7 @@ async def _settle_ids(
     async def work(session: AsyncSession) -> tuple[set[Key], dict[Key, str]]:
         repo = GroupRepository.from_session(session)
         now = now_ms()
-        view = await _caller(repo, topic, group_name, member_id, generation, now)
+        view = await _caller(repo, topic, group_name, member_id, generation, now, touch=heartbeat)
         if not located:
             return set(), {}
         keys = sorted(located)
@@ -359,7 +373,14 @@ async def _settle_ids(
 
 
 async def ack(
-    metadata: MetadataStore, topic: TopicRef, group_name: str, member_id: str, generation: int, ids: Any
+    metadata: MetadataStore,
+    topic: TopicRef,
+    group_name: str,
+    member_id: str,
+    generation: int,
+    ids: Any,
+    *,
+    heartbeat: bool = True,
 ) -> Settled:
     """Acknowledge messages; answered once the acks and the committed offset are durable."""
     return await _settle_ids(
@@ -368,9 +389,10 @@ async def ack(
         group_name,
         member_id,
         generation,
-        _validate_ids(ids),
+        validate_ids(ids),
         lambda now: {"acked": True},
         commit=True,
+        heartbeat=heartbeat,
     )
 
 
@@ -458,7 +480,7 @@ async def extend(
         group_name,
         member_id,
         generation,
-        _validate_ids(ids),
+        validate_ids(ids),
         lambda now: {"deadline_ms": now + round(seconds * 1000)},
         commit=False,
     )

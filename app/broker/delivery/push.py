@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ from app.stores.metadata.database import MetadataStore
 MAX_IN_FLIGHT = 10_000
 _SETTLE_ATTEMPTS = 5  # rejoins tolerated while a group churns, before an ack answers STALE_GENERATION
 HEARTBEAT_SECONDS = 1.0  # below the 2 s minimum sessionTimeout, one small metadata write a second
+BEAT_EVERY = 0.5  # a delivery pass also renews the membership, at most this often
 
 Send = Callable[[bytes], Awaitable[None]]
 RenderError = Callable[[BrokerError], bytes]
@@ -100,6 +102,9 @@ class PushMember:
         self._wake = asyncio.Event()
         self._rejoining = asyncio.Lock()
         self._stopped = False
+        self._last_beat = 0.0
+        self._acks: list[list[Any]] = []  # ack frames read and not yet settled: their ids
+        self._acking: asyncio.Task[None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -161,7 +166,9 @@ class PushMember:
             generation = self.generation
             polled: leases.Polled | None = None
             try:
+                started = time.monotonic()
                 if budget > 0:
+                    renew = started - self._last_beat >= BEAT_EVERY
                     polled = await leases.poll_once(
                         self._metadata,
                         self._log,
@@ -170,11 +177,15 @@ class PushMember:
                         self.member_id,
                         generation,
                         budget,
+                        heartbeat=renew,
                     )
+                    if renew:
+                        self._last_beat = started
                 else:
                     beat = await membership.heartbeat(
                         self._metadata, self._topic, self._group, self.member_id, generation
                     )
+                    self._last_beat = started
                     if beat.should_rejoin:
                         await self._rejoin(generation)
                         continue
@@ -215,11 +226,43 @@ class PushMember:
         is answered by an ``error`` frame (the connection stays open)."""
         try:
             frame = self._parse(text)
+            if frame["type"] == "ack":
+                # Acks are settled by one task, several frames per metadata transaction when they arrive
+                # faster than a transaction commits; each frame still gets its own ``acked``.
+                self._acks.append(leases.validate_ids(self._ids_of(frame)))
+                if self._acking is None or self._acking.done():
+                    self._acking = asyncio.ensure_future(self._settle_acks())
+                return
             answer = await self._settle(frame)
         except BrokerError as error:
             await self._send(self._render_error(error))
             return
         await self._send(_frame("acked", ids=answer.ids, failed=answer.failed))
+
+    async def _settle_acks(self) -> None:
+        while self._acks:
+            frames: list[list[Any]] = [self._acks.pop(0)]
+            total = len(frames[0])
+            while self._acks and total + len(self._acks[0]) <= leases.MAX_IDS:
+                total += len(self._acks[0])
+                frames.append(self._acks.pop(0))
+            try:
+                answer = await self._settle({"type": "ack", "ids": [i for f in frames for i in f]})
+            except BrokerError as error:
+                for _ in frames:
+                    await self._send(self._render_error(error))
+                continue
+            done = set(answer.ids)
+            codes = {f["id"]: f["code"] for f in answer.failed}
+            for ids in frames:
+                named = [str(i) for i in ids]
+                await self._send(
+                    _frame(
+                        "acked",
+                        ids=[i for i in named if i in done],
+                        failed=[{"id": i, "code": codes[i]} for i in named if i not in done and i in codes],
+                    )
+                )
 
     @staticmethod
     def _parse(text: str | bytes) -> dict[str, Any]:
@@ -254,7 +297,13 @@ class PushMember:
             try:
                 if kind == "ack":
                     answer = await leases.ack(
-                        self._metadata, self._topic, self._group, self.member_id, generation, ids
+                        self._metadata,
+                        self._topic,
+                        self._group,
+                        self.member_id,
+                        generation,
+                        ids,
+                        heartbeat=False,  # the delivery loop renews the membership
                     )
                 elif kind == "nack":
                     answer = await leases.nack(

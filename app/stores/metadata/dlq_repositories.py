@@ -47,20 +47,19 @@ class DeadLetterRepository:
     async def add(self, group_id: str, rows: Sequence[DeadLetterRow]) -> None:
         if rows:
             await self.session.execute(
-                insert(dead_letters).values(
-                    [
-                        {
-                            "group_id": group_id,
-                            "partition": r.partition,
-                            "offset": r.offset,
-                            "dlq_offset": r.dlq_offset,
-                            "reason": r.reason,
-                            "retry_count": r.retry_count,
-                            "failed_at_ms": r.failed_at_ms,
-                        }
-                        for r in rows
-                    ]
-                )
+                insert(dead_letters),
+                [
+                    {
+                        "group_id": group_id,
+                        "partition": r.partition,
+                        "offset": r.offset,
+                        "dlq_offset": r.dlq_offset,
+                        "reason": r.reason,
+                        "retry_count": r.retry_count,
+                        "failed_at_ms": r.failed_at_ms,
+                    }
+                    for r in rows
+                ],
             )
 
     async def depth(self, group_id: str) -> int:

@@ -391,22 +391,21 @@ class GroupRepository:
             return
         await self.drop_leases(group_id, [(p, o) for p, o, _ in replays])
         await self.session.execute(
-            insert(leases).values(
-                [
-                    {
-                        "group_id": group_id,
-                        "partition": p,
-                        "offset": o,
-                        "member_id": None,
-                        "attempt": 0,
-                        "deadline_ms": now_ms,
-                        "acked": False,
-                        "reason": None,
-                        "replay_offset": dlq_offset,
-                    }
-                    for p, o, dlq_offset in replays
-                ]
-            )
+            insert(leases),
+            [
+                {
+                    "group_id": group_id,
+                    "partition": p,
+                    "offset": o,
+                    "member_id": None,
+                    "attempt": 0,
+                    "deadline_ms": now_ms,
+                    "acked": False,
+                    "reason": None,
+                    "replay_offset": dlq_offset,
+                }
+                for p, o, dlq_offset in replays
+            ],
         )
 
     async def next_deadline(self, group_id: str, numbers: Sequence[int]) -> int | None:
@@ -437,23 +436,25 @@ class GroupRepository:
     async def add_leases(
         self, group_id: str, member_id: str, deadline_ms: int, keys: Sequence[tuple[int, int]]
     ) -> None:
-        """First deliveries: one multi-row INSERT."""
+        """First deliveries: one ``executemany`` (a cached statement, sent as multi-row batches by the
+        driver layer); a literal multi-row ``VALUES`` would be compiled anew for every call."""
         if keys:
             await self.session.execute(
-                insert(leases).values(
-                    [
-                        {
-                            "group_id": group_id,
-                            "partition": p,
-                            "offset": o,
-                            "member_id": member_id,
-                            "attempt": 1,
-                            "deadline_ms": deadline_ms,
-                            "acked": False,
-                        }
-                        for p, o in keys
-                    ]
-                )
+                insert(leases),
+                [
+                    {
+                        "group_id": group_id,
+                        "partition": p,
+                        "offset": o,
+                        "member_id": member_id,
+                        "attempt": 1,
+                        "deadline_ms": deadline_ms,
+                        "acked": False,
+                        "reason": None,
+                        "replay_offset": None,
+                    }
+                    for p, o in keys
+                ],
             )
 
     async def drop_leases(self, group_id: str, keys: Sequence[tuple[int, int]]) -> None:
