@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "c54ea32383cb"
 down_revision: str | None = "06142a2ca262"
 branch_labels: str | Sequence[str] | None = None

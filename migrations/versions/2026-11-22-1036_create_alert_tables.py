@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "86af2b58e1c3"
 down_revision: str | None = "c54ea32383cb"
 branch_labels: str | Sequence[str] | None = None
