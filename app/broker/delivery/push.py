@@ -40,7 +40,7 @@ from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 
 MAX_IN_FLIGHT = 10_000
-_SETTLE_ATTEMPTS = 5  # rejoins tolerated while a group churns, before an ack answers STALE_GENERATION
+_SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
 HEARTBEAT_SECONDS = 1.0  # below the 2 s minimum sessionTimeout, one small metadata write a second
 BEAT_EVERY = 0.5  # a delivery pass also renews the membership, at most this often
 
