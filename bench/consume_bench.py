@@ -441,10 +441,13 @@ Latency: {report["latency_rate_per_s"]:,} msgs/s published one at a time for {re
 
 Caveats:
 - Every client runs as asyncio tasks in this one Python process (one core): the four-consumer figures
-  are bounded by the client as much as by the servers, for all three systems alike.
-- QueueCore runs with the embedded SQLite metadata store; every ack is one metadata transaction that
-  commits the offset (the same path as exactly-once). Its delivery is one metadata transaction per
-  frame leased. JetStream and Redis keep consumer state in their own servers (Redis acknowledges from
+  are bounded by the client as much as by the servers, for all three systems alike. QueueCore's latency
+  publisher is a minimal keep-alive HTTP client (`bench/rawhttp.py`): httpx saturated the client's core
+  at ~500 req/s and measured itself.
+- The topics are `exactly-once` (the default): every ack is durable in the metadata store (embedded
+  SQLite) before `acked` answers; ack frames that arrive while a transaction commits are settled together.
+  Each delivery pass is one metadata transaction that writes one lease row per message (a cached
+  `executemany`). JetStream and Redis keep consumer state in their own servers (Redis acknowledges from
   memory; JetStream file storage).
 - nats-py acks explicit-ack messages one by one (fire-and-forget publishes); Redis acks a batch per XACK.
 - Small message counts and few rounds: treat differences under ~10% as noise. The machine has few CPUs;
@@ -452,12 +455,13 @@ Caveats:
 - JetStream and Redis have no partitions here: "four consumers" is four consumers sharing one stream.
 
 Against the issue's targets (one consumer ≥ 60,000 msgs/s with acks; publish→deliver p50 ≤ 2 ms,
-p99 ≤ 10 ms) QueueCore's push path falls far short. What dominates: every delivery pass and every ack
-frame is its own metadata transaction (SQLite `BEGIN IMMEDIATE`, serialised with every other writer, the
-publishes included), and at 1,000 msgs/s each publish wakes the loop for a pass of one or two messages,
-so passes and acks queue behind each other on the write lock. Batching passes (linger a few ms under
-load), coalescing acks of several frames into one transaction, and keeping leases of a connection in
-memory with a periodic checkpoint on at-least-once topics are the obvious next steps; none is done.
+p99 ≤ 10 ms) QueueCore's push path still falls short. What dominates (py-spy): per message, one lease row
+inserted, updated (acked) and deleted in SQLite, and its id encoded and decoded; at 1,000 msgs/s the HTTP
+publish itself takes most of the server's core (FastAPI's dependency solving and middleware: ~0.7 ms per
+request), so delivery and acks queue behind it. Publishing alone at 1,000 req/s answers in 2.2 ms (p50).
+The next step is the one ARCHITECTURE.md describes: a push member keeps its leases in memory and
+checkpoints the committed offset (synchronously for exactly-once acks, lazily for at-least-once), with a
+cooperative hand-over of partitions on rebalance; and a leaner publish route.
 """
     )
 
