@@ -1,7 +1,7 @@
 """Push delivery over WebSocket against real ``queuecore-server`` processes, with the ``websockets`` client.
 
 Most scenarios share the session server (embedded SQLite), each on its own topic; the crash scenario runs
-its own server, which it SIGKILLs mid-stream.
+its own server (on SQLite and on Postgres), which it SIGKILLs mid-stream.
 """
 
 from __future__ import annotations
@@ -499,9 +499,9 @@ class TestRateLimit:
         await ws.close()
 
 
-@pytest.fixture
-def own_server(tmp_path):
-    env = server_env(tmp_path / "data")
+@pytest.fixture(params=["sqlite", "postgres"])
+def own_server(request, tmp_path, postgres_database):
+    env = server_env(tmp_path / "data", postgres_database if request.param == "postgres" else "")
     cli(env, "migrate")
     boot = json.loads(cli(env, "bootstrap", "--project", "crash", "--tier", "pro", "--json").stdout)
     proc = ServerProcess(env=env, port=free_port(), data_dir=tmp_path / "data", log_path=tmp_path / "srv.log")
