@@ -345,6 +345,7 @@ class AlertDispatcher:
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run_forever(), name="alert-dispatcher")
@@ -358,13 +359,17 @@ class AlertDispatcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for task in list(self._sending):  # unrecorded attempts are retried once their claim runs out
+            task.cancel()
+        await asyncio.gather(*self._sending, return_exceptions=True)
         await self._http.aclose()
 
     async def _run_forever(self) -> None:
         while True:
             self._wake.clear()
             try:
-                sent = await self.run_once()
+                # Sends run on as tasks: an endpoint that hangs until the timeout holds up no other.
+                sent = await self.run_once(wait=False)
             except BrokerError as error:  # the metadata store is down: try again shortly
                 logger.warning("alert dispatcher paused: %s", error.code)
                 sent = 0
@@ -376,8 +381,9 @@ class AlertDispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._settings.alert_poll_seconds)
 
-    async def run_once(self) -> int:
-        """One pass: claim what is due, send it, record the outcomes; the number of attempts made."""
+    async def run_once(self, *, wait: bool = True) -> int:
+        """One pass: claim what is due and send it, each event recording its own outcome; the number of
+        attempts started. With ``wait`` (tests), returns once they are all recorded."""
         settings = self._settings
         now = self._clock()
         async with self._metadata.session() as session:
@@ -404,12 +410,22 @@ class AlertDispatcher:
             await repo.release(waiting, now + min(cooldown, 1000))
         if not sending:
             return 0
-        outcomes = await asyncio.gather(*(self._deliver(event) for event in sending))
-        async with self._metadata.session() as session:
-            repo = AlertRepository.from_session(session)
-            for event, outcome in zip(sending, outcomes, strict=True):
-                await self._record(repo, event, outcome, self._clock())
+        tasks = [asyncio.ensure_future(self._attempt(event)) for event in sending]
+        self._sending.update(tasks)
+        for task in tasks:
+            task.add_done_callback(self._sending.discard)
+        if wait:
+            await asyncio.gather(*tasks)
         return len(sending)
+
+    async def _attempt(self, event: Claimed) -> None:
+        """Send one event and record the outcome (its claim keeps other passes off it meanwhile)."""
+        try:
+            outcome = await self._deliver(event)
+            async with self._metadata.session() as session:
+                await self._record(AlertRepository.from_session(session), event, outcome, self._clock())
+        except Exception:  # the claim runs out and the event is tried again
+            logger.exception("alert %s: attempt not recorded", event.id)
 
     async def _deliver(self, event: Claimed) -> Outcome:
         started = time.monotonic()

@@ -170,6 +170,34 @@ class TestDelivery:
             await dispatcher.close()
 
 
+class TestIsolation:
+    async def test_a_hanging_endpoint_holds_up_no_other_project(self, store, project, receiver):
+        metadata, settings = store
+        other = await make_project(metadata, settings.server_secret())
+        slow = Receiver().start()
+        slow.delay = 3
+        dispatcher = alerts.AlertDispatcher(metadata, settings)
+        try:
+            await setup_endpoint(metadata, settings, project.project_id, slow.url)
+            await setup_endpoint(metadata, settings, other.project_id, receiver.url)
+            await queue(metadata, project.project_id)
+            assert await dispatcher.run_once(wait=False) == 1  # sending, hanging
+            await queue(metadata, other.project_id)
+            assert await dispatcher.run_once(wait=False) == 1
+            await receiver.arrival("test", seconds=2)
+            for _ in range(40):
+                if await delivery_log(metadata, other.project_id):
+                    break
+                await asyncio.sleep(0.05)
+            [attempt] = await delivery_log(metadata, other.project_id)
+            assert attempt["ok"]
+            assert await delivery_log(metadata, project.project_id) == []  # still waiting on its answer
+        finally:
+            await dispatcher.close()
+            slow.delay = 0
+            slow.stop()
+
+
 class TestBreaker:
     async def test_opens_after_failures_in_a_row_probes_half_open_and_closes(self, store, project, receiver):
         metadata, settings = store
