@@ -6,13 +6,14 @@ import time
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from app.api.deps import AdminKey, ConsumeKey, PublishKey, ServicesDep, scope_of
+from app.api.deps import AdminKey, ConsumeKey, PublishKey, Services, ServicesDep, api_key, scope_of
 from app.api.schemas.messages import BatchIn, BatchPublished, Message, MessageIn, MessagePage, Published
 from app.broker import publishing, reading
+from app.broker.rate_limits import Category
 from app.errors import ApiError, responses
 
 router = APIRouter(prefix="/v1/topics/{name}", tags=["messages"])
@@ -50,24 +51,32 @@ def _request_body(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
+_IDEMPOTENCY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": "Idempotency-Key"},
+}
+_authenticate_publish = api_key(Category.publish)
+
+
 @router.post(
     "/messages",
     status_code=201,
     response_model=Published,
-    openapi_extra=_request_body(MessageIn),
+    openapi_extra={**_request_body(MessageIn), "parameters": [_IDEMPOTENCY_HEADER]},
     responses=responses(
         "INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "PAYLOAD_TOO_LARGE", "SERVICE_UNAVAILABLE"
     ),
 )
-async def publish(
-    name: str,
-    request: Request,
-    key: PublishKey,
-    services: ServicesDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-) -> Response:
+async def publish(name: str, request: Request) -> Response:
     """Publish one message; answers once it is durable. A repeated ``Idempotency-Key`` answers the
     original result with ``Idempotent-Replayed: true``."""
+    # The hottest route: authenticated and charged in line rather than through dependencies, whose
+    # per-request solving cost a quarter of its time (py-spy).
+    key = await _authenticate_publish(request)
+    services: Services = request.app.state.services
+    idempotency_key = request.headers.get("idempotency-key")
     if idempotency_key is not None:
         publishing.validate_idempotency_key(idempotency_key)
     message = publishing.parse_message(await _body(request))
