@@ -386,6 +386,9 @@ class AlertDispatcher:
         attempts started. With ``wait`` (tests), returns once they are all recorded."""
         settings = self._settings
         now = self._clock()
+        async with self._metadata.session(readonly=True) as session:
+            if not await AlertRepository.from_session(session).any_due(now):
+                return 0
         async with self._metadata.session() as session:
             repo = AlertRepository.from_session(session)
             claimed = await repo.claim_due(now, _CLAIM_LEASE_MS, _CLAIM)

@@ -95,6 +95,19 @@ class AlertRepository:
     async def add_event(self, values: dict[str, Any]) -> None:
         await self.session.execute(insert(events).values(**values))
 
+    async def any_due(self, now_ms: int) -> bool:
+        """Whether an event is due and unclaimed (a plain read: an idle dispatcher takes no write lock)."""
+        result = await self.session.execute(
+            select(events.c.id)
+            .where(
+                events.c.status == "pending",
+                events.c.next_attempt_ms <= now_ms,
+                events.c.claimed_until_ms <= now_ms,
+            )
+            .limit(1)
+        )
+        return result.first() is not None
+
     async def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[Claimed]:
         """Due pending events not held by another dispatcher, taken for ``lease_ms``. On Postgres,
         ``SKIP LOCKED``: concurrent dispatchers take disjoint events."""
