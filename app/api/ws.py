@@ -25,6 +25,7 @@ from app.broker.errors import BrokerError, InvalidRequest
 from app.broker.keys import Principal
 from app.broker.rate_limits import Category
 from app.errors import STATUS_BY_CODE, ApiError, error_response
+from app.kit.websocket_protocol import KEEPALIVE
 
 logger = logging.getLogger("queuecore.ws")
 
@@ -134,6 +135,9 @@ async def consume(websocket: WebSocket, name: str) -> None:
     delivery: asyncio.Task[None] | None = None
     try:
         await send(await member.join())
+        tune = websocket.scope.get("extensions", {}).get(KEEPALIVE, {}).get("tune")
+        if tune is not None:  # a silent peer must be dropped within the group's sessionTimeout
+            tune(member.session_timeout_ms / 1000)
         delivery = asyncio.create_task(member.deliver(), name=f"push-{member.member_id}")
         while True:
             receiving = asyncio.ensure_future(websocket.receive())

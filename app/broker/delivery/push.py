@@ -72,6 +72,10 @@ def messages_frame(messages: list[bytes]) -> bytes:
     return b'{"type":"messages","messages":[' + b",".join(messages) + b"]}"
 
 
+# The push members connected to this process, per (topic id, group): told when one of them leaves.
+_neighbours: dict[tuple[str, str], set[PushMember]] = {}
+
+
 class PushMember:
     """One connection's membership, delivery loop and client-frame handling."""
 
@@ -104,6 +108,8 @@ class PushMember:
         self._stopped = False
         self._last_beat = 0.0
         self._acks: list[list[Any]] = []  # ack frames read and not yet settled: their ids
+        self._group_key = (topic.id, group)
+        self.session_timeout_ms = 0
         self._acking: asyncio.Task[None] | None = None
 
     @property
@@ -120,15 +126,29 @@ class PushMember:
             joined.generation,
             joined.assignments,
         )
+        self.session_timeout_ms = durations.parse(
+            joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
+        )
+        neighbours = _neighbours.setdefault(self._group_key, set())
+        for other in neighbours:  # a rebalance: they look at once rather than at their next heartbeat
+            other._wake.set()
+        neighbours.add(self)
         return _frame(
             "welcome", memberId=self.member_id, generationId=self.generation, assignments=self.assignments
         )
 
     async def leave(self) -> None:
-        """Leave at once: partitions and unacked leases go to the other members."""
+        """Leave at once: partitions and unacked leases go to the other members, and the ones connected
+        to this process look at once rather than at their next heartbeat."""
+        neighbours = _neighbours.get(self._group_key, set())
+        neighbours.discard(self)
+        if not neighbours:
+            _neighbours.pop(self._group_key, None)
         if self.member_id:
             with contextlib.suppress(MemberNotFound):
                 await membership.leave(self._metadata, self._topic, self._group, self.member_id)
+        for other in list(neighbours):
+            other._wake.set()
 
     async def _rejoin(self, seen_generation: int) -> None:
         """After a stale generation or an eviction: join again under the same id, push ``rebalance``."""
