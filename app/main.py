@@ -68,7 +68,9 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     keys.start()
     usage = UsageMeter(log, enabled=settings.usage_metering)
     await usage.start()
-    alerts = AlertDispatcher(metadata, settings)
+    # Its own small pool: its polls never wait behind (nor count among) the request path's connections.
+    alerts_store = MetadataStore(settings.resolved_database_url, pool_size=2)
+    alerts = AlertDispatcher(alerts_store, settings)
     alerts.start()
     application.state.services = Services(
         settings=settings,
@@ -90,6 +92,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await alerts.close()
+        await alerts_store.close()
         await usage.close()
         await keys.close()
         await limiter.close()

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import orjson
@@ -106,31 +106,60 @@ class BlockedUrl(InvalidRequest):
     """An alert URL the SSRF rule refuses."""
 
 
-async def check_url(settings: Settings, url: Any) -> str:
-    """``url`` if it may receive alerts; else ``INVALID_REQUEST`` saying why."""
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where a delivery connects: the URL as set, or (production) pinned to the address the SSRF check
+    approved, with the original host in the ``Host`` header and for TLS (SNI)."""
+
+    url: str
+    host_header: str | None = None
+    sni_hostname: str | None = None
+
+
+async def check_url(settings: Settings, url: Any) -> Destination:
+    """Where ``url`` may receive alerts; else ``INVALID_REQUEST`` saying why."""
     if not isinstance(url, str) or not url or len(url) > 2048:
         raise InvalidRequest.field("url", "expected an http(s) URL of at most 2048 characters")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise InvalidRequest.field("url", "not a valid URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest.field("url", "expected an http:// or https:// URL with a host")
     if parts.username or parts.password:
         raise InvalidRequest.field("url", "credentials in the URL are not allowed; sign with the secret")
+    host = parts.hostname.rstrip(".")
+    try:  # the HTTP client must read the very host this check reads (no parser differential)
+        same_host = httpx.URL(url).host.rstrip(".").lower() == host.lower()
+    except (httpx.InvalidURL, ValueError):
+        same_host = False
+    if not same_host:
+        raise InvalidRequest.field("url", "not a valid URL")
     if settings.environment is not Environment.production:
-        return url
-    host = parts.hostname
+        return Destination(url)
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
         addresses = await _resolve(host, port)
     except (OSError, ValueError):
         raise InvalidRequest.field("url", f"the host '{host}' does not resolve") from None
-    if _allowed(host, addresses, settings.alert_allowed_hosts):
-        return url
-    internal = [a for a in addresses if _internal(a)]
-    if internal:
-        raise BlockedUrl.field(
-            "url", f"'{host}' resolves to an internal address ({internal[0]}); alerts go to public hosts only"
-        )
-    return url
+    if not addresses:
+        raise InvalidRequest.field("url", f"the host '{host}' does not resolve")
+    if not _allowed(host, addresses, settings.alert_allowed_hosts):
+        internal = [a for a in addresses if _internal(a)]
+        if internal:
+            raise BlockedUrl.field(
+                "url",
+                f"'{host}' resolves to an internal address ({internal[0]}); alerts go to public hosts only",
+            )
+    # Connect to the address just checked: a second DNS answer (rebinding) cannot differ from it.
+    pinned = ipaddress.ip_address(addresses[0].split("%", 1)[0])
+    literal = f"[{pinned}]" if pinned.version == 6 else str(pinned)
+    netloc = f"{literal}:{parts.port}" if parts.port else literal
+    return Destination(
+        urlunsplit(parts._replace(netloc=netloc)),
+        host_header=parts.netloc.rsplit("@", 1)[-1],
+        sni_hostname=host if parts.scheme == "https" else None,
+    )
 
 
 # the endpoint ------------------------------------------------------------------------------------
@@ -180,7 +209,7 @@ async def set_endpoint(
 ) -> EndpointView:
     """Create or replace the project's endpoint. Without ``secret``, a new one is generated on creation
     (and answered once); an update without it keeps the current one. A new URL resets the breaker."""
-    url = await check_url(settings, url)
+    await check_url(settings, url)
     if secret is not None and (not isinstance(secret, str) or not 16 <= len(secret) <= 255):
         raise InvalidRequest.field("secret", "expected a string of 16 to 255 characters")
     repo = AlertRepository.from_session(session)
@@ -439,7 +468,7 @@ class AlertDispatcher:
         if event.url is None or event.secret is None:
             return Outcome(False, None, "no alert endpoint", 0)
         try:
-            await check_url(self._settings, event.url)
+            destination = await check_url(self._settings, event.url)
         except InvalidRequest as error:
             return Outcome(False, None, error.message[:500], took())
         body = event.body.encode()
@@ -449,8 +478,21 @@ class AlertDispatcher:
             "QueueCore-Event-Id": event.id,
             SIGNATURE_HEADER: sign(event.secret, int(self._unix_time()), body),
         }
+        extensions: dict[str, Any] = {}
+        if destination.host_header:
+            headers["Host"] = destination.host_header
+        if destination.sni_hostname:
+            extensions["sni_hostname"] = destination.sni_hostname
+        request = self._http.build_request(
+            "POST", destination.url, content=body, headers=headers, extensions=extensions
+        )
         try:
-            response = await self._http.post(event.url, content=body, headers=headers)
+            async with asyncio.timeout(self._settings.alert_timeout_seconds):
+                # Streamed and never read: the answer's body is of no use, whatever its size.
+                response = await self._http.send(request, stream=True)
+                await response.aclose()
+        except TimeoutError:
+            return Outcome(False, None, f"timed out after {self._settings.alert_timeout_seconds:g} s", took())
         except httpx.HTTPError as error:
             return Outcome(
                 False, None, f"{type(error).__name__}: {error}"[:500] or "connection failed", took()

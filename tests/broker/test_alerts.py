@@ -303,6 +303,32 @@ class TestSsrf:
         with pytest.raises(InvalidRequest):
             await alerts.check_url(dev, url)
 
+    async def test_production_connects_to_the_address_it_checked(self, store, project, receiver):
+        metadata, settings = store
+        production = settings.model_copy(
+            update={"environment": Environment.production, "alert_allowed_hosts": ["127.0.0.0/8"]}
+        )
+        url = f"http://localhost:{receiver.port}/hooks/queuecore"
+        destination = await alerts.check_url(production, url)
+        assert destination.url == f"http://127.0.0.1:{receiver.port}/hooks/queuecore"
+        assert destination.host_header == f"localhost:{receiver.port}" and destination.sni_hostname is None
+        secure = await alerts.check_url(production, "https://localhost/h")
+        assert secure.url == "https://127.0.0.1/h" and secure.sni_hostname == "localhost"
+        await setup_endpoint(metadata, production, project.project_id, url)
+        dispatcher = alerts.AlertDispatcher(metadata, production, clock=Clock())
+        try:
+            await queue(metadata, project.project_id)
+            assert await dispatcher.run_once() == 1
+            [got] = receiver.received
+            assert got.headers["Host"] == f"localhost:{receiver.port}"
+        finally:
+            await dispatcher.close()
+
+    async def test_a_host_the_http_client_would_read_differently_is_refused(self):
+        dev = settings_for("sqlite", Path("/tmp"), "")
+        with pytest.raises(InvalidRequest):
+            await alerts.check_url(dev, "http://example.com\\@127.0.0.1/h")
+
     async def test_delivery_re_checks_the_address(self, store, project, receiver):
         metadata, settings = store
         await setup_endpoint(metadata, settings, project.project_id, receiver.url)  # development: allowed
