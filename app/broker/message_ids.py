@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from functools import lru_cache
 
 from app.broker.errors import InvalidRequest
 
@@ -85,7 +86,13 @@ def decode(message_id: str) -> MessageLocation:
             raise ValueError("trailing bytes")
     except (ValueError, binascii.Error):
         raise InvalidRequest.field("messageId", "not a message id issued by QueueCore") from None
-    return MessageLocation("top_" + _base36(topic).rjust(16, "0"), partition, offset)
+    return MessageLocation(_topic_id(topic), partition, offset)
+
+
+@lru_cache(maxsize=4096)
+def _topic_id(value: int) -> str:
+    # An ack decodes up to 1,000 ids of one topic: spell its id once.
+    return "top_" + _base36(value).rjust(16, "0")
 
 
 def _base36(value: int) -> str:
