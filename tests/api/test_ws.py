@@ -210,6 +210,25 @@ class TestAcks:
         described = api.ok("GET", f"/v1/topics/{topic}/groups/g/offsets")["data"]
         assert sum(p["lag"] for p in described) == 0
 
+    async def test_at_least_once_acks_are_answered_at_once_and_written_moments_later(self, api: Api) -> None:
+        topic = api.topic()  # at-least-once
+        api.publish(topic, 5)
+        c = await Consumer.open(api, topic)
+        ids = [m["id"] for m in await c.messages(5)]
+        assert await c.ack(ids) == {"type": "acked", "ids": ids, "failed": []}
+        current = 0
+        deadline = time.monotonic() + 5
+        while current < 5 and time.monotonic() < deadline:
+            current = api.ok("GET", f"/v1/topics/{topic}/groups/g/offsets?partition=0")["current"]
+            await asyncio.sleep(0.05)
+        assert current == 5  # the committed offset caught up
+        # No longer held by this connection: a repeated ack takes the durable path, and is idempotent.
+        assert (await c.ack(ids[:1]))["ids"] == ids[:1]
+        await c.close()
+        again = await Consumer.open(api, topic)
+        assert await again.quiet(1) == []
+        await again.close()
+
     async def test_single_id_ack_and_unknown_ids_fail_per_id(self, api: Api) -> None:
         topic = api.topic()
         api.publish(topic, 1)

@@ -43,6 +43,7 @@ MAX_IN_FLIGHT = 10_000
 _SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
 HEARTBEAT_SECONDS = 1.0  # below the 2 s minimum sessionTimeout, one small metadata write a second
 BEAT_EVERY = 0.5  # a delivery pass also renews the membership, at most this often
+LAZY_ACK_SECONDS = 0.05  # at-least-once: acks answered at once are written this much later, together
 
 Send = Callable[[bytes], Awaitable[None]]
 RenderError = Callable[[BrokerError], bytes]
@@ -109,6 +110,8 @@ class PushMember:
         self._last_beat = 0.0
         self._acks: list[list[Any]] = []  # ack frames read and not yet settled: their ids
         self._group_key = (topic.id, group)
+        self._lazy: list[str] = []  # at-least-once acks answered and not yet written
+        self._lazy_task: asyncio.Task[None] | None = None
         self.session_timeout_ms = 0
         self._acking: asyncio.Task[None] | None = None
 
@@ -144,6 +147,9 @@ class PushMember:
         neighbours.discard(self)
         if not neighbours:
             _neighbours.pop(self._group_key, None)
+        if self.member_id and self._lazy:  # acks already answered: written before the member goes
+            with contextlib.suppress(BrokerError):
+                await self._flush_lazy()
         if self.member_id:
             with contextlib.suppress(MemberNotFound):
                 await membership.leave(self._metadata, self._topic, self._group, self.member_id)
@@ -259,8 +265,40 @@ class PushMember:
             return
         await self._send(_frame("acked", ids=answer.ids, failed=answer.failed))
 
+    def _answer_lazily(self, ids: list[Any]) -> bool:
+        """At-least-once: a frame acking only messages this connection holds (deadline running) is
+        answered at once and written within ``LAZY_ACK_SECONDS`` (a crash meanwhile may redeliver them,
+        which at-least-once allows). Anything else takes the durable path."""
+        if self._topic.delivery != "at-least-once":
+            return False
+        now = now_ms()
+        if not all(isinstance(i, str) and self._in_flight.get(i, 0) > now for i in ids):
+            return False
+        for message_id in ids:
+            del self._in_flight[message_id]
+        self._lazy.extend(ids)
+        if self._lazy_task is None or self._lazy_task.done():
+            self._lazy_task = asyncio.ensure_future(self._write_lazy())
+        self._wake.set()
+        return True
+
+    async def _write_lazy(self) -> None:
+        while self._lazy and not self._stopped:
+            await asyncio.sleep(LAZY_ACK_SECONDS)
+            await self._flush_lazy()
+
+    async def _flush_lazy(self) -> None:
+        while self._lazy:
+            ids, self._lazy = self._lazy[: leases.MAX_IDS], self._lazy[leases.MAX_IDS :]
+            with contextlib.suppress(BrokerError):  # not written: redelivered later, as at-least-once allows
+                await self._settle({"type": "ack", "ids": ids})
+
     async def _settle_acks(self) -> None:
         while self._acks:
+            if self._answer_lazily(self._acks[0]):
+                ids = [str(i) for i in self._acks.pop(0)]
+                await self._send(_frame("acked", ids=ids, failed=[]))
+                continue
             frames: list[list[Any]] = [self._acks.pop(0)]
             total = len(frames[0])
             while self._acks and total + len(self._acks[0]) <= leases.MAX_IDS:
