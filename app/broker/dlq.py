@@ -360,19 +360,32 @@ async def _requeue(session: AsyncSession, group_id: str, rows: Sequence[DeadLett
     await groups.advance_committed(group_id, sorted({r.partition for r in rows}))
 
 
-async def replay(
-    metadata: MetadataStore, topic: TopicRef, group_name: str, message_id: str, actor: Actor
-) -> str:
-    """Send one dead letter back to the failing group, under its original id; recorded in the audit."""
+async def _take_one(
+    metadata: MetadataStore,
+    topic: TopicRef,
+    group_name: str,
+    message_id: str,
+    actor: Actor,
+    action: str,
+) -> None:
+    """Take one message out of the group's DLQ (``replay``: back to the group), with its audit entry."""
     key = _key_of(topic, message_id)
     async with metadata.session() as session:
         group = await get_group(session, topic, group_name, for_update=True)
         taken = await DeadLetterRepository.from_session(session).take(group.id, [key])
         if not taken:
             raise MessageNotFound(f"Message '{message_id}' is not in the DLQ of group '{group_name}'.")
-        await _requeue(session, group.id, taken)
-        await _record(session, group.id, "replay", actor, message_id=message_id)
+        if action == "replay":
+            await _requeue(session, group.id, taken)
+        await _record(session, group.id, action, actor, message_id=message_id)
         await _check_alert(session, group.id)
+
+
+async def replay(
+    metadata: MetadataStore, topic: TopicRef, group_name: str, message_id: str, actor: Actor
+) -> str:
+    """Send one dead letter back to the failing group, under its original id; recorded in the audit."""
+    await _take_one(metadata, topic, group_name, message_id, actor, "replay")
     return message_id
 
 
@@ -380,14 +393,7 @@ async def delete(
     metadata: MetadataStore, topic: TopicRef, group_name: str, message_id: str, actor: Actor
 ) -> None:
     """Drop one dead letter for good (its group's committed offset already moved past it)."""
-    key = _key_of(topic, message_id)
-    async with metadata.session() as session:
-        group = await get_group(session, topic, group_name, for_update=True)
-        taken = await DeadLetterRepository.from_session(session).take(group.id, [key])
-        if not taken:
-            raise MessageNotFound(f"Message '{message_id}' is not in the DLQ of group '{group_name}'.")
-        await _record(session, group.id, "delete", actor, message_id=message_id)
-        await _check_alert(session, group.id)
+    await _take_one(metadata, topic, group_name, message_id, actor, "delete")
 
 
 def validate_rate(rate: Any) -> float | None:
