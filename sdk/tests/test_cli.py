@@ -351,3 +351,49 @@ class TestDlq:
         audit = lines(run(env, "dlq", "audit", topic, "--group", group).stdout)
         assert [a["action"] for a in audit] == ["replay_all", "delete", "replay"]
         assert audit[0]["count"] == 1 and "messageId" not in audit[0]
+
+
+class TestAlerts:
+    def test_set_show_test_deliveries_delete(self, env):
+        import http.server
+        import threading
+
+        received: list[bytes] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                received.append(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=receiver.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
+        try:
+            created = run(env, "alerts", "set", "--url", url)
+            assert created.returncode == 0, created.stderr
+            [endpoint] = lines(created.stdout)
+            assert endpoint["url"] == url and endpoint["state"] == "closed"
+            assert endpoint.get("secret", "whsec_").startswith("whsec_")
+            shown = lines(run(env, "alerts", "show").stdout)[0]
+            assert "secret" not in shown and shown["url"] == url
+            [queued] = lines(run(env, "alerts", "test").stdout)
+            assert queued["eventId"].startswith("evt_")
+            import time
+
+            deadline = time.monotonic() + 10
+            attempts: list[dict] = []
+            while time.monotonic() < deadline and not attempts:
+                attempts = lines(run(env, "alerts", "deliveries").stdout)
+                time.sleep(0.2)
+            assert attempts and attempts[0]["eventId"] == queued["eventId"] and attempts[0]["ok"]
+            assert received
+            assert lines(run(env, "alerts", "delete").stdout) == [{"deleted": True}]
+            gone = run(env, "alerts", "show")
+            assert gone.returncode == 1 and "ALERT_ENDPOINT_NOT_FOUND" in gone.stderr
+        finally:
+            receiver.shutdown()
+            receiver.server_close()

@@ -34,6 +34,10 @@ from ._exceptions import (
 from ._version import __version__
 from .pagination import AsyncCursorPage, AsyncPaginator, SyncCursorPage
 from .types import (
+    AlertDelivery,
+    AlertDeliveryPage,
+    AlertEndpoint,
+    AlertTestEvent,
     AuditActor,
     AuditEntry,
     AuditPage,
@@ -71,6 +75,10 @@ __all__ = [
     "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
+    "AlertDelivery",
+    "AlertDeliveryPage",
+    "AlertEndpoint",
+    "AlertTestEvent",
     "AsyncConsumer",
     "AsyncCursorPage",
     "AsyncPaginator",

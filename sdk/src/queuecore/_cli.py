@@ -10,6 +10,7 @@ the API's wire form (camelCase), ready for ``jq``.
     queuecore offsets get|seek|reset TOPIC --group G [--partition N] [--offset N|--timestamp T] [--to ...]
     queuecore consume TOPIC --group G [--from earliest] [--count N] [--no-ack]   # JSON lines, acked
     queuecore dlq list|replay|replay-all|delete|audit TOPIC --group G [--message-id ID] [--rate R]
+    queuecore alerts set --url URL [--secret S] | show | delete | test | deliveries
     queuecore health
 
 The key comes from ``QUEUECORE_API_KEY`` (or ``--api-key``), the server from ``QUEUECORE_BASE_URL`` (or
@@ -276,6 +277,38 @@ def cmd_dlq_audit(client: QueueCore, args: argparse.Namespace) -> int:
         cursor = page.next_cursor
         if cursor is None:
             return EXIT_OK
+
+
+def cmd_alerts_set(client: QueueCore, args: argparse.Namespace) -> int:
+    _emit(
+        client.alerts.set(url=args.url, secret=args.secret).model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        ),
+        sys.stdout,
+    )
+    return EXIT_OK
+
+
+def cmd_alerts_show(client: QueueCore, args: argparse.Namespace) -> int:
+    _emit(client.alerts.get().model_dump(mode="json", by_alias=True, exclude_none=True), sys.stdout)
+    return EXIT_OK
+
+
+def cmd_alerts_delete(client: QueueCore, args: argparse.Namespace) -> int:
+    client.alerts.delete()
+    _emit({"deleted": True}, sys.stdout)
+    return EXIT_OK
+
+
+def cmd_alerts_test(client: QueueCore, args: argparse.Namespace) -> int:
+    _emit_model(client.alerts.send_test_event(), sys.stdout)
+    return EXIT_OK
+
+
+def cmd_alerts_deliveries(client: QueueCore, args: argparse.Namespace) -> int:
+    for attempt in client.alerts.deliveries(limit=args.limit).data:
+        _emit_model(attempt, sys.stdout)
+    return EXIT_OK
 
 
 def cmd_health(client: QueueCore, args: argparse.Namespace) -> int:
@@ -581,6 +614,20 @@ def build_parser() -> argparse.ArgumentParser:
     da.add_argument("topic")
     da.add_argument("--group", "-g", required=True)
     da.set_defaults(run=cmd_dlq_audit)
+
+    alerts = sub.add_parser("alerts", help="the project's alert webhook (DLQ depth)").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    als = alerts.add_parser("set", help="set the endpoint (a generated secret is printed once)")
+    als.add_argument("--url", required=True)
+    als.add_argument("--secret", help="your own signing secret, 16-255 characters")
+    als.set_defaults(run=cmd_alerts_set)
+    alerts.add_parser("show", help="the endpoint and its breaker state").set_defaults(run=cmd_alerts_show)
+    alerts.add_parser("delete", help="remove the endpoint").set_defaults(run=cmd_alerts_delete)
+    alerts.add_parser("test", help="send a signed test event").set_defaults(run=cmd_alerts_test)
+    ald = alerts.add_parser("deliveries", help="delivery attempts, newest first")
+    ald.add_argument("--limit", type=_positive, default=50)
+    ald.set_defaults(run=cmd_alerts_deliveries)
 
     health = sub.add_parser("health", help="the service's readiness (exit 1 when down)")
     health.set_defaults(run=cmd_health)

@@ -21,6 +21,7 @@ from ._base_client import AsyncAPIClient, RequestOptions, SyncAPIClient, Timeout
 from ._constants import DEFAULT_BASE_URL, DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
 from ._exceptions import QueueCoreError
+from .resources.alerts import Alerts, AsyncAlerts
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.dlq import AsyncDlq, Dlq
 from .resources.messages import AsyncMessages, Messages
@@ -142,6 +143,11 @@ class QueueCore(SyncAPIClient):
     def dlq(self) -> Dlq:
         """A group's dead-letter queue: inspect, replay, replay all, delete, audit."""
         return Dlq(self)
+
+    @cached_property
+    def alerts(self) -> Alerts:
+        """The project's alert webhook (DLQ depth alerts): set, get, delete, test, deliveries."""
+        return Alerts(self)
 
     def publish(
         self,
@@ -310,6 +316,11 @@ class AsyncQueueCore(AsyncAPIClient):
     def dlq(self) -> AsyncDlq:
         """A group's dead-letter queue: inspect, replay, replay all, delete, audit."""
         return AsyncDlq(self)
+
+    @cached_property
+    def alerts(self) -> AsyncAlerts:
+        """The project's alert webhook (DLQ depth alerts): set, get, delete, test, deliveries."""
+        return AsyncAlerts(self)
 
     async def publish(
         self,

@@ -1,6 +1,8 @@
 """Resource namespaces of the clients: ``client.topics``, ``client.messages``, ``client.consumer_groups``,
-``client.offsets``, ``client.dlq``."""
+``client.offsets``, ``client.dlq``, ``client.alerts``."""
 
+from .alerts import Alerts as Alerts
+from .alerts import AsyncAlerts as AsyncAlerts
 from .consumer_groups import AsyncConsumerGroups as AsyncConsumerGroups
 from .consumer_groups import ConsumerGroups as ConsumerGroups
 from .dlq import AsyncDlq as AsyncDlq
@@ -13,6 +15,8 @@ from .topics import AsyncTopics as AsyncTopics
 from .topics import Topics as Topics
 
 __all__ = [
+    "Alerts",
+    "AsyncAlerts",
     "AsyncConsumerGroups",
     "AsyncDlq",
     "AsyncMessages",

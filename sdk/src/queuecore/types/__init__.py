@@ -1,5 +1,9 @@
 """Typed models of the API's answers (and ``BatchMessage``, the one structured parameter)."""
 
+from .alert import AlertDelivery as AlertDelivery
+from .alert import AlertDeliveryPage as AlertDeliveryPage
+from .alert import AlertEndpoint as AlertEndpoint
+from .alert import AlertTestEvent as AlertTestEvent
 from .batch_message import BatchMessage as BatchMessage
 from .batch_result import BatchItem as BatchItem
 from .batch_result import BatchResult as BatchResult
@@ -29,6 +33,10 @@ from .topic_detail import PartitionDetail as PartitionDetail
 from .topic_detail import TopicDetail as TopicDetail
 
 __all__ = [
+    "AlertDelivery",
+    "AlertDeliveryPage",
+    "AlertEndpoint",
+    "AlertTestEvent",
     "AuditActor",
     "AuditEntry",
     "AuditPage",
