@@ -31,6 +31,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import alerts, durations, message_ids
+from app.broker.dead_letter_logs import log_id
 from app.broker.errors import InvalidRequest, MessageNotFound
 from app.broker.groups import get_group
 from app.broker.publishing import TopicRef, decode_headers
@@ -80,19 +81,6 @@ def retry_delay_ms(policy: Policy, retry: int, rng: Callable[[], float] = random
     """The wait before the ``retry``-th retry: ``retryDelay × 2^(retry−1)``, ±10 % jitter, at most 1 h."""
     base = min(policy.retry_delay_ms * (1 << min(max(retry - 1, 0), 32)), 2 * RETRY_CAP_MS)
     return min(RETRY_CAP_MS, round(base * (1 + JITTER * (2 * rng() - 1))))
-
-
-def log_id(group_id: str) -> str:
-    """The engine topic holding a group's dead letters."""
-    return f"dlq_{group_id}"
-
-
-def is_log_id(topic_id: str) -> bool:
-    return topic_id.startswith("dlq_grp_")
-
-
-def group_of_log(topic_id: str) -> str:
-    return topic_id.removeprefix("dlq_")
 
 
 @dataclass(frozen=True, slots=True)

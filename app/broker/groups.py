@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import durations
+from app.broker import dead_letter_logs, durations
 from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
 from app.broker.publishing import TopicRef
 from app.kit.clock import now_ms, utcnow
@@ -233,7 +233,7 @@ async def delete_group_and_dlq(metadata: MetadataStore, log: LogEngine, topic: T
     async with metadata.session() as session:
         group_id = await delete_group(session, topic, name)
     with contextlib.suppress(LogEngineError):
-        await log.delete_topic(f"dlq_{group_id}")
+        await log.delete_topic(dead_letter_logs.log_id(group_id))
 
 
 @dataclass(slots=True)

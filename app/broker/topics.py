@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.broker import dead_letter_logs
 from app.broker.errors import InvalidRequest, TopicAlreadyExists, TopicNotFound
 from app.kit.clock import utcnow
 from app.kit.ids import new_id
@@ -202,7 +203,7 @@ async def delete_topic(metadata: MetadataStore, log: LogEngine, scope: Scope, na
     await log.delete_topic(topic.id)
     for group_id in group_ids:  # their DLQs (a crash meanwhile leaves them to the startup sweep)
         with contextlib.suppress(LogEngineError):
-            await log.delete_topic(f"dlq_{group_id}")
+            await log.delete_topic(dead_letter_logs.log_id(group_id))
     return topic.id
 
 
@@ -212,7 +213,9 @@ async def sweep_orphan_logs(session: AsyncSession, log: LogEngine, log_topic_ids
     orphans = {t for t in log_topic_ids if t.startswith("top_")} - known
     # A group's DLQ log is named after the group (``dlq_grp_…``): orphaned once the group is gone.
     groups = await GroupRepository.from_session(session).all_ids()
-    orphans |= {t for t in log_topic_ids if t.startswith("dlq_grp_") and t.removeprefix("dlq_") not in groups}
+    orphans |= {
+        t for t in log_topic_ids if (g := dead_letter_logs.group_of(t)) is not None and g not in groups
+    }
     for topic_id in orphans:
         await log.delete_topic(topic_id)
     return len(orphans)

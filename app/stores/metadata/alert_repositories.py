@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.metadata.models import AlertAttempt, AlertEndpoint, AlertEvent
@@ -168,9 +168,6 @@ class AlertRepository:
             )
         )
 
-    async def event(self, event_id: str) -> AlertEvent | None:
-        return await self.session.get(AlertEvent, event_id, populate_existing=True)
-
     # attempts -------------------------------------------------------------------------------------
 
     async def add_attempt(self, values: dict[str, Any]) -> None:
@@ -183,9 +180,3 @@ class AlertRepository:
             stmt = stmt.where(AlertAttempt.id < before)
         result = await self.session.execute(stmt.order_by(AlertAttempt.id.desc()).limit(limit))
         return result.scalars().all()
-
-    async def pending_count(self, project_id: str | None = None) -> int:
-        stmt = select(func.count()).select_from(events).where(events.c.status == "pending")
-        if project_id is not None:
-            stmt = stmt.where(events.c.project_id == project_id)
-        return int((await self.session.execute(stmt)).scalar_one())
