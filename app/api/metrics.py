@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 from starlette.responses import Response
 
 from app.broker import groups
+from app.broker.delivery import push
 from app.errors import ApiError
 
 
@@ -115,7 +116,7 @@ async def metrics(request: Request) -> Response:
         if not hmac.compare_digest(presented.encode(), f"Bearer {token}".encode()):
             raise ApiError("INVALID_API_KEY", "A valid metrics token is required.", 401)
     async with services.metadata.session(readonly=True) as session:
-        stats = await groups.delivery_stats(session, services.log)
+        stats = await groups.delivery_stats(session, services.log, push.in_flight_by_group())
     per_group = CollectorRegistry(auto_describe=False)
     per_group.register(_GroupCollector(stats))
     body = generate_latest(services.registry) + generate_latest(per_group)

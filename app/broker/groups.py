@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,8 +251,11 @@ class GroupStats:
     dlq_depth: int = 0
 
 
-async def delivery_stats(session: AsyncSession, log: LogEngine) -> list[GroupStats]:
+async def delivery_stats(
+    session: AsyncSession, log: LogEngine, in_memory: Mapping[str, int] | None = None
+) -> list[GroupStats]:
     """Every group's stats, from two aggregate metadata queries and the log's partition ends.
+    ``in_memory``: leases push members of this process hold in memory, per group id.
 
     The oldest unacked message of a partition is the one at the group's ``current`` offset (everything
     below is acked); its age is read from that one record's timestamp, once per lagging partition.
@@ -270,7 +274,7 @@ async def delivery_stats(session: AsyncSession, log: LogEngine) -> list[GroupSta
                 environment,
                 topic,
                 group,
-                in_flight=in_flight.get(group_id, 0),
+                in_flight=in_flight.get(group_id, 0) + (in_memory or {}).get(group_id, 0),
                 dlq_depth=depths.get(group_id, 0),
             )
         try:

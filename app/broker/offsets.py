@@ -72,6 +72,7 @@ async def _move(
     await repo.add_partitions(group.id, [p for p in numbers if p not in have])
     offsets = {p: await _resolve(log, topic, p, targets[p]) for p in numbers}
     await repo.set_offsets(group.id, offsets)
+    await repo.bump_epochs(group.id, numbers)  # a push owner drops what it holds in memory there
     await repo.drop_partition_leases(group.id, numbers)
     return [Position(p, o) for p, o in offsets.items()]
 

@@ -407,13 +407,14 @@ def render_message(
     partition: int,
     record: Record,
     extra: Mapping[str, Any] | None = None,
+    *,
+    message_id: str | None = None,
 ) -> bytes:
     """A stored message as the wire shows it, with ``data`` spliced in as the JSON bytes it was stored as."""
     headers, _ = decode_headers(record.headers)
     head = {
-        "id": message_ids.encode(
-            topic_id, partition, record.offset, prefix=topic.id_prefix if topic else None
-        ),
+        "id": message_id
+        or message_ids.encode(topic_id, partition, record.offset, prefix=topic.id_prefix if topic else None),
         "topic": topic_name,
         "partition": partition,
         "offset": record.offset,

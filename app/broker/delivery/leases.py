@@ -65,6 +65,7 @@ class Polled:
     next_deadline_ms: int | None = None
     ids: list[str] = field(default_factory=list)
     deadline_ms: int = 0
+    ack_timeout_ms: int | None = None  # the group's (None when the member owns no partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +156,15 @@ async def poll_once(
     wait_ms: int = 0,
     *,
     heartbeat: bool = True,
+    fresh: bool = True,
 ) -> Polled:
     """One unit of work of a poll (no waiting): what is due or new for the member, leased to it. It counts
-    as the member's heartbeat unless ``heartbeat`` is False (a push loop beats on its own schedule)."""
+    as the member's heartbeat unless ``heartbeat`` is False. Without ``fresh`` only due leases are
+    delivered (a push member reads new records itself and keeps their leases in memory)."""
 
     async def work(session: AsyncSession) -> Polled:
         return await _poll_once(
-            session, log, topic, group_name, member_id, generation, max_messages, wait_ms, heartbeat
+            session, log, topic, group_name, member_id, generation, max_messages, wait_ms, heartbeat, fresh
         )
 
     return await committing_fences(metadata, work)
@@ -191,6 +194,7 @@ async def _poll_once(
     max_messages: int,
     wait_ms: int,
     heartbeat: bool = True,
+    fresh: bool = True,
 ) -> Polled:
     repo = GroupRepository.from_session(session)
     now = now_ms()
@@ -199,7 +203,7 @@ async def _poll_once(
     )
     owned = await repo.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
-        return Polled([])
+        return Polled([], ack_timeout_ms=view.ack_timeout_ms)
     numbers = [s.partition for s in owned]
     deadline_ms = now + view.ack_timeout_ms
     delivered: list[tuple[int, int, int, Record]] = []  # partition, offset, attempt, record
@@ -230,23 +234,26 @@ async def _poll_once(
         renewed.append(key)
         delivered.append((d.partition, d.offset, d.attempt + 1, record))
 
-    budget = max_messages - len(renewed)
-    fresh: list[Key] = []
+    budget = max_messages - len(renewed) if fresh else 0
+    first: list[Key] = []
     moved: dict[int, int] = {}
     started: dict[int, int] = {}
     positions: dict[int, int] = {}
+    # Leases past a partition's position (a push member's checkpoint): already acked, or due on their own.
+    ahead = await repo.leases_from_position(view.group_id, numbers) if fresh else {}
     start = random.randrange(len(owned))  # no partition starves another of the budget
-    for state in owned[start:] + owned[:start]:
-        position = await _position_of(log, topic, state, started)
-        positions[state.partition] = position
+    for state in owned[start:] + owned[:start] if fresh else ():
+        position = positions[state.partition] = await _position_of(log, topic, state, started)
         if budget <= 0:
             continue
         records = await log.read(
             topic.id, state.partition, position, max_records=budget, max_bytes=_READ_BYTES
         )
+        skip = ahead.get(state.partition, ())
         for record in records:
-            fresh.append((state.partition, record.offset))
-            delivered.append((state.partition, record.offset, 1, record))
+            if record.offset not in skip:
+                first.append((state.partition, record.offset))
+                delivered.append((state.partition, record.offset, 1, record))
         if records:
             moved[state.partition] = positions[state.partition] = records[-1].offset + 1
             budget -= len(records)
@@ -255,14 +262,19 @@ async def _poll_once(
     await repo.drop_leases(view.group_id, vanished)
     await repo.reschedule_leases(view.group_id, schedule)
     await dlq.dead_letter(session, log, topic, view.group_id, failures)
-    await repo.add_leases(view.group_id, member_id, deadline_ms, fresh)
+    await repo.add_leases(view.group_id, member_id, deadline_ms, first)
     await repo.set_offsets(view.group_id, started)
     await repo.set_offsets(view.group_id, moved, position_only=True)
     if vanished:
         await repo.advance_committed(view.group_id, sorted({p for p, _ in vanished}))
 
     if not delivered:
-        return Polled([], positions, await repo.next_deadline(view.group_id, numbers))
+        return Polled(
+            [],
+            positions,
+            await repo.next_deadline(view.group_id, numbers),
+            ack_timeout_ms=view.ack_timeout_ms,
+        )
     delivered.sort(key=lambda d: (d[0], d[1]))
     ack_deadline = isoformat_ms(deadline_ms)
     return Polled(
@@ -275,6 +287,8 @@ async def _poll_once(
         positions,
         ids=[message_ids.encode(topic.id, p, o, prefix=topic.id_prefix) for p, o, _, _ in delivered],
         deadline_ms=deadline_ms,
+        ack_timeout_ms=view.ack_timeout_ms,
+        next_deadline_ms=await repo.next_deadline(view.group_id, numbers) if not fresh else None,
     )
 
 

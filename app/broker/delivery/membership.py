@@ -41,6 +41,7 @@ class Membership:
     generation: int
     assignments: list[int]
     session_timeout: str
+    group_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,14 @@ async def settle(
     state = await repo.partitions(group.id)
     current = {s.partition: s.member_id for s in state}
     wanted = assign(topic_partitions, live, current)
-    await repo.set_owners(group.id, {p: m for p, m in wanted.items() if current.get(p) != m})
+    moved = {p: m for p, m in wanted.items() if current.get(p) != m}
+    # A live push member keeps leases of its partitions in memory: the ones it loses stay held by it
+    # until it has written them (its next pass), and only then does the new owner deliver from them.
+    losing = sorted({owner for p in moved if (owner := current.get(p)) is not None})
+    pushers = await repo.push_members(group.id, losing)
+    held = {p: owner for p in moved if (owner := current.get(p)) in pushers}
+    await repo.set_owners(group.id, moved, held)
+    await repo.clear_held(group.id, gone)
     # Leases of members that are gone become due now, for the partitions' new owners. Leases of members
     # still alive keep their deadline: a message is never redelivered while its ack deadline holds.
     # (Partitions before leases: the lock order every unit of work keeps.)
@@ -140,8 +148,10 @@ async def join(
     member_id: str | None = None,
     start_from: str = "latest",
     session_timeout: str | None = None,
+    push: bool = False,
 ) -> Membership:
-    """Join (or rejoin with ``member_id``) a group, creating the group if needed."""
+    """Join (or rejoin with ``member_id``) a group, creating the group if needed. A ``push`` member
+    keeps its first-delivery leases in memory (``push.PushMember``)."""
     groups.validate_name(group_name)
     if start_from not in START_FROM:
         raise InvalidRequest.field("startFrom", "must be 'earliest' or 'latest'")
@@ -165,6 +175,7 @@ async def join(
             changed = member.expires_at_ms <= now
             member.session_timeout, member.session_timeout_ms = text, ms
             member.expires_at_ms = now + ms
+            member.push = push
             await session.flush()
         else:
             member = GroupMember(
@@ -174,13 +185,16 @@ async def join(
                 session_timeout_ms=ms,
                 expires_at_ms=now + ms,
                 joined_at=utcnow(),
+                push=push,
             )
             await repo.add_member(member)
             changed = True
         generation = await settle(repo, group, topic.partitions, now, changed=changed)
         await _start_positions(repo, log, topic, group.id, start_from)
         owners = {s.partition: s.member_id for s in await repo.partitions(group.id)}
-        return Membership(member.id, generation, _assigned(owners, member.id), member.session_timeout)
+        return Membership(
+            member.id, generation, _assigned(owners, member.id), member.session_timeout, group.id
+        )
 
     return await committing_fences(metadata, work)
 

@@ -1,49 +1,60 @@
-"""Push delivery: one WebSocket connection as one group member, fed by a server-side poll loop.
+"""Push delivery: one WebSocket connection as one group member, fed by a server-side delivery loop.
 
-A push member is an ordinary member of the group (``membership``) whose leases live in the metadata
-store (``leases``), exactly as a pull member's do; only the loop runs in the server:
+A push member is an ordinary member of the group (``membership``), joined as ``push``: it reads new
+records of the partitions it owns itself and keeps their leases in memory (``checkpoints``), so a
+first delivery and its ack cost no metadata write per message:
 
-- **delivery** — each pass runs one ``leases.poll_once`` for up to ``maxInFlight − in-flight`` messages
-  (due redeliveries first, then new records, offset order per partition) and sends what it leased as one
-  frame (``message`` for one, ``messages`` for several). With nothing to send it waits, without polling,
-  on ``LogEngine.wait_for`` at the member's positions, on a local wake-up (an ack, nack or extend freed
-  room), on the next lease falling due, or at most ``HEARTBEAT_SECONDS`` — a pass is the member's
-  heartbeat, and is how a rebalance made by another process is noticed.
+- **delivery** — each pass sends up to ``maxInFlight − in-flight`` new records, read from the log at
+  the member's positions, as one frame (``message`` for one, ``messages`` for several). Every
+  ``BEAT_EVERY`` seconds, and whenever a lease row may be due, a pass also runs
+  ``leases.poll_once(fresh=False)``: the member's heartbeat (and how a rebalance made anywhere is
+  noticed), and the redeliveries of lease rows (retries, replays, timeouts, an earlier owner's leases),
+  which then follow the pull path's rules. With nothing to send it waits, without polling, on
+  ``LogEngine.wait_for`` at its positions, on a local wake-up, or on the next deadline.
+- **acks** — on ``exactly-once`` topics an ``acked`` answers once the checkpoint that contains the ack
+  is written (frames that arrive meanwhile share the next write); on ``at-least-once`` topics it answers
+  at once and the checkpoint follows within ``LAZY_ACK_SECONDS``. A nack or a timeout turns the lease
+  into a row (the DLQ's retry schedule works on rows); ``extend`` moves the deadline in memory.
 - **flow control** — the connection counts what it holds: ids delivered and neither acked, nacked,
-  nor past their ack deadline (then the lease is due and will be redelivered, possibly to this member).
-  At ``maxInFlight`` the loop only heartbeats until room is made.
+  nor past their ack deadline. At ``maxInFlight`` the loop only heartbeats until room is made.
 - **rebalance** — a stale generation (or an eviction) seen by any call makes the member rejoin under its
-  own id and push ``rebalance {generationId, assignments}``; delivery follows the new assignment because
-  a poll only leases in partitions the member owns.
-- **leaving** — the edge calls ``leave`` when the connection closes: the partitions and unacked leases go
-  to the other members at once. A connection that hangs silently is closed by the server's WebSocket
-  pings (``ws_ping_interval`` + ``ws_ping_timeout``, below the minimum ``sessionTimeout``), then leaves;
-  if the whole process dies, the member expires after ``sessionTimeout`` like any other.
+  own id, push ``rebalance {generationId, assignments}`` and *reconcile*: partitions it lost are
+  released (``checkpoints.release``: their in-flight leases become rows it still holds, so its acks
+  keep working and no one else gets them meanwhile), partitions it gained are claimed once their
+  previous owner has released them.
+- **leaving** — the edge calls ``leave`` when the connection closes: its partitions are released and
+  its unacked leases go to the other members at once. A connection that hangs silently is closed by
+  the server's WebSocket pings, then leaves; if the whole process dies, the member expires after
+  ``sessionTimeout`` and the new owners start from its last checkpoint (on ``exactly-once`` topics
+  every acked message is in it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
-from app.broker import durations
-from app.broker.delivery import leases, membership
+from app.broker import durations, message_ids
+from app.broker.delivery import checkpoints, leases, membership
+from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
-from app.broker.publishing import TopicRef
-from app.kit.clock import now_ms
+from app.broker.publishing import TopicRef, render_message
+from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 
 MAX_IN_FLIGHT = 10_000
 _SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
-HEARTBEAT_SECONDS = 1.0  # below the 2 s minimum sessionTimeout, one small metadata write a second
-BEAT_EVERY = 0.5  # a delivery pass also renews the membership, at most this often
-LAZY_ACK_SECONDS = 0.05  # at-least-once: acks answered at once are written this much later, together
+BEAT_EVERY = 0.5  # heartbeat, rebalance check and due-lease scan; below the 2 s minimum sessionTimeout
+LAZY_ACK_SECONDS = 0.05  # at-least-once: acks answered at once are checkpointed this much later, together
+_READ_BYTES = 8 << 20
+_NEVER = 1 << 62
 
 Send = Callable[[bytes], Awaitable[None]]
 RenderError = Callable[[BrokerError], bytes]
@@ -73,8 +84,19 @@ def messages_frame(messages: list[bytes]) -> bytes:
     return b'{"type":"messages","messages":[' + b",".join(messages) + b"]}"
 
 
-# The push members connected to this process, per (topic id, group): told when one of them leaves.
+# The push members connected to this process, per (topic id, group): told when one of them joins,
+# leaves or releases a partition, and counted by /metrics (their in-memory leases).
 _neighbours: dict[tuple[str, str], set[PushMember]] = {}
+
+
+def in_flight_by_group() -> dict[str, int]:
+    """In-memory leases of this process's push members, per group id (lease rows are counted apart)."""
+    counts: dict[str, int] = {}
+    for members in _neighbours.values():
+        for member in members:
+            if member.group_id:
+                counts[member.group_id] = counts.get(member.group_id, 0) + member.held_in_memory
+    return counts
 
 
 class PushMember:
@@ -101,66 +123,86 @@ class PushMember:
         self._send = send
         self._render_error = render_error
         self.member_id = ""
+        self.group_id = ""
         self.generation = 0
         self.assignments: list[int] = []
-        self._in_flight: dict[str, int] = {}  # message id -> ack deadline (ms)
+        self.session_timeout_ms = 0
+        self._parts: dict[int, HeldPartition] = {}  # partitions claimed: in-memory leases
+        self._held: dict[str, tuple[int, int]] = {}  # id -> (partition, offset) of in-memory leases
+        self._in_flight: dict[str, int] = {}  # every message this connection holds -> ack deadline (ms)
+        self._ack_timeout_ms: int | None = None  # the group's, as of the last beat
+        self._due_at = 0  # when a lease row may fall due (ms)
         self._wake = asyncio.Event()
         self._rejoining = asyncio.Lock()
+        self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
         self._stopped = False
         self._last_beat = 0.0
         self._acks: list[list[Any]] = []  # ack frames read and not yet settled: their ids
-        self._group_key = (topic.id, group)
-        self._lazy: list[str] = []  # at-least-once acks answered and not yet written
-        self._lazy_task: asyncio.Task[None] | None = None
-        self.session_timeout_ms = 0
         self._acking: asyncio.Task[None] | None = None
+        self._lazy_task: asyncio.Task[None] | None = None
+        self._group_key = (topic.id, group)
+        self._durable_acks = topic.delivery != "at-least-once"
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
+    @property
+    def held_in_memory(self) -> int:
+        return len(self._held)
+
+    # membership -----------------------------------------------------------------------------------
+
     async def join(self) -> bytes:
         """Join the group (created if needed); answers the ``welcome`` frame."""
         joined = await membership.join(
-            self._metadata, self._log, self._topic, self._group, start_from=self._start_from
+            self._metadata, self._log, self._topic, self._group, start_from=self._start_from, push=True
         )
         self.member_id, self.generation, self.assignments = (
             joined.member_id,
             joined.generation,
             joined.assignments,
         )
+        self.group_id = joined.group_id
         self.session_timeout_ms = durations.parse(
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
+        await self._reconcile()
         neighbours = _neighbours.setdefault(self._group_key, set())
-        for other in neighbours:  # a rebalance: they look at once rather than at their next heartbeat
-            other._wake.set()
+        self._wake_neighbours()  # a rebalance: they look at once rather than at their next beat
         neighbours.add(self)
         return _frame(
             "welcome", memberId=self.member_id, generationId=self.generation, assignments=self.assignments
         )
 
     async def leave(self) -> None:
-        """Leave at once: partitions and unacked leases go to the other members, and the ones connected
-        to this process look at once rather than at their next heartbeat."""
+        """Leave at once: partitions are released (acks answered lazily are written first), unacked
+        leases go to the other members, and the ones connected to this process look at once."""
         neighbours = _neighbours.get(self._group_key, set())
         neighbours.discard(self)
         if not neighbours:
             _neighbours.pop(self._group_key, None)
-        if self.member_id and self._lazy:  # acks already answered: written before the member goes
-            with contextlib.suppress(BrokerError):
-                await self._flush_lazy()
         if self.member_id:
+            with contextlib.suppress(BrokerError):
+                await self._release_all()
             with contextlib.suppress(MemberNotFound):
                 await membership.leave(self._metadata, self._topic, self._group, self.member_id)
-        for other in list(neighbours):
-            other._wake.set()
+        self._wake_neighbours()
 
-    async def _rejoin(self, seen_generation: int) -> None:
-        """After a stale generation or an eviction: join again under the same id, push ``rebalance``."""
+    def _wake_neighbours(self) -> None:
+        for other in _neighbours.get(self._group_key, ()):
+            if other is not self:
+                other._wake.set()
+
+    async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
+        """After a stale generation or an eviction: join again under the same id, push ``rebalance``,
+        reconcile what the member holds with what it owns now."""
         async with self._rejoining:
             if self.generation != seen_generation:
                 return  # the other task rejoined meanwhile
+            if evicted:  # others may own its partitions already: what it held in memory is void
+                for partition in list(self._parts):
+                    self._forget(partition)
             joined = await membership.join(
                 self._metadata,
                 self._log,
@@ -168,14 +210,71 @@ class PushMember:
                 self._group,
                 member_id=self.member_id,
                 start_from=self._start_from,
+                push=True,
             )
             self.generation, self.assignments = joined.generation, joined.assignments
+            await self._reconcile()
             await self._send(_frame("rebalance", generationId=self.generation, assignments=self.assignments))
 
-    def _expire(self, now: int) -> None:
-        expired = [i for i, deadline in self._in_flight.items() if deadline <= now]
-        for message_id in expired:
-            del self._in_flight[message_id]
+    async def _reconcile(self) -> set[int]:
+        """Release the partitions this member lost, claim the ones it owns and may deliver from, forget
+        the ones it holds no more; answers the partitions it released."""
+        released: set[int] = set()
+        async with self._writing, self._metadata.session() as session:
+            claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
+            current: set[int] = set()
+            for owned in claim.owned:
+                p = owned.partition
+                if owned.held_by == self.member_id:  # lost in a rebalance: let go of it
+                    if await checkpoints.release(
+                        session, self.group_id, self.member_id, self._parts.get(p), owned
+                    ):
+                        released.add(p)
+                    continue
+                if owned.held_by is not None:
+                    continue  # ours once its previous owner has released it
+                current.add(p)
+                part = self._parts.get(p)
+                if part is not None and part.epoch == owned.epoch:
+                    continue
+                if part is not None:  # a seek or reset moved it: what was in flight there is dropped
+                    self._forget(p)
+                self._parts[p] = HeldPartition(
+                    p,
+                    owned.epoch,
+                    await checkpoints.start_position(self._log, self._topic, owned),
+                    message_ids.partition_prefix(self._topic.id, p, prefix=self._topic.id_prefix),
+                    skip=claim.ahead.get(p, set()),
+                )
+                self._due_at = 0  # an earlier owner's lease rows may be due
+        for p in list(self._parts):
+            if p not in current:
+                self._forget(p, released=p in released)
+        if released:
+            self._wake_neighbours()
+        return released
+
+    def _forget(self, partition: int, *, released: bool = False) -> None:
+        """Drop a partition's in-memory state. Released: its leases are rows the member still holds
+        (acks take the lease-row path); otherwise they are void and no longer held."""
+        part = self._parts.pop(partition, None)
+        if part is None:
+            return
+        for offset in part.in_flight:
+            message_id = message_ids.encode(self._topic.id, partition, offset, head=part.head)
+            self._held.pop(message_id, None)
+            if not released:
+                self._in_flight.pop(message_id, None)
+
+    async def _release_all(self) -> None:
+        async with self._writing, self._metadata.session() as session:
+            claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
+            for owned in claim.owned:
+                await checkpoints.release(
+                    session, self.group_id, self.member_id, self._parts.get(owned.partition), owned
+                )
+        for p in list(self._parts):
+            self._forget(p, released=True)
 
     def stop(self) -> None:
         """End the delivery loop at its next wait (it is never cancelled inside a unit of work: a
@@ -183,63 +282,140 @@ class PushMember:
         self._stopped = True
         self._wake.set()
 
+    # delivery -------------------------------------------------------------------------------------
+
     async def deliver(self) -> None:
         """The delivery loop; runs until ``stop()``."""
         while not self._stopped:
-            self._wake.clear()  # before the poll: a wake-up during it is not lost
-            self._expire(now_ms())
-            budget = self._max_in_flight - len(self._in_flight)
+            self._wake.clear()  # before the pass: a wake-up during it is not lost
             generation = self.generation
-            polled: leases.Polled | None = None
             try:
-                started = time.monotonic()
-                if budget > 0:
-                    renew = started - self._last_beat >= BEAT_EVERY
-                    polled = await leases.poll_once(
-                        self._metadata,
-                        self._log,
-                        self._topic,
-                        self._group,
-                        self.member_id,
-                        generation,
-                        budget,
-                        heartbeat=renew,
-                    )
-                    if renew:
-                        self._last_beat = started
-                else:
-                    beat = await membership.heartbeat(
-                        self._metadata, self._topic, self._group, self.member_id, generation
-                    )
-                    self._last_beat = started
-                    if beat.should_rejoin:
-                        await self._rejoin(generation)
-                        continue
-            except (StaleGeneration, MemberNotFound):
+                sent = await self._pass()
+            except StaleGeneration:
                 await self._rejoin(generation)
+                continue
+            except MemberNotFound:
+                await self._rejoin(generation, evicted=True)
                 continue
             if self._stopped:
                 return
-            if polled is not None and polled.messages:
-                for message_id in polled.ids:
-                    self._in_flight[message_id] = polled.deadline_ms
-                await self._send(messages_frame(polled.messages))
-                continue
-            await self._wait(polled)
+            if not sent:
+                await self._wait()
 
-    async def _wait(self, polled: leases.Polled | None) -> None:
+    async def _pass(self) -> bool:
+        """One pass: heartbeat and lease rows when due, timeouts, then new records. True if it sent."""
         now = now_ms()
-        timeout = HEARTBEAT_SECONDS
-        if polled is not None and polled.next_deadline_ms is not None:
-            timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now) / 1000) + 0.005)
-        if self._in_flight:
-            soonest = min(self._in_flight.values())
-            timeout = min(timeout, max(0.0, (soonest - now) / 1000) + 0.005)
-        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
-        if polled is not None and polled.positions:
-            waiters.append(
-                asyncio.ensure_future(leases.wait_for_data(self._log, self._topic, polled.positions, timeout))
+        started = time.monotonic()
+        for message_id in [i for i, d in self._in_flight.items() if d <= now and i not in self._held]:
+            del self._in_flight[message_id]  # a lease row past its deadline: due, maybe for us again
+        await self._expire(now)
+        beat = started - self._last_beat >= BEAT_EVERY
+        sent = False
+        budget = self._max_in_flight - len(self._in_flight)
+        if beat or self._due_at <= now:
+            if budget > 0:
+                polled = await leases.poll_once(
+                    self._metadata,
+                    self._log,
+                    self._topic,
+                    self._group,
+                    self.member_id,
+                    self.generation,
+                    budget,
+                    heartbeat=beat,
+                    fresh=False,
+                )
+                self._ack_timeout_ms = polled.ack_timeout_ms
+                self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
+                if polled.messages:
+                    for message_id in polled.ids:
+                        self._in_flight[message_id] = polled.deadline_ms
+                    await self._send(messages_frame(polled.messages))
+                    sent = True
+            elif beat:
+                answer = await membership.heartbeat(
+                    self._metadata, self._topic, self._group, self.member_id, self.generation
+                )
+                if answer.should_rejoin:
+                    raise StaleGeneration("rebalanced")
+            if beat:
+                self._last_beat = started
+                await self._reconcile()
+        budget = self._max_in_flight - len(self._in_flight)
+        if budget > 0 and self._parts and self._ack_timeout_ms is not None:
+            sent = await self._deliver_new(budget, now + self._ack_timeout_ms) or sent
+        return sent
+
+    async def _deliver_new(self, budget: int, deadline: int) -> bool:
+        """Read new records at the member's positions and send them, their leases kept in memory."""
+        ack_deadline = isoformat_ms(deadline)
+        extra = {"attempt": 1, "ackDeadline": ack_deadline}
+        topic = self._topic
+        rendered: list[bytes] = []
+        parts = list(self._parts.values())
+        start = random.randrange(len(parts))  # no partition starves another of the budget
+        for part in parts[start:] + parts[:start]:
+            if budget <= 0:
+                break
+            records = await self._log.read(
+                topic.id, part.partition, part.position, max_records=budget, max_bytes=_READ_BYTES
             )
+            if not records or self._parts.get(part.partition) is not part:
+                continue  # nothing new, or reconciled away while reading
+            for record in records:
+                offset = record.offset
+                if offset in part.skip:  # leased already (acked out of order, or a due row)
+                    part.skip.discard(offset)
+                    continue
+                message_id = message_ids.encode(topic.id, part.partition, offset, head=part.head)
+                rendered.append(
+                    render_message(
+                        topic.name, topic, topic.id, part.partition, record, extra, message_id=message_id
+                    )
+                )
+                part.in_flight[offset] = deadline
+                self._held[message_id] = (part.partition, offset)
+                self._in_flight[message_id] = deadline
+            part.position = records[-1].offset + 1
+            budget -= len(records)
+        if rendered:
+            await self._send(messages_frame(rendered))
+        return bool(rendered)
+
+    async def _expire(self, now: int) -> None:
+        """In-memory leases past their deadline become lease rows: the retry schedule (and the DLQ)
+        apply to them from the next due-lease scan, exactly as to a pull member's."""
+        for part in list(self._parts.values()):
+            offsets = checkpoints.expired(part, now)
+            if not offsets:
+                continue
+            async with self._writing:
+                if self._parts.get(part.partition) is not part:
+                    continue
+                ok = await checkpoints.materialize(
+                    self._metadata, self.group_id, self.member_id, part, offsets
+                )
+            for offset in offsets:
+                message_id = message_ids.encode(self._topic.id, part.partition, offset, head=part.head)
+                self._held.pop(message_id, None)
+                self._in_flight.pop(message_id, None)
+            if not ok:
+                await self._reconcile()
+            self._due_at = 0
+
+    async def _wait(self) -> None:
+        now = now_ms()
+        timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
+        soonest = min([self._due_at, *self._in_flight.values()]) if self._in_flight else self._due_at
+        timeout = min(timeout, max(0.0, (soonest - now) / 1000) + 0.005)
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
+        if len(self._in_flight) < self._max_in_flight:
+            for part in self._parts.values():
+                waiters.append(
+                    asyncio.ensure_future(
+                        self._log.wait_for(self._topic.id, part.partition, part.position, timeout)
+                    )
+                )
         try:
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -247,80 +423,180 @@ class PushMember:
                 waiter.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
 
+    # client frames --------------------------------------------------------------------------------
+
     async def handle(self, text: str | bytes) -> None:
         """One client frame: ``ack``, ``nack`` or ``extend``, answered by ``acked``; anything malformed
         is answered by an ``error`` frame (the connection stays open)."""
         try:
             frame = self._parse(text)
             if frame["type"] == "ack":
-                # Acks are settled by one task, several frames per metadata transaction when they arrive
-                # faster than a transaction commits; each frame still gets its own ``acked``.
-                self._acks.append(leases.validate_ids(self._ids_of(frame)))
+                ids = leases.validate_ids(self._ids_of(frame))
+                if not self._durable_acks and all(self._is_held(i) for i in ids):
+                    await self._ack_lazily(ids)
+                    return
+                # Settled by one task, several frames per checkpoint when they arrive faster than one
+                # is written; each frame still gets its own ``acked``.
+                self._acks.append(ids)
                 if self._acking is None or self._acking.done():
                     self._acking = asyncio.ensure_future(self._settle_acks())
                 return
-            answer = await self._settle(frame)
+            answer = await self._settle_other(frame)
         except BrokerError as error:
             await self._send(self._render_error(error))
             return
         await self._send(_frame("acked", ids=answer.ids, failed=answer.failed))
 
-    def _answer_lazily(self, ids: list[Any]) -> bool:
-        """At-least-once: a frame acking only messages this connection holds (deadline running) is
-        answered at once and written within ``LAZY_ACK_SECONDS`` (a crash meanwhile may redeliver them,
-        which at-least-once allows). Anything else takes the durable path."""
-        if self._topic.delivery != "at-least-once":
-            return False
-        now = now_ms()
-        if not all(isinstance(i, str) and self._in_flight.get(i, 0) > now for i in ids):
-            return False
+    def _is_held(self, message_id: Any) -> bool:
+        return isinstance(message_id, str) and message_id in self._held
+
+    def _ack_in_memory(self, ids: list[Any], now: int) -> tuple[dict[str, int], dict[str, str], set[int]]:
+        """Mark in-memory leases acked: the ids done (with their partition), per-id failures (deadline
+        passed), partitions touched. Ids not held in memory are left to the lease-row path."""
+        done: dict[str, int] = {}
+        failed: dict[str, str] = {}
+        touched: set[int] = set()
         for message_id in ids:
-            del self._in_flight[message_id]
-        self._lazy.extend(ids)
+            if not self._is_held(message_id):
+                continue
+            p, offset = self._held[message_id]
+            part = self._parts[p]
+            if part.in_flight[offset] <= now:
+                failed[message_id] = "ACK_EXPIRED"  # becomes a row, redelivered, at the next pass
+                continue
+            del part.in_flight[offset], self._held[message_id]
+            self._in_flight.pop(message_id, None)
+            part.acked.add(offset)
+            part.dirty = True
+            touched.add(p)
+            done[message_id] = p
+        if done:
+            self._wake.set()
+        return done, failed, touched
+
+    async def _ack_lazily(self, ids: list[Any]) -> None:
+        """At-least-once: answered at once, checkpointed within ``LAZY_ACK_SECONDS`` (a crash meanwhile
+        may redeliver them, which at-least-once allows)."""
+        done, failed, _ = self._ack_in_memory(ids, now_ms())
         if self._lazy_task is None or self._lazy_task.done():
-            self._lazy_task = asyncio.ensure_future(self._write_lazy())
-        self._wake.set()
-        return True
+            self._lazy_task = asyncio.ensure_future(self._write_lazily())
+        await self._send(
+            _frame("acked", ids=list(done), failed=[{"id": i, "code": c} for i, c in failed.items()])
+        )
 
-    async def _write_lazy(self) -> None:
-        while self._lazy and not self._stopped:
+    async def _write_lazily(self) -> None:
+        while not self._stopped and any(part.dirty for part in self._parts.values()):
             await asyncio.sleep(LAZY_ACK_SECONDS)
-            await self._flush_lazy()
-
-    async def _flush_lazy(self) -> None:
-        while self._lazy:
-            ids, self._lazy = self._lazy[: leases.MAX_IDS], self._lazy[leases.MAX_IDS :]
             with contextlib.suppress(BrokerError):  # not written: redelivered later, as at-least-once allows
-                await self._settle({"type": "ack", "ids": ids})
+                await self._checkpoint()
+
+    async def _checkpoint(self) -> set[int]:
+        """Write the checkpoint of every partition with acks since the last one; answers the partitions
+        whose acks were lost (the member had lost them, not released them)."""
+        async with self._writing:
+            dirty = [part for part in self._parts.values() if part.dirty]
+            fenced = await checkpoints.checkpoint(self._metadata, self.group_id, self.member_id, dirty)
+        if not fenced:
+            return set()
+        released = await self._reconcile()  # a partition we hold for another: released with its acks
+        return fenced - released
 
     async def _settle_acks(self) -> None:
         while self._acks:
-            if self._answer_lazily(self._acks[0]):
-                ids = [str(i) for i in self._acks.pop(0)]
-                await self._send(_frame("acked", ids=ids, failed=[]))
-                continue
             frames: list[list[Any]] = [self._acks.pop(0)]
             total = len(frames[0])
             while self._acks and total + len(self._acks[0]) <= leases.MAX_IDS:
                 total += len(self._acks[0])
                 frames.append(self._acks.pop(0))
+            ids = [i for f in frames for i in f]
             try:
-                answer = await self._settle({"type": "ack", "ids": [i for f in frames for i in f]})
+                done, failed, touched = self._ack_in_memory(ids, now_ms())
+                lost = await self._checkpoint() if touched else set()
+                if not self._durable_acks and lost:
+                    lost = set()  # at-least-once: redelivery is allowed
+                for message_id, partition in done.items():
+                    if partition in lost:
+                        failed[message_id] = "ACK_EXPIRED"
+                rest = [i for i in ids if not (isinstance(i, str) and (i in done or i in failed))]
+                answer = await self._settle({"type": "ack", "ids": rest}) if rest else None
             except BrokerError as error:
                 for _ in frames:
                     await self._send(self._render_error(error))
                 continue
-            done = set(answer.ids)
-            codes = {f["id"]: f["code"] for f in answer.failed}
-            for ids in frames:
-                named = [str(i) for i in ids]
-                await self._send(
-                    _frame(
-                        "acked",
-                        ids=[i for i in named if i in done],
-                        failed=[{"id": i, "code": codes[i]} for i in named if i not in done and i in codes],
+            ok = set(done) - set(failed)
+            codes = dict(failed)
+            if answer is not None:
+                ok.update(answer.ids)
+                codes.update({f["id"]: f["code"] for f in answer.failed})
+            for named in frames:
+                await self._send(self._acked(named, ok, codes))
+
+    @staticmethod
+    def _acked(named: list[Any], ok: set[str], codes: dict[str, str]) -> bytes:
+        ids = [str(i) for i in named]
+        return _frame(
+            "acked",
+            ids=[i for i in ids if i in ok],
+            failed=[{"id": i, "code": codes.get(i, "INVALID_REQUEST")} for i in ids if i not in ok],
+        )
+
+    async def _settle_other(self, frame: dict[str, Any]) -> leases.Settled:
+        """``nack`` and ``extend``: in-memory leases are turned into rows (nack) or moved in memory
+        (extend); the rest take the lease-row path."""
+        if frame["type"] == "nack":
+            if "id" not in frame:
+                raise InvalidRequest.field("id", "required")
+            message_id = frame["id"]
+            if frame.get("delay") is not None:
+                durations.parse_delay(frame["delay"])  # refused before anything changes
+            if self._is_held(message_id):
+                p, offset = self._held[message_id]
+                part = self._parts[p]
+                if part.in_flight[offset] <= now_ms():
+                    return leases.Settled([], [{"id": message_id, "code": "ACK_EXPIRED"}])
+                async with self._writing:
+                    materialized = await checkpoints.materialize(
+                        self._metadata, self.group_id, self.member_id, part, [offset]
                     )
-                )
+                self._held.pop(message_id, None)
+                if not materialized:
+                    self._in_flight.pop(message_id, None)
+                    await self._reconcile()
+            return await self._settle(frame)
+        ids = leases.validate_ids(self._ids_of(frame))
+        seconds = frame.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise InvalidRequest.field(
+                "seconds", f"must be a number between 1 and {leases.MAX_EXTEND_SECONDS}"
+            )
+        if not 1 <= seconds <= leases.MAX_EXTEND_SECONDS:
+            raise InvalidRequest.field(
+                "seconds", f"must be a number between 1 and {leases.MAX_EXTEND_SECONDS}"
+            )
+        now = now_ms()
+        deadline = now + round(float(seconds) * 1000)
+        ok: set[str] = set()
+        codes: dict[str, str] = {}
+        for message_id in ids:
+            if not self._is_held(message_id):
+                continue
+            p, offset = self._held[message_id]
+            in_flight = self._parts[p].in_flight
+            if in_flight[offset] <= now:
+                codes[message_id] = "ACK_EXPIRED"
+                continue
+            in_flight[offset] = self._in_flight[message_id] = deadline
+            ok.add(message_id)
+        rest = [i for i in ids if not (isinstance(i, str) and (i in ok or i in codes))]
+        if rest:
+            answer = await self._settle({"type": "extend", "ids": rest, "seconds": seconds})
+            ok.update(answer.ids)
+            codes.update({f["id"]: f["code"] for f in answer.failed})
+        named = [str(i) for i in ids]
+        return leases.Settled(
+            [i for i in named if i in ok],
+            [{"id": i, "code": codes.get(i, "INVALID_REQUEST")} for i in named if i not in ok],
+        )
 
     @staticmethod
     def _parse(text: str | bytes) -> dict[str, Any]:
@@ -385,10 +661,10 @@ class PushMember:
                         ids,
                         seconds,
                     )
-            except (StaleGeneration, MemberNotFound):
+            except (StaleGeneration, MemberNotFound) as error:
                 if attempt == _SETTLE_ATTEMPTS:
                     raise
-                await self._rejoin(generation)
+                await self._rejoin(generation, evicted=isinstance(error, MemberNotFound))
                 continue
             break
         if kind == "extend":

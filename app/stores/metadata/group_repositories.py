@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
-from sqlalchemy import Table, and_, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import Table, and_, bindparam, case, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -30,6 +30,21 @@ groups = cast(Table, ConsumerGroup.__table__)
 members = cast(Table, GroupMember.__table__)
 partitions = cast(Table, GroupPartition.__table__)
 leases = cast(Table, GroupLease.__table__)
+
+
+def _committed_below(limit: Any) -> Any:
+    """The committed offset of the partition row being updated: its lowest unacked leased offset, or
+    ``limit`` when none is lower (leases past ``position`` exist after a push member's checkpoint)."""
+    lowest = (
+        select(func.min(leases.c.offset))
+        .where(
+            leases.c.group_id == partitions.c.group_id,
+            leases.c.partition == partitions.c.partition,
+            leases.c.acked.is_(False),
+        )
+        .scalar_subquery()
+    )
+    return case((or_(lowest.is_(None), lowest > limit), limit), else_=lowest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +80,26 @@ class DueLease:
     deadline_ms: int
     reason: str | None
     replay_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedPartition:
+    partition: int
+    member_id: str | None
+    held_by: str | None
+    epoch: int
+    committed: int | None
+    position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    partition: int
+    offset: int
+    member_id: str | None
+    attempt: int
+    deadline_ms: int
+    acked: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +234,17 @@ class GroupRepository:
         )
         return list(result.scalars().all())
 
+    async def push_members(self, group_id: str, member_ids: Sequence[str]) -> set[str]:
+        """Which of these members are push members (they keep leases in memory)."""
+        if not member_ids:
+            return set()
+        result = await self.session.execute(
+            select(members.c.id).where(
+                members.c.group_id == group_id, members.c.id.in_(member_ids), members.c.push.is_(True)
+            )
+        )
+        return set(result.scalars().all())
+
     async def live_member_counts(self, group_ids: Sequence[str], now_ms: int) -> dict[str, int]:
         if not group_ids:
             return {}
@@ -271,20 +317,48 @@ class GroupRepository:
             partitions.c.partition, partitions.c.member_id, partitions.c.committed, partitions.c.position
         ).where(partitions.c.group_id == group_id)
         if member_id is not None:
-            stmt = stmt.where(partitions.c.member_id == member_id)
+            # A partition still held by its previous (push) owner is not the new owner's to deliver yet.
+            stmt = stmt.where(partitions.c.member_id == member_id, partitions.c.held_by.is_(None))
         if numbers is not None:
             stmt = stmt.where(partitions.c.partition.in_(numbers))
         result = await self.session.execute(stmt.order_by(partitions.c.partition).with_for_update())
         return [PartitionState(*row) for row in result.all()]
 
-    async def set_owners(self, group_id: str, owners: dict[int, str | None]) -> None:
+    async def set_owners(
+        self, group_id: str, owners: dict[int, str | None], held: dict[int, str] | None = None
+    ) -> None:
+        """Give partitions new owners (bumping their epoch); ``held`` names, per partition, the push
+        member that must release it first. A partition already held keeps its holder: that one has
+        not written what it holds yet, whoever owns the partition meanwhile."""
         if owners:
+            held = held or {}
             await self.session.execute(
                 update(partitions)
                 .where(partitions.c.group_id == group_id, partitions.c.partition == bindparam("p"))
-                .values(member_id=bindparam("m")),
-                [{"p": p, "m": m} for p, m in owners.items()],
+                .values(
+                    member_id=bindparam("m"),
+                    held_by=func.coalesce(partitions.c.held_by, bindparam("h")),
+                    epoch=partitions.c.epoch + 1,
+                ),
+                [{"p": p, "m": m, "h": held.get(p)} for p, m in owners.items()],
             )
+
+    async def clear_held(self, group_id: str, member_ids: Sequence[str]) -> None:
+        """Members gone without releasing: their partitions' last checkpoint is what the new owners get."""
+        if member_ids:
+            await self.session.execute(
+                update(partitions)
+                .where(partitions.c.group_id == group_id, partitions.c.held_by.in_(member_ids))
+                .values(held_by=None)
+            )
+
+    async def bump_epochs(self, group_id: str, numbers: Sequence[int]) -> None:
+        """Offsets moved under the owners' feet (seek, reset): fence their in-memory checkpoints."""
+        await self.session.execute(
+            update(partitions)
+            .where(partitions.c.group_id == group_id, partitions.c.partition.in_(numbers))
+            .values(epoch=partitions.c.epoch + 1)
+        )
 
     async def set_offsets(
         self, group_id: str, offsets: dict[int, int], *, position_only: bool = False
@@ -303,21 +377,16 @@ class GroupRepository:
         )
 
     async def advance_committed(self, group_id: str, numbers: Sequence[int]) -> None:
-        """``committed`` := the lowest unacked leased offset, else ``position``; drop leases below it."""
-        lowest = (
-            select(func.min(leases.c.offset))
-            .where(
-                leases.c.group_id == partitions.c.group_id,
-                leases.c.partition == partitions.c.partition,
-                leases.c.acked.is_(False),
-            )
-            .scalar_subquery()
-        )
+        """``committed`` := the lowest unacked leased offset, at most ``position``; drop acked leases
+        below it."""
         await self.session.execute(
             update(partitions)
             .where(partitions.c.group_id == group_id, partitions.c.partition.in_(numbers))
-            .values(committed=func.coalesce(lowest, partitions.c.position))
+            .values(committed=_committed_below(partitions.c.position))
         )
+        await self.drop_acked_below_committed(group_id, numbers)
+
+    async def drop_acked_below_committed(self, group_id: str, numbers: Sequence[int]) -> None:
         committed = (
             select(partitions.c.committed)
             .where(partitions.c.group_id == leases.c.group_id, partitions.c.partition == leases.c.partition)
@@ -539,3 +608,121 @@ class GroupRepository:
             ).where(leases.c.group_id == group_id, tuple_(leases.c.partition, leases.c.offset).in_(keys))
         )
         return {(row[0], row[1]): LeaseState(*row) for row in result.all()}
+
+    # push members' checkpoints ---------------------------------------------------------------------
+
+    async def owned_partitions(self, group_id: str, member_id: str) -> list[OwnedPartition]:
+        """The partitions a member owns or still holds, with what a push member needs to claim them."""
+        result = await self.session.execute(
+            select(
+                partitions.c.partition,
+                partitions.c.member_id,
+                partitions.c.held_by,
+                partitions.c.epoch,
+                partitions.c.committed,
+                partitions.c.position,
+            )
+            .where(
+                partitions.c.group_id == group_id,
+                or_(partitions.c.member_id == member_id, partitions.c.held_by == member_id),
+            )
+            .order_by(partitions.c.partition)
+        )
+        return [OwnedPartition(*row) for row in result.all()]
+
+    async def leases_from_position(self, group_id: str, numbers: Sequence[int]) -> dict[int, set[int]]:
+        """Per partition, the leased offsets at or past ``position`` (a read from there skips them)."""
+        if not numbers:
+            return {}
+        result = await self.session.execute(
+            select(leases.c.partition, leases.c.offset)
+            .select_from(
+                leases.join(
+                    partitions,
+                    and_(
+                        partitions.c.group_id == leases.c.group_id,
+                        partitions.c.partition == leases.c.partition,
+                    ),
+                )
+            )
+            .where(
+                leases.c.group_id == group_id,
+                leases.c.partition.in_(numbers),
+                leases.c.offset >= partitions.c.position,
+            )
+        )
+        ahead: dict[int, set[int]] = {}
+        for p, o in result.all():
+            ahead.setdefault(p, set()).add(o)
+        return ahead
+
+    async def checkpoint(
+        self, group_id: str, member_id: str, partition: int, epoch: int, position: int, *, release: bool
+    ) -> bool:
+        """Write a push member's ``position`` (everything below is acked or has a lease row) and the
+        committed offset it implies. Fenced: the member must still own the partition in ``epoch``, or,
+        with ``release``, may also be the member that holds it for its new owner (then it lets go)."""
+        owner = and_(
+            partitions.c.member_id == member_id,
+            partitions.c.held_by.is_(None),
+            partitions.c.epoch == epoch,
+        )
+        values: dict[str, Any] = {"position": position, "committed": _committed_below(position)}
+        if release:
+            owner = or_(owner, partitions.c.held_by == member_id)
+            values["held_by"] = None
+        result = await self.session.execute(
+            update(partitions)
+            .where(partitions.c.group_id == group_id, partitions.c.partition == partition, owner)
+            .values(**values)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def unhold(self, group_id: str, member_id: str, partition: int) -> bool:
+        """Let go of a partition held for its new owner, at the stored position."""
+        result = await self.session.execute(
+            update(partitions)
+            .where(
+                partitions.c.group_id == group_id,
+                partitions.c.partition == partition,
+                partitions.c.held_by == member_id,
+            )
+            .values(held_by=None)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def lock_owned(self, group_id: str, member_id: str, partition: int, epoch: int) -> bool:
+        """Lock a partition row if the member still owns it in ``epoch`` (and holds it for no one)."""
+        result = await self.session.execute(
+            select(partitions.c.partition)
+            .where(
+                partitions.c.group_id == group_id,
+                partitions.c.partition == partition,
+                partitions.c.member_id == member_id,
+                partitions.c.held_by.is_(None),
+                partitions.c.epoch == epoch,
+            )
+            .with_for_update()
+        )
+        return result.first() is not None
+
+    async def put_leases(self, group_id: str, rows: Sequence[LeaseRow]) -> None:
+        """Write a push member's in-memory leases as rows (acked out of order, handed over, failed)."""
+        if rows:
+            await self.session.execute(
+                insert(leases),
+                [
+                    {
+                        "group_id": group_id,
+                        "partition": r.partition,
+                        "offset": r.offset,
+                        "member_id": r.member_id,
+                        "attempt": r.attempt,
+                        "deadline_ms": r.deadline_ms,
+                        "acked": r.acked,
+                        "reason": None,
+                        "replay_offset": None,
+                    }
+                    for r in rows
+                ],
+            )

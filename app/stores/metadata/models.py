@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -134,6 +135,9 @@ class GroupMember(Base):
     session_timeout_ms: Mapped[int] = mapped_column(BigInteger)
     expires_at_ms: Mapped[int] = mapped_column(BigInteger)
     joined_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # A push member (a WebSocket): it keeps first-delivery leases in memory, so a partition it owns
+    # changes hands only once it has released it (``GroupPartition.held_by``).
+    push: Mapped[bool] = mapped_column(Boolean, server_default=false(), default=False)
 
 
 class GroupPartition(Base):
@@ -141,7 +145,13 @@ class GroupPartition(Base):
 
     ``committed`` (``current`` on the wire): every offset below it is acked. ``position``: the next
     offset to read from the log; offsets in ``[committed, position)`` not yet acked have a lease row.
-    Both are None until the group first starts on the partition (``startFrom`` then applies).
+    Both are None until the group first starts on the partition (``startFrom`` then applies). Offsets
+    at or past ``position`` that have a lease row (a push member's checkpoint: acked out of order, or
+    waiting for a retry) are skipped by reads from ``position``.
+
+    ``held_by``: a push member that owned the partition and must still release it (write its in-memory
+    leases and position) before ``member_id`` may deliver from it. ``epoch`` is bumped at every change
+    of owner and every seek or reset; a push member's checkpoints name the epoch they were made in.
     """
 
     __tablename__ = "group_partitions"
@@ -153,6 +163,8 @@ class GroupPartition(Base):
     member_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     committed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     position: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    held_by: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    epoch: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
 
 
 class GroupLease(Base):
