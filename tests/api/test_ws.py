@@ -424,6 +424,72 @@ class TestGroups:
         await first.close()
 
 
+class TestHandOver:
+    """A push member keeps first-delivery leases in memory: partitions leave it only once it has
+    written them, and seeks reach it."""
+
+    def _pull(self, api: Api, topic: str, path: str, body: dict[str, Any]) -> Any:
+        return api.ok("POST", f"/v1/topics/{topic}/groups/g/{path}", body)
+
+    async def test_a_pull_member_gets_a_partition_only_after_the_push_member_released_it(
+        self, api: Api
+    ) -> None:
+        topic = api.topic(partitions=2, delivery="exactly-once", ackTimeout="30s")
+        first = set(api.publish(topic, 20))
+        c = await Consumer.open(api, topic, maxInFlight=100)
+        held = await c.messages(20)
+        assert {m["id"] for m in held} == first
+        joined = self._pull(api, topic, "members", {"startFrom": "earliest"})
+        assert len(joined["assignments"]) == 1
+        me = {"memberId": joined["memberId"], "generationId": joined["generationId"]}
+        # Released to the pull member with the push member's leases: none of them is handed out again.
+        polled = self._pull(api, topic, "poll", {**me, "maxMessages": 100, "waitSeconds": 1.5})
+        assert polled["messages"] == []
+        answer = await c.ack(sorted(first))
+        assert set(answer["ids"]) == first and answer["failed"] == []
+        offsets = api.ok("GET", f"/v1/topics/{topic}/groups/g/offsets")["data"]
+        assert [o["current"] for o in offsets] == [10, 10]  # durable before answering
+        later = set(api.publish(topic, 20, start=20))
+        pulled = self._pull(api, topic, "poll", {**me, "maxMessages": 100, "waitSeconds": 3})["messages"]
+        pushed = await c.messages(10)
+        assert {m["partition"] for m in pulled} == set(joined["assignments"])
+        assert {m["partition"] for m in pushed}.isdisjoint(joined["assignments"])
+        assert {m["id"] for m in pulled} | {m["id"] for m in pushed} == later
+        assert {m["id"] for m in pulled}.isdisjoint({m["id"] for m in pushed})
+        await c.close()
+
+    async def test_a_seek_while_pushing_resumes_delivery_there(self, api: Api) -> None:
+        topic = api.topic(partitions=1, delivery="exactly-once")
+        ids = api.publish(topic, 10)
+        c = await Consumer.open(api, topic, maxInFlight=100)
+        got = await c.messages(10)
+        assert (await c.ack([m["id"] for m in got[:4]]))["failed"] == []
+        api.ok("POST", f"/v1/topics/{topic}/groups/g/offsets/seek", {"partition": 0, "offset": 2})
+        again = await c.messages(8, timeout=5)
+        assert [m["id"] for m in again] == ids[2:]
+        assert {m["attempt"] for m in again} == {1}
+        assert (await c.ack([m["id"] for m in again]))["failed"] == []
+        assert await c.quiet(1) == []
+        offsets = api.ok("GET", f"/v1/topics/{topic}/groups/g/offsets")["data"]
+        assert offsets[0]["current"] == 10
+        await c.close()
+
+    async def test_metrics_count_the_leases_held_in_memory(self, api: Api) -> None:
+        topic = api.topic(partitions=1, delivery="exactly-once")
+        api.publish(topic, 7)
+        c = await Consumer.open(api, topic, maxInFlight=5)
+        got = await c.messages(5)
+        text = (await asyncio.to_thread(httpx.get, f"{api.server.url}/metrics", timeout=10)).text
+        line = next(
+            x
+            for x in text.splitlines()
+            if x.startswith("queuecore_group_in_flight_messages") and f'topic="{topic}"' in x
+        )
+        assert line.endswith(" 5.0"), line
+        await c.ack([m["id"] for m in got])
+        await c.close()
+
+
 class TestTokens:
     def _token(self, api: Api, topic: str, **extra: str) -> str:
         return api.ok("POST", "/v1/tokens/websocket", {"topic": topic, **extra})["token"]
