@@ -263,6 +263,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         ws="app.kit.websocket_protocol:WebSocketProtocol",
         ws_ping_interval=settings.ws_ping_interval_seconds,
         ws_ping_timeout=settings.ws_ping_timeout_seconds,
+        ws_per_message_deflate=settings.ws_compression,
         lifespan="on",
     )
     return 0

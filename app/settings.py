@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     # group, within interval + timeout + the 1 s close timeout = 6 s, inside the default 10 s sessionTimeout.
     ws_ping_interval_seconds: float = 2.0
     ws_ping_timeout_seconds: float = 3.0
+    # permessage-deflate on push connections: off by default, it cost the server more CPU per frame
+    # than any other step of delivery (bench/results/consume.md); turn on for slow client links.
+    ws_compression: bool = False
     # Alert webhooks (DLQ depth). Hostnames or CIDRs exempt from the production SSRF rule (no loopback,
     # private or link-local targets): for tests and on-premise receivers.
     alert_allowed_hosts: list[str] = Field(default_factory=list)
