@@ -190,8 +190,10 @@ class PushMember:
         self._wake_neighbours()
 
     def _wake_neighbours(self) -> None:
+        """The group changed here (a join, a leave, a release): members on this server beat at once."""
         for other in _neighbours.get(self._group_key, ()):
             if other is not self:
+                other._last_beat = 0.0
                 other._wake.set()
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
