@@ -338,7 +338,10 @@ class GroupRepository:
                 .values(
                     member_id=bindparam("m"),
                     held_by=func.coalesce(partitions.c.held_by, bindparam("h")),
-                    epoch=partitions.c.epoch + 1,
+                    # A held partition keeps the epoch its holder's release is checked against.
+                    epoch=case(
+                        (partitions.c.held_by.is_(None), partitions.c.epoch + 1), else_=partitions.c.epoch
+                    ),
                 ),
                 [{"p": p, "m": m, "h": held.get(p)} for p, m in owners.items()],
             )
@@ -353,11 +356,12 @@ class GroupRepository:
             )
 
     async def bump_epochs(self, group_id: str, numbers: Sequence[int]) -> None:
-        """Offsets moved under the owners' feet (seek, reset): fence their in-memory checkpoints."""
+        """Offsets moved under the owners' feet (seek, reset): fence their in-memory checkpoints, and
+        what a holder kept in memory is void (its release would undo the move)."""
         await self.session.execute(
             update(partitions)
             .where(partitions.c.group_id == group_id, partitions.c.partition.in_(numbers))
-            .values(epoch=partitions.c.epoch + 1)
+            .values(epoch=partitions.c.epoch + 1, held_by=None)
         )
 
     async def set_offsets(
@@ -661,7 +665,8 @@ class GroupRepository:
     ) -> bool:
         """Write a push member's ``position`` (everything below is acked or has a lease row) and the
         committed offset it implies. Fenced: the member must still own the partition in ``epoch``, or,
-        with ``release``, may also be the member that holds it for its new owner (then it lets go)."""
+        with ``release``, may also be the member that holds it for its new owner since the move that
+        followed ``epoch`` (no seek or reset since; then it lets go)."""
         owner = and_(
             partitions.c.member_id == member_id,
             partitions.c.held_by.is_(None),
@@ -669,7 +674,7 @@ class GroupRepository:
         )
         values: dict[str, Any] = {"position": position, "committed": _committed_below(position)}
         if release:
-            owner = or_(owner, partitions.c.held_by == member_id)
+            owner = or_(owner, and_(partitions.c.held_by == member_id, partitions.c.epoch == epoch + 1))
             values["held_by"] = None
         result = await self.session.execute(
             update(partitions)
