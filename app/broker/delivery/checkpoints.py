@@ -39,7 +39,7 @@ from app.broker.publishing import TopicRef
 from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import GroupRepository, LeaseRow, OwnedPartition
+from app.stores.metadata.group_repositories import GroupRepository, LeaseState, OwnedPartition
 
 
 @dataclass(slots=True)
@@ -133,7 +133,7 @@ async def release(
         group_id, member_id, part.partition, part.epoch, part.position, release=True
     ):
         return False
-    rows = [LeaseRow(part.partition, o, member_id, 1, d, False) for o, d in part.in_flight.items()]
+    rows = [LeaseState(part.partition, o, member_id, 1, d, False) for o, d in part.in_flight.items()]
     rows += [_acked_row(part.partition, o) for o in part.pending_acks(part.floor)]
     await repo.put_leases(group_id, rows)
     # The checkpoint computed ``committed`` before these rows existed: once more, with them.
@@ -146,7 +146,7 @@ async def materialize(
 ) -> bool:
     """Turn in-flight leases of ``part`` into lease rows held by the member (a nack, a timeout: the
     retry schedule and the DLQ work on rows). False when fenced (the partition is not the member's)."""
-    rows = [LeaseRow(part.partition, o, member_id, 1, part.in_flight[o], False) for o in offsets]
+    rows = [LeaseState(part.partition, o, member_id, 1, part.in_flight[o], False) for o in offsets]
     async with metadata.session() as session:
         repo = GroupRepository.from_session(session)
         if not await repo.lock_owned(group_id, member_id, part.partition, part.epoch):
@@ -163,5 +163,5 @@ def expired(part: HeldPartition, now: int | None = None) -> list[int]:
     return [o for o, deadline in part.in_flight.items() if deadline <= now]
 
 
-def _acked_row(partition: int, offset: int) -> LeaseRow:
-    return LeaseRow(partition, offset, None, 1, 0, True)
+def _acked_row(partition: int, offset: int) -> LeaseState:
+    return LeaseState(partition, offset, None, 1, 0, True)

@@ -93,16 +93,6 @@ class OwnedPartition:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseRow:
-    partition: int
-    offset: int
-    member_id: str | None
-    attempt: int
-    deadline_ms: int
-    acked: bool
-
-
-@dataclass(frozen=True, slots=True)
 class LeaseState:
     partition: int
     offset: int
@@ -711,7 +701,7 @@ class GroupRepository:
         )
         return result.first() is not None
 
-    async def put_leases(self, group_id: str, rows: Sequence[LeaseRow]) -> None:
+    async def put_leases(self, group_id: str, rows: Sequence[LeaseState]) -> None:
         """Write a push member's in-memory leases as rows (acked out of order, handed over, failed)."""
         if rows:
             await self.session.execute(
