@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker.publishing import TopicRef
-from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository, LeaseState, OwnedPartition
@@ -54,8 +53,7 @@ class HeldPartition:
     in_flight: dict[int, int] = field(default_factory=dict)
     acked: set[int] = field(default_factory=set)  # acked offsets not yet in a checkpoint
     skip: set[int] = field(default_factory=set)  # leased offsets past ``position`` (rows of an earlier owner)
-    acked_rows_below: int = -1  # the highest acked lease row written; rows below the floor get dropped
-    dirty: bool = False  # acked since the last checkpoint
+    acked_row_max: int = -1  # the highest acked lease row written (-1: none left above committed)
 
     @property
     def floor(self) -> int:
@@ -93,8 +91,8 @@ async def start_position(log: LogEngine, topic: TopicRef, owned: OwnedPartition)
 async def checkpoint(
     metadata: MetadataStore, group_id: str, member_id: str, parts: Iterable[HeldPartition]
 ) -> set[int]:
-    """Write the checkpoint of ``parts`` in one unit of work; answers the partitions it was fenced from
-    (another owner, another epoch: the member must reconcile). Written acks leave memory."""
+    """Write the checkpoint of ``parts`` (those with acks not yet written) in one unit of work; answers
+    the partitions it was fenced from (another owner, another epoch: the member must reconcile)."""
     work = [(part, part.floor) for part in parts]
     written = {part.partition: part.pending_acks(floor) for part, floor in work}
     fenced: set[int] = set()
@@ -107,16 +105,15 @@ async def checkpoint(
                 continue
             rows = written[part.partition]
             await repo.put_leases(group_id, [_acked_row(part.partition, o) for o in rows])
-            if part.acked_rows_below >= 0:
+            if part.acked_row_max >= 0:  # earlier acked rows the floor may have passed now
                 await repo.drop_acked_below_committed(group_id, [part.partition])
-            part.acked_rows_below = max([part.acked_rows_below, *rows])
+            part.acked_row_max = max([part.acked_row_max, *rows])
     for part, floor in work:
         if part.partition not in fenced:
-            part.acked.difference_update(written[part.partition])
-            part.acked = {o for o in part.acked if o >= floor}
-            if part.acked_rows_below < floor:
-                part.acked_rows_below = -1
-            part.dirty = bool(part.acked)
+            # Written: as rows, or below the new position. Acks that came meanwhile stay for the next one.
+            part.acked = {o for o in part.acked if o >= floor} - set(written[part.partition])
+            if part.acked_row_max < floor:
+                part.acked_row_max = -1
     return fenced
 
 
@@ -157,9 +154,8 @@ async def materialize(
     return True
 
 
-def expired(part: HeldPartition, now: int | None = None) -> list[int]:
+def expired(part: HeldPartition, now: int) -> list[int]:
     """In-flight offsets whose ack deadline has passed."""
-    now = now_ms() if now is None else now
     return [o for o, deadline in part.in_flight.items() if deadline <= now]
 
 

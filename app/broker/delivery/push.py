@@ -48,6 +48,7 @@ from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.group_repositories import OwnedPartition
 
 MAX_IN_FLIGHT = 10_000
 _SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
@@ -132,6 +133,7 @@ class PushMember:
         self._in_flight: dict[str, int] = {}  # every message this connection holds -> ack deadline (ms)
         self._ack_timeout_ms: int | None = None  # the group's, as of the last beat
         self._due_at = 0  # when a lease row may fall due (ms)
+        self._next_expiry = _NEVER  # no deadline of ``_in_flight`` is earlier (extends only move them later)
         self._wake = asyncio.Event()
         self._rejoining = asyncio.Lock()
         self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
@@ -184,7 +186,7 @@ class PushMember:
             _neighbours.pop(self._group_key, None)
         if self.member_id:
             with contextlib.suppress(BrokerError):
-                await self._release_all()
+                await self._reconcile(leaving=True)
             with contextlib.suppress(MemberNotFound):
                 await membership.leave(self._metadata, self._topic, self._group, self.member_id)
         self._wake_neighbours()
@@ -218,23 +220,25 @@ class PushMember:
             await self._reconcile()
             await self._send(_frame("rebalance", generationId=self.generation, assignments=self.assignments))
 
-    async def _reconcile(self) -> set[int]:
-        """Release the partitions this member lost, claim the ones it owns and may deliver from, forget
-        the ones it holds no more; answers the partitions it released."""
-        released: set[int] = set()
-        async with self._writing, self._metadata.session() as session:
-            claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
+    async def _reconcile(self, *, leaving: bool = False) -> set[int]:
+        """Release the partitions this member lost (every one when ``leaving``), claim the ones it owns
+        and may deliver from, forget the ones it holds no more; answers the partitions it released."""
+        async with self._writing:
+            async with self._metadata.session(readonly=True) as session:
+                claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
+            releasing = [o for o in claim.owned if self._must_release(o, leaving)]
+            released: set[int] = set()
+            if releasing:  # the only writes; a beat with nothing to release stays a plain read
+                async with self._metadata.session() as session:
+                    for owned in releasing:
+                        part = self._parts.get(owned.partition)
+                        if await checkpoints.release(session, self.group_id, self.member_id, part, owned):
+                            released.add(owned.partition)
             current: set[int] = set()
             for owned in claim.owned:
                 p = owned.partition
-                if owned.held_by == self.member_id:  # lost in a rebalance: let go of it
-                    if await checkpoints.release(
-                        session, self.group_id, self.member_id, self._parts.get(p), owned
-                    ):
-                        released.add(p)
-                    continue
-                if owned.held_by is not None:
-                    continue  # ours once its previous owner has released it
+                if leaving or owned.held_by is not None:
+                    continue  # released above, or ours once its previous owner has released it
                 current.add(p)
                 part = self._parts.get(p)
                 if part is not None and part.epoch == owned.epoch:
@@ -252,9 +256,15 @@ class PushMember:
         for p in list(self._parts):
             if p not in current:
                 self._forget(p, released=p in released)
-        if released:
+        if released and not leaving:
             self._wake_neighbours()
         return released
+
+    def _must_release(self, owned: OwnedPartition, leaving: bool) -> bool:
+        """Held for its new owner, or (leaving) owned and held for no one."""
+        if owned.held_by == self.member_id:
+            return True
+        return leaving and owned.member_id == self.member_id and owned.held_by is None
 
     def _forget(self, partition: int, *, released: bool = False) -> None:
         """Drop a partition's in-memory state. Released: its leases are rows the member still holds
@@ -267,16 +277,6 @@ class PushMember:
             self._held.pop(message_id, None)
             if not released:
                 self._in_flight.pop(message_id, None)
-
-    async def _release_all(self) -> None:
-        async with self._writing, self._metadata.session() as session:
-            claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
-            for owned in claim.owned:
-                await checkpoints.release(
-                    session, self.group_id, self.member_id, self._parts.get(owned.partition), owned
-                )
-        for p in list(self._parts):
-            self._forget(p, released=True)
 
     def stop(self) -> None:
         """End the delivery loop at its next wait (it is never cancelled inside a unit of work: a
@@ -308,9 +308,8 @@ class PushMember:
         """One pass: heartbeat and lease rows when due, timeouts, then new records. True if it sent."""
         now = now_ms()
         started = time.monotonic()
-        for message_id in [i for i, d in self._in_flight.items() if d <= now and i not in self._held]:
-            del self._in_flight[message_id]  # a lease row past its deadline: due, maybe for us again
-        await self._expire(now)
+        if now >= self._next_expiry:
+            await self._expire(now)
         beat = started - self._last_beat >= BEAT_EVERY
         sent = False
         budget = self._max_in_flight - len(self._in_flight)
@@ -332,6 +331,7 @@ class PushMember:
                 if polled.messages:
                     for message_id in polled.ids:
                         self._in_flight[message_id] = polled.deadline_ms
+                    self._next_expiry = min(self._next_expiry, polled.deadline_ms)
                     await self._send(messages_frame(polled.messages))
                     sent = True
             elif beat:
@@ -380,13 +380,17 @@ class PushMember:
                 self._in_flight[message_id] = deadline
             part.position = records[-1].offset + 1
             budget -= len(records)
+        self._next_expiry = min(self._next_expiry, deadline)
         if rendered:
             await self._send(messages_frame(rendered))
         return bool(rendered)
 
     async def _expire(self, now: int) -> None:
-        """In-memory leases past their deadline become lease rows: the retry schedule (and the DLQ)
-        apply to them from the next due-lease scan, exactly as to a pull member's."""
+        """Deliveries past their deadline stop counting as held. In-memory leases among them become
+        lease rows: the retry schedule (and the DLQ) apply to them from the next due-lease scan, exactly
+        as to a pull member's; lease rows are due already, maybe for this member again."""
+        for message_id in [i for i, d in self._in_flight.items() if d <= now and i not in self._held]:
+            del self._in_flight[message_id]
         for part in list(self._parts.values()):
             offsets = checkpoints.expired(part, now)
             if not offsets:
@@ -404,11 +408,12 @@ class PushMember:
             if not ok:
                 await self._reconcile()
             self._due_at = 0
+        self._next_expiry = min(self._in_flight.values(), default=_NEVER)
 
     async def _wait(self) -> None:
         now = now_ms()
         timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
-        soonest = min([self._due_at, *self._in_flight.values()]) if self._in_flight else self._due_at
+        soonest = min(self._due_at, self._next_expiry)
         timeout = min(timeout, max(0.0, (soonest - now) / 1000) + 0.005)
         waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
         if len(self._in_flight) < self._max_in_flight:
@@ -469,7 +474,6 @@ class PushMember:
             del part.in_flight[offset], self._held[message_id]
             self._in_flight.pop(message_id, None)
             part.acked.add(offset)
-            part.dirty = True
             touched.add(p)
             done[message_id] = p
         if done:
@@ -487,7 +491,7 @@ class PushMember:
         )
 
     async def _write_lazily(self) -> None:
-        while not self._stopped and any(part.dirty for part in self._parts.values()):
+        while not self._stopped and any(part.acked for part in self._parts.values()):
             await asyncio.sleep(LAZY_ACK_SECONDS)
             with contextlib.suppress(BrokerError):  # not written: redelivered later, as at-least-once allows
                 await self._checkpoint()
@@ -496,8 +500,8 @@ class PushMember:
         """Write the checkpoint of every partition with acks since the last one; answers the partitions
         whose acks were lost (the member had lost them, not released them)."""
         async with self._writing:
-            dirty = [part for part in self._parts.values() if part.dirty]
-            fenced = await checkpoints.checkpoint(self._metadata, self.group_id, self.member_id, dirty)
+            acked = [part for part in self._parts.values() if part.acked]
+            fenced = await checkpoints.checkpoint(self._metadata, self.group_id, self.member_id, acked)
         if not fenced:
             return set()
         released = await self._reconcile()  # a partition we hold for another: released with its acks

@@ -499,26 +499,8 @@ class GroupRepository:
     async def add_leases(
         self, group_id: str, member_id: str, deadline_ms: int, keys: Sequence[tuple[int, int]]
     ) -> None:
-        """First deliveries: one ``executemany`` (a cached statement, sent as multi-row batches by the
-        driver layer); a literal multi-row ``VALUES`` would be compiled anew for every call."""
-        if keys:
-            await self.session.execute(
-                insert(leases),
-                [
-                    {
-                        "group_id": group_id,
-                        "partition": p,
-                        "offset": o,
-                        "member_id": member_id,
-                        "attempt": 1,
-                        "deadline_ms": deadline_ms,
-                        "acked": False,
-                        "reason": None,
-                        "replay_offset": None,
-                    }
-                    for p, o in keys
-                ],
-            )
+        """First deliveries (attempt 1, held by ``member_id`` until ``deadline_ms``)."""
+        await self.put_leases(group_id, [LeaseState(p, o, member_id, 1, deadline_ms, False) for p, o in keys])
 
     async def drop_leases(self, group_id: str, keys: Sequence[tuple[int, int]]) -> None:
         if keys:
@@ -702,7 +684,8 @@ class GroupRepository:
         return result.first() is not None
 
     async def put_leases(self, group_id: str, rows: Sequence[LeaseState]) -> None:
-        """Write a push member's in-memory leases as rows (acked out of order, handed over, failed)."""
+        """Insert lease rows: one ``executemany`` (a cached statement, sent as multi-row batches by the
+        driver layer); a literal multi-row ``VALUES`` would be compiled anew for every call."""
         if rows:
             await self.session.execute(
                 insert(leases),
