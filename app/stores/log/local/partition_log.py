@@ -20,6 +20,10 @@ Offsets and visibility::
   active segment is older than ``segment_ms``; the old segment is fsync'd and its indexes made durable
   first. Retention asks for a roll through the same writer (``roll``), never behind its back.
 
+* The last resolved batches (up to ``_TAIL_BYTES``) stay in memory, as written: a read that starts
+  within them - a consumer keeping up with its producers - decodes them on the event loop, without a
+  file read or a worker-thread hop (decoding holds the GIL either way; the hop only added latency).
+
 Thread-safety: state changes happen on the event loop; the worker threads write (one at a time per
 partition, via the ``GroupCommitter``) and read (any number), touching only segments pinned through
 ``OpenSegments`` and the copy-on-write ``LogSegments``.
@@ -41,6 +45,7 @@ from app.settings import LogSettings
 from app.stores.log.local import files
 from app.stores.log.local.committer import GroupCommitter, Transaction
 from app.stores.log.local.records import (
+    BatchHeader,
     EncodedBatch,
     decode_batch,
     encode_batch,
@@ -65,6 +70,8 @@ logger = logging.getLogger("queuecore.log")
 # A read fetches up to this much beyond ``max_bytes`` (it starts at an indexed batch before the offset).
 _READ_SLACK = 64 * 1024
 _SCAN_CHUNK = 1 << 20
+# In-memory tail per partition: a few hundred small messages, or one large batch at most.
+_TAIL_BYTES = 256 * 1024
 _MAX_RELATIVE = (1 << 31) - 1
 
 
@@ -159,6 +166,9 @@ class PartitionLog:
         # (txn id, next offset after its batch) of committed transactions above the recovery point.
         self.txn_marks: deque[tuple[int, int]] = deque()
         self._unresolved: deque[PendingBatch] = deque()
+        # Resolved batches ending at the high-watermark, contiguous: (header, encoded bytes).
+        self._tail: deque[tuple[BatchHeader, bytes]] = deque()
+        self._tail_bytes = 0
         self._waiter: asyncio.Future[None] | None = None
         self._committer: GroupCommitter[Any, bool] = GroupCommitter(
             self._write, self._flushed, write_executor
@@ -334,12 +344,28 @@ class PartitionLog:
                 break
             queue.popleft()
             self.high_watermark = head.next_offset
+            self._remember(head.batch)
             moved = True
             future = head.future
             if future is not None and not future.done():
                 future.set_result(None)
         if moved:
             self._wake()
+
+    def _remember(self, batch: EncodedBatch) -> None:
+        """Keep a resolved batch in the in-memory tail, dropping the oldest beyond ``_TAIL_BYTES``."""
+        tail = self._tail
+        if batch.size > _TAIL_BYTES:
+            tail.clear()  # the tail must end at the high-watermark: start over after this batch
+            self._tail_bytes = 0
+            return
+        buf = batch.header + batch.body
+        header = read_header(buf)
+        assert header is not None
+        tail.append((header, buf))
+        self._tail_bytes += len(buf)
+        while self._tail_bytes > _TAIL_BYTES:
+            self._tail_bytes -= len(tail.popleft()[1])
 
     def committed(self, txn: Transaction, pending: PendingBatch) -> None:
         """``txn``'s commit record is durable: its batch here is resolved."""
@@ -407,8 +433,35 @@ class PartitionLog:
         offset = max(offset, self.earliest_offset)
         if offset >= hw or max_records <= 0:
             return []
+        if self._tail and self._tail[0][0].base_offset <= offset:
+            return self._read_tail(offset, max_records, max_bytes, hw)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._read_executor, self._read, offset, max_records, max_bytes, hw)
+
+    def _read_tail(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
+        """A read served from the in-memory tail (``offset`` is within it)."""
+        batches: list[tuple[BatchHeader, bytes]] = []
+        for header, buf in reversed(self._tail):  # readers are mostly near the end
+            batches.append((header, buf))
+            if header.base_offset <= offset:
+                break
+        out: list[Record] = []
+        size = 0
+        for header, buf in reversed(batches):
+            size = decode_batch(
+                buf,
+                0,
+                header,
+                out,
+                start_offset=offset,
+                end_offset=hw,
+                max_records=max_records,
+                max_bytes=max_bytes,
+                size=size,
+            )
+            if is_full(size) or len(out) >= max_records:
+                break
+        return out
 
     def _read(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
         out: list[Record] = []
