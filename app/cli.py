@@ -250,6 +250,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from app.kit.logs import configure_logging
 
     configure_logging(settings.log_level)
+    sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
     uvicorn.run(
         "app.main:create_app",
         factory=True,
