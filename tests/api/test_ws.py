@@ -426,14 +426,15 @@ class TestGroups:
 
 class TestHandOver:
     """A push member keeps first-delivery leases in memory: partitions leave it only once it has
-    written them, and seeks reach it."""
+    written them, and seeks reach it (on SQLite and on Postgres, each with a server of its own)."""
 
     def _pull(self, api: Api, topic: str, path: str, body: dict[str, Any]) -> Any:
         return api.ok("POST", f"/v1/topics/{topic}/groups/g/{path}", body)
 
     async def test_a_pull_member_gets_a_partition_only_after_the_push_member_released_it(
-        self, api: Api
+        self, own_server: ServerProcess
     ) -> None:
+        api = Api(own_server)
         topic = api.topic(partitions=2, delivery="exactly-once", ackTimeout="30s")
         first = set(api.publish(topic, 20))
         c = await Consumer.open(api, topic, maxInFlight=100)
@@ -458,7 +459,8 @@ class TestHandOver:
         assert {m["id"] for m in pulled}.isdisjoint({m["id"] for m in pushed})
         await c.close()
 
-    async def test_a_seek_while_pushing_resumes_delivery_there(self, api: Api) -> None:
+    async def test_a_seek_while_pushing_resumes_delivery_there(self, own_server: ServerProcess) -> None:
+        api = Api(own_server)
         topic = api.topic(partitions=1, delivery="exactly-once")
         ids = api.publish(topic, 10)
         c = await Consumer.open(api, topic, maxInFlight=100)
