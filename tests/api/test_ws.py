@@ -264,6 +264,40 @@ class TestAcks:
         assert again["ackDeadline"] > m["ackDeadline"]
         await c.close()
 
+    async def test_one_frame_acks_a_redelivery_and_first_deliveries_in_the_order_asked(
+        self, api: Api
+    ) -> None:
+        topic = api.topic(delivery="exactly-once")
+        api.publish(topic, 1)
+        c = await Consumer.open(api, topic)
+        [first] = await c.messages(1)
+        await c.ws.send(json.dumps({"type": "nack", "id": first["id"], "reason": "later"}))
+        assert (await c.until("acked"))["ids"] == [first["id"]]
+        [again] = await c.messages(1, timeout=4)  # a lease row now, not an in-memory lease
+        assert again["attempt"] == 2
+        api.publish(topic, 2, start=1)
+        second, third = await c.messages(2)
+        order = [second["id"], again["id"], third["id"]]
+        assert await c.ack(order) == {"type": "acked", "ids": order, "failed": []}
+        offsets = api.ok("GET", f"/v1/topics/{topic}/groups/g/offsets?partition=0")
+        assert offsets["current"] == 3  # durable before answering
+        assert await c.quiet(1) == []
+        await c.close()
+
+    async def test_an_ack_after_the_deadline_is_ack_expired(self, api: Api) -> None:
+        # A retry 30 s away: the message is not redelivered (under the same id) before the late ack.
+        config = {"ackTimeout": "1s", "deadLetter": {"maxRetries": 3, "retryDelay": "30s"}}
+        topic = api.topic(delivery="exactly-once", **config)
+        api.publish(topic, 1)
+        c = await Consumer.open(api, topic)
+        [m] = await c.messages(1)
+        await asyncio.sleep(1.2)
+        answer = await c.ack([m["id"]])
+        assert answer["ids"] == [] and answer["failed"] == [{"id": m["id"], "code": "ACK_EXPIRED"}]
+        offsets = api.ok("GET", f"/v1/topics/{topic}/groups/g/offsets?partition=0")
+        assert offsets["current"] == 0  # still owed: it waits for its retry
+        await c.close()
+
     async def test_extend_moves_the_deadline(self, api: Api) -> None:
         topic = api.topic(ackTimeout="1s")
         api.publish(topic, 1)
