@@ -448,18 +448,8 @@ class PartitionLog:
         out: list[Record] = []
         size = 0
         for header, buf in reversed(batches):
-            size = decode_batch(
-                buf,
-                0,
-                header,
-                out,
-                start_offset=offset,
-                end_offset=hw,
-                max_records=max_records,
-                max_bytes=max_bytes,
-                size=size,
-            )
-            if is_full(size) or len(out) >= max_records:
+            size, full = _take(buf, 0, header, out, offset, hw, max_records, max_bytes, size)
+            if full:
                 break
         return out
 
@@ -512,18 +502,8 @@ class PartitionLog:
                 consumed = pos + header.size
                 if header.next_offset <= offset:
                     continue
-                size = decode_batch(
-                    buf,
-                    pos,
-                    header,
-                    out,
-                    start_offset=offset,
-                    end_offset=hw,
-                    max_records=max_records,
-                    max_bytes=max_bytes,
-                    size=size,
-                )
-                if is_full(size) or len(out) >= max_records:
+                size, full = _take(buf, pos, header, out, offset, hw, max_records, max_bytes, size)
+                if full:
                     return size, True
             if consumed == 0:
                 break
@@ -614,3 +594,29 @@ class PartitionLog:
         """Forget every segment (the directory is about to be removed)."""
         for handle in self.segments.values():
             self.open_segments.discard(handle)
+
+
+def _take(
+    buf: bytes,
+    position: int,
+    header: BatchHeader,
+    out: list[Record],
+    offset: int,
+    hw: int,
+    max_records: int,
+    max_bytes: int,
+    size: int,
+) -> tuple[int, bool]:
+    """Decode a batch's records in ``[offset, hw)`` into ``out``: the new size, and whether the read is full."""
+    size = decode_batch(
+        buf,
+        position,
+        header,
+        out,
+        start_offset=offset,
+        end_offset=hw,
+        max_records=max_records,
+        max_bytes=max_bytes,
+        size=size,
+    )
+    return size, is_full(size) or len(out) >= max_records
