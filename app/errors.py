@@ -180,6 +180,16 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(methods)
 
 
+UNHANDLED_ANSWERED = "unhandled_answered"  # request state: the 500 envelope went out already
+
+
+def internal_error_response(request_id: str) -> Response:
+    """The 500 envelope: never the error's internals."""
+    return error_response(
+        request_id, "INTERNAL_ERROR", "An internal error occurred; quote the request id to support.", 500
+    )
+
+
 def add_exception_handlers(app: FastAPI) -> None:
     """Map every error the app can raise to the envelope."""
 
@@ -221,6 +231,13 @@ def add_exception_handlers(app: FastAPI) -> None:
         }.get(exc.status_code, "INTERNAL_ERROR" if exc.status_code >= 500 else "INVALID_REQUEST")
         return error_response(rid, code, str(exc.detail), exc.status_code)
 
+    async def on_unhandled(request: Request, exc: Exception) -> Response:
+        # Starlette's outermost error layer answers with this and re-raises; the request envelope
+        # (outside it) logs the error once and does not answer again.
+        request.scope.setdefault("state", {})[UNHANDLED_ANSWERED] = True
+        return internal_error_response(request_id_of(request))
+
+    app.add_exception_handler(Exception, on_unhandled)
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(BrokerError, on_broker_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -6,9 +6,11 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from starlette.types import ASGIApp
 
 import app as package
 from app.api import admin, consumers, dlq, groups, health, messages, metrics, offsets, tokens, topics, ws
@@ -101,10 +103,37 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         await metadata.close()
 
 
+class QueueCoreApp(FastAPI):
+    """FastAPI with the request envelope outermost.
+
+    Starlette puts added middleware inside its own error, telemetry and body-limit layers; the
+    envelope answers errors and caps bodies itself, so it runs before them, and the publish lane right
+    inside it (``publish_lane.py``) skips every layer the single publish does not need.
+    """
+
+    def __init__(self, *, settings: Settings, registry: CollectorRegistry, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._settings = settings
+        self._metrics = metrics.HttpMetrics(registry)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return RequestEnvelopeMiddleware(
+            PublishLane(super().build_middleware_stack()),
+            max_body_bytes=self._settings.max_body_bytes,
+            metrics=self._metrics,
+        )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the app; stateful things are made in ``lifespan``, never at import."""
     settings = settings or get_settings()
-    application = FastAPI(
+    registry = CollectorRegistry(auto_describe=True)
+    application = QueueCoreApp(
+        settings=settings,
+        registry=registry,
+        # Our own Prometheus metrics and logs describe every request; FastAPI's OpenTelemetry hooks
+        # would cost a provider lookup per request for nothing.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         title="QueueCore API",
         version=package.__version__,
         description="A managed pub/sub message broker: topics, publishing, consumer groups, DLQs.",
@@ -113,7 +142,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     application.state.settings = settings
-    registry = CollectorRegistry(auto_describe=True)
     application.state.registry = registry
     add_exception_handlers(application)
     install_openapi(application)
@@ -129,11 +157,4 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(ws.router)
     application.include_router(admin.router)
     application.include_router(metrics.router)
-    # Added first, so it runs inside the envelope: the single publish skips the router (publish_lane.py).
-    application.add_middleware(PublishLane)
-    application.add_middleware(
-        RequestEnvelopeMiddleware,
-        max_body_bytes=settings.max_body_bytes,
-        metrics=metrics.HttpMetrics(registry),
-    )
     return application

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from prometheus_client import CollectorRegistry
@@ -66,34 +66,48 @@ def api_key(category: Category) -> Callable[[Request], Awaitable[Principal]]:
     async def authenticate(request: Request) -> Principal:
         services: Services = request.app.state.services
         header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise ApiError("INVALID_API_KEY", _INVALID_KEY)
-        principal = await services.keys.authenticate(token.strip())
-        if principal is None:
-            raise ApiError("INVALID_API_KEY", _INVALID_KEY)
-        state = request.scope["state"]
-        state["key_id"] = principal.key_id
-        state["principal"] = principal
-        await charge(services, request, principal, category)
-        return principal
+        return await authenticate_bearer(services, request.scope["state"], header, category)
 
     return authenticate
+
+
+async def authenticate_bearer(
+    services: Services, state: dict[str, Any], header: str, category: Category
+) -> Principal:
+    """The caller of an ``Authorization: Bearer`` header, charged one request of ``category``; the
+    principal, its rate-limit headers and its usage meter are left in the request ``state``."""
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError("INVALID_API_KEY", _INVALID_KEY)
+    principal = await services.keys.authenticate(token.strip())
+    if principal is None:
+        raise ApiError("INVALID_API_KEY", _INVALID_KEY)
+    state["key_id"] = principal.key_id
+    state["principal"] = principal
+    state["usage"] = services.usage  # where the envelope records the call
+    await charge_state(services, state, principal, category)
+    return principal
 
 
 async def charge(
     services: Services, request: HTTPConnection, principal: Principal, category: Category
 ) -> None:
     """Count one request against the key's limit for ``category``; 429 when over it."""
+    await charge_state(services, request.scope["state"], principal, category)
+
+
+async def charge_state(
+    services: Services, state: dict[str, Any], principal: Principal, category: Category
+) -> None:
+    """``charge``, given the request's ``state``."""
     limit = limit_for(principal.tier, principal.custom_limits, category)
     decision = await services.limiter.acquire(f"{principal.key_id}:{category.value}", limit)
-    headers = {
-        "RateLimit-Limit": str(decision.limit),
-        "RateLimit-Remaining": str(decision.remaining),
-        "RateLimit-Reset": str(decision.reset_seconds),
-    }
-    state = request.scope["state"]
-    state["response_headers"] = list(headers.items())
+    # Raw header pairs, as the envelope adds them to the answer.
+    state["response_headers"] = [
+        (b"ratelimit-limit", b"%d" % decision.limit),
+        (b"ratelimit-remaining", b"%d" % decision.remaining),
+        (b"ratelimit-reset", b"%d" % decision.reset_seconds),
+    ]
     state["category"] = category.value
     state["accepted_at_us"] = decision.at_us if decision.allowed else None
     if not decision.allowed:

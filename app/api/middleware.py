@@ -15,7 +15,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import HttpMetrics
-from app.errors import error_response
+from app.errors import UNHANDLED_ANSWERED, error_response, internal_error_response
 from app.kit.ids import new_request_id, valid_request_id
 
 logger = logging.getLogger("queuecore.request")
@@ -67,8 +67,7 @@ class RequestEnvelopeMiddleware:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
-                for name, value in state.get("response_headers", ()):
-                    headers.append((name.lower().encode(), str(value).encode()))
+                headers.extend(state.get("response_headers", ()))
                 message["headers"] = headers
             elif kind == "http.response.body":
                 bytes_out += len(message.get("body", b""))
@@ -102,14 +101,12 @@ class RequestEnvelopeMiddleware:
             pass
         except Exception:
             logger.exception("unhandled error", extra={"requestId": request_id})
-            if response_started or scope["type"] != "http":
+            if state.get(UNHANDLED_ANSWERED):
+                pass  # Starlette's error layer answered with the 500 envelope (errors.py)
+            elif response_started or scope["type"] != "http":
                 raise
-            await error_response(
-                request_id,
-                "INTERNAL_ERROR",
-                "An internal error occurred; quote the request id to support.",
-                500,
-            )(scope, receive, send_with_envelope)
+            else:
+                await internal_error_response(request_id)(scope, receive, send_with_envelope)
         finally:
             if too_large and not response_started:
                 too_large = False  # let our own answer through
@@ -139,19 +136,20 @@ class RequestEnvelopeMiddleware:
         template = getattr(route, "path", None) or "unmatched"
         method = scope.get("method", "WS")
         self.metrics.observe(method, template, status, elapsed)
-        logger.info(
-            "request",
-            extra={
-                "requestId": request_id,
-                "keyId": state.get("key_id"),
-                "method": method,
-                "route": template,
-                "status": status,
-                "latencyMs": round(elapsed * 1000, 3),
-                "bytesIn": bytes_in,
-                "bytesOut": bytes_out,
-            },
-        )
+        if logger.isEnabledFor(logging.INFO):  # the line's fields cost more than the disabled call
+            logger.info(
+                "request",
+                extra={
+                    "requestId": request_id,
+                    "keyId": state.get("key_id"),
+                    "method": method,
+                    "route": template,
+                    "status": status,
+                    "latencyMs": round(elapsed * 1000, 3),
+                    "bytesIn": bytes_in,
+                    "bytesOut": bytes_out,
+                },
+            )
         principal = state.get("principal")
         if principal is not None and state.get("messages"):
             topic = scope.get("path_params", {}).get("name", "")
@@ -162,9 +160,9 @@ class RequestEnvelopeMiddleware:
                 state["messages"],
                 state.get("data_bytes", 0),
             )
-        app_state = getattr(scope.get("app"), "state", None)
-        if principal is not None and app_state is not None and hasattr(app_state, "services"):
-            app_state.services.usage.record(
+        usage = state.get("usage")
+        if principal is not None and usage is not None:
+            usage.record(
                 {
                     "acceptedAtUs": state.get("accepted_at_us"),
                     "requestId": request_id,

@@ -1,12 +1,14 @@
 """``POST /v1/topics/{name}/messages`` served straight from the middleware stack.
 
 The single publish is the hottest call and its endpoint is small (auth and rate limit in line, an
-orjson body, one append); on the way to it Starlette's routing, FastAPI's exception and exit-stack
-middlewares and its request-handler wrapping cost about as much again (py-spy, bench/README.md). This
-middleware sits right inside the request envelope, so ids, the body cap, logs, metrics and usage stay
-exactly as for every call, and hands that one path and method to the same endpoint function, its
-errors to the app's own exception handlers. The route stays registered: the OpenAPI description, 405s
-for other methods, and every other path go through the app as before.
+orjson body, one append); on the way to it Starlette's error and body-limit layers, its routing,
+FastAPI's exception and exit-stack middlewares, its request-handler wrapping and Starlette's request
+and response objects cost about as much again (py-spy, bench/README.md). This middleware sits right
+inside the request envelope, so ids, the body cap, logs, metrics and usage stay exactly as for every
+call: it reads the two headers and the body it needs from the ASGI scope, calls the same publish as the
+route (``messages.publish_one``) and answers with two ASGI messages; errors go to the app's own
+exception handlers. The route stays registered: the OpenAPI description, 405s for other methods, and
+every other path go through the app as before.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api import messages
+from app.api.deps import Services, authenticate_bearer
 from app.broker.errors import BrokerError
+from app.broker.rate_limits import Category
 from app.errors import ApiError
 
 _PATH = re.compile(r"^/v1/topics/([^/]+)/messages$")
 _TEMPLATE = "/v1/topics/{name}/messages"
+_JSON = (b"content-type", b"application/json")
+_REPLAYED = (b"idempotent-replayed", b"true")
 
 
 class PublishLane:
@@ -42,10 +48,41 @@ class PublishLane:
         name = match.group(1)
         scope["route"] = self._route
         scope["path_params"] = {"name": name}
-        request = Request(scope, receive)
+        authorization = ""
+        idempotency_key: str | None = None
+        for header, value in scope["headers"]:  # the first of each, as Starlette's ``Headers.get``
+            if header == b"authorization" and not authorization:
+                authorization = value.decode("latin-1")
+            elif header == b"idempotency-key" and idempotency_key is None:
+                idempotency_key = value.decode("latin-1")
         try:
-            response = await messages.publish(name, request)
+            services: Services = app.state.services
+            state = scope["state"]
+            key = await authenticate_bearer(services, state, authorization, Category.publish)
+            body, replayed = await messages.publish_one(
+                services, state, key, name, idempotency_key, await _read(receive)
+            )
         except (ApiError, BrokerError) as error:
+            request = Request(scope, receive)
             handler = app.exception_handlers[ApiError if isinstance(error, ApiError) else BrokerError]
             response = await handler(request, error)
-        await response(scope, receive, send)
+            await response(scope, receive, send)
+            return
+        headers = [_JSON, (b"content-length", b"%d" % len(body))]
+        if replayed:
+            headers.append(_REPLAYED)
+        await send({"type": "http.response.start", "status": 201, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _read(receive: Receive) -> bytes:
+    """The whole request body (the envelope's ``receive`` enforces the size cap)."""
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks = [body]
+    while message.get("more_body", False):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
