@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
+from typing import Any
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -14,6 +15,8 @@ from starlette.responses import Response
 from app.broker import groups
 from app.broker.delivery import push
 from app.errors import ApiError
+
+_MAX_CACHED_TOPICS = 10_000
 
 
 class HttpMetrics:
@@ -50,16 +53,36 @@ class HttpMetrics:
             registry=registry,
         )
 
+        # The children of each label set, looked up once: ``labels()`` costs more than the update.
+        self._by_route: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._by_topic: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        code = str(status)
-        self.requests.labels(method, route, code).inc()
-        self.latency.labels(method, route, code).observe(seconds)
+        key = (method, route, status)
+        children = self._by_route.get(key)
+        if children is None:
+            code = str(status)
+            children = self._by_route[key] = (
+                self.requests.labels(method, route, code),
+                self.latency.labels(method, route, code),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_publish(
         self, project: str, environment: str, topic: str, messages: int, data_bytes: int
     ) -> None:
-        self.published.labels(project, environment, topic).inc(messages)
-        self.published_bytes.labels(project, environment, topic).inc(data_bytes)
+        key = (project, environment, topic)
+        children = self._by_topic.get(key)
+        if children is None:
+            if len(self._by_topic) >= _MAX_CACHED_TOPICS:
+                self._by_topic.clear()
+            children = self._by_topic[key] = (
+                self.published.labels(project, environment, topic),
+                self.published_bytes.labels(project, environment, topic),
+            )
+        children[0].inc(messages)
+        children[1].inc(data_bytes)
 
 
 class _GroupCollector(Collector):

@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -51,7 +51,7 @@ def key_prefix(environment: str) -> str:
 
 
 def hash_key(secret: bytes, key: str) -> str:
-    return hmac.new(secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+    return hmac.digest(secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256).hex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +171,7 @@ class KeyAuthenticator:
         self._flush_interval = flush_interval
         self._cache: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
         self._inflight: SingleFlight[str, Principal | None] = SingleFlight()
-        self._last_used: dict[str, datetime] = {}
+        self._last_used: dict[str, float] = {}  # key id -> unix seconds (a datetime per request costs more)
         self._flusher: asyncio.Task[None] | None = None
 
     async def authenticate(self, key: str) -> Principal | None:
@@ -183,7 +183,7 @@ class KeyAuthenticator:
         if principal is not None and not hmac.compare_digest(key[:11], key_prefix(principal.environment)):
             principal = None
         if principal is not None:
-            self._last_used[principal.key_id] = utcnow()
+            self._last_used[principal.key_id] = time.time()
         return principal
 
     async def _lookup(self, digest: str) -> Principal | None:
@@ -237,7 +237,9 @@ class KeyAuthenticator:
         pending, self._last_used = self._last_used, {}
         try:
             async with self._metadata.session() as session:
-                await ApiKeyRepository.from_session(session).touch_last_used(pending)
+                await ApiKeyRepository.from_session(session).touch_last_used(
+                    {key_id: datetime.fromtimestamp(at, UTC) for key_id, at in pending.items()}
+                )
         except Exception:
             for key_id, at in pending.items():
                 self._last_used.setdefault(key_id, at)

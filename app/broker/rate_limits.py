@@ -62,6 +62,10 @@ def limit_for(tier: Tier | str, custom_limits: Mapping[str, object] | None, cate
     ``custom_limits`` maps category names to positive integers, as stored on the project; a missing or
     unusable entry falls back to the tier's default. An unknown tier or category raises ``ValueError``.
     """
+    if not custom_limits or tier != Tier.enterprise:
+        found = _DEFAULTS.get((tier, category))  # on every request: no Enum construction
+        if found is not None:
+            return found
     tier = Tier(tier)
     category = Category(category)
     if tier is Tier.enterprise and custom_limits:
@@ -70,3 +74,9 @@ def limit_for(tier: Tier | str, custom_limits: Mapping[str, object] | None, cate
         if isinstance(custom, int) and not isinstance(custom, bool) and custom >= 1:
             return custom
     return DEFAULT_LIMITS[tier][category]
+
+
+# The table by plain (tier, category) strings; StrEnum members hash and compare as their values.
+_DEFAULTS: dict[tuple[str, str], int] = {
+    (t.value, c.value): n for t, per in DEFAULT_LIMITS.items() for c, n in per.items()
+}
