@@ -4,7 +4,7 @@
     One per partition log (and one for the transaction log). Appenders ``submit`` encoded items and
     return to the event loop; while a write is in flight, new items queue up; when it finishes, the next
     write takes everything queued. So however many callers wait, each write is one vectored ``pwritev``
-    and one ``fdatasync``, done in a worker thread (``run_in_executor``), never on the event loop and
+    and one ``fdatasync``, done in a worker thread (the engine's executor), never on the event loop and
     never under an asyncio lock (appenders hold none: offsets are assigned synchronously on the loop).
     Completion is reported on the loop through a callback, in submission order.
 
@@ -50,6 +50,7 @@ in one worker thread at a time per committer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -57,7 +58,6 @@ import struct
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -103,18 +103,22 @@ class GroupCommitter(Generic[T, R]):
         self._queue = []
         self._running = True
         self.writes += 1
-        future = asyncio.get_running_loop().run_in_executor(self._executor, self._write, items)
-        future.add_done_callback(partial(self._finished, items))
+        # Straight to the executor, back through one ``call_soon_threadsafe``: no asyncio future
+        # chained to a concurrent one per write (the hop is on every publish's path).
+        self._executor.submit(self._run, asyncio.get_running_loop(), items)
 
-    def _finished(self, items: list[T], future: asyncio.Future[R]) -> None:
+    def _run(self, loop: asyncio.AbstractEventLoop, items: list[T]) -> None:
+        """In the worker thread: the write, then its completion handed to the loop."""
         result: R | None = None
-        error: BaseException | None
-        if future.cancelled():
-            error = asyncio.CancelledError()
-        else:
-            error = future.exception()
-            if error is None:
-                result = future.result()
+        error: BaseException | None = None
+        try:
+            result = self._write(items)
+        except BaseException as caught:  # noqa: BLE001 - every failure is reported to ``done``
+            error = caught
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+            loop.call_soon_threadsafe(self._finished, items, result, error)
+
+    def _finished(self, items: list[T], result: R | None, error: BaseException | None) -> None:
         try:
             self._done(items, result, error)
         finally:

@@ -332,6 +332,7 @@ class PartitionLog:
         """Move the high-watermark over resolved batches; tell transactions when their batch is ready."""
         queue = self._unresolved
         moved = False
+        appenders: list[asyncio.Future[None]] = []
         while queue:
             head = queue[0]
             if not head.durable:
@@ -346,11 +347,13 @@ class PartitionLog:
             self.high_watermark = head.next_offset
             self._remember(head.batch)
             moved = True
-            future = head.future
-            if future is not None and not future.done():
-                future.set_result(None)
+            if head.future is not None:
+                appenders.append(head.future)
         if moved:
-            self._wake()
+            self._wake()  # readers first: a push delivery need not wait behind the publish answers
+        for future in appenders:
+            if not future.done():
+                future.set_result(None)
 
     def _remember(self, batch: EncodedBatch) -> None:
         """Keep a resolved batch in the in-memory tail, dropping the oldest beyond ``_TAIL_BYTES``."""
