@@ -107,7 +107,10 @@ async def consume(websocket: WebSocket, name: str) -> None:
         except BrokerError as exc:
             raise ApiError.from_broker(exc) from None
     except ApiError as exc:
-        headers = dict(websocket.scope["state"].get("response_headers", ()))
+        headers = {
+            name.decode(): value.decode()
+            for name, value in websocket.scope["state"].get("response_headers", ())
+        }
         headers.update(exc.headers)
         headers["X-Request-Id"] = request_id
         await websocket.send_denial_response(
@@ -139,20 +142,40 @@ async def consume(websocket: WebSocket, name: str) -> None:
         if tune is not None:  # a silent peer must be dropped within the group's sessionTimeout
             tune(member.session_timeout_ms / 1000)
         delivery = asyncio.create_task(member.deliver(), name=f"push-{member.member_id}")
-        while True:
-            receiving = asyncio.ensure_future(websocket.receive())
-            done, _ = await asyncio.wait({receiving, delivery}, return_when=asyncio.FIRST_COMPLETED)
-            if delivery in done:
-                receiving.cancel()
-                delivery.result()  # raises what stopped it
-                return
-            message = receiving.result()
+        # Frames are received in this task; should the delivery loop end on its own (an error), it
+        # interrupts the wait for the next frame, never a frame's handling (which may be writing).
+        # (No task and no ``asyncio.wait`` per frame: this is the ack path.)
+        receiver = asyncio.current_task()
+        assert receiver is not None
+        interrupted = False
+        awaiting_frame = False
+
+        def interrupt(_: asyncio.Task[None]) -> None:
+            nonlocal interrupted
+            if not member.stopped:
+                interrupted = True
+                if awaiting_frame:
+                    receiver.cancel()
+
+        delivery.add_done_callback(interrupt)
+        while not interrupted:
+            awaiting_frame = True
+            try:
+                message = await websocket.receive()
+            except asyncio.CancelledError:
+                if not interrupted:
+                    raise  # the server is shutting down
+                receiver.uncancel()
+                break
+            finally:
+                awaiting_frame = False
             if message["type"] == "websocket.disconnect":
                 return
             payload = message.get("text")
             if payload is None:
                 payload = message.get("bytes") or b""
             await member.handle(payload)
+        delivery.result()  # raises what stopped it
     except (WebSocketDisconnect, RuntimeError, OSError) as exc:
         logger.debug("websocket closed: %s", exc)
     except Exception:

@@ -54,6 +54,7 @@ class HeldPartition:
     acked: set[int] = field(default_factory=set)  # acked offsets not yet in a checkpoint
     skip: set[int] = field(default_factory=set)  # leased offsets past ``position`` (rows of an earlier owner)
     acked_row_max: int = -1  # the highest acked lease row written (-1: none left above committed)
+    released: bool = False  # let go with its leases and acks written (``release``)
 
     @property
     def floor(self) -> int:

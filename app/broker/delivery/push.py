@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,8 @@ from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import OwnedPartition
+
+logger = logging.getLogger("queuecore.push")
 
 MAX_IN_FLIGHT = 10_000
 _SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
@@ -134,7 +137,8 @@ class PushMember:
         self._ack_timeout_ms: int | None = None  # the group's, as of the last beat
         self._due_at = 0  # when a lease row may fall due (ms)
         self._next_expiry = _NEVER  # no deadline of ``_in_flight`` is earlier (extends only move them later)
-        self._wake = asyncio.Event()
+        self._woken = False  # a wake-up since the current pass began
+        self._wakeup: asyncio.Future[None] | None = None  # resolved to end the current wait
         self._rejoining = asyncio.Lock()
         self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
         self._stopped = False
@@ -196,7 +200,7 @@ class PushMember:
         for other in _neighbours.get(self._group_key, ()):
             if other is not self:
                 other._last_beat = 0.0
-                other._wake.set()
+                other._nudge()
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
         """After a stale generation or an eviction: join again under the same id, push ``rebalance``,
@@ -272,24 +276,29 @@ class PushMember:
         part = self._parts.pop(partition, None)
         if part is None:
             return
+        part.released = released
         for offset in part.in_flight:
             message_id = message_ids.encode(self._topic.id, partition, offset, head=part.head)
             self._held.pop(message_id, None)
             if not released:
                 self._in_flight.pop(message_id, None)
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
     def stop(self) -> None:
         """End the delivery loop at its next wait (it is never cancelled inside a unit of work: a
         cancelled metadata transaction could hold SQLite's write lock until collected)."""
         self._stopped = True
-        self._wake.set()
+        self._nudge()
 
     # delivery -------------------------------------------------------------------------------------
 
     async def deliver(self) -> None:
         """The delivery loop; runs until ``stop()``."""
         while not self._stopped:
-            self._wake.clear()  # before the pass: a wake-up during it is not lost
+            self._woken = False  # before the pass: a wake-up during it is not lost
             generation = self.generation
             try:
                 sent = await self._pass()
@@ -411,24 +420,44 @@ class PushMember:
         self._next_expiry = min(self._in_flight.values(), default=_NEVER)
 
     async def _wait(self) -> None:
+        """Until a wake-up, a commit at one of the member's positions (while it has room), or the
+        next beat, due lease row or deadline. One future and one task per partition per wait: it runs
+        once per delivered frame."""
+        if self._woken:
+            return
         now = now_ms()
         timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
         soonest = min(self._due_at, self._next_expiry)
         timeout = min(timeout, max(0.0, (soonest - now) / 1000) + 0.005)
-        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
+        loop = asyncio.get_running_loop()
+        wakeup = self._wakeup = loop.create_future()
+        watching: list[asyncio.Task[bool]] = []
         if len(self._in_flight) < self._max_in_flight:
             for part in self._parts.values():
-                waiters.append(
-                    asyncio.ensure_future(
-                        self._log.wait_for(self._topic.id, part.partition, part.position, timeout)
-                    )
+                task = loop.create_task(
+                    self._log.wait_for(self._topic.id, part.partition, part.position, timeout)
                 )
+                task.add_done_callback(self._on_commit)
+                watching.append(task)
+        timer = loop.call_later(timeout, self._nudge)
         try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await wakeup
         finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+            timer.cancel()
+            self._wakeup = None
+            for task in watching:
+                task.cancel()
+
+    def _on_commit(self, task: asyncio.Task[bool]) -> None:
+        if not task.cancelled() and task.exception() is None:  # an error: the next pass meets it
+            self._nudge()
+
+    def _nudge(self) -> None:
+        """Wake the delivery loop (now, or before its next wait if it is in a pass)."""
+        self._woken = True
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
 
     # client frames --------------------------------------------------------------------------------
 
@@ -476,8 +505,8 @@ class PushMember:
             part.acked.add(offset)
             touched.add(p)
             done[message_id] = p
-        if done:
-            self._wake.set()
+        if done and len(self._in_flight) + len(done) >= self._max_in_flight:
+            self._nudge()  # it was full: room to deliver again (otherwise it is not waiting on acks)
         return done, failed, touched
 
     async def _ack_lazily(self, ids: list[Any]) -> None:
@@ -500,14 +529,32 @@ class PushMember:
         """Write the checkpoint of every partition with acks since the last one; answers the partitions
         whose acks were lost (the member had lost them, not released them)."""
         async with self._writing:
-            acked = [part for part in self._parts.values() if part.acked]
-            fenced = await checkpoints.checkpoint(self._metadata, self.group_id, self.member_id, acked)
+            acked, fenced = await self._write_checkpoint()
+        return await self._lost(acked, fenced)
+
+    async def _write_checkpoint(self) -> tuple[list[HeldPartition], set[int]]:
+        """Under ``_writing``: the checkpoint of the partitions with acks; those, and the fenced ones."""
+        acked = [part for part in self._parts.values() if part.acked]
+        fenced = await checkpoints.checkpoint(self._metadata, self.group_id, self.member_id, acked)
+        return acked, fenced
+
+    async def _lost(self, acked: list[HeldPartition], fenced: set[int]) -> set[int]:
+        """After a fenced checkpoint: a partition held for its new owner is released with its acks (by
+        this reconcile, or by the delivery loop's if it took the lock first), and those acks count."""
         if not fenced:
             return set()
-        released = await self._reconcile()  # a partition we hold for another: released with its acks
-        return fenced - released
+        await self._reconcile()
+        return {part.partition for part in acked if part.partition in fenced and not part.released}
 
     async def _settle_acks(self) -> None:
+        try:
+            await self._settle_ack_frames()
+        except Exception:
+            if not self._stopped:
+                raise
+            logger.debug("acks settled after the connection closed; answers not sent", exc_info=True)
+
+    async def _settle_ack_frames(self) -> None:
         while self._acks:
             frames: list[list[Any]] = [self._acks.pop(0)]
             total = len(frames[0])
@@ -516,8 +563,16 @@ class PushMember:
                 frames.append(self._acks.pop(0))
             ids = [i for f in frames for i in f]
             try:
-                done, failed, touched = self._ack_in_memory(ids, now_ms())
-                lost = await self._checkpoint() if touched else set()
+                # Under the write lock: no release or checkpoint is half done, so each id is either
+                # an in-memory lease (written by the checkpoint below, or by the release that follows
+                # a fence) or a lease row.
+                acked: list[HeldPartition] = []
+                fenced: set[int] = set()
+                async with self._writing:
+                    done, failed, touched = self._ack_in_memory(ids, now_ms())
+                    if touched:
+                        acked, fenced = await self._write_checkpoint()
+                lost = await self._lost(acked, fenced)
                 if not self._durable_acks and lost:
                     lost = set()  # at-least-once: redelivery is allowed
                 for message_id, partition in done.items():
@@ -684,5 +739,5 @@ class PushMember:
                 self._in_flight.pop(message_id, None)
             for failed in answer.failed:
                 self._in_flight.pop(failed["id"], None)
-            self._wake.set()
+            self._nudge()
         return answer

@@ -47,6 +47,22 @@ def _committed_below(limit: Any) -> Any:
     return case((or_(lowest.is_(None), lowest > limit), limit), else_=lowest)
 
 
+_CHECKPOINT = (
+    update(partitions)
+    .where(
+        partitions.c.group_id == bindparam("g"),
+        partitions.c.partition == bindparam("p"),
+        partitions.c.member_id == bindparam("m"),
+        partitions.c.held_by.is_(None),
+        partitions.c.epoch == bindparam("e"),
+    )
+    .values(
+        position=bindparam("pos", type_=partitions.c.position.type),
+        committed=_committed_below(bindparam("pos", type_=partitions.c.position.type)),
+    )
+)
+
+
 @dataclass(frozen=True, slots=True)
 class CallerView:
     """What every member call needs to know first, read in one round trip."""
@@ -639,6 +655,12 @@ class GroupRepository:
         committed offset it implies. Fenced: the member must still own the partition in ``epoch``, or,
         with ``release``, may also be the member that holds it for its new owner since the move that
         followed ``epoch`` (no seek or reset since; then it lets go)."""
+        if not release:  # every exactly-once ack frame: a statement built (and cache-keyed) once
+            result = await self.session.execute(
+                _CHECKPOINT,
+                {"g": group_id, "p": partition, "m": member_id, "e": epoch, "pos": position},
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
         owner = and_(
             partitions.c.member_id == member_id,
             partitions.c.held_by.is_(None),
