@@ -11,6 +11,7 @@ from sqlalchemy import event, exc, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from app.broker.errors import Unavailable
+from app.stores.metadata.express import ExpressWriter
 
 # What a lost or refused database connection looks like through the driver.
 _OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.InterfaceError)
@@ -54,6 +55,8 @@ class MetadataStore:
         self._reader = async_sessionmaker(
             self.engine.execution_options(queuecore_readonly=True), expire_on_commit=False
         )
+        # A connection of its own for the hottest small write (push checkpoints), opened on first use.
+        self.express = ExpressWriter(url, self.engine.dialect)
 
     @asynccontextmanager
     async def session(self, *, readonly: bool = False) -> AsyncIterator[AsyncSession]:
@@ -82,4 +85,5 @@ class MetadataStore:
             return False
 
     async def close(self) -> None:
+        await self.express.close()
         await self.engine.dispose()

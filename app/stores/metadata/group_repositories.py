@@ -24,6 +24,7 @@ from sqlalchemy import Table, and_, bindparam, case, delete, func, insert, or_, 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.stores.metadata.express import ExpressWriter
 from app.stores.metadata.models import ConsumerGroup, GroupLease, GroupMember, GroupPartition, Topic
 
 groups = cast(Table, ConsumerGroup.__table__)
@@ -61,6 +62,18 @@ _CHECKPOINT = (
         committed=_committed_below(bindparam("pos", type_=partitions.c.position.type)),
     )
 )
+
+
+async def checkpoint_express(
+    express: ExpressWriter, group_id: str, member_id: str, positions: list[tuple[int, int, int]]
+) -> set[int]:
+    """``GroupRepository.checkpoint`` (not releasing) of several ``(partition, epoch, position)`` in
+    one transaction on the express connection; answers the partitions it was fenced from."""
+    counts = await express.execute_each(
+        _CHECKPOINT,
+        [{"g": group_id, "p": p, "m": member_id, "e": e, "pos": pos} for p, e, pos in positions],
+    )
+    return {p for (p, _, _), count in zip(positions, counts, strict=True) if not count}
 
 
 @dataclass(frozen=True, slots=True)
