@@ -42,6 +42,7 @@ class Membership:
     assignments: list[int]
     session_timeout: str
     group_id: str = ""
+    ack_timeout_ms: int | None = None  # the group's, as of the join
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +194,12 @@ async def join(
         await _start_positions(repo, log, topic, group.id, start_from)
         owners = {s.partition: s.member_id for s in await repo.partitions(group.id)}
         return Membership(
-            member.id, generation, _assigned(owners, member.id), member.session_timeout, group.id
+            member.id,
+            generation,
+            _assigned(owners, member.id),
+            member.session_timeout,
+            group.id,
+            group.ack_timeout_ms,
         )
 
     return await committing_fences(metadata, work)

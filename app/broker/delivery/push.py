@@ -5,12 +5,14 @@ records of the partitions it owns itself and keeps their leases in memory (``che
 first delivery and its ack cost no metadata write per message:
 
 - **delivery** — each pass sends up to ``maxInFlight − in-flight`` new records, read from the log at
-  the member's positions, as one frame (``message`` for one, ``messages`` for several). Every
-  ``BEAT_EVERY`` seconds, and whenever a lease row may be due, a pass also runs
+  the member's positions, as one frame (``message`` for one, ``messages`` for several). With nothing
+  to send it waits, without polling, on ``LogEngine.wait_for`` at its positions, on a local wake-up,
+  or on the next deadline.
+- **beat** — beside the delivery loop, in a task of its own (so its metadata round trips never hold
+  up a delivery): every ``BEAT_EVERY`` seconds, and whenever a lease row may be due, it runs
   ``leases.poll_once(fresh=False)``: the member's heartbeat (and how a rebalance made anywhere is
   noticed), and the redeliveries of lease rows (retries, replays, timeouts, an earlier owner's leases),
-  which then follow the pull path's rules. With nothing to send it waits, without polling, on
-  ``LogEngine.wait_for`` at its positions, on a local wake-up, or on the next deadline.
+  which then follow the pull path's rules; then it reconciles.
 - **acks** — on ``exactly-once`` topics an ``acked`` answers once the checkpoint that contains the ack
   is written (frames that arrive meanwhile share the next write); on ``at-least-once`` topics it answers
   at once and the checkpoint follows within ``LAZY_ACK_SECONDS``. A nack or a timeout turns the lease
@@ -56,6 +58,7 @@ logger = logging.getLogger("queuecore.push")
 MAX_IN_FLIGHT = 10_000
 _SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
 BEAT_EVERY = 0.5  # heartbeat, rebalance check and due-lease scan; below the 2 s minimum sessionTimeout
+_BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
 LAZY_ACK_SECONDS = 0.05  # at-least-once: acks answered at once are checkpointed this much later, together
 _READ_BYTES = 8 << 20
 _NEVER = 1 << 62
@@ -138,6 +141,12 @@ class PushMember:
         self._due_at = 0  # when a lease row may fall due (ms)
         self._next_expiry = _NEVER  # no deadline of ``_in_flight`` is earlier (extends only move them later)
         self._woken = False  # a wake-up since the current pass began
+        self._beat_woken = False  # the same for the beat
+        self._beat_wakeup: asyncio.Future[None] | None = None
+        self._beats_stopped = False
+        self._beat_error: Exception | None = None
+        self._reserved = 0  # in-flight room a lease-row poll in progress may fill
+        self._rows_due = _NEVER  # when lease rows are known to be due (``_due_at`` may be a guess)
         self._wakeup: asyncio.Future[None] | None = None  # resolved to end the current wait
         self._rejoining = asyncio.Lock()
         self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
@@ -170,6 +179,7 @@ class PushMember:
             joined.assignments,
         )
         self.group_id = joined.group_id
+        self._ack_timeout_ms = joined.ack_timeout_ms  # delivery starts before the first beat's poll
         self.session_timeout_ms = durations.parse(
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
@@ -200,7 +210,7 @@ class PushMember:
         for other in _neighbours.get(self._group_key, ()):
             if other is not self:
                 other._last_beat = 0.0
-                other._nudge()
+                other._nudge_beat()
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
         """After a stale generation or an eviction: join again under the same id, push ``rebalance``,
@@ -257,6 +267,7 @@ class PushMember:
                     skip=claim.ahead.get(p, set()),
                 )
                 self._due_at = 0  # an earlier owner's lease rows may be due
+                self._nudge_beat()
         for p in list(self._parts):
             if p not in current:
                 self._forget(p, released=p in released)
@@ -296,34 +307,79 @@ class PushMember:
     # delivery -------------------------------------------------------------------------------------
 
     async def deliver(self) -> None:
-        """The delivery loop; runs until ``stop()``."""
-        while not self._stopped:
-            self._woken = False  # before the pass: a wake-up during it is not lost
+        """The delivery loop; runs until ``stop()``. The beat (``_beat_forever``) runs beside it."""
+        beats = asyncio.create_task(self._beat_forever(), name=f"beat-{self.member_id}")
+        try:
+            while not self._stopped:
+                if self._beat_error is not None:
+                    raise self._beat_error
+                self._woken = False  # before the pass: a wake-up during it is not lost
+                generation = self.generation
+                try:
+                    sent = await self._pass()
+                except StaleGeneration:
+                    await self._rejoin(generation)
+                    continue
+                except MemberNotFound:
+                    await self._rejoin(generation, evicted=True)
+                    continue
+                if self._stopped:
+                    return
+                if not sent:
+                    await self._wait()
+        finally:
+            self._beats_stopped = True
+            self._nudge_beat()
+            await asyncio.gather(beats, return_exceptions=True)
+
+    async def _pass(self) -> bool:
+        """One delivery pass: timeouts, then new records. True if it sent."""
+        now = now_ms()
+        if now >= self._next_expiry:
+            await self._expire(now)
+        budget = self._max_in_flight - len(self._in_flight) - self._reserved
+        if budget > 0 and self._parts and self._ack_timeout_ms is not None:
+            return await self._deliver_new(budget, now + self._ack_timeout_ms)
+        return False
+
+    async def _beat_forever(self) -> None:
+        """Heartbeats, rebalances and lease rows, beside the delivery loop: their metadata round trips
+        (which may queue behind another writer for SQLite's lock) never hold up a delivery."""
+        while not self._beats_stopped:
+            self._beat_woken = False
             generation = self.generation
             try:
-                sent = await self._pass()
+                await self._beat()
             except StaleGeneration:
                 await self._rejoin(generation)
                 continue
             except MemberNotFound:
                 await self._rejoin(generation, evicted=True)
                 continue
-            if self._stopped:
+            except Exception as error:  # noqa: BLE001 - ends the delivery loop, which raises it
+                self._beat_error = error
+                self._nudge()
                 return
-            if not sent:
-                await self._wait()
+            if self._beats_stopped:
+                return
+            await self._beat_wait()
 
-    async def _pass(self) -> bool:
-        """One pass: heartbeat and lease rows when due, timeouts, then new records. True if it sent."""
+    async def _beat(self) -> None:
+        """Every ``BEAT_EVERY``: heartbeat and reconcile; and whenever a lease row may be due: deliver
+        the due ones (retries, replays, timeouts, an earlier owner's leases)."""
         now = now_ms()
         started = time.monotonic()
-        if now >= self._next_expiry:
-            await self._expire(now)
         beat = started - self._last_beat >= BEAT_EVERY
-        sent = False
-        budget = self._max_in_flight - len(self._in_flight)
-        if beat or self._due_at <= now:
-            if budget > 0:
+        if not beat and self._due_at > now:
+            return
+        budget = self._max_in_flight - len(self._in_flight) - self._reserved
+        if not self._rows_due <= now:
+            # Rows are not known to be due (a plain beat, or a scan after a rebalance or a timeout):
+            # the poll takes a slice, so that the delivery loop keeps its room meanwhile.
+            budget = min(budget, _BEAT_ROWS)
+        if budget > 0:
+            self._reserved += budget  # the delivery loop leaves room for what the poll brings
+            try:
                 polled = await leases.poll_once(
                     self._metadata,
                     self._log,
@@ -335,27 +391,49 @@ class PushMember:
                     heartbeat=beat,
                     fresh=False,
                 )
-                self._ack_timeout_ms = polled.ack_timeout_ms
-                self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
-                if polled.messages:
-                    for message_id in polled.ids:
-                        self._in_flight[message_id] = polled.deadline_ms
-                    self._next_expiry = min(self._next_expiry, polled.deadline_ms)
-                    await self._send(messages_frame(polled.messages))
-                    sent = True
-            elif beat:
-                answer = await membership.heartbeat(
-                    self._metadata, self._topic, self._group, self.member_id, self.generation
-                )
-                if answer.should_rejoin:
-                    raise StaleGeneration("rebalanced")
-            if beat:
-                self._last_beat = started
-                await self._reconcile()
-        budget = self._max_in_flight - len(self._in_flight)
-        if budget > 0 and self._parts and self._ack_timeout_ms is not None:
-            sent = await self._deliver_new(budget, now + self._ack_timeout_ms) or sent
-        return sent
+            finally:
+                self._reserved -= budget
+            first = self._ack_timeout_ms is None
+            self._ack_timeout_ms = polled.ack_timeout_ms
+            self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
+            self._rows_due = self._due_at  # what the store said: rows due then
+            if polled.messages:
+                for message_id in polled.ids:
+                    self._in_flight[message_id] = polled.deadline_ms
+                self._next_expiry = min(self._next_expiry, polled.deadline_ms)
+                await self._send(messages_frame(polled.messages))
+            if first:
+                self._nudge()  # the delivery loop starts once the group's ack timeout is known
+        elif beat:
+            answer = await membership.heartbeat(
+                self._metadata, self._topic, self._group, self.member_id, self.generation
+            )
+            if answer.should_rejoin:
+                raise StaleGeneration("rebalanced")
+        if beat:
+            self._last_beat = started
+            await self._reconcile()
+
+    async def _beat_wait(self) -> None:
+        if self._beat_woken:
+            return
+        timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
+        timeout = min(timeout, max(0.0, (self._due_at - now_ms()) / 1000) + 0.005)
+        loop = asyncio.get_running_loop()
+        wakeup = self._beat_wakeup = loop.create_future()
+        timer = loop.call_later(timeout, self._nudge_beat)
+        try:
+            await wakeup
+        finally:
+            timer.cancel()
+            self._beat_wakeup = None
+
+    def _nudge_beat(self) -> None:
+        """Run the beat now (a rebalance nearby, a lease row that may be due)."""
+        self._beat_woken = True
+        wakeup = self._beat_wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
 
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
         """Read new records at the member's positions and send them, their leases kept in memory."""
@@ -417,6 +495,7 @@ class PushMember:
             if not ok:
                 await self._reconcile()
             self._due_at = 0
+            self._nudge_beat()
         self._next_expiry = min(self._in_flight.values(), default=_NEVER)
 
     async def _wait(self) -> None:
@@ -425,10 +504,7 @@ class PushMember:
         once per delivered frame."""
         if self._woken:
             return
-        now = now_ms()
-        timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
-        soonest = min(self._due_at, self._next_expiry)
-        timeout = min(timeout, max(0.0, (soonest - now) / 1000) + 0.005)
+        timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now_ms()) / 1000) + 0.005)
         loop = asyncio.get_running_loop()
         wakeup = self._wakeup = loop.create_future()
         watching: list[asyncio.Task[bool]] = []

@@ -93,6 +93,12 @@ class ExpressWriter:
 
     @staticmethod
     async def _sqlite(connection: Any, sql: str, rows: list[tuple[Any, ...]]) -> list[int]:
+        if len(rows) == 1:
+            # One statement is its own transaction: SQLite's write lock is held for the statement
+            # only, not across event-loop round trips for BEGIN and COMMIT, so the pool's writers
+            # (heartbeats) rarely meet it and sleep in SQLite's busy handler.
+            cursor = await connection.execute(sql, rows[0])
+            return [cursor.rowcount]
         counts: list[int] = []
         await connection.execute("BEGIN IMMEDIATE")  # as the pool's writers: the write lock up front
         try:
