@@ -45,12 +45,9 @@ class ExpressWriter:
                 if self._is_sqlite:
                     return await self._sqlite(connection, sql, rows)
                 return await self._postgres(connection, sql, rows)
-            except _OUTAGES as error:
-                await self._drop()
-                raise Unavailable("The metadata store is unavailable.") from error
             except Exception as error:
-                if _is_outage(error):
-                    await self._drop()
+                await self._drop()  # whatever it was, the next call starts on a fresh connection
+                if isinstance(error, _OUTAGES) or _is_outage(error):
                     raise Unavailable("The metadata store is unavailable.") from error
                 raise
 
@@ -122,11 +119,13 @@ class ExpressWriter:
 
 
 def _is_outage(error: Exception) -> bool:
-    """A driver error meaning the database is gone (not a bad statement)."""
+    """A driver error meaning the database is gone or refusing work (not a bad statement)."""
     module = type(error).__module__
-    name = type(error).__name__
     if module.startswith("asyncpg"):
-        return "Connection" in name or "CannotConnectNow" in name or "InterfaceError" in name
+        # Client-side and connection errors carry no SQLSTATE; 08 connection exception, 53 insufficient
+        # resources, 57 operator intervention (an administrator's shutdown or termination).
+        state = getattr(error, "sqlstate", None)
+        return state is None or str(state)[:2] in ("08", "53", "57")
     if module.startswith("sqlite3"):
-        return name == "OperationalError"  # as the pool's: a locked or unreadable database
+        return type(error).__name__ == "OperationalError"  # as the pool's: locked or unreadable
     return False
