@@ -108,6 +108,43 @@ def in_flight_by_group() -> dict[str, int]:
     return counts
 
 
+class _Wakeup:
+    """A loop's wake-up call: ``set`` ends the current ``wait``, or the next one at once if it comes
+    while the loop is busy (``clear`` at the start of each round)."""
+
+    __slots__ = ("_future", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._future: asyncio.Future[None] | None = None
+
+    @property
+    def is_set(self) -> bool:
+        return self._set
+
+    def clear(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Until ``set`` or ``timeout`` seconds."""
+        if self._set:
+            return
+        loop = asyncio.get_running_loop()
+        future = self._future = loop.create_future()
+        timer = loop.call_later(timeout, self.set)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            self._future = None
+
+
 class PushMember:
     """One connection's membership, delivery loop and client-frame handling."""
 
@@ -145,14 +182,12 @@ class PushMember:
         self._ack_timeout_ms: int | None = None  # the group's, as of the last beat
         self._due_at = 0  # when a lease row may fall due (ms)
         self._next_expiry = _NEVER  # no deadline of ``_in_flight`` is earlier (extends only move them later)
-        self._woken = False  # a wake-up since the current pass began
-        self._beat_woken = False  # the same for the beat
-        self._beat_wakeup: asyncio.Future[None] | None = None
+        self._delivery_wakeup = _Wakeup()
+        self._beat_wakeup = _Wakeup()
         self._beats_stopped = False
         self._beat_error: Exception | None = None
         self._reserved = 0  # in-flight room a lease-row poll in progress may fill
         self._rows_due = _NEVER  # when lease rows are known to be due (``_due_at`` may be a guess)
-        self._wakeup: asyncio.Future[None] | None = None  # resolved to end the current wait
         self._rejoining = asyncio.Lock()
         self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
         self._stopped = False
@@ -318,24 +353,29 @@ class PushMember:
             while not self._stopped:
                 if self._beat_error is not None:
                     raise self._beat_error
-                self._woken = False  # before the pass: a wake-up during it is not lost
-                generation = self.generation
-                try:
-                    sent = await self._pass()
-                except StaleGeneration:
-                    await self._rejoin(generation)
-                    continue
-                except MemberNotFound:
-                    await self._rejoin(generation, evicted=True)
-                    continue
+                self._delivery_wakeup.clear()  # before the pass: a wake-up during it is not lost
+                sent = await self._fenced(self._pass)
+                if sent is None:
+                    continue  # rejoined
                 if self._stopped:
                     return
                 if not sent:
                     await self._wait()
         finally:
             self._beats_stopped = True
-            self._nudge_beat()
+            self._beat_wakeup.set()
             await asyncio.gather(beats, return_exceptions=True)
+
+    async def _fenced(self, step: Callable[[], Awaitable[bool]]) -> bool | None:
+        """``step()``; None if it found the member stale or evicted, and it rejoined instead."""
+        generation = self.generation
+        try:
+            return await step()
+        except StaleGeneration:
+            await self._rejoin(generation)
+        except MemberNotFound:
+            await self._rejoin(generation, evicted=True)
+        return None
 
     async def _pass(self) -> bool:
         """One delivery pass: timeouts, then new records. True if it sent."""
@@ -351,32 +391,27 @@ class PushMember:
         """Heartbeats, rebalances and lease rows, beside the delivery loop: their metadata round trips
         (which may queue behind another writer for SQLite's lock) never hold up a delivery."""
         while not self._beats_stopped:
-            self._beat_woken = False
-            generation = self.generation
+            self._beat_wakeup.clear()
             try:
-                await self._beat()
-            except StaleGeneration:
-                await self._rejoin(generation)
-                continue
-            except MemberNotFound:
-                await self._rejoin(generation, evicted=True)
-                continue
+                if await self._fenced(self._beat) is None:
+                    continue  # rejoined
             except Exception as error:  # noqa: BLE001 - ends the delivery loop, which raises it
                 self._beat_error = error
                 self._nudge()
                 return
             if self._beats_stopped:
                 return
-            await self._beat_wait()
+            timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
+            await self._beat_wakeup.wait(min(timeout, max(0.0, (self._due_at - now_ms()) / 1000) + 0.005))
 
-    async def _beat(self) -> None:
+    async def _beat(self) -> bool:
         """Every ``BEAT_EVERY``: heartbeat and reconcile; and whenever a lease row may be due: deliver
-        the due ones (retries, replays, timeouts, an earlier owner's leases)."""
+        the due ones (retries, replays, timeouts, an earlier owner's leases). True once done."""
         now = now_ms()
         started = time.monotonic()
         beat = started - self._last_beat >= BEAT_EVERY
         if not beat and self._due_at > now:
-            return
+            return True
         budget = self._max_in_flight - len(self._in_flight) - self._reserved
         if not self._rows_due <= now:
             # Rows are not known to be due (a plain beat, or a scan after a rebalance or a timeout):
@@ -418,27 +453,7 @@ class PushMember:
         if beat:
             self._last_beat = started
             await self._reconcile()
-
-    async def _beat_wait(self) -> None:
-        if self._beat_woken:
-            return
-        timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
-        timeout = min(timeout, max(0.0, (self._due_at - now_ms()) / 1000) + 0.005)
-        loop = asyncio.get_running_loop()
-        wakeup = self._beat_wakeup = loop.create_future()
-        timer = loop.call_later(timeout, self._nudge_beat)
-        try:
-            await wakeup
-        finally:
-            timer.cancel()
-            self._beat_wakeup = None
-
-    def _nudge_beat(self) -> None:
-        """Run the beat now (a rebalance nearby, a lease row that may be due)."""
-        self._beat_woken = True
-        wakeup = self._beat_wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
+        return True
 
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
         """Read new records at the member's positions and send them, their leases kept in memory."""
@@ -505,27 +520,22 @@ class PushMember:
 
     async def _wait(self) -> None:
         """Until a wake-up, a commit at one of the member's positions (while it has room), or the
-        next beat, due lease row or deadline. One future and one task per partition per wait: it runs
-        once per delivered frame."""
-        if self._woken:
+        next deadline. One future and one task per partition per wait: it runs once per frame."""
+        if self._delivery_wakeup.is_set:
             return
-        timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now_ms()) / 1000) + 0.005)
-        loop = asyncio.get_running_loop()
-        wakeup = self._wakeup = loop.create_future()
         watching: list[asyncio.Task[bool]] = []
+        timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now_ms()) / 1000) + 0.005)
         if len(self._in_flight) < self._max_in_flight:
+            loop = asyncio.get_running_loop()
             for part in self._parts.values():
                 task = loop.create_task(
                     self._log.wait_for(self._topic.id, part.partition, part.position, timeout)
                 )
                 task.add_done_callback(self._on_commit)
                 watching.append(task)
-        timer = loop.call_later(timeout, self._nudge)
         try:
-            await wakeup
+            await self._delivery_wakeup.wait(timeout)
         finally:
-            timer.cancel()
-            self._wakeup = None
             for task in watching:
                 task.cancel()
 
@@ -535,10 +545,11 @@ class PushMember:
 
     def _nudge(self) -> None:
         """Wake the delivery loop (now, or before its next wait if it is in a pass)."""
-        self._woken = True
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
+        self._delivery_wakeup.set()
+
+    def _nudge_beat(self) -> None:
+        """Run the beat now (a rebalance nearby, a lease row that may be due)."""
+        self._beat_wakeup.set()
 
     # client frames --------------------------------------------------------------------------------
 
