@@ -60,6 +60,7 @@ class HeldPartition:
     skip: set[int] = field(default_factory=set)  # leased offsets past ``position`` (rows of an earlier owner)
     acked_row_max: int = -1  # the highest acked lease row written (-1: none left above committed)
     released: bool = False  # let go with its leases and acks written (``release``)
+    releasing: bool = False  # being let go: nothing more is delivered from it
 
     @property
     def floor(self) -> int:

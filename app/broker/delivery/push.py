@@ -281,6 +281,10 @@ class PushMember:
             async with self._metadata.session(readonly=True) as session:
                 claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
             releasing = [o for o in claim.owned if self._must_release(o, leaving)]
+            for owned in releasing:  # from now on the delivery loop sends nothing more from them
+                part = self._parts.get(owned.partition)
+                if part is not None:
+                    part.releasing = True
             released: set[int] = set()
             if releasing:  # the only writes; a beat with nothing to release stays a plain read
                 async with self._metadata.session() as session:
@@ -466,11 +470,15 @@ class PushMember:
         for part in parts[start:] + parts[:start]:
             if budget <= 0:
                 break
+            if part.releasing:
+                continue
             records = await self._log.read(
                 topic.id, part.partition, part.position, max_records=budget, max_bytes=_READ_BYTES
             )
-            if not records or self._parts.get(part.partition) is not part:
-                continue  # nothing new, or reconciled away while reading
+            if not records or part.releasing or self._parts.get(part.partition) is not part:
+                # Nothing new, or being handed over (the release has taken what was sent; what it
+                # did not take is the new owner's), or reconciled away while reading.
+                continue
             for record in records:
                 offset = record.offset
                 if offset in part.skip:  # leased already (acked out of order, or a due row)
