@@ -183,6 +183,11 @@ class PushMember:
         self._due_at = 0  # when a lease row may fall due (ms)
         self._next_expiry = _NEVER  # no deadline of ``_in_flight`` is earlier (extends only move them later)
         self._delivery_wakeup = _Wakeup()
+        # A neighbour's join, leave or release pauses new deliveries until a beat begun after it is
+        # done (as when the beat ran inside the delivery pass): the old owner then stops sending from a
+        # partition it must hand over before more records reach it.
+        self._pause_requests = 0
+        self._paused_at = 0
         self._beat_wakeup = _Wakeup()
         self._beats_stopped = False
         self._beat_error: Exception | None = None
@@ -250,6 +255,7 @@ class PushMember:
         for other in _neighbours.get(self._group_key, ()):
             if other is not self:
                 other._last_beat = 0.0
+                other._pause_requests += 1  # no new records until a beat has seen the change
                 other._nudge_beat()
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
@@ -386,6 +392,8 @@ class PushMember:
         now = now_ms()
         if now >= self._next_expiry:
             await self._expire(now)
+        if self._paused_at < self._pause_requests:
+            return False  # a rebalance nearby: the beat reconciles first (then wakes this loop)
         budget = min(self._max_in_flight - len(self._in_flight) - self._reserved, self._frame_max)
         if budget > 0 and self._parts and self._ack_timeout_ms is not None:
             return await self._deliver_new(budget, now + self._ack_timeout_ms)
@@ -396,13 +404,18 @@ class PushMember:
         (which may queue behind another writer for SQLite's lock) never hold up a delivery."""
         while not self._beats_stopped:
             self._beat_wakeup.clear()
+            seen = self._pause_requests
             try:
-                if await self._fenced(self._beat) is None:
-                    continue  # rejoined
+                rejoined = await self._fenced(self._beat) is None
             except Exception as error:  # noqa: BLE001 - ends the delivery loop, which raises it
                 self._beat_error = error
                 self._nudge()
                 return
+            if self._paused_at < seen:  # this beat began after the change that paused delivery
+                self._paused_at = seen
+                self._nudge()
+            if rejoined:
+                continue
             if self._beats_stopped:
                 return
             timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
