@@ -107,23 +107,22 @@ async def checkpoint(
         fenced = await checkpoint_express(
             metadata.express, group_id, member_id, [(p.partition, p.epoch, floor) for p, floor in work]
         )
-        for part, floor in work:
-            if part.partition not in fenced:
-                part.acked = {o for o in part.acked if o >= floor}
-        return fenced
-    fenced = set()
-    async with metadata.session() as session:
-        repo = GroupRepository.from_session(session)
-        for part, floor in work:
-            ok = await repo.checkpoint(group_id, member_id, part.partition, part.epoch, floor, release=False)
-            if not ok:
-                fenced.add(part.partition)
-                continue
-            rows = written[part.partition]
-            await repo.put_leases(group_id, [_acked_row(part.partition, o) for o in rows])
-            if part.acked_row_max >= 0:  # earlier acked rows the floor may have passed now
-                await repo.drop_acked_below_committed(group_id, [part.partition])
-            part.acked_row_max = max([part.acked_row_max, *rows])
+    else:
+        fenced = set()
+        async with metadata.session() as session:
+            repo = GroupRepository.from_session(session)
+            for part, floor in work:
+                ok = await repo.checkpoint(
+                    group_id, member_id, part.partition, part.epoch, floor, release=False
+                )
+                if not ok:
+                    fenced.add(part.partition)
+                    continue
+                rows = written[part.partition]
+                await repo.put_leases(group_id, [_acked_row(part.partition, o) for o in rows])
+                if part.acked_row_max >= 0:  # earlier acked rows the floor may have passed now
+                    await repo.drop_acked_below_committed(group_id, [part.partition])
+                part.acked_row_max = max([part.acked_row_max, *rows])
     for part, floor in work:
         if part.partition not in fenced:
             # Written: as rows, or below the new position. Acks that came meanwhile stay for the next one.

@@ -546,7 +546,8 @@ class PushMember:
             return
         watching: list[asyncio.Task[bool]] = []
         timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now_ms()) / 1000) + 0.005)
-        if len(self._in_flight) < self._max_in_flight:
+        paused = self._paused_at < self._pause_requests  # the beat wakes it, not a commit
+        if len(self._in_flight) < self._max_in_flight and not paused:
             loop = asyncio.get_running_loop()
             for part in self._parts.values():
                 task = loop.create_task(
