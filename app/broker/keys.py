@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import logging
@@ -51,7 +52,18 @@ def key_prefix(environment: str) -> str:
 
 
 def hash_key(secret: bytes, key: str) -> str:
-    return hmac.digest(secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256).hex()
+    """HMAC-SHA256 of a presented key under the server secret, in hex (what the store keeps)."""
+    # A copy of a keyed HMAC, not ``hmac.digest``: the one-shot call gives up the GIL however short
+    # the input, on every request, and the event loop then waits to take it back from the log
+    # writer's thread (milliseconds when that thread is busy).
+    mac = _keyed(secret).copy()
+    mac.update(key.encode("utf-8", "surrogatepass"))
+    return mac.hexdigest()
+
+
+@functools.lru_cache(maxsize=4)
+def _keyed(secret: bytes) -> hmac.HMAC:
+    return hmac.new(secret, digestmod=hashlib.sha256)
 
 
 @dataclass(frozen=True, slots=True)

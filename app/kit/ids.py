@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -24,7 +25,10 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 def new_request_id() -> str:
     """``req_`` and 20 hex chars (80 random bits); on every request, so kept cheap."""
-    return "req_" + os.urandom(10).hex()
+    # A correlation id, not a secret: ``random`` (reseeded after fork) rather than ``os.urandom``,
+    # whose syscall gives up the GIL on every request, and the event loop then waits to take it back
+    # from the log writer's thread.
+    return f"req_{random.getrandbits(80):020x}"
 
 
 def valid_request_id(value: str) -> bool:
