@@ -16,7 +16,7 @@ Every ``append`` is atomic across all the partitions it names and durable before
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
@@ -140,6 +140,15 @@ class LogEngine(Protocol):
 
     async def wait_for(self, topic_id: str, partition: int, offset: int, timeout: float) -> bool:
         """Wait until a record at ``offset`` is committed (latest > offset); False on timeout. No polling."""
+        ...
+
+    def watch(
+        self, topic_id: str, partition: int, offset: int, wake: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``wake()`` once, on the event loop, when a record at ``offset`` is committed (at once,
+        before returning, if one is already), or when the log closes; answers a function that cancels
+        the watch. ``wait_for`` without the task: a waiter that watches several partitions is woken
+        in the same loop pass as the commit, not a few passes later."""
         ...
 
     async def enforce_retention(self, now_ms: int) -> int:

@@ -15,6 +15,7 @@ import pytest
 from app.kit.clock import now_ms
 from app.stores.log.protocol import (
     LogEngine,
+    LogEngineError,
     RecordIn,
     TopicLogConfig,
     UnknownLog,
@@ -309,6 +310,64 @@ class TestWaitFor:
         assert time.monotonic() - started < 1.0
         assert await later is False
         assert await other is False
+
+
+@every_engine
+class TestWatch:
+    async def test_wakes_once_when_the_offset_commits(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        woken: list[str] = []
+        engine.watch(topic, 0, 0, lambda: woken.append("first"))
+        engine.watch(topic, 0, 2, lambda: woken.append("third"))
+        engine.watch(topic, 1, 0, lambda: woken.append("other partition"))
+        await asyncio.sleep(0.02)
+        assert woken == []
+        await engine.append(topic, {0: batch("a", 1)})
+        assert woken == ["first"]  # by the time the append is answered
+        await engine.append(topic, {0: batch("b", 1)})
+        assert woken == ["first"]
+        await engine.append(topic, {0: batch("c", 1)})
+        assert woken == ["first", "third"]
+        await engine.append(topic, {0: batch("d", 3)})
+        assert woken == ["first", "third"]  # once each
+
+    async def test_wakes_at_once_when_committed_already(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        await engine.append(topic, {0: batch("a", 2)})
+        woken: list[int] = []
+        engine.watch(topic, 0, 1, lambda: woken.append(1))
+        assert woken == [1]
+        engine.watch(topic, 0, 2, lambda: woken.append(2))
+        assert woken == [1]
+
+    async def test_a_cancelled_watch_is_not_called(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        woken: list[str] = []
+        cancel = engine.watch(topic, 0, 0, lambda: woken.append("cancelled"))
+        engine.watch(topic, 0, 0, lambda: woken.append("kept"))
+        cancel()
+        cancel()  # twice is harmless
+        await engine.append(topic, {0: batch("a", 1)})
+        assert woken == ["kept"]
+
+    async def test_a_deleted_topic_wakes_its_watchers(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        woken: list[int] = []
+        engine.watch(topic, 0, 0, lambda: woken.append(0))
+        await engine.delete_topic(topic)
+        assert woken == [0]  # the waiter looks again and meets the unknown topic
+
+    async def test_unknown_topic_and_negative_offset_are_refused(self, engine, topic_id):
+        with pytest.raises(UnknownLog):
+            engine.watch(topic_id(), 0, 0, lambda: None)
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        with pytest.raises(LogEngineError):
+            engine.watch(topic, 0, -1, lambda: None)
 
 
 @every_engine

@@ -28,7 +28,7 @@ Record timestamps: a record given ``timestamp_ms=0`` is stamped with the append 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from app.settings import LogSettings
@@ -93,6 +93,13 @@ class LocalLogEngine:
         if offset < 0:
             raise OffsetOutOfRange(f"offset {offset} is negative")
         return await self.manager.log(topic_id, partition).wait_for(offset, timeout)
+
+    def watch(
+        self, topic_id: str, partition: int, offset: int, wake: Callable[[], None]
+    ) -> Callable[[], None]:
+        if offset < 0:
+            raise OffsetOutOfRange(f"offset {offset} is negative")
+        return self.manager.log(topic_id, partition).watch(offset, wake)
 
     async def enforce_retention(self, now_ms: int) -> int:
         return await self.manager.enforce_retention(now_ms)

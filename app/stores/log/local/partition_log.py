@@ -32,6 +32,8 @@ partition, via the ``GroupCommitter``) and read (any number), touching only segm
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -66,6 +68,11 @@ from app.stores.log.protocol import (
 )
 
 logger = logging.getLogger("queuecore.log")
+
+
+def _nothing() -> None:
+    """The cancel function of a watch that fired at once."""
+
 
 # A read fetches up to this much beyond ``max_bytes`` (it starts at an indexed batch before the offset).
 _READ_SLACK = 64 * 1024
@@ -170,6 +177,8 @@ class PartitionLog:
         self._tail: deque[tuple[BatchHeader, bytes]] = deque()
         self._tail_bytes = 0
         self._waiter: asyncio.Future[None] | None = None
+        self._watchers: dict[int, tuple[int, Callable[[], None]]] = {}  # token -> (offset, wake)
+        self._watch_tokens = itertools.count()
         self._committer: GroupCommitter[Any, bool] = GroupCommitter(
             self._write, self._flushed, write_executor
         )
@@ -401,11 +410,27 @@ class PartitionLog:
     # -- waiting (event loop) -------------------------------------------------------------------------------
 
     def _wake(self) -> None:
+        if self._watchers:
+            hw, closed = self.high_watermark, self.closed
+            due = [t for t, (offset, _) in self._watchers.items() if offset < hw or closed]
+            for token in due:
+                _, wake = self._watchers.pop(token)
+                wake()
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
+
+    def watch(self, offset: int, wake: Callable[[], None]) -> Callable[[], None]:
+        """``wake()`` once, from ``_wake``, when a record at ``offset`` is committed or the log closes
+        (at once if that is so already); answers the cancel function."""
+        if self.high_watermark > offset or self.closed:
+            wake()
+            return _nothing
+        token = next(self._watch_tokens)
+        self._watchers[token] = (offset, wake)
+        return functools.partial(self._watchers.pop, token, None)
 
     async def wait_for(self, offset: int, timeout: float) -> bool:
         """Until a record at ``offset`` is committed; False on timeout or close. Event-driven."""
