@@ -359,6 +359,31 @@ class TestFlowControl:
         assert len(rest) == 5 and not seen & {m["id"] for m in rest}
         await c.close()
 
+    async def test_a_full_window_drains_while_the_beat_polls(self, api: Api) -> None:
+        # Acked frame by frame, the window stays nearly full, and a beat's lease-row poll holds some of
+        # its room back now and then: delivery must wait for the beat then, not spin and stall the loop.
+        topic = api.topic(delivery="exactly-once")
+        for start in range(0, 20_000, 1_000):
+            api.publish(topic, 1_000, start)
+        ws = await connect(api.ws_url(topic, maxInFlight=1000), additional_headers=api.headers, max_size=None)
+        assert json.loads(await ws.recv())["type"] == "welcome"
+        acked = 0
+
+        async def drain() -> None:
+            nonlocal acked
+            async for raw in ws:
+                frame = json.loads(raw)
+                if frame["type"] in ("message", "messages"):
+                    batch = frame["messages"] if frame["type"] == "messages" else [frame]
+                    await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
+                elif frame["type"] == "acked":
+                    acked += len(frame["ids"])
+                    if acked >= 20_000:
+                        return
+
+        await asyncio.wait_for(drain(), 30)  # a spinning loop stalls the server: this times out
+        await ws.close()
+
 
 class TestGroups:
     async def test_consumers_joining_mid_stream_never_share_a_message(self, api: Api) -> None:

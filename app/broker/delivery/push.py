@@ -7,7 +7,7 @@ first delivery and its ack cost no metadata write per message:
 - **delivery** — each pass sends up to ``maxInFlight − in-flight`` new records (at most half the
   window, and 500, per frame), read from the log at the member's positions, as one frame (``message``
   for one, ``messages`` for several). With nothing
-  to send it waits, without polling, on ``LogEngine.wait_for`` at its positions, on a local wake-up,
+  to send it waits, without polling, on ``LogEngine.watch`` at its positions, on a local wake-up,
   or on the next deadline.
 - **beat** — beside the delivery loop, in a task of its own (so its metadata round trips never hold
   up a delivery): every ``BEAT_EVERY`` seconds, and whenever a lease row may be due, it runs
@@ -450,6 +450,7 @@ class PushMember:
                 )
             finally:
                 self._reserved -= budget
+                self._nudge()  # the room it held back is the delivery loop's again
             first = self._ack_timeout_ms is None
             self._ack_timeout_ms = polled.ack_timeout_ms
             self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
@@ -541,29 +542,31 @@ class PushMember:
 
     async def _wait(self) -> None:
         """Until a wake-up, a commit at one of the member's positions (while it has room), or the
-        next deadline. One future and one task per partition per wait: it runs once per frame."""
+        next deadline. The log calls ``_nudge`` itself on a commit: the loop resumes in the pass that
+        commits, ahead of the publish answers, not a few passes later."""
         if self._delivery_wakeup.is_set:
             return
-        watching: list[asyncio.Task[bool]] = []
+        cancels: list[Callable[[], None]] = []
         timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now_ms()) / 1000) + 0.005)
         paused = self._paused_at < self._pause_requests  # the beat wakes it, not a commit
-        if len(self._in_flight) < self._max_in_flight and not paused:
-            loop = asyncio.get_running_loop()
+        # Watch only where a pass could send now: with no room (the beat's reservation counts) or
+        # from a partition being released, records already there would wake it again and again.
+        room = self._max_in_flight - len(self._in_flight) - self._reserved > 0
+        if room and not paused:
+            topic_id = self._topic.id
             for part in self._parts.values():
-                task = loop.create_task(
-                    self._log.wait_for(self._topic.id, part.partition, part.position, timeout)
-                )
-                task.add_done_callback(self._on_commit)
-                watching.append(task)
+                if not part.releasing:
+                    cancels.append(self._log.watch(topic_id, part.partition, part.position, self._nudge))
         try:
+            if self._delivery_wakeup.is_set:
+                # Records came between the pass's read and now (a watch fired as it was set up): go
+                # round again, but through the loop, so that no pass follows another without a pause.
+                await asyncio.sleep(0)
+                return
             await self._delivery_wakeup.wait(timeout)
         finally:
-            for task in watching:
-                task.cancel()
-
-    def _on_commit(self, task: asyncio.Task[bool]) -> None:
-        if not task.cancelled() and task.exception() is None:  # an error: the next pass meets it
-            self._nudge()
+            for cancel in cancels:
+                cancel()
 
     def _nudge(self) -> None:
         """Wake the delivery loop (now, or before its next wait if it is in a pass)."""
