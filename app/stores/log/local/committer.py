@@ -2,8 +2,8 @@
 
 ``GroupCommitter``
     One per partition log (and one for the transaction log). Appenders ``submit`` encoded items and
-    return to the event loop; while a write is in flight, new items queue up; when it finishes, the
-    worker thread takes everything queued for the next write at once, without waiting for the loop. So however many callers wait, each write is one vectored ``pwritev``
+    return to the event loop; while a write is in flight, new items queue up; when it finishes, the next
+    write takes everything queued. So however many callers wait, each write is one vectored ``pwritev``
     and one ``fdatasync``, done in a worker thread (the engine's executor), never on the event loop and
     never under an asyncio lock (appenders hold none: offsets are assigned synchronously on the loop).
     Completion is reported on the loop through a callback, in submission order.
@@ -43,19 +43,18 @@ the recovery points. The transaction log then writes ``__txn/checkpoint`` (``res
 id, so ids are never reused), starts a new file, and deletes the files whose largest txn id is
 ``<= resolved``.
 
-Thread-safety: ``GroupCommitter`` and ``Transaction`` live on the event loop, except the committer's
-queue, which it shares under a lock with the one worker thread draining it; the write functions run in
-one worker thread at a time per committer.
+Thread-safety: ``GroupCommitter`` and ``Transaction`` live on the event loop; the write functions run
+in one worker thread at a time per committer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import struct
-import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -84,70 +83,57 @@ class GroupCommitter(Generic[T, R]):
         self._write = write
         self._done = done
         self._executor = executor
-        self._lock = threading.Lock()  # guards ``_queue`` and ``_draining`` (loop and worker)
         self._queue: list[T] = []
-        self._draining = False  # a worker is taking writes from ``_queue``
-        self._failure: BaseException | None = None  # a write failed: later items are not written
-        self._outstanding = 0  # items submitted whose ``done`` has not run yet (loop only)
+        self._running = False
         self._idle_waiters: list[asyncio.Future[None]] = []
         self.writes = 0  # number of write calls (for tests and metrics)
 
     @property
     def busy(self) -> bool:
-        return self._outstanding > 0
+        return self._running
 
     def submit(self, item: T) -> None:
-        """Queue ``item`` for the next write (starting a worker now if none is draining)."""
-        self._outstanding += 1
-        with self._lock:
-            self._queue.append(item)
-            if self._draining:
-                return  # the worker takes it as soon as its current write is done
-            self._draining = True
-        # Straight to the executor, back through one ``call_soon_threadsafe`` per write: no asyncio
-        # future chained to a concurrent one per write (the hop is on every publish's path).
-        self._executor.submit(self._drain, asyncio.get_running_loop())
+        """Queue ``item`` for the next write (starting it now if none is in flight)."""
+        self._queue.append(item)
+        if not self._running:
+            self._start()
 
-    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
-        """In the worker thread: write what is queued; if more came meanwhile, queue the next write on
-        the executor at once. The next write does not wait for a round trip through the event loop (a
-        busy loop would hold it up), and other committers' writes still take their turn in between.
-        Completions are handed to the loop in order."""
-        with self._lock:
-            items = self._queue
-            self._queue = []
+    def _start(self) -> None:
+        items = self._queue
+        self._queue = []
+        self._running = True
+        self.writes += 1
+        # Straight to the executor, back through one ``call_soon_threadsafe``: no asyncio future
+        # chained to a concurrent one per write (the hop is on every publish's path).
+        self._executor.submit(self._run, asyncio.get_running_loop(), items)
+
+    def _run(self, loop: asyncio.AbstractEventLoop, items: list[T]) -> None:
+        """In the worker thread: the write, then its completion handed to the loop."""
         result: R | None = None
-        error = self._failure  # after a failed write nothing more is written, only failed
-        if error is None:
-            self.writes += 1
-            try:
-                result = self._write(items)
-            except BaseException as caught:  # noqa: BLE001 - every failure is reported to ``done``
-                error = self._failure = caught
+        error: BaseException | None = None
         try:
+            result = self._write(items)
+        except BaseException as caught:  # noqa: BLE001 - every failure is reported to ``done``
+            error = caught
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
             loop.call_soon_threadsafe(self._finished, items, result, error)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            return
-        with self._lock:
-            if not self._queue:
-                self._draining = False
-                return
-        self._executor.submit(self._drain, loop)
 
     def _finished(self, items: list[T], result: R | None, error: BaseException | None) -> None:
         try:
             self._done(items, result, error)
         finally:
-            self._outstanding -= len(items)
-            if not self._outstanding:
+            if self._queue:
+                self._start()
+            else:
+                self._running = False
                 waiters, self._idle_waiters = self._idle_waiters, []
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)
 
     async def wait_idle(self) -> None:
-        """Return once nothing is queued or being written, and every completion has been handled."""
-        while self._outstanding:
+        """Return once nothing is queued or being written."""
+        while self._running:
             waiter = asyncio.get_running_loop().create_future()
             self._idle_waiters.append(waiter)
             await waiter
