@@ -39,7 +39,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import orjson
@@ -183,9 +183,10 @@ class PushMember:
         self._due_at = 0  # when a lease row may fall due (ms)
         self._next_expiry = _NEVER  # no deadline of ``_in_flight`` is earlier (extends only move them later)
         self._delivery_wakeup = _Wakeup()
-        # A neighbour's join, leave or release pauses new deliveries until a beat begun after it is
-        # done (as when the beat ran inside the delivery pass): the old owner then stops sending from a
-        # partition it must hand over before more records reach it.
+        # A neighbour's join pauses new deliveries from the partitions it was given until a beat begun
+        # after it is done: the old owner stops sending from a partition it must hand over before more
+        # records reach it (the beat then marks it ``releasing``). The others go on.
+        self._paused: set[int] = set()
         self._pause_requests = 0
         self._paused_at = 0
         self._beat_wakeup = _Wakeup()
@@ -230,7 +231,9 @@ class PushMember:
         )
         await self._reconcile()
         neighbours = _neighbours.setdefault(self._group_key, set())
-        self._wake_neighbours()  # a rebalance: they look at once rather than at their next beat
+        # A rebalance: they look at once rather than at their next beat, and send nothing more from
+        # what this member was given (only a join takes partitions away: the assignment is sticky).
+        self._wake_neighbours(taken=self.assignments)
         neighbours.add(self)
         return _frame(
             "welcome", memberId=self.member_id, generationId=self.generation, assignments=self.assignments
@@ -250,12 +253,16 @@ class PushMember:
                 await membership.leave(self._metadata, self._topic, self._group, self.member_id)
         self._wake_neighbours()
 
-    def _wake_neighbours(self) -> None:
-        """The group changed here (a join, a leave, a release): members on this server beat at once."""
+    def _wake_neighbours(self, *, taken: Collection[int] = ()) -> None:
+        """The group changed here (a join, a leave, a release): members on this server beat at once;
+        those holding a partition in ``taken`` send nothing more from it until that beat is done."""
         for other in _neighbours.get(self._group_key, ()):
             if other is not self:
                 other._last_beat = 0.0
-                other._pause_requests += 1  # no new records until a beat has seen the change
+                losing = other._parts.keys() & taken
+                if losing:
+                    other._paused |= losing
+                    other._pause_requests += 1
                 other._nudge_beat()
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
@@ -392,8 +399,6 @@ class PushMember:
         now = now_ms()
         if now >= self._next_expiry:
             await self._expire(now)
-        if self._paused_at < self._pause_requests:
-            return False  # a rebalance nearby: the beat reconciles first (then wakes this loop)
         budget = min(self._max_in_flight - len(self._in_flight) - self._reserved, self._frame_max)
         if budget > 0 and self._parts and self._ack_timeout_ms is not None:
             return await self._deliver_new(budget, now + self._ack_timeout_ms)
@@ -413,6 +418,8 @@ class PushMember:
                 return
             if self._paused_at < seen:  # this beat began after the change that paused delivery
                 self._paused_at = seen
+                if seen == self._pause_requests:
+                    self._paused.clear()  # reconciled: what is lost is ``releasing`` or gone
                 self._nudge()
             if rejoined:
                 continue
@@ -481,10 +488,11 @@ class PushMember:
         rendered: list[bytes] = []
         parts = list(self._parts.values())
         start = random.randrange(len(parts))  # no partition starves another of the budget
+        paused = self._paused
         for part in parts[start:] + parts[:start]:
             if budget <= 0:
                 break
-            if part.releasing:
+            if part.releasing or (paused and part.partition in paused):
                 continue
             records = await self._log.read(
                 topic.id, part.partition, part.position, max_records=budget, max_bytes=_READ_BYTES
@@ -548,14 +556,14 @@ class PushMember:
             return
         cancels: list[Callable[[], None]] = []
         timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now_ms()) / 1000) + 0.005)
-        paused = self._paused_at < self._pause_requests  # the beat wakes it, not a commit
-        # Watch only where a pass could send now: with no room (the beat's reservation counts) or
-        # from a partition being released, records already there would wake it again and again.
-        room = self._max_in_flight - len(self._in_flight) - self._reserved > 0
-        if room and not paused:
+        # Watch only where a pass could send now: with no room (the beat's reservation counts), or
+        # from a partition paused or being released, records already there would wake it again and
+        # again (the beat wakes it when those end).
+        if self._max_in_flight - len(self._in_flight) - self._reserved > 0:
             topic_id = self._topic.id
+            paused = self._paused
             for part in self._parts.values():
-                if not part.releasing:
+                if not part.releasing and part.partition not in paused:
                     cancels.append(self._log.watch(topic_id, part.partition, part.position, self._nudge))
         try:
             if self._delivery_wakeup.is_set:
