@@ -1,0 +1,94 @@
+"""Paired A/B of publish→deliver latency: a git revision against the working tree, in one run.
+
+The machine is shared and its speed swings by 2x within minutes, so two separate runs of
+``consume_bench.py`` cannot tell a 1 ms change from noise. This script starts one real
+``queuecore-server`` per side (the revision served from a temporary ``git worktree`` through
+``PYTHONPATH``; the working tree from the installed package), keeps both up, and alternates short
+latency rounds between them (``qc_latency`` of ``consume_bench.py``: HTTP publish at 1,000 msgs/s, one
+WebSocket consumer acking as it goes, exactly-once topic). Each round of one side is paired with the
+adjacent round of the other; the figure is how many pairs the working tree wins, beside both medians.
+
+    .venv/bin/python bench/ab_latency.py [--rev HEAD] [--rounds 16] [--seconds 2]
+
+Prints the per-round p50s and the medians; writes nothing. 12 wins of 16 or more is unlikely by chance
+(one-sided sign test, p ≈ 0.04).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import consume_bench as cb
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worktree(rev: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix="qc-ab-")) / "tree"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+async def run(args: argparse.Namespace, tree: Path) -> None:
+    sides = {args.rev: {"PYTHONPATH": str(tree)}, "working tree": {}}
+    servers: dict[str, cb.Server] = {}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    try:
+        for name, env in sides.items():
+            server = cb.Server()
+            server.env.update(env)
+            server.start()
+            servers[name] = server
+        for server in servers.values():
+            await cb.qc_latency(server, 1, args.rate)  # warm-up, not counted
+        for i in range(args.rounds):
+            order = list(servers.items()) if i % 2 == 0 else list(servers.items())[::-1]
+            for name, server in order:
+                results[name].append(await cb.qc_latency(server, args.seconds, args.rate))
+            print(
+                f"round {i + 1}: "
+                + ", ".join(f"{n} {results[n][-1][0]:.2f}/{results[n][-1][1]:.2f}" for n in sides),
+                flush=True,
+            )
+    finally:
+        for server in servers.values():
+            server.stop()
+    base, cand = list(sides)
+    wins50 = sum(c[0] < b[0] for b, c in zip(results[base], results[cand], strict=True))
+    wins99 = sum(c[1] < b[1] for b, c in zip(results[base], results[cand], strict=True))
+    for name, rounds in results.items():
+        p50 = statistics.median(p for p, _ in rounds)
+        p99 = statistics.median(p for _, p in rounds)
+        print(f"{name}: publish->deliver median p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    print(f"working tree lower p50 in {wins50}/{args.rounds} pairs, lower p99 in {wins99}/{args.rounds}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rev", default="HEAD", help="the revision to compare against (default HEAD)")
+    parser.add_argument("--rounds", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rate", type=int, default=1000)
+    args = parser.parse_args()
+    tree = worktree(args.rev)
+    try:
+        asyncio.run(run(args, tree))
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+if __name__ == "__main__":
+    main()
