@@ -32,7 +32,6 @@ partition, via the ``GroupCommitter``) and read (any number), touching only segm
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 from collections import deque
@@ -176,7 +175,6 @@ class PartitionLog:
         # Resolved batches ending at the high-watermark, contiguous: (header, encoded bytes).
         self._tail: deque[tuple[BatchHeader, bytes]] = deque()
         self._tail_bytes = 0
-        self._waiter: asyncio.Future[None] | None = None
         self._watchers: dict[int, tuple[int, Callable[[], None]]] = {}  # token -> (offset, wake)
         self._watch_tokens = itertools.count()
         self._committer: GroupCommitter[Any, bool] = GroupCommitter(
@@ -416,11 +414,6 @@ class PartitionLog:
             for token in due:
                 _, wake = self._watchers.pop(token)
                 wake()
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
 
     def watch(self, offset: int, wake: Callable[[], None]) -> Callable[[], None]:
         """``wake()`` once, from ``_wake``, when a record at ``offset`` is committed or the log closes
@@ -430,27 +423,31 @@ class PartitionLog:
             return _nothing
         token = next(self._watch_tokens)
         self._watchers[token] = (offset, wake)
-        return functools.partial(self._watchers.pop, token, None)
+
+        def cancel() -> None:
+            self._watchers.pop(token, None)
+
+        return cancel
 
     async def wait_for(self, offset: int, timeout: float) -> bool:
         """Until a record at ``offset`` is committed; False on timeout or close. Event-driven."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.high_watermark <= offset:
-            if self.closed:
-                return False
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            if self._waiter is None:
-                self._waiter = loop.create_future()
-            try:
-                async with asyncio.timeout(remaining):
-                    # Shielded: the future is shared by every waiter of this partition.
-                    await asyncio.shield(self._waiter)
-            except TimeoutError:
-                return self.high_watermark > offset
-        return True
+        if self.high_watermark > offset:
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        cancel = self.watch(offset, wake)
+        try:
+            async with asyncio.timeout(timeout):
+                await future
+        except TimeoutError:
+            pass
+        finally:
+            cancel()
+        return self.high_watermark > offset
 
     # -- reading -----------------------------------------------------------------------------------------------
 
