@@ -29,8 +29,8 @@ run: bootstrap
 services:
 	bash infra/services.sh up
 
-# The server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services
+# Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
+test: install services lint typecheck
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 
