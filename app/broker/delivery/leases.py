@@ -40,7 +40,7 @@ from app.broker.delivery.membership import committing_fences, member_not_found, 
 from app.broker.errors import BrokerError, InvalidRequest
 from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
-from app.stores.log.protocol import LogEngine, Record
+from app.stores.log.protocol import LogEngine, LogEngineError, Record
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import CallerView, GroupRepository, LeaseState, PartitionState
 
@@ -175,13 +175,24 @@ async def wait_for_data(log: LogEngine, topic: TopicRef, positions: dict[int, in
     if not positions:
         await asyncio.sleep(timeout)  # nothing assigned: nothing can arrive for this member meanwhile
         return
-    waiters = [asyncio.ensure_future(log.wait_for(topic.id, p, o, timeout)) for p, o in positions.items()]
+    # One future and a watch per partition (no task each): the log resolves it from the commit.
+    woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    cancels: list[Callable[[], None]] = []
     try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for partition, offset in positions.items():
+            cancels.append(log.watch(topic.id, partition, offset, wake))
+        async with asyncio.timeout(timeout):
+            await woken
+    except (TimeoutError, LogEngineError):
+        pass  # the time is up, or the topic or partition is gone: the next poll answers for it
     finally:
-        for waiter in waiters:
-            waiter.cancel()
-        await asyncio.gather(*waiters, return_exceptions=True)
+        for cancel in cancels:
+            cancel()
 
 
 async def _poll_once(

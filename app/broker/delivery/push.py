@@ -187,8 +187,7 @@ class PushMember:
         # after it is done: the old owner stops sending from a partition it must hand over before more
         # records reach it (the beat then marks it ``releasing``). The others go on.
         self._paused: set[int] = set()
-        self._pause_requests = 0
-        self._paused_at = 0
+        self._pause_requests = 0  # joins that paused something: a beat that saw them all clears it
         self._beat_wakeup = _Wakeup()
         self._beats_stopped = False
         self._beat_error: Exception | None = None
@@ -416,10 +415,8 @@ class PushMember:
                 self._beat_error = error
                 self._nudge()
                 return
-            if self._paused_at < seen:  # this beat began after the change that paused delivery
-                self._paused_at = seen
-                if seen == self._pause_requests:
-                    self._paused.clear()  # reconciled: what is lost is ``releasing`` or gone
+            if self._paused and seen == self._pause_requests:  # begun after every pausing join
+                self._paused.clear()  # reconciled: what is lost is ``releasing`` or gone
                 self._nudge()
             if rejoined:
                 continue
