@@ -56,6 +56,8 @@ bench: install services
 	$(BIN)/python bench/engine_bench.py
 	$(BIN)/python bench/publish_bench.py
 	$(BIN)/python bench/limiter_bench.py
+	$(BIN)/python bench/consume_bench.py
+	$(BIN)/python bench/latency_breakdown.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache
