@@ -260,7 +260,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         access_log=False,
         loop="auto",
         http="auto",
-        # uvicorn's websockets implementation (it answers refused upgrades with a body), closing quickly.
+        # uvicorn's sans-I/O websockets implementation, closing quickly and tunable per connection.
         ws="app.kit.websocket_protocol:WebSocketProtocol",
         ws_ping_interval=settings.ws_ping_interval_seconds,
         ws_ping_timeout=settings.ws_ping_timeout_seconds,

@@ -8,10 +8,13 @@ latency rounds between them (``qc_latency`` of ``consume_bench.py``: HTTP publis
 WebSocket consumer acking as it goes, exactly-once topic). Each round of one side is paired with the
 adjacent round of the other; the figure is how many pairs the working tree wins, beside both medians.
 
-    .venv/bin/python bench/ab_latency.py [--rev HEAD] [--rounds 16] [--seconds 2]
+    .venv/bin/python bench/ab_latency.py [--rev HEAD] [--rounds 16] [--seconds 2] [--drain 20000]
 
-Prints the per-round p50s and the medians; writes nothing. 12 wins of 16 or more is unlikely by chance
-(one-sided sign test, p ≈ 0.04).
+With ``--drain N``, each round is instead the one-consumer drain of ``consume_bench.py`` (N messages
+pre-published, one WebSocket consumer acking every frame, exactly-once topic), and the figure is msgs/s.
+
+Prints the per-round figures and the medians; writes nothing. 12 wins of 16 or more is unlikely by
+chance (one-sided sign test, p ≈ 0.04).
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ def worktree(rev: str) -> Path:
     return path
 
 
+async def one_round(args: argparse.Namespace, server: cb.Server, seconds: float) -> tuple[float, float]:
+    """(p50 ms, p99 ms) of publish→deliver, or with ``--drain`` (msgs/s, msgs/s)."""
+    if args.drain:
+        topic = await cb.qc_topic(server, 1, args.drain)
+        rate = await cb.qc_drain(server, topic, 1, args.drain)
+        return rate, rate
+    return await cb.qc_latency(server, seconds, args.rate)
+
+
 async def run(args: argparse.Namespace, tree: Path) -> None:
     sides = {args.rev: {"PYTHONPATH": str(tree)}, "working tree": {}}
     servers: dict[str, cb.Server] = {}
@@ -51,20 +63,29 @@ async def run(args: argparse.Namespace, tree: Path) -> None:
             server.start()
             servers[name] = server
         for server in servers.values():
-            await cb.qc_latency(server, 1, args.rate)  # warm-up, not counted
+            await one_round(args, server, 1)  # warm-up, not counted
         for i in range(args.rounds):
             order = list(servers.items()) if i % 2 == 0 else list(servers.items())[::-1]
             for name, server in order:
-                results[name].append(await cb.qc_latency(server, args.seconds, args.rate))
-            print(
-                f"round {i + 1}: "
-                + ", ".join(f"{n} {results[n][-1][0]:.2f}/{results[n][-1][1]:.2f}" for n in sides),
-                flush=True,
-            )
+                results[name].append(await one_round(args, server, args.seconds))
+            if args.drain:
+                print(f"round {i + 1}: " + ", ".join(f"{n} {results[n][-1][0]:,.0f} msgs/s" for n in sides))
+            else:
+                print(
+                    f"round {i + 1}: "
+                    + ", ".join(f"{n} {results[n][-1][0]:.2f}/{results[n][-1][1]:.2f}" for n in sides),
+                    flush=True,
+                )
     finally:
         for server in servers.values():
             server.stop()
     base, cand = list(sides)
+    if args.drain:
+        wins = sum(c[0] > b[0] for b, c in zip(results[base], results[cand], strict=True))
+        for name, rounds in results.items():
+            print(f"{name}: one-consumer drain median {statistics.median(r for r, _ in rounds):,.0f} msgs/s")
+        print(f"working tree faster in {wins}/{args.rounds} pairs")
+        return
     wins50 = sum(c[0] < b[0] for b, c in zip(results[base], results[cand], strict=True))
     wins99 = sum(c[1] < b[1] for b, c in zip(results[base], results[cand], strict=True))
     for name, rounds in results.items():
@@ -82,6 +103,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--drain", type=int, default=0, help="messages per drain round (0: latency rounds)")
     args = parser.parse_args()
     tree = worktree(args.rev)
     try:

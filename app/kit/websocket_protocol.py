@@ -1,22 +1,24 @@
-"""uvicorn's ``websockets`` protocol with a short closing handshake.
+"""uvicorn's ``websockets-sansio`` protocol with a short closing handshake and per-connection keepalive.
 
-uvicorn's ``websockets`` implementation is the one that answers refused upgrades with a body (the ASGI
-``websocket.http.response`` extension), which the push endpoint needs for its error envelopes. It leaves
-the library's ``close_timeout`` at 10 s, though: a connection that stopped answering pings would then wait
-10 s more for a closing handshake that never comes before the app hears of the disconnect, and its group
-member would hold its partitions that long. One second is plenty for a live peer to answer a close frame.
+The sans-I/O implementation parses frames synchronously as bytes arrive and answers pings from timers:
+no reader task and no awaits per frame, which is most of what the older ``websockets`` implementation
+cost per frame on the push path (``bench/README.md``). It answers refused upgrades with a body (the ASGI
+``websocket.http.response`` extension), which the push endpoint needs for its error envelopes.
+
+Two things are changed:
+
+- ``close_timeout`` is one second, not ten: a connection that stopped answering pings would otherwise
+  wait 10 s more for a closing handshake that never comes before the app hears of the disconnect, and
+  its group member would hold its partitions that long. One second is plenty for a live peer.
+- The ``KEEPALIVE`` scope extension lets the app make one connection's pings detect a silent peer
+  sooner than the server-wide settings (a group's ``sessionTimeout`` may be shorter).
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-with warnings.catch_warnings():
-    # uvicorn deprecates this implementation in favour of websockets-sansio, which cannot yet send a body
-    # with a refused upgrade.
-    warnings.simplefilter("ignore")
-    from uvicorn.protocols.websockets.websockets_impl import WebSocketProtocol as _UvicornProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 CLOSE_TIMEOUT_SECONDS = 1.0
 # An ASGI scope extension: ``scope["extensions"][KEEPALIVE]["tune"](seconds)`` makes this connection's
@@ -25,7 +27,7 @@ CLOSE_TIMEOUT_SECONDS = 1.0
 KEEPALIVE = "queuecore.keepalive"
 
 
-class WebSocketProtocol(_UvicornProtocol):
+class WebSocketProtocol(WebSocketsSansIOProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.close_timeout = CLOSE_TIMEOUT_SECONDS
@@ -42,7 +44,7 @@ class WebSocketProtocol(_UvicornProtocol):
         if (interval, timeout) == (self.ping_interval, self.ping_timeout):
             return
         self.ping_interval, self.ping_timeout = interval, timeout
-        task = getattr(self, "keepalive_ping_task", None)
-        if task is not None and not task.done():  # restart: its current sleep is the old interval
-            task.cancel()
-            self.keepalive_ping_task = self.loop.create_task(self.keepalive_ping())
+        if self.handshake_complete and not self.close_sent:
+            # Restart the timers: the pending ping was scheduled with the old interval.
+            self.stop_keepalive()
+            self.start_keepalive()
