@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -35,6 +36,29 @@ class TestServeProcess:
         assert mine and mine[0]["route"] == "/v1/topics" and mine[0]["status"] == 200
         assert mine[0]["keyId"].startswith("key_") and "latencyMs" in mine[0]
         assert server.keys["production"] not in text
+
+    async def test_websocket_tokens_are_redacted_from_the_upgrade_log_line(self, server):
+        from websockets.asyncio.client import connect
+
+        headers = {"Authorization": f"Bearer {server.keys['production']}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers) as http:
+            created = await http.post("/v1/topics", json={"name": "proc.ws.log", "partitions": 1})
+            assert created.status_code == 201, created.text
+            minted = await http.post("/v1/tokens/websocket", json={"topic": "proc.ws.log"})
+            assert minted.status_code == 201, minted.text
+        token = minted.json()["token"]
+        ws_url = server.url.replace("http://", "ws://")
+        async with connect(f"{ws_url}/v1/topics/proc.ws.log/consume?group=log-check&token={token}") as ws:
+            assert json.loads(await ws.recv())["type"] == "welcome"
+        deadline = time.monotonic() + 5
+        while True:  # uvicorn logs the upgrade as it accepts it
+            text = server.log_path.read_text()
+            upgrades = [line for line in text.splitlines() if "/v1/topics/proc.ws.log/consume" in line]
+            if upgrades or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert upgrades and all("token=[redacted]" in line for line in upgrades), upgrades
+        assert token not in text and token.rsplit(".", 1)[1] not in text
 
 
 class TestReadmeQuickstart:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Any
 
@@ -16,6 +17,16 @@ _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 }
 
 
+# A credential in a query string: uvicorn logs each WebSocket upgrade with its path and query, and a
+# push connection may authenticate with ``?token=`` (a WebSocket token, valid for minutes).
+_QUERY_SECRET = re.compile(r"([?&](?:token|access_token|api_key|key)=)[^&\s\"']+", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the values of credential query parameters replaced by ``[redacted]``."""
+    return _QUERY_SECRET.sub(r"\1[redacted]", text) if "=" in text else text
+
+
 class JsonFormatter(logging.Formatter):
     """Formats a record and its ``extra=`` fields as one JSON line."""
 
@@ -24,13 +35,13 @@ class JsonFormatter(logging.Formatter):
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact(record.getMessage()),
         }
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
                 out[key] = value
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = redact(self.formatException(record.exc_info))
         return orjson.dumps(out, default=str).decode()
 
 
