@@ -5,17 +5,26 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run serve migrate bootstrap test test-sdk test-sdk-wheel services lint typecheck openapi bench clean
+.PHONY: install lock run serve migrate bootstrap test test-sdk test-sdk-wheel services lint typecheck openapi bench clean
 
 install: $(STAMP)
 
 # Reinstall only when the dependency list changes; `make install` stays idempotent.
-$(STAMP): pyproject.toml sdk/pyproject.toml
+$(STAMP): pyproject.toml sdk/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]' uvloop httptools
-	$(BIN)/pip install -q -e sdk
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' uvloop httptools
+	$(BIN)/pip install -q -c constraints.txt -e sdk
 	touch $(STAMP)
+
+# Re-resolve every dependency in a scratch virtualenv and pin what it got.
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --upgrade pip
+	.lock-venv/bin/pip install -q -e '.[dev]' uvloop httptools -e sdk
+	{ head -n 3 constraints.txt; .lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .lock-venv
 
 migrate: install
 	$(BIN)/queuecore-server migrate
