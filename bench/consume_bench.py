@@ -164,59 +164,93 @@ async def qc_drain(server: Server, topic: str, consumers: int, count: int) -> fl
     return count / elapsed
 
 
-async def qc_latency(server: Server, seconds: float, rate: int) -> tuple[float, float]:
+async def qc_latency_run(
+    server: Server,
+    seconds: float,
+    rate: int,
+    *,
+    delivery: str = "exactly-once",
+    acks: str | None = "per frame",
+) -> tuple[list[float], list[float]]:
+    """Publish one message at a time at ``rate`` for ``seconds`` through HTTP, with one WebSocket
+    consumer on a fresh 1-partition topic (none when ``acks`` is None); the consumer acks ``"per frame"``,
+    ``"every 20 ms"`` or ``"none"`` (then with ``maxInFlight`` 10,000). Returns the publish→deliver
+    latencies (empty without a consumer) and the publish answers' latencies, in seconds."""
     from websockets.asyncio.client import connect
 
-    topic = await qc_topic(server, 1, 0)
-    url = f"ws://127.0.0.1:{server.port}/v1/topics/{topic}/consume?group=g&startFrom=latest&maxInFlight=1000"
+    topic = await qc_topic(server, 1, 0, delivery)
     headers = {"Authorization": f"Bearer {server.key}"}
-    latencies: list[float] = []
     total = int(seconds * rate)
-    ws = await connect(url, additional_headers=headers)
-    json.loads(await ws.recv())
+    delivered: list[float] = []
+    answered: list[float] = []
+    ws: Any = None
+    tasks: list[asyncio.Task[None]] = []
+    if acks is not None:
+        max_in_flight = 10_000 if acks == "none" else 1000
+        url = (
+            f"ws://127.0.0.1:{server.port}/v1/topics/{topic}/consume"
+            f"?group=g&startFrom=latest&maxInFlight={max_in_flight}"
+        )
+        ws = await connect(url, additional_headers=headers)
+        json.loads(await ws.recv())  # welcome
+        unacked: list[str] = []
 
-    async def consume() -> None:
-        async for raw in ws:
-            frame = json.loads(raw)
-            if frame["type"] in ("message", "messages"):
+        async def consume() -> None:
+            async for raw in ws:
+                frame = json.loads(raw)
+                if frame["type"] not in ("message", "messages"):
+                    continue
                 now = time.perf_counter()
                 batch = frame["messages"] if frame["type"] == "messages" else [frame]
-                latencies.extend(now - m["data"]["sentAt"] for m in batch)
-                await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
-                if len(latencies) >= total:
+                delivered.extend(now - m["data"]["sentAt"] for m in batch)
+                if acks == "per frame":
+                    await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
+                elif acks == "every 20 ms":
+                    unacked.extend(m["id"] for m in batch)
+                if len(delivered) >= total:
                     return
 
-    reader = asyncio.create_task(consume())
+        async def ack_every_20_ms() -> None:
+            while True:
+                await asyncio.sleep(0.02)
+                if unacked:
+                    ids = unacked[:]
+                    unacked.clear()
+                    await ws.send(json.dumps({"type": "ack", "ids": ids}))
+
+        tasks.append(asyncio.create_task(consume()))
+        if acks == "every 20 ms":
+            tasks.append(asyncio.create_task(ack_every_20_ms()))
     pool = rawhttp.Pool("127.0.0.1", server.port, headers)
     path = f"/v1/topics/{topic}/messages"
-
-    async def publish(i: int) -> None:
-        status = await pool.post(path, json.dumps({"data": stamp(i)}).encode())
-        assert status == 201, status
-
-    await paced(rate, total, publish)
-    await pool.close()
-    await asyncio.wait_for(reader, 60)
-    await ws.close()
-    return percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
-
-
-async def qc_publish_latency(server: Server, seconds: float, rate: int) -> tuple[float, float]:
-    """The floor under publish→deliver: the publish answer alone (fsync'd append), same rate, no consumer."""
-    topic = await qc_topic(server, 1, 0)
-    pool = rawhttp.Pool("127.0.0.1", server.port, {"Authorization": f"Bearer {server.key}"})
-    path = f"/v1/topics/{topic}/messages"
-    latencies: list[float] = []
 
     async def publish(i: int) -> None:
         sent = time.perf_counter()
         status = await pool.post(path, json.dumps({"data": stamp(i)}).encode())
         assert status == 201, status
-        latencies.append(time.perf_counter() - sent)
+        answered.append(time.perf_counter() - sent)
 
-    await paced(rate, int(seconds * rate), publish)
+    await paced(rate, total, publish)
     await pool.close()
-    return percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
+    if tasks:
+        await asyncio.wait_for(tasks[0], 60)
+    for task in tasks[1:]:
+        task.cancel()
+    if ws is not None:
+        await ws.close()
+    return delivered, answered
+
+
+async def qc_latency(server: Server, seconds: float, rate: int) -> tuple[float, float]:
+    """publish→deliver p50/p99 in ms: one consumer acking every frame, exactly-once topic."""
+    delivered, _ = await qc_latency_run(server, seconds, rate)
+    return percentile(delivered, 0.5) * 1000, percentile(delivered, 0.99) * 1000
+
+
+async def qc_publish_latency(server: Server, seconds: float, rate: int) -> tuple[float, float]:
+    """The floor under publish→deliver: the publish answer alone (fsync'd append), same rate, no consumer."""
+    _, answered = await qc_latency_run(server, seconds, rate, acks=None)
+    return percentile(answered, 0.5) * 1000, percentile(answered, 0.99) * 1000
 
 
 def stamp(i: int) -> dict[str, Any]:

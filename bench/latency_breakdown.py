@@ -11,8 +11,8 @@ speed swings within minutes, so only shapes measured side by side compare):
 * **consumer, ack per frame, at-least-once**: the same on an ``at-least-once`` topic (acks answered at
   once, checkpointed lazily).
 
-Each round publishes at ``--rate`` for ``--seconds`` through HTTP (``rawhttp``); the shapes rotate their
-order every round. For each it reports publish→deliver (client clock, one process) and the publish
+Each round is ``consume_bench.qc_latency_run``: ``--rate`` msgs/s for ``--seconds`` through HTTP; the
+shapes rotate their order every round. For each it reports publish→deliver (client clock, one process) and the publish
 answer, medians over rounds, beside the server's CPU: its main thread (the event loop) and all threads.
 
     .venv/bin/python bench/latency_breakdown.py [--rounds 6] [--seconds 2] [--rate 1000]
@@ -35,7 +35,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import consume_bench as cb
-import rawhttp
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -74,71 +73,10 @@ class Cpu:
 
 
 async def one_round(server: cb.Server, cpu: Cpu, shape: str, seconds: float, rate: int) -> dict[str, float]:
-    from websockets.asyncio.client import connect
-
     delivery, acks = SHAPES[shape]
-    topic = await cb.qc_topic(server, 1, 0, delivery)
-    headers = {"Authorization": f"Bearer {server.key}"}
-    total = int(seconds * rate)
-    delivered: list[float] = []
-    answered: list[float] = []
-    ws: Any = None
-    tasks: list[asyncio.Task[None]] = []
-    if acks is not None:
-        max_in_flight = 10_000 if acks == "none" else 1000
-        url = (
-            f"ws://127.0.0.1:{server.port}/v1/topics/{topic}/consume"
-            f"?group=g&startFrom=latest&maxInFlight={max_in_flight}"
-        )
-        ws = await connect(url, additional_headers=headers)
-        json.loads(await ws.recv())  # welcome
-        unacked: list[str] = []
-
-        async def consume() -> None:
-            async for raw in ws:
-                frame = json.loads(raw)
-                if frame["type"] not in ("message", "messages"):
-                    continue
-                now = time.perf_counter()
-                batch = frame["messages"] if frame["type"] == "messages" else [frame]
-                delivered.extend(now - m["data"]["sentAt"] for m in batch)
-                if acks == "per frame":
-                    await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
-                elif acks == "every 20 ms":
-                    unacked.extend(m["id"] for m in batch)
-                if len(delivered) >= total:
-                    return
-
-        async def ack_every_20_ms() -> None:
-            while True:
-                await asyncio.sleep(0.02)
-                if unacked:
-                    ids = unacked[:]
-                    unacked.clear()
-                    await ws.send(json.dumps({"type": "ack", "ids": ids}))
-
-        tasks.append(asyncio.create_task(consume()))
-        if acks == "every 20 ms":
-            tasks.append(asyncio.create_task(ack_every_20_ms()))
-    pool = rawhttp.Pool("127.0.0.1", server.port, headers)
-    path = f"/v1/topics/{topic}/messages"
-
-    async def publish(i: int) -> None:
-        sent = time.perf_counter()
-        status = await pool.post(path, json.dumps({"data": cb.stamp(i)}).encode())
-        assert status == 201, status
-        answered.append(time.perf_counter() - sent)
-
-    start = cpu.sample()
-    await cb.paced(rate, total, publish)
-    await pool.close()
-    if tasks:
-        await asyncio.wait_for(tasks[0], 60)
+    start = cpu.sample()  # the topic's creation and the connection count too: a few ms of the round
+    delivered, answered = await cb.qc_latency_run(server, seconds, rate, delivery=delivery, acks=acks)
     main, process = Cpu.percent(start, cpu.sample())
-    for task in tasks[1:]:
-        task.cancel()
-    if ws is not None:
-        await ws.close()
     figures = {
         "answer_p50_ms": cb.percentile(answered, 0.5) * 1000,
         "answer_p99_ms": cb.percentile(answered, 0.99) * 1000,
