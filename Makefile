@@ -22,7 +22,7 @@ lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q --upgrade pip
 	.lock-venv/bin/pip install -q -e '.[dev]' uvloop httptools -e sdk
-	{ head -n 3 constraints.txt; .lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
+	{ grep '^#' constraints.txt; .lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf .lock-venv
 
