@@ -159,11 +159,16 @@ async def materialize(
     """Turn in-flight leases of ``part`` into lease rows held by the member (a nack, a timeout: the
     retry schedule and the DLQ work on rows). False when fenced (the partition is not the member's)."""
     rows = [LeaseState(part.partition, o, member_id, 1, part.in_flight[o], False) for o in offsets]
+    gone = set(offsets)
+    # The floor once these are rows: the checkpoint moves to it in the same unit of work, so that an ack
+    # of the row later commits past it even if nothing else is acked meanwhile.
+    floor = next((o for o in part.in_flight if o not in gone), part.position)
     async with metadata.session() as session:
         repo = GroupRepository.from_session(session)
         if not await repo.lock_owned(group_id, member_id, part.partition, part.epoch):
             return False
         await repo.put_leases(group_id, rows)
+        await repo.checkpoint(group_id, member_id, part.partition, part.epoch, floor, release=False)
     for offset in offsets:
         del part.in_flight[offset]
     return True
