@@ -178,6 +178,13 @@ async def consume(websocket: WebSocket, name: str) -> None:
         delivery.result()  # raises what stopped it
     except (WebSocketDisconnect, RuntimeError, OSError) as exc:
         logger.debug("websocket closed: %s", exc)
+    except BrokerError as exc:
+        # The member cannot go on for a reason of the product's (its topic was deleted): said in an
+        # ``error`` frame, then a normal close. Not a server fault, so not logged as one.
+        logger.info("push delivery ended: %s", exc.code, extra={"requestId": request_id})
+        with contextlib.suppress(Exception):
+            await send(_error_frame(request_id, exc))
+            await websocket.close(code=1000)
     except Exception:
         logger.exception("push delivery failed", extra={"requestId": request_id})
         with contextlib.suppress(Exception):

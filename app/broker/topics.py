@@ -207,6 +207,12 @@ async def delete_topic(metadata: MetadataStore, log: LogEngine, scope: Scope, na
     return topic.id
 
 
+async def exists(metadata: MetadataStore, topic_id: str) -> bool:
+    """Whether the topic with this id still exists (a long-lived consumer asks after a failure)."""
+    async with metadata.session() as session:
+        return await session.get(Topic, topic_id) is not None
+
+
 async def sweep_orphan_logs(session: AsyncSession, log: LogEngine, log_topic_ids: set[str]) -> int:
     """Delete engine logs whose topic row no longer exists (a crash between commit and file removal)."""
     known = await TopicRepository.from_session(session).all_ids()

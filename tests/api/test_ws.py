@@ -197,6 +197,31 @@ class TestUpgrade:
         await c.close()
 
 
+class TestTopicDeleted:
+    @pytest.mark.parametrize("holding", [True, False], ids=["holding-a-message", "idle"])
+    async def test_the_member_gets_topic_not_found_and_a_normal_close(self, api: Api, holding: bool) -> None:
+        topic = api.topic(partitions=2, delivery="exactly-once")
+        c = await Consumer.open(api, topic)
+        if holding:
+            api.publish(topic, 1)
+            await c.messages(1)
+        api.ok("DELETE", f"/v1/topics/{topic}")
+        error = (await c.until("error"))["error"]
+        assert error["code"] == "TOPIC_NOT_FOUND" and error["status"] == 404 and topic in error["message"]
+        with pytest.raises(websockets.ConnectionClosedOK):
+            await c.frame()
+        assert c.ws.close_code == 1000
+        # A product answer, not a server fault: nothing about this member is logged as an error.
+        assert api.server.log_path is not None
+        member = c.welcome["memberId"]
+        errors = [
+            line
+            for line in api.server.log_path.read_text().splitlines()
+            if '"level":"error"' in line and (topic in line or member in line or "UnknownLog" in line)
+        ]
+        assert errors == []
+
+
 class TestAcks:
     async def test_acked_once_durable_and_never_redelivered(self, api: Api) -> None:
         topic = api.topic(partitions=2, delivery="exactly-once", ackTimeout="1s")

@@ -44,13 +44,19 @@ from typing import Any
 
 import orjson
 
-from app.broker import durations, message_ids
+from app.broker import durations, message_ids, topics
 from app.broker.delivery import checkpoints, leases, membership
 from app.broker.delivery.checkpoints import HeldPartition
-from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
+from app.broker.errors import (
+    BrokerError,
+    InvalidRequest,
+    MemberNotFound,
+    StaleGeneration,
+    TopicNotFound,
+)
 from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
-from app.stores.log.protocol import LogEngine
+from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import OwnedPartition
 
@@ -377,10 +383,24 @@ class PushMember:
                     return
                 if not sent:
                     await self._wait()
+        except UnknownLog:
+            raise TopicNotFound(self._topic.name) from None
+        except Exception:
+            # A topic deleted under a live member fails wherever the loop was (its log, its group's
+            # rows): that is the topic's end, told to the client as such, not an internal error.
+            if not self._stopped and not await self._topic_exists():
+                raise TopicNotFound(self._topic.name) from None
+            raise
         finally:
             self._beats_stopped = True
             self._beat_wakeup.set()
             await asyncio.gather(beats, return_exceptions=True)
+
+    async def _topic_exists(self) -> bool:
+        try:
+            return await topics.exists(self._metadata, self._topic.id)
+        except Exception:  # noqa: BLE001 - the store is down: not known to be gone
+            return True
 
     async def _fenced(self, step: Callable[[], Awaitable[bool]]) -> bool | None:
         """``step()``; None if it found the member stale or evicted, and it rejoined instead."""
@@ -600,6 +620,9 @@ class PushMember:
                     self._acking = asyncio.ensure_future(self._settle_acks())
                 return
             answer = await self._settle_other(frame)
+        except UnknownLog:
+            await self._send(self._render_error(TopicNotFound(self._topic.name)))
+            return
         except BrokerError as error:
             await self._send(self._render_error(error))
             return
