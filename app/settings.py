@@ -61,8 +61,8 @@ class Settings(BaseSettings):
     usage_metering: bool = True
     # How long a publish idempotency key is remembered per topic.
     idempotency_window_ms: int = 24 * 3600 * 1000
-    # WebSocket keepalive: a connection that stops answering pings is closed, and its member leaves the
-    # group, within interval + timeout + the 1 s close timeout = 6 s, inside the default 10 s sessionTimeout.
+    # WebSocket keepalive: a connection silent for interval + timeout is closed. Push connections use
+    # their group's sessionTimeout as that limit instead (pinged every third of it, at most every interval).
     ws_ping_interval_seconds: float = 2.0
     ws_ping_timeout_seconds: float = 3.0
     # permessage-deflate on push connections: off by default, it cost the server more CPU per frame

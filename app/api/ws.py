@@ -139,7 +139,7 @@ async def consume(websocket: WebSocket, name: str) -> None:
     try:
         await send(await member.join())
         tune = websocket.scope.get("extensions", {}).get(KEEPALIVE, {}).get("tune")
-        if tune is not None:  # a silent peer must be dropped within the group's sessionTimeout
+        if tune is not None:  # a peer silent for the group's sessionTimeout is gone (and not sooner)
             tune(member.session_timeout_ms / 1000)
         delivery = asyncio.create_task(member.deliver(), name=f"push-{member.member_id}")
         # Frames are received in this task; should the delivery loop end on its own (an error), it
