@@ -34,6 +34,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
     "INVALID_REQUEST": 400,
+    "OFFSET_OUT_OF_RANGE": 400,
     "TOPIC_ALREADY_EXISTS": 409,
     "GROUP_ACTIVE": 409,
     "STALE_GENERATION": 409,
@@ -54,7 +55,7 @@ class ApiError(Exception):
         code: str,
         message: str,
         status: int | None = None,
-        details: list[dict[str, str]] | None = None,
+        details: list[dict[str, Any]] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -72,6 +73,9 @@ class ApiError(Exception):
 class ErrorDetail(BaseModel):
     field: str
     issue: str
+    # OFFSET_OUT_OF_RANGE only: the partition's bounds.
+    earliestOffset: int | None = None
+    latestOffset: int | None = None
 
 
 class ErrorBody(BaseModel):
@@ -93,7 +97,7 @@ def error_response(
     code: str,
     message: str,
     status: int,
-    details: list[dict[str, str]] | None = None,
+    details: list[dict[str, Any]] | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
     body: dict[str, Any] = {"code": code, "message": message, "status": status, "requestId": request_id}

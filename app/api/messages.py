@@ -167,7 +167,7 @@ async def get_message(name: str, message_id: str, key: AdminKey, services: Servi
 @router.get(
     "/partitions/{partition}/messages",
     response_model=MessagePage,
-    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND"),
+    responses=responses("INVALID_REQUEST", "OFFSET_OUT_OF_RANGE", *_AUTH, "TOPIC_NOT_FOUND"),
 )
 async def read_partition(
     name: str,

@@ -5,7 +5,7 @@
      │                       ProjectNotFound, ApiKeyNotFound, UserNotFound
      ├── Conflict            TopicAlreadyExists, KeyLimitReached, GroupActive, StaleGeneration,
      │                       ProjectAlreadyExists, UserAlreadyExists
-     ├── InvalidRequest      a value the domain refuses (with optional field details)
+     ├── InvalidRequest      a value the domain refuses (with optional field details); OffsetOutOfRange
      ├── PayloadTooLarge
      └── Unavailable         a store cannot meet its promise right now
 
@@ -15,7 +15,7 @@ exit codes. Nothing here knows about HTTP.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class BrokerError(Exception):
@@ -23,7 +23,7 @@ class BrokerError(Exception):
 
     code: ClassVar[str] = "INTERNAL_ERROR"
 
-    def __init__(self, message: str, *, details: list[dict[str, str]] | None = None) -> None:
+    def __init__(self, message: str, *, details: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
@@ -115,6 +115,19 @@ class InvalidRequest(BrokerError):
     def field(cls, field: str, issue: str) -> InvalidRequest:
         """A refusal of one field's value, with the field named in ``details``."""
         return cls(f"Invalid value for '{field}': {issue}", details=[{"field": field, "issue": issue}])
+
+
+class OffsetOutOfRange(InvalidRequest):
+    """A read from beyond the end of a partition; ``details`` give both bounds."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(self, field: str, offset: int, earliest: int, latest: int) -> None:
+        issue = f"{offset} is beyond the partition's latest offset {latest} (the next to be written)"
+        super().__init__(
+            f"Invalid value for '{field}': {issue}.",
+            details=[{"field": field, "issue": issue, "earliestOffset": earliest, "latestOffset": latest}],
+        )
 
 
 class PayloadTooLarge(BrokerError):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.broker import message_ids
-from app.broker.errors import InvalidRequest, MessageNotFound
+from app.broker.errors import InvalidRequest, MessageNotFound, OffsetOutOfRange
 from app.broker.publishing import TopicRef, render_message
 from app.stores.log.protocol import LogEngine
 
@@ -47,7 +47,9 @@ async def read_partition(
     from_timestamp: str | None = None,
     limit: int = 100,
 ) -> StreamPage:
-    """Up to ``limit`` committed messages from an offset or a time; below the earliest starts there."""
+    """Up to ``limit`` committed messages from an offset or a time; below the earliest starts there.
+    At the end (``fromOffset`` = latest) the page is empty with ``next_offset`` = latest; beyond it the
+    read is refused (``OffsetOutOfRange``), so a reader following ``next_offset`` never skips a message."""
     check_partition(topic, partition)
     if not 1 <= limit <= MAX_READ:
         raise InvalidRequest.field("limit", f"must be between 1 and {MAX_READ}")
@@ -60,10 +62,12 @@ async def read_partition(
             start = max(start, from_offset)
     else:
         start = from_offset if from_offset is not None else info.earliest_offset
+    if from_offset is not None and from_offset > info.latest_offset:
+        raise OffsetOutOfRange("fromOffset", from_offset, info.earliest_offset, info.latest_offset)
     start = max(start, info.earliest_offset)
     records = await log.read(topic.id, partition, start, max_records=limit, max_bytes=8 << 20)
     rendered = [render_message(topic.name, topic, topic.id, partition, r) for r in records]
-    next_offset = records[-1].offset + 1 if records else min(start, max(info.latest_offset, start))
+    next_offset = records[-1].offset + 1 if records else min(start, info.latest_offset)
     return StreamPage(rendered, next_offset, info.earliest_offset)
 
 

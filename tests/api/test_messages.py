@@ -256,6 +256,29 @@ class TestStreamRead:
         empty = await read_all(client, prod, "order.events", 1, fromOffset=10)
         assert empty["data"] == [] and empty["nextOffset"] == 10
 
+    async def test_past_the_end_is_refused_with_both_bounds_and_a_follower_never_skips(
+        self, client, prod, topic
+    ):
+        await client.post(
+            "/v1/topics/order.events/messages/batch",
+            json={"messages": [{"data": i, "partition": 2} for i in range(3)]},
+            headers=prod,
+        )
+        r = await client.get(
+            "/v1/topics/order.events/partitions/2/messages", params={"fromOffset": 999999}, headers=prod
+        )
+        [detail] = assert_envelope(r, 400, "OFFSET_OUT_OF_RANGE")["details"]
+        assert detail["field"] == "fromOffset"
+        assert (detail["earliestOffset"], detail["latestOffset"]) == (0, 3)
+        # At the end: empty, and nextOffset is the latest offset, where the next message will be.
+        end = await read_all(client, prod, "order.events", 2, fromOffset=3)
+        assert end["data"] == [] and end["nextOffset"] == 3
+        await client.post(
+            "/v1/topics/order.events/messages", json={"data": "next", "partition": 2}, headers=prod
+        )
+        after = await read_all(client, prod, "order.events", 2, fromOffset=end["nextOffset"])
+        assert [m["data"] for m in after["data"]] == ["next"] and after["nextOffset"] == 4
+
     async def test_from_timestamp(self, client, prod, topic):
         await client.post(
             "/v1/topics/order.events/messages", json={"data": "old", "partition": 0}, headers=prod
