@@ -15,10 +15,16 @@ Two things are changed:
   (by default the server-wide ``ping_interval + ping_timeout``). Pings only make a live but idle peer
   speak. The ``KEEPALIVE`` scope extension lets the app set one connection's limit (a push member's is
   its group's ``sessionTimeout``: a GC pause or a network hiccup shorter than that is not a death).
+
+And one false alarm is dropped: uvicorn logs "ASGI callable returned without completing handshake" at
+ERROR after an upgrade the app *refused* with an HTTP answer (401, 404, …). A refusal is a normal answer,
+logged at INFO with its request id by the request log; only a handshake that really went unanswered
+(uvicorn then sends a 500) is still an error.
 """
 
 from __future__ import annotations
 
+import logging
 from asyncio import TimerHandle
 from typing import Any
 
@@ -32,6 +38,25 @@ _MIN_PING_INTERVAL = 0.25
 _PINGS_PER_LIMIT = 3  # a live peer answers about this many pings within the silence limit
 
 
+_NO_HANDSHAKE = "ASGI callable returned without completing handshake."
+
+
+class _RefusalAwareLogger:
+    """uvicorn's logger for one connection, less the false alarm after a refused upgrade."""
+
+    def __init__(self, logger: logging.Logger, protocol: WebSocketProtocol) -> None:
+        self._logger = logger
+        self._protocol = protocol
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+    def error(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        if msg == _NO_HANDSHAKE and self._protocol.initial_response is not None:
+            return  # the app answered the upgrade with an HTTP response: a refusal, not a fault
+        self._logger.error(msg, *args, **kwargs)
+
+
 class WebSocketProtocol(WebSocketsSansIOProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -43,6 +68,7 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         self.ping_timeout = None
         self.last_heard = 0.0
         self.silence_timer: TimerHandle | None = None
+        self.logger = _RefusalAwareLogger(self.logger, self)  # type: ignore[assignment]
 
     async def run_asgi(self) -> None:
         self.scope["extensions"][KEEPALIVE] = {"tune": self.detect_silence_within}

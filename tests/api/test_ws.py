@@ -183,6 +183,14 @@ class TestUpgrade:
         assert f'method="WS",{route},status="401"' in metrics
         assert f'method="WS",{route},status="404"' in metrics
         assert f'method="WS",{route},status="500"' not in metrics
+        # A refusal is a normal answer: logged at INFO with its request id, never as a server error.
+        assert api.server.log_path is not None
+        lines = [json.loads(line) for line in api.server.log_path.read_text().splitlines() if line]
+        assert not [x for x in lines if x["level"] == "error" and "handshake" in x["msg"]]
+        refused = [
+            x for x in lines if x.get("route") == "/v1/topics/{name}/consume" and x.get("status") == 404
+        ]
+        assert refused and all(x["level"] == "info" and x["requestId"].startswith("req_") for x in refused)
 
     async def test_malformed_frames_get_an_error_frame_not_a_disconnect(self, api: Api) -> None:
         topic = api.topic()
