@@ -163,7 +163,10 @@ def _validation_details(exc: RequestValidationError) -> tuple[str, list[dict[str
         loc = tuple(err.get("loc", ()))
         if kind == "json_invalid":
             return "The request body is not valid JSON.", [{"field": "body", "issue": "malformed JSON"}]
-        if kind == "extra_forbidden":
+        if kind == "fixed_field":  # a request model names the field it refuses (``ctx``)
+            loc = (*loc, str((err.get("ctx") or {}).get("field", "")))
+            issue = str(err.get("msg", "cannot be changed"))
+        elif kind == "extra_forbidden":
             issue = "unknown field"
         elif kind == "missing":
             issue = "required"

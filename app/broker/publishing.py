@@ -119,6 +119,11 @@ class Placed(NamedTuple):
     latency_ms: int
 
 
+_ENVELOPE_HINT = (
+    'the message goes in "data": send {"data": <your JSON>} (with optional "key", "headers", "partition")'
+)
+
+
 def _field_error(field: str, issue: str, index: int | None) -> InvalidRequest:
     return InvalidRequest.field(field if index is None else f"messages[{index}].{field}", issue)
 
@@ -136,6 +141,8 @@ def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key:
         )
     unknown = item.keys() - (_BATCH_FIELDS if allow_idempotency_key else _SINGLE_FIELDS)
     if unknown:
+        if "data" not in item:  # the message itself sent as the body: say where it goes
+            raise _field_error(min(unknown), f"unknown field; {_ENVELOPE_HINT}", index)
         raise _field_error(min(unknown), "unknown field", index)
     if "data" not in item:
         raise _field_error("data", "required", index)

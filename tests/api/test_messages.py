@@ -105,6 +105,15 @@ class TestPublish:
         described = (await client.get("/v1/topics/order.events", headers=prod)).json()
         assert all(p["latestOffset"] == 0 for p in described["partitionDetails"])
 
+    @pytest.mark.parametrize("path", ["messages", "messages/batch"])
+    async def test_the_bare_message_as_body_gets_a_hint_about_data(self, client, prod, topic, path):
+        message = {"orderId": "ord_123", "amount": 99.99}  # the docs' message, without {"data": ...}
+        body = message if path == "messages" else {"messages": [message]}
+        r = await client.post(f"/v1/topics/order.events/{path}", json=body, headers=prod)
+        error = assert_envelope(r, 400, "INVALID_REQUEST")
+        assert error["details"][0]["field"].endswith("amount")
+        assert '{"data": <your JSON>}' in error["message"]
+
     async def test_over_256_kib_is_413(self, client, prod, topic):
         r = await client.post(
             "/v1/topics/order.events/messages", json={"data": "x" * (256 * 1024)}, headers=prod

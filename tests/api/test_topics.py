@@ -169,11 +169,24 @@ class TestUpdateTopic:
             "TOPIC_NOT_FOUND",
         )
         await client.post("/v1/topics", json={"name": "u4"}, headers=prod)
-        _error(
-            await client.patch("/v1/topics/u4", json={"delivery": "at-least-once"}, headers=prod),
-            400,
-            "INVALID_REQUEST",
+        error = _error(
+            await client.patch("/v1/topics/u4", json={"colour": "blue"}, headers=prod), 400, "INVALID_REQUEST"
         )
+        assert error["details"] == [{"field": "colour", "issue": "unknown field"}]
+
+    @pytest.mark.parametrize(
+        ("body", "field", "says"),
+        [
+            ({"delivery": "at-least-once"}, "delivery", "cannot be changed after the topic is created"),
+            ({"name": "renamed", "retention": "1d"}, "name", "cannot be renamed"),
+        ],
+    )
+    async def test_fixed_fields_are_said_to_be_fixed(self, client, prod, body, field, says):
+        await client.post("/v1/topics", json={"name": "u5"}, headers=prod)
+        error = _error(await client.patch("/v1/topics/u5", json=body, headers=prod), 400, "INVALID_REQUEST")
+        assert error["details"][0]["field"] == field and says in error["message"]
+        topic = (await client.get("/v1/topics/u5", headers=prod)).json()
+        assert (topic["delivery"], topic["retention"]) == ("exactly-once", "7d")  # nothing changed
 
 
 class TestDeleteTopic:

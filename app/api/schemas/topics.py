@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from app.api.schemas.common import RequestBody, ResponseBody
 
@@ -16,9 +19,26 @@ class TopicCreate(RequestBody):
     partitions: int = Field(3, examples=[6], description="1 to 256")
 
 
+# Fields of a topic fixed at creation: a PATCH naming them is told so (not "unknown field").
+_FIXED = {
+    "name": "a topic cannot be renamed; create a topic with the new name",
+    "delivery": "cannot be changed after the topic is created; create a topic with the delivery you want",
+    "replicas": "cannot be changed after the topic is created",
+}
+
+
 class TopicUpdate(RequestBody):
     partitions: int | None = Field(None, description="increase only")
     retention: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_fixed_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for field, why in _FIXED.items():
+                if field in data:
+                    raise PydanticCustomError("fixed_field", why, {"field": field})
+        return data
 
 
 class Topic(ResponseBody):
