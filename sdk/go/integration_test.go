@@ -1,0 +1,454 @@
+package queuecore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	queuecore "github.com/queuecore/queuecore-go"
+	"github.com/queuecore/queuecore-go/option"
+)
+
+func TestTopicsLifecycle(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	name := unique("go.topics")
+	created, err := c.Topics.Create(ctx, queuecore.TopicCreateParams{Name: name, Retention: "30d", Delivery: "exactly-once", Partitions: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Name != name || created.Partitions != 6 || created.Retention != "30d" || created.Status != "active" || created.CreatedAt.IsZero() {
+		t.Fatalf("created %+v", created)
+	}
+	_, err = c.Topics.Create(ctx, queuecore.TopicCreateParams{Name: name})
+	if !errors.Is(err, queuecore.ErrTopicAlreadyExists) || !queuecore.IsConflict(err) {
+		t.Fatalf("second create: %v", err)
+	}
+	detail, err := c.Topics.Get(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(detail.PartitionDetails) != 6 || detail.ID != created.ID {
+		t.Fatalf("detail %+v", detail)
+	}
+	updated, err := c.Topics.Update(ctx, name, queuecore.TopicUpdateParams{Partitions: 8, Retention: "1d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if updated.Partitions != 8 || updated.Retention != "1d" {
+		t.Fatalf("updated %+v", updated)
+	}
+	if _, err := c.Topics.Update(ctx, name, queuecore.TopicUpdateParams{Partitions: 2}); !errors.Is(err, queuecore.ErrInvalidRequest) {
+		t.Fatalf("partition decrease: %v", err)
+	}
+	if err := c.Topics.Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Topics.Get(ctx, name)
+	var qerr *queuecore.Error
+	if !errors.As(err, &qerr) || qerr.Code != "TOPIC_NOT_FOUND" || qerr.Status != 404 || qerr.RequestID == "" || qerr.Message == "" {
+		t.Fatalf("get after delete: %#v", err)
+	}
+	if !errors.Is(err, queuecore.ErrTopicNotFound) || !errors.Is(err, queuecore.ErrNotFound) || !queuecore.IsNotFound(err) || errors.Is(err, queuecore.ErrGroupNotFound) {
+		t.Fatalf("sentinels do not match %v", err)
+	}
+}
+
+func TestTopicsListIteratesEveryPage(t *testing.T) {
+	c := newClient(t, option.WithAPIKey(keys["development"]))
+	ctx := testCtx(t)
+	want := map[string]bool{}
+	for i := 0; i < 7; i++ {
+		want[newTopic(t, c, 1)] = true
+	}
+	it := c.Topics.List(ctx, &queuecore.ListParams{Limit: 2})
+	seen := map[string]int{}
+	for it.Next() {
+		seen[it.Current().Name]++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name := range want {
+		if seen[name] != 1 {
+			t.Fatalf("topic %s seen %d times over the pages", name, seen[name])
+		}
+	}
+	all, err := c.Topics.List(ctx, nil).All()
+	if err != nil || len(all) != len(seen) {
+		t.Fatalf("All: %d topics, %v; pages gave %d", len(all), err, len(seen))
+	}
+}
+
+func TestPublishAndIdempotency(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	topic := newTopic(t, c, 3)
+	res, err := c.Publish(ctx, topic, map[string]any{"type": "order.created", "orderId": "ord_92jf8x", "amount": 9900}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ID == "" || res.Timestamp.IsZero() || res.Durability == "" || res.Replayed || res.RequestID == "" {
+		t.Fatalf("publish %+v", res)
+	}
+	key := unique("idem")
+	first, err := c.Publish(ctx, topic, "a", &queuecore.PublishParams{Key: "user-1", Headers: map[string]string{"h": "v"}, IdempotencyKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Publish(ctx, topic, "different body", &queuecore.PublishParams{IdempotencyKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Replayed || again.ID != first.ID || again.Offset != first.Offset {
+		t.Fatalf("replay %+v of %+v", again, first)
+	}
+	msg, err := c.Messages.Get(ctx, topic, first.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data string
+	if err := msg.Decode(&data); err != nil || data != "a" || msg.Key == nil || *msg.Key != "user-1" || msg.Headers["h"] != "v" {
+		t.Fatalf("message %+v (%v)", msg, err)
+	}
+	if err := msg.Ack(); !errors.Is(err, queuecore.ErrNotDelivered) {
+		t.Fatalf("ack of a read message: %v", err)
+	}
+	explicit, err := c.Publish(ctx, topic, nil, &queuecore.PublishParams{Partition: queuecore.Int(0)})
+	if err != nil || explicit.Partition != 0 {
+		t.Fatalf("explicit partition: %+v %v", explicit, err)
+	}
+	if _, err := c.Publish(ctx, unique("missing"), 1, nil); !errors.Is(err, queuecore.ErrTopicNotFound) {
+		t.Fatalf("missing topic: %v", err)
+	}
+}
+
+func TestPublishBatch(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	topic := newTopic(t, c, 2)
+	res, err := c.PublishBatch(ctx, topic, []any{
+		map[string]any{"type": "order.created", "orderId": "ord_a1b2c3", "amount": 4500},
+		map[string]any{"type": "order.created", "orderId": "ord_d4e5f6", "amount": 12000},
+		queuecore.BatchMessage{Data: map[string]any{"type": "order.updated"}, Key: "k", IdempotencyKey: "batch-item-1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Count != 3 || len(res.Messages) != 3 || res.Durability == "" {
+		t.Fatalf("batch %+v", res)
+	}
+	again, err := c.PublishBatch(ctx, topic, []any{&queuecore.BatchMessage{Data: 1, IdempotencyKey: "batch-item-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Messages[0].Replayed || again.Messages[0].ID != res.Messages[2].ID {
+		t.Fatalf("replayed item %+v vs %+v", again.Messages[0], res.Messages[2])
+	}
+	page, err := c.Messages.Read(ctx, topic, res.Messages[0].Partition, &queuecore.ReadParams{FromOffset: queuecore.Int64(0)})
+	if err != nil || len(page.Data) == 0 {
+		t.Fatalf("read %+v %v", page, err)
+	}
+	if _, err := c.PublishBatch(ctx, topic, nil); !errors.Is(err, queuecore.ErrInvalidRequest) {
+		t.Fatalf("empty batch: %v", err)
+	}
+}
+
+func TestInvalidKeyIsUnauthorized(t *testing.T) {
+	c := newClient(t, option.WithAPIKey("pq_test_sk_00000000000000000000000000000000"))
+	_, err := c.Topics.List(testCtx(t), nil).All()
+	if !errors.Is(err, queuecore.ErrInvalidAPIKey) || !queuecore.IsUnauthorized(err) {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	c := newClient(t)
+	h := c.Health(testCtx(t))
+	if h.Status != "ok" || !h.OK() || h.Version == "" || len(h.Checks) == 0 {
+		t.Fatalf("health %+v", h)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := newClient(t, option.WithBaseURL(fmt.Sprintf("http://127.0.0.1:%d", port)))
+	if h := down.Health(testCtx(t)); h.Status != "down" || h.OK() || h.Error == "" {
+		t.Fatalf("unreachable health %+v", h)
+	}
+}
+
+type collected struct {
+	mu   sync.Mutex
+	msgs []*queuecore.Message
+}
+
+func (c *collected) add(m *queuecore.Message) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs = append(c.msgs, m)
+	return len(c.msgs)
+}
+
+func (c *collected) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.msgs)
+}
+
+func consumeAll(t *testing.T, transport queuecore.Transport) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	topic := newTopic(t, c, 3)
+	const n = 60
+	batch := make([]any, n)
+	for i := range batch {
+		batch[i] = queuecore.BatchMessage{Data: map[string]int{"i": i}, Key: fmt.Sprint("k", i%5)}
+	}
+	if _, err := c.PublishBatch(ctx, topic, batch); err != nil {
+		t.Fatal(err)
+	}
+	var errs []error
+	var errMu sync.Mutex
+	consumer, err := c.Consume(ctx, topic, queuecore.ConsumeParams{Group: "g", StartFrom: "earliest", Transport: transport,
+		OnError: func(err error) { errMu.Lock(); errs = append(errs, err); errMu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &collected{}
+	done := make(chan error, 1)
+	go func() {
+		done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error {
+			got.add(msg)
+			return msg.Ack()
+		})
+	}()
+	eventually(t, "every message handled", func() bool { return got.len() >= n })
+	if err := consumer.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Start returned %v", err)
+	}
+	// Offset order per partition, each message once, with the documented fields.
+	last := map[int]int64{}
+	ids := map[string]bool{}
+	for _, m := range got.msgs {
+		if prev, ok := last[m.Partition]; ok && m.Offset <= prev {
+			t.Fatalf("partition %d: offset %d after %d", m.Partition, m.Offset, prev)
+		}
+		last[m.Partition] = m.Offset
+		if ids[m.ID] || m.Topic != topic || m.Attempt != 1 || m.AckDeadline.IsZero() {
+			t.Fatalf("message %+v", m)
+		}
+		ids[m.ID] = true
+	}
+	if len(ids) != n {
+		t.Fatalf("%d distinct messages, want %d", len(ids), n)
+	}
+	// Close confirmed the acks: the group's lag is 0 on every partition.
+	offsets, err := c.Offsets.List(ctx, topic, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range offsets {
+		if o.Lag != 0 {
+			t.Fatalf("after Close: %+v", offsets)
+		}
+	}
+	if err := got.msgs[0].Ack(); !errors.Is(err, queuecore.ErrConsumerClosed) {
+		t.Fatalf("ack after close: %v", err)
+	}
+	errMu.Lock()
+	defer errMu.Unlock()
+	if len(errs) != 0 {
+		t.Fatalf("errors reported: %v", errs)
+	}
+}
+
+func TestConsumeWebSocket(t *testing.T) { consumeAll(t, queuecore.TransportWebSocket) }
+
+func TestConsumePull(t *testing.T) { consumeAll(t, queuecore.TransportPull) }
+
+func TestConsumeMissingTopicEndsStart(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	for _, transport := range []queuecore.Transport{queuecore.TransportWebSocket, queuecore.TransportPull} {
+		consumer, err := c.Consume(ctx, unique("missing"), queuecore.ConsumeParams{Group: "g", Transport: transport, OnError: func(error) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = consumer.Start(ctx, func(context.Context, *queuecore.Message) error { return nil })
+		if !errors.Is(err, queuecore.ErrTopicNotFound) {
+			t.Fatalf("%s: Start returned %v", transport, err)
+		}
+	}
+}
+
+func TestGroupsOffsetsAndDLQ(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	topic := newTopic(t, c, 1)
+	const group = "dlq-group"
+	for i := 0; i < 3; i++ {
+		if _, err := c.Publish(ctx, topic, map[string]int{"i": i}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every attempt fails; with no retries the messages go straight to the DLQ.
+	consumer, err := c.Consume(ctx, topic, queuecore.ConsumeParams{Group: group, StartFrom: "earliest", OnError: func(error) {},
+		DeadLetter: &queuecore.DeadLetter{MaxRetries: queuecore.Int(0), RetryDelay: "0s", AlertThreshold: queuecore.Int(100)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error {
+			return fmt.Errorf("cannot process %d", msg.Offset)
+		})
+	}()
+	var page *queuecore.DeadLetterPage
+	eventually(t, "three dead letters", func() bool {
+		page, err = c.DLQ.Inspect(ctx, topic, queuecore.DLQInspectParams{Group: group, Limit: 10})
+		return err == nil && page.Total == 3
+	})
+	if page.Data[0].Reason == "" || page.Data[0].MessageID == "" {
+		t.Fatalf("dead letter %+v", page.Data[0])
+	}
+	groups, err := c.ConsumerGroups.List(ctx, topic)
+	if err != nil || len(groups) != 1 || groups[0].Name != group || groups[0].Consumers != 1 {
+		t.Fatalf("groups %+v %v", groups, err)
+	}
+	desc, err := c.ConsumerGroups.Describe(ctx, topic, group)
+	if err != nil || desc.Config.DeadLetter == nil || *desc.Config.DeadLetter.MaxRetries != 0 || len(desc.Partitions) != 1 {
+		t.Fatalf("describe %+v %v", desc, err)
+	}
+	if _, err := c.ConsumerGroups.ResetOffsets(ctx, topic, group, queuecore.ResetOffsetsParams{To: "earliest"}); !errors.Is(err, queuecore.ErrGroupActive) {
+		t.Fatalf("reset of an active group: %v", err)
+	}
+	if err := consumer.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	off, err := c.Offsets.Get(ctx, topic, queuecore.OffsetGetParams{Group: group, Partition: 0})
+	if err != nil || off.Current != 3 || off.Latest != 3 || off.Lag != 0 {
+		t.Fatalf("offset %+v %v", off, err)
+	}
+	// Replay one, delete one, replay the rest; then a consumer that acks gets the two replayed back.
+	sort.Slice(page.Data, func(i, j int) bool { return page.Data[i].Offset < page.Data[j].Offset })
+	if r, err := c.DLQ.Replay(ctx, topic, group, page.Data[0].MessageID); err != nil || !r.Replayed {
+		t.Fatalf("replay %+v %v", r, err)
+	}
+	if err := c.DLQ.Delete(ctx, topic, group, page.Data[1].MessageID); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.DLQ.ReplayAll(ctx, topic, group, nil); err != nil || r.Replayed != 1 {
+		t.Fatalf("replay all %+v %v", r, err)
+	}
+	audit, err := c.DLQ.Audit(ctx, topic, group, &queuecore.ListParams{Limit: 1}).All()
+	if err != nil || len(audit) != 3 {
+		t.Fatalf("audit %+v %v", audit, err)
+	}
+	if _, err := c.ConsumerGroups.Update(ctx, topic, group, queuecore.ConsumerGroupUpdateParams{RemoveDeadLetter: true}); err != nil {
+		t.Fatal(err)
+	}
+	consumer, err = c.Consume(ctx, topic, queuecore.ConsumeParams{Group: group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &collected{}
+	go func() {
+		done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error {
+			got.add(msg)
+			return msg.Ack()
+		})
+	}()
+	eventually(t, "two replayed messages", func() bool { return got.len() >= 2 })
+	if err := consumer.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	replayed := map[string]bool{page.Data[0].MessageID: true, page.Data[2].MessageID: true}
+	for _, m := range got.msgs {
+		if !replayed[m.ID] || m.Attempt != 1 {
+			t.Fatalf("redelivered %+v, want one of %v", m, replayed)
+		}
+	}
+	// Offsets: seek, reset (while stopped too), and the stopped-group reset.
+	if s, err := c.Offsets.Seek(ctx, topic, queuecore.OffsetSeekParams{Group: group, Partition: 0, Offset: queuecore.Int64(1)}); err != nil || s.Offset != 1 {
+		t.Fatalf("seek %+v %v", s, err)
+	}
+	if pos, err := c.Offsets.Reset(ctx, topic, queuecore.OffsetResetParams{Group: group, To: "latest"}); err != nil || pos[0].Current != 3 {
+		t.Fatalf("reset %+v %v", pos, err)
+	}
+	if pos, err := c.ConsumerGroups.ResetOffsets(ctx, topic, group, queuecore.ResetOffsetsParams{To: queuecore.ResetTo(2)}); err != nil || pos[0].Current != 2 {
+		t.Fatalf("reset-offsets %+v %v", pos, err)
+	}
+	if err := c.ConsumerGroups.Delete(ctx, topic, group); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ConsumerGroups.Describe(ctx, topic, group); !errors.Is(err, queuecore.ErrGroupNotFound) {
+		t.Fatalf("describe deleted group: %v", err)
+	}
+}
+
+func TestAlertsAndTokens(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	ep, err := c.Alerts.Set(ctx, queuecore.AlertEndpointParams{URL: "https://hooks.example.com/queuecore"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.Secret == "" || ep.State == "" {
+		t.Fatalf("endpoint %+v", ep)
+	}
+	got, err := c.Alerts.Get(ctx)
+	if err != nil || got.URL != ep.URL || got.Secret != "" {
+		t.Fatalf("get %+v %v", got, err)
+	}
+	if _, err := c.Alerts.Deliveries(ctx, nil).All(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Alerts.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Alerts.Get(ctx); !queuecore.IsNotFound(err) {
+		t.Fatalf("get deleted endpoint: %v", err)
+	}
+	topic := newTopic(t, c, 1)
+	tok, err := c.CreateWebSocketToken(ctx, topic, "g")
+	if err != nil || tok.Token == "" {
+		t.Fatalf("token %+v %v", tok, err)
+	}
+}
+
+func TestDataRoundTrip(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	topic := newTopic(t, c, 1)
+	raw := json.RawMessage(`{"nested":[1,2,{"x":null}],"s":"é"}`)
+	res, err := c.Publish(ctx, topic, raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := c.Messages.Get(ctx, topic, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	_ = json.Unmarshal(raw, &a)
+	_ = json.Unmarshal(msg.Data, &b)
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("%s != %s", msg.Data, raw)
+	}
+	_ = time.Second
+}

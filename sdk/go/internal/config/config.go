@@ -1,0 +1,22 @@
+// Package config holds the client settings that the option package sets. It is internal: customers set
+// them through option.With* functions only.
+package config
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Config is what NewClient builds the client from.
+type Config struct {
+	APIKey     string
+	APIKeySet  bool
+	BaseURL    string
+	Region     string
+	Timeout    time.Duration
+	MaxRetries int
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+	Headers    http.Header
+}

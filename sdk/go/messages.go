@@ -1,0 +1,239 @@
+package queuecore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PublishParams are the optional parts of a publish (nil for none).
+type PublishParams struct {
+	// Key picks the partition by a stable hash (same key, same partition, in order).
+	Key string
+	// Headers travel with the message.
+	Headers map[string]string
+	// Partition, when set, wins over Key.
+	Partition *int
+	// IdempotencyKey deduplicates the publish within the topic (24 h). Default: a fresh key per call,
+	// the same across the call's retries, so a retried publish never duplicates.
+	IdempotencyKey string
+}
+
+// PublishResult says where a published message landed; it is answered once the message is durable.
+type PublishResult struct {
+	ID         string    `json:"id"` // msg_…
+	Offset     int64     `json:"offset"`
+	Partition  int       `json:"partition"`
+	Timestamp  time.Time `json:"timestamp"`
+	Latency    int       `json:"latency"`    // server-side milliseconds
+	Durability string    `json:"durability"` // fsync or replicated:<n>
+	// Replayed is true when the idempotency key had been seen: nothing was appended, this is the
+	// original result.
+	Replayed bool `json:"replayed"`
+	// RequestID identifies the request.
+	RequestID string `json:"-"`
+}
+
+type publishBody struct {
+	Data      any               `json:"data"`
+	Key       string            `json:"key,omitempty"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	Partition *int              `json:"partition,omitempty"`
+}
+
+// Publish appends data (any value encoding/json takes; a json.RawMessage is sent as is) to topic.
+func (c *Client) Publish(ctx context.Context, topic string, data any, params *PublishParams) (*PublishResult, error) {
+	body := publishBody{Data: data}
+	key := ""
+	if params != nil {
+		body.Key, body.Headers, body.Partition = params.Key, params.Headers, params.Partition
+		key = params.IdempotencyKey
+	}
+	if key == "" {
+		key = newIdempotencyKey() // once, before the retries: they all carry it
+	}
+	var res PublishResult
+	resp, err := c.do(ctx, request{method: "POST", path: "/v1/topics/" + seg(topic) + "/messages", body: body,
+		idempotencyKey: key}, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.RequestID = resp.requestID
+	if strings.EqualFold(resp.header.Get("Idempotent-Replayed"), "true") {
+		res.Replayed = true
+	}
+	return &res, nil
+}
+
+// BatchMessage is one message of PublishBatch with its options; any other element of the batch is taken
+// as the data of a message without options.
+type BatchMessage struct {
+	Data           any               `json:"data"`
+	Key            string            `json:"key,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	Partition      *int              `json:"partition,omitempty"`
+	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+}
+
+// BatchItem says where one message of a batch landed.
+type BatchItem struct {
+	ID        string    `json:"id"`
+	Offset    int64     `json:"offset"`
+	Partition int       `json:"partition"`
+	Timestamp time.Time `json:"timestamp"`
+	Replayed  bool      `json:"replayed"` // its idempotency key had been seen; not written again
+}
+
+// BatchResult answers PublishBatch: every message was written atomically, in the order given.
+type BatchResult struct {
+	Count      int         `json:"count"`
+	Latency    int         `json:"latency"`
+	Durability string      `json:"durability"`
+	Messages   []BatchItem `json:"messages"`
+	RequestID  string      `json:"-"`
+}
+
+// MaxBatchSize is the most messages one PublishBatch takes.
+const MaxBatchSize = 1000
+
+// PublishBatch appends 1 to 1000 messages atomically: all are written or none. Each element is the data
+// of a message, or a BatchMessage / *BatchMessage with options. Every item gets an idempotency key
+// (unless it has one) once, so the call's retries never duplicate.
+func (c *Client) PublishBatch(ctx context.Context, topic string, messages []any) (*BatchResult, error) {
+	if len(messages) == 0 || len(messages) > MaxBatchSize {
+		return nil, &Error{Code: "INVALID_REQUEST", Message: "a batch holds 1 to 1000 messages, not " + strconv.Itoa(len(messages))}
+	}
+	items := make([]BatchMessage, len(messages))
+	for i, m := range messages {
+		switch v := m.(type) {
+		case BatchMessage:
+			items[i] = v
+		case *BatchMessage:
+			if v == nil {
+				return nil, &Error{Code: "INVALID_REQUEST", Message: "a nil *BatchMessage in the batch"}
+			}
+			items[i] = *v
+		default:
+			items[i] = BatchMessage{Data: m}
+		}
+		if items[i].IdempotencyKey == "" {
+			items[i].IdempotencyKey = newIdempotencyKey()
+		}
+	}
+	body := struct {
+		Messages []BatchMessage `json:"messages"`
+	}{items}
+	var res BatchResult
+	resp, err := c.do(ctx, request{method: "POST", path: "/v1/topics/" + seg(topic) + "/messages/batch", body: body}, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.RequestID = resp.requestID
+	return &res, nil
+}
+
+// Message is a stored message. Delivered by a consumer, it also has Attempt and AckDeadline and must be
+// settled with Ack, Nack or Extend.
+type Message struct {
+	ID        string            `json:"id"`
+	Topic     string            `json:"topic"`
+	Partition int               `json:"partition"`
+	Offset    int64             `json:"offset"`
+	Key       *string           `json:"key"` // nil when published without a key
+	Headers   map[string]string `json:"headers"`
+	// Data is the JSON value as published ("null" for a published null); see Decode.
+	Data      json.RawMessage `json:"data"`
+	Timestamp time.Time       `json:"timestamp"`
+	// Attempt is 1 on first delivery, +1 on every redelivery (consumers only).
+	Attempt int `json:"attempt,omitempty"`
+	// AckDeadline: unacked by then, the message is redelivered (consumers only).
+	AckDeadline time.Time `json:"ackDeadline,omitempty"`
+
+	settle *settler
+}
+
+// Decode unmarshals Data into v.
+func (m *Message) Decode(v any) error { return json.Unmarshal(m.Data, v) }
+
+// Ack marks the message processed: it is not delivered to this group again. It does not block: acks
+// go out in batches within milliseconds, and Consumer.Close waits until the server confirmed them.
+func (m *Message) Ack() error {
+	if m.settle == nil {
+		return ErrNotDelivered
+	}
+	return m.settle.add(settlement{kind: "ack", id: m.ID})
+}
+
+// Nack gives the message back for redelivery now, or after delay when it is positive; with a
+// dead-letter queue, to the queue once its retries are spent. reason is recorded with the dead letter.
+func (m *Message) Nack(reason string, delay time.Duration) error {
+	if m.settle == nil {
+		return ErrNotDelivered
+	}
+	return m.settle.add(settlement{kind: "nack", id: m.ID, reason: reason, delay: delay})
+}
+
+// Extend moves the ack deadline to d from now (1 s to 12 h).
+func (m *Message) Extend(d time.Duration) error {
+	if m.settle == nil {
+		return ErrNotDelivered
+	}
+	if d < time.Second {
+		return errors.New("queuecore: Extend takes 1 s to 12 h")
+	}
+	return m.settle.add(settlement{kind: "extend", id: m.ID, delay: d})
+}
+
+// MessagePage is a run of messages from one partition (Messages.Read).
+type MessagePage struct {
+	Data           []Message `json:"data"`
+	NextOffset     int64     `json:"nextOffset"`     // read from here next
+	EarliestOffset int64     `json:"earliestOffset"` // reads below it start there
+}
+
+// ReadParams says where to read a partition from: FromOffset, or FromTimestamp, else the start; Limit
+// 1–1000 (default 100).
+type ReadParams struct {
+	FromOffset    *int64
+	FromTimestamp *time.Time
+	Limit         int
+}
+
+// MessageService is client.Messages.
+type MessageService struct{ c *Client }
+
+// Get reads one message by id. ErrMessageNotFound when there is none.
+func (s *MessageService) Get(ctx context.Context, topic, id string) (*Message, error) {
+	var m Message
+	if _, err := s.c.do(ctx, request{method: "GET", path: "/v1/topics/" + seg(topic) + "/messages/" + seg(id)}, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Read reads a partition by offset, without a consumer group (browsing, replay). Follow NextOffset to
+// read on; an empty page means the end for now.
+func (s *MessageService) Read(ctx context.Context, topic string, partition int, params *ReadParams) (*MessagePage, error) {
+	q := url.Values{}
+	if params != nil {
+		if params.FromOffset != nil {
+			q.Set("fromOffset", strconv.FormatInt(*params.FromOffset, 10))
+		}
+		if params.FromTimestamp != nil {
+			q.Set("fromTimestamp", strconv.FormatInt(params.FromTimestamp.UnixMilli(), 10))
+		}
+		if params.Limit > 0 {
+			q.Set("limit", strconv.Itoa(params.Limit))
+		}
+	}
+	var page MessagePage
+	path := "/v1/topics/" + seg(topic) + "/partitions/" + strconv.Itoa(partition) + "/messages"
+	if _, err := s.c.do(ctx, request{method: "GET", path: path, query: q}, &page); err != nil {
+		return nil, err
+	}
+	return &page, nil
+}

@@ -1,0 +1,115 @@
+package queuecore
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+func itoa(v int) string { return strconv.Itoa(v) }
+
+// Topic is a named, partitioned log with a retention and a delivery guarantee.
+type Topic struct {
+	ID         string    `json:"id"`         // top_…
+	Name       string    `json:"name"`       //
+	Partitions int       `json:"partitions"` // 1–256; can be increased
+	Retention  string    `json:"retention"`  // <n>m, <n>h or <n>d
+	Delivery   string    `json:"delivery"`   // exactly-once or at-least-once
+	Replicas   int       `json:"replicas"`   // copies the engine keeps of each message
+	Status     string    `json:"status"`     // active
+	CreatedAt  time.Time `json:"createdAt"`
+}
+
+// PartitionDetail is the offsets and size of one partition.
+type PartitionDetail struct {
+	ID             int   `json:"id"`
+	EarliestOffset int64 `json:"earliestOffset"` // the first retained offset
+	LatestOffset   int64 `json:"latestOffset"`   // the next offset to be written
+	Messages       int64 `json:"messages"`
+	Bytes          int64 `json:"bytes"` // size on disk
+}
+
+// TopicDetail is a topic with per-partition offsets and sizes (Topics.Get).
+type TopicDetail struct {
+	Topic
+	PartitionDetails []PartitionDetail `json:"partitionDetails"`
+}
+
+// TopicCreateParams are the fields of a new topic; zero values take the server's defaults
+// (retention "7d", delivery "exactly-once", 3 partitions).
+type TopicCreateParams struct {
+	Name       string `json:"name"`
+	Retention  string `json:"retention,omitempty"`
+	Delivery   string `json:"delivery,omitempty"`
+	Partitions int    `json:"partitions,omitempty"`
+	Replicas   int    `json:"replicas,omitempty"`
+}
+
+// TopicUpdateParams changes a topic; zero values leave a field as it is. Partitions can only grow.
+type TopicUpdateParams struct {
+	Partitions int    `json:"partitions,omitempty"`
+	Retention  string `json:"retention,omitempty"`
+}
+
+// TopicService is client.Topics.
+type TopicService struct{ c *Client }
+
+// Create makes a topic. ErrTopicAlreadyExists (409) when the name is taken.
+func (s *TopicService) Create(ctx context.Context, params TopicCreateParams) (*Topic, error) {
+	var t Topic
+	_, err := s.c.do(ctx, request{method: "POST", path: "/v1/topics", body: params}, &t)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// List iterates over every topic of the environment, fetching pages lazily (params may be nil).
+func (s *TopicService) List(ctx context.Context, params *ListParams) *Iter[Topic] {
+	cursor := ""
+	if params != nil {
+		cursor = params.Cursor
+	}
+	first := true
+	return newIter(ctx, func(ctx context.Context, next string) ([]Topic, string, error) {
+		q := url.Values(params.query())
+		if first {
+			next, first = cursor, false
+		}
+		if next != "" {
+			q.Set("cursor", next)
+		}
+		var page struct {
+			Data       []Topic `json:"data"`
+			NextCursor string  `json:"nextCursor"`
+		}
+		_, err := s.c.do(ctx, request{method: "GET", path: "/v1/topics", query: q}, &page)
+		return page.Data, page.NextCursor, err
+	})
+}
+
+// Get describes a topic with its partitions. ErrTopicNotFound when it does not exist.
+func (s *TopicService) Get(ctx context.Context, name string) (*TopicDetail, error) {
+	var t TopicDetail
+	if _, err := s.c.do(ctx, request{method: "GET", path: "/v1/topics/" + seg(name)}, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Update adds partitions or changes the retention.
+func (s *TopicService) Update(ctx context.Context, name string, params TopicUpdateParams) (*Topic, error) {
+	var t Topic
+	_, err := s.c.do(ctx, request{method: "PATCH", path: "/v1/topics/" + seg(name), body: params}, &t)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Delete removes a topic with its data, groups and dead-letter queues.
+func (s *TopicService) Delete(ctx context.Context, name string) error {
+	_, err := s.c.do(ctx, request{method: "DELETE", path: "/v1/topics/" + seg(name)}, nil)
+	return err
+}
