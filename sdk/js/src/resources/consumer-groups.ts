@@ -1,0 +1,66 @@
+import { seg } from '../core/api-client.js';
+import { APIResource } from '../core/resource.js';
+import type {
+  ConsumerGroup,
+  ConsumerGroupSummary,
+  GroupUpdateParams,
+  PartitionPosition,
+  RequestOptions,
+} from '../types.js';
+
+export function groupPath(topic: string, group?: string): string {
+  const path = `/v1/topics/${seg(topic)}/groups`;
+  return group === undefined ? path : `${path}/${seg(group)}`;
+}
+
+/** List, describe, update and delete consumer groups; reset a stopped group's offsets. */
+export class ConsumerGroups extends APIResource {
+  /** The topic's groups: `[{name, consumers, lag}]`. */
+  async list(topic: string, options?: RequestOptions): Promise<ConsumerGroupSummary[]> {
+    const page = await this.client.requestObject<{ data: ConsumerGroupSummary[] }>({
+      method: 'GET',
+      path: groupPath(topic),
+      ...options,
+    });
+    return page.data;
+  }
+
+  /** A group: per partition its consumer, committed offset and lag; and its config. */
+  describe(topic: string, group: string, options?: RequestOptions): Promise<ConsumerGroup> {
+    return this.client.requestObject<ConsumerGroup>({ method: 'GET', path: groupPath(topic, group), ...options });
+  }
+
+  /** Create the group, or merge the settings given into its config (`deadLetter: null` removes the DLQ). */
+  update(topic: string, group: string, params: GroupUpdateParams = {}, options?: RequestOptions): Promise<ConsumerGroup> {
+    return this.client.requestObject<ConsumerGroup>({
+      method: 'PUT',
+      path: groupPath(topic, group),
+      body: params,
+      ...options,
+    });
+  }
+
+  /** Delete a group (`ConflictError` GROUP_ACTIVE while consumers are connected). */
+  async delete(topic: string, group: string, options?: RequestOptions): Promise<void> {
+    await this.client.request({ method: 'DELETE', path: groupPath(topic, group), ...options });
+  }
+
+  /**
+   * Move a stopped group to `earliest`, `latest` or an offset, on every partition (`ConflictError`
+   * GROUP_ACTIVE while consumers are connected; `offsets.reset` works while consuming).
+   */
+  async resetOffsets(
+    topic: string,
+    group: string,
+    params: { to: 'earliest' | 'latest' | number },
+    options?: RequestOptions,
+  ): Promise<PartitionPosition[]> {
+    const answer = await this.client.requestObject<{ data: PartitionPosition[] }>({
+      method: 'POST',
+      path: `${groupPath(topic, group)}/reset-offsets`,
+      body: { to: params.to },
+      ...options,
+    });
+    return answer.data;
+  }
+}
