@@ -143,6 +143,40 @@ class TestSync:
         assert got["a"] and got["b"]
         assert client.consumer_groups.describe(topic, group).consumers == 0
 
+    def test_stop_from_a_handler_starts_no_other_handler_and_releases_the_rest(
+        self, client, topic, transport
+    ):
+        # Ten messages on one partition, all received at once; the handler acks the first and stops.
+        publish(client, topic, [10, 0, 0])
+        group = unique("g")
+        handled: list[int] = []
+        consumer = client.consume(topic, transport=transport, group=group, start_from="earliest")
+
+        def handle(msg: queuecore.ConsumedMessage) -> None:
+            handled.append(msg.offset)
+            msg.ack()
+            consumer.stop()
+
+        consumer.on("message", handle)
+        thread = threading.Thread(target=consumer.start)
+        thread.start()
+        thread.join(30)
+        assert not thread.is_alive()
+        assert handled == [0]  # no handler call started after stop()
+        described = client.consumer_groups.describe(topic, group)
+        assert described.consumers == 0 and described.partitions[0].offset == 1  # only that ack
+        # Received but not handled: neither acked nor lost, the next member gets them.
+        rest: list[int] = []
+        second = client.consume(topic, transport=transport, group=group, start_from="earliest")
+
+        def take(msg: queuecore.ConsumedMessage) -> None:
+            rest.append(msg.offset)
+            msg.ack()
+
+        second.on("message", take)
+        run_sync(second, lambda: len(rest) >= 9)
+        assert sorted(set(rest)) == list(range(1, 10))
+
     def test_unknown_transport(self, client, topic):
         with pytest.raises(ValueError):
             client.consume(topic, group="g", transport="carrier-pigeon")  # type: ignore[arg-type]

@@ -361,6 +361,9 @@ class AsyncConsumer:
 
     async def _handle_in_order(self, run: list[ConsumedMessage]) -> None:
         for message in run:
+            if self._stopping:
+                # Received but not handled: neither acked nor lost (leaving the group releases them).
+                return
             for handler in self._handlers["message"]:
                 try:
                     await self._invoke(handler, message)
@@ -456,7 +459,10 @@ class AsyncConsumer:
 
     def stop(self) -> None:
         """Stop gracefully: no new polls, running handlers finish, pending acks are sent, the member leaves
-        the group. ``start()`` returns once that is done. Safe from any thread and from a handler."""
+        the group. ``start()`` returns once that is done. Safe from any thread and from a handler: once it
+        is called no new handler call starts, and messages received but not handled are not acked (they
+        are released to the group when this member leaves)."""
+        self._stopping = True  # at once, whatever thread: the next handler call checks it
         loop = self._loop
         if loop is None or not self._running:
             self._stopping = True
