@@ -457,7 +457,7 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
       for (;;) {
         const queue = this.#queues.get(partition);
         const message = queue?.shift();
-        if (!message || !this.#accepting) return;
+        if (!message || !this.#accepting || this.#stop.stopped) return;
         await this.#handle(message);
       }
     } finally {
@@ -672,6 +672,11 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
     const { acks, nacks, extends: extensions } = this.#pending.take();
     const sent: string[] = [];
     try {
+      // Extends first: an extend sent after the message's ack would only fail (ACK_EXPIRED).
+      for (const extension of extensions) {
+        socket.send(JSON.stringify({ type: 'extend', id: extension.id, seconds: extension.seconds }));
+        this.#unanswered += 1;
+      }
       for (let start = 0; start < acks.length; start += ACK_BATCH) {
         const ids = acks.slice(start, start + ACK_BATCH);
         socket.send(JSON.stringify({ type: 'ack', ids }));
@@ -683,10 +688,6 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
         if (nack.reason !== undefined) frame['reason'] = nack.reason;
         if (nack.delay !== undefined) frame['delay'] = nack.delay;
         socket.send(JSON.stringify(frame));
-        this.#unanswered += 1;
-      }
-      for (const extension of extensions) {
-        socket.send(JSON.stringify({ type: 'extend', id: extension.id, seconds: extension.seconds }));
         this.#unanswered += 1;
       }
     } catch {
@@ -841,6 +842,18 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
       if (retryable(error) && !this.#stop.stopped) fn();
       else void this.#emitError(error);
     };
+    for (const extension of extensions) {
+      try {
+        const answer = await this.#client.requestObject<{ failed?: unknown }>({
+          method: 'POST',
+          path: this.#path('/extend'),
+          body: { ...member, ids: [extension.id], seconds: extension.seconds },
+        });
+        this.#reportFailed(answer.failed, 'extend');
+      } catch (error) {
+        retry(() => this.#pending.extends.push(extension))(error);
+      }
+    }
     for (let start = 0; start < acks.length; start += 1000) {
       const ids = acks.slice(start, start + 1000);
       try {
@@ -863,18 +876,6 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
         this.#reportFailed(answer.failed, 'nack');
       } catch (error) {
         retry(() => this.#pending.nacks.push(nack))(error);
-      }
-    }
-    for (const extension of extensions) {
-      try {
-        const answer = await this.#client.requestObject<{ failed?: unknown }>({
-          method: 'POST',
-          path: this.#path('/extend'),
-          body: { ...member, ids: [extension.id], seconds: extension.seconds },
-        });
-        this.#reportFailed(answer.failed, 'extend');
-      } catch (error) {
-        retry(() => this.#pending.extends.push(extension))(error);
       }
     }
   }
