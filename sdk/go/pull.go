@@ -115,7 +115,9 @@ func (k *Consumer) pollLoop(ctx context.Context, m *pullMember, base string, han
 			}
 			body := map[string]any{"memberId": id, "generationId": gen, "maxMessages": k.params.MaxInFlight,
 				"waitSeconds": pullWaitSeconds}
-			if _, err := k.c.do(ctx, request{method: "POST", path: base + "/poll", body: body}, &out); err != nil {
+			// Not retried by the request loop: a lost answer must reach the loop below (see there).
+			zero := 0
+			if _, err := k.c.do(ctx, request{method: "POST", path: base + "/poll", body: body, maxRetries: &zero}, &out); err != nil {
 				return err
 			}
 			failures = 0
@@ -129,6 +131,17 @@ func (k *Consumer) pollLoop(ctx context.Context, m *pullMember, base string, han
 			continue
 		}
 		k.emit(err)
+		if IsConnectionError(err) {
+			// The poll's answer may have been lost with messages in it, which the server now counts as
+			// in flight to this member until their ack deadline. Settle what was handled, then leave and
+			// join afresh: leaving releases them at once.
+			k.pullFlush(ctx, m, base, false)
+			if id, _ := m.get(); id != "" {
+				if _, err := k.c.do(ctx, request{method: "DELETE", path: base + "/members/" + seg(id)}, nil); err == nil || IsNotFound(err) {
+					m.set("", 0)
+				}
+			}
+		}
 		if fatal(err) {
 			return err
 		}
