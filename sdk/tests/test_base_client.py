@@ -279,7 +279,7 @@ class TestAsyncLoop:
     async def test_timeouts(self, mock_async_client, recorder):
         client = mock_async_client(sequence(*[httpx.ConnectTimeout("slow") for _ in range(3)]))
         with pytest.raises(queuecore.APITimeoutError):
-            await client.health()
+            await client.topics.describe("x")
         assert len(recorder.sleeps) == 2
 
 
@@ -292,11 +292,22 @@ class TestHealth:
         assert len(recorder.requests) == 1
         assert "Authorization" not in recorder.requests[0].headers
 
-    def test_503_envelope_is_retried_and_raised(self, mock_client, recorder):
+    def test_503_envelope_is_retried_then_answered_down(self, mock_client, recorder):
         client = mock_client(sequence(unavailable(), unavailable(), unavailable()))
-        with pytest.raises(queuecore.ServiceUnavailableError):
-            client.health()
+        health = client.health()  # never raises for a service that is down
+        assert (health.status, health.ok, health.checks) == ("down", False, {})
+        assert health.error is not None and "SERVICE_UNAVAILABLE" in health.error
         assert len(recorder.requests) == 3
+
+    async def test_timeouts_answer_down(self, mock_async_client, recorder):
+        client = mock_async_client(sequence(*[httpx.ConnectTimeout("slow") for _ in range(3)]))
+        health = await client.health()
+        assert health.status == "down" and health.error == "Request timed out."
+
+    def test_a_proxy_page_answers_down(self, mock_client, recorder):
+        page = httpx.Response(200, text="<html>maintenance</html>", headers={"content-type": "text/html"})
+        health = mock_client(sequence(page)).health()
+        assert health.status == "down" and health.error
 
     async def test_async(self, mock_async_client):
         client = mock_async_client(sequence(json_response(200, {**HEALTH_DOWN, "status": "ok"})))

@@ -55,6 +55,30 @@ class TestConfiguration:
         monkeypatch.delenv("QUEUECORE_BASE_URL", raising=False)
         assert queuecore.QueueCore(api_key="k").base_url == DEFAULT_BASE_URL == "http://127.0.0.1:8080"
 
+    @pytest.mark.parametrize("key", ["pq_test_sk_abc\n", "  pq_test_sk_abc\r\n", "\tpq_test_sk_abc "])
+    def test_surrounding_whitespace_is_not_part_of_the_key(self, monkeypatch, key):
+        monkeypatch.setenv("QUEUECORE_API_KEY", key)  # a key read from a file ends in a newline
+        assert queuecore.QueueCore().api_key == "pq_test_sk_abc"
+        assert queuecore.AsyncQueueCore(api_key=key).api_key == "pq_test_sk_abc"
+
+    @pytest.mark.parametrize("key", ["pq_test_sk_a\nb", "pq_test sk", "pq_test_sk_\x00", "pq_tést", " \n "])
+    def test_a_key_that_cannot_be_sent_is_refused_with_a_clear_message(self, key):
+        with pytest.raises(queuecore.QueueCoreError) as refused:
+            queuecore.QueueCore(api_key=key)
+        assert "API key" in str(refused.value) and "Connection" not in str(refused.value)
+
+    def test_region_sets_the_base_url_unless_one_is_given(self, monkeypatch):
+        monkeypatch.delenv("QUEUECORE_BASE_URL", raising=False)
+        assert queuecore.QueueCore(api_key="k", region="us-east-1").base_url == (
+            "https://us-east-1.api.queuecore.cloud"
+        )
+        explicit = queuecore.QueueCore(api_key="k", region="us-east-1", base_url="http://127.0.0.1:1")
+        assert explicit.base_url == "http://127.0.0.1:1"
+        monkeypatch.setenv("QUEUECORE_BASE_URL", "http://env.test")
+        assert queuecore.AsyncQueueCore(api_key="k", region="eu-west-1").base_url == "http://env.test"
+        with pytest.raises(queuecore.QueueCoreError):
+            queuecore.QueueCore(api_key="k", region="us east/1")
+
     def test_defaults(self):
         client = queuecore.QueueCore(api_key="k")
         assert client.max_retries == queuecore.DEFAULT_MAX_RETRIES == 2
@@ -200,3 +224,22 @@ class TestTopicRequests:
         assert json.loads(recorder.requests[0].content) == {"partitions": 6}
         assert recorder.requests[1].method == "DELETE"
         assert recorder.requests[1].content == b""
+
+
+class TestHealthOfAnUnreachableServer:
+    def test_sync_and_async_answer_down(self):
+        from sdk_support import free_port
+
+        url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        with queuecore.QueueCore(api_key="k", base_url=url, max_retries=0) as client:
+            health = client.health()
+        assert (health.status, health.ok, health.checks, health.version) == ("down", False, {}, "")
+        assert health.error and "Connection" in health.error
+
+        async def ask() -> queuecore.Health:
+            async with queuecore.AsyncQueueCore(api_key="k", base_url=url, max_retries=0) as client:
+                return await client.health()
+
+        import asyncio
+
+        assert asyncio.run(ask()).status == "down"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from functools import cached_property
 from types import TracebackType
@@ -20,7 +21,7 @@ from typing_extensions import Self
 from ._base_client import AsyncAPIClient, RequestOptions, SyncAPIClient, TimeoutTypes, parse_model
 from ._constants import DEFAULT_BASE_URL, DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
-from ._exceptions import QueueCoreError
+from ._exceptions import APIError, QueueCoreError
 from .resources.alerts import Alerts, AsyncAlerts
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.dlq import AsyncDlq, Dlq
@@ -37,6 +38,7 @@ __all__ = ["AsyncQueueCore", "QueueCore"]
 
 ENV_API_KEY = "QUEUECORE_API_KEY"
 ENV_BASE_URL = "QUEUECORE_BASE_URL"
+_REGION = re.compile(r"^[a-z]{2,}(-[a-z0-9]+)+$")
 
 
 class NotGiven:
@@ -52,15 +54,30 @@ class NotGiven:
 NOT_GIVEN = NotGiven()
 
 
-def _resolve(api_key: str | None, base_url: str | None) -> tuple[str, str]:
+def region_base_url(region: str) -> str:
+    """The base URL of a region: ``https://<region>.api.queuecore.cloud`` (the rule of every SDK)."""
+    if not _REGION.match(region):
+        raise QueueCoreError(f"Invalid region {region!r}: expected a name like 'us-east-1'.")
+    return f"https://{region}.api.queuecore.cloud"
+
+
+def _resolve(api_key: str | None, base_url: str | None, region: str | None = None) -> tuple[str, str]:
     if api_key is None:
         api_key = os.environ.get(ENV_API_KEY)
+    # A key read from a file or a variable often ends in a newline: surrounding whitespace is not part of it.
+    api_key = (api_key or "").strip()
     if not api_key:
         raise QueueCoreError(
             f"No API key: pass api_key= to the client or set the {ENV_API_KEY} environment variable."
         )
+    if not api_key.isascii() or any(c.isspace() or not c.isprintable() for c in api_key):
+        raise QueueCoreError(
+            "The API key contains whitespace, control or non-ASCII characters: a QueueCore key is "
+            "pq_live_sk_ or pq_test_sk_ followed by 32 letters and digits."
+        )
+    regional = region_base_url(region) if region else None  # checked even when a base URL wins
     if base_url is None:
-        base_url = os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL
+        base_url = os.environ.get(ENV_BASE_URL) or regional or DEFAULT_BASE_URL
     return api_key, base_url
 
 
@@ -88,6 +105,7 @@ class QueueCore(SyncAPIClient):
         *,
         api_key: str | None = None,
         base_url: str | None = None,
+        region: str | None = None,
         timeout: TimeoutTypes = DEFAULT_TIMEOUT,
         max_retries: int = DEFAULT_MAX_RETRIES,
         logger: logging.Logger | None = None,
@@ -99,7 +117,11 @@ class QueueCore(SyncAPIClient):
         Args:
             api_key: the project environment's key (``pq_live_sk_…`` / ``pq_test_sk_…``). Default: the
                 ``QUEUECORE_API_KEY`` environment variable.
-            base_url: default: ``QUEUECORE_BASE_URL``, else ``http://127.0.0.1:8080``.
+            base_url: default: ``QUEUECORE_BASE_URL``, else the ``region``'s URL, else
+                ``http://127.0.0.1:8080``.
+            region: a QueueCore Cloud region (``"us-east-1"``): the base URL is then
+                ``https://<region>.api.queuecore.cloud``. An explicit ``base_url`` or ``QUEUECORE_BASE_URL``
+                wins.
             timeout: seconds, or an ``httpx.Timeout``, per attempt; ``None`` waits forever.
             max_retries: retries of a failed attempt (429, 502/503/504, connection errors, timeouts).
             logger: where retries and requests are logged (default: the ``queuecore`` logger).
@@ -107,7 +129,7 @@ class QueueCore(SyncAPIClient):
             http_client: your own ``httpx.Client`` (proxies, transports, event hooks). It is used as is and
                 not closed by ``close()``.
         """
-        api_key, base_url = _resolve(api_key, base_url)
+        api_key, base_url = _resolve(api_key, base_url, region)
         super().__init__(
             api_key=api_key,
             base_url=base_url,
@@ -207,8 +229,12 @@ class QueueCore(SyncAPIClient):
 
     def health(self) -> Health:
         """The service's readiness; answered without using the key. A service that is down (503) answers
-        a ``Health`` with ``status == "down"`` rather than raising."""
-        return parse_model(Health, self.request(_health_options()))
+        a ``Health`` with ``status == "down"`` rather than raising; so does one that cannot be reached
+        (``error`` says why)."""
+        try:
+            return parse_model(Health, self.request(_health_options()))
+        except APIError as exc:
+            return Health.unreachable(str(exc))
 
     def with_options(
         self,
@@ -273,6 +299,7 @@ class AsyncQueueCore(AsyncAPIClient):
         *,
         api_key: str | None = None,
         base_url: str | None = None,
+        region: str | None = None,
         timeout: TimeoutTypes = DEFAULT_TIMEOUT,
         max_retries: int = DEFAULT_MAX_RETRIES,
         logger: logging.Logger | None = None,
@@ -280,7 +307,7 @@ class AsyncQueueCore(AsyncAPIClient):
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         """Make a client. The arguments are those of ``QueueCore``, with an ``httpx.AsyncClient``."""
-        api_key, base_url = _resolve(api_key, base_url)
+        api_key, base_url = _resolve(api_key, base_url, region)
         super().__init__(
             api_key=api_key,
             base_url=base_url,
@@ -367,7 +394,10 @@ class AsyncQueueCore(AsyncAPIClient):
 
     async def health(self) -> Health:
         """The service's readiness; a service that is down (503) answers ``status == "down"``."""
-        return parse_model(Health, await self.request(_health_options()))
+        try:
+            return parse_model(Health, await self.request(_health_options()))
+        except APIError as exc:
+            return Health.unreachable(str(exc))
 
     def with_options(
         self,

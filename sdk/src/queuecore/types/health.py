@@ -1,3 +1,5 @@
+from typing import Optional
+
 from .._models import BaseModel
 
 __all__ = ["Health"]
@@ -12,6 +14,14 @@ class Health(BaseModel):
     """Per dependency (wire names: ``database``, ``redis``, ``logEngine``): ``ok``, ``degraded``, ``down``
     or ``embedded``."""
     version: str
+    """The server's version (empty when it did not answer)."""
+    error: Optional[str] = None
+    """Why the service counts as ``down`` when it did not answer (unreachable, timed out, not QueueCore)."""
+
+    @classmethod
+    def unreachable(cls, why: str) -> "Health":
+        """``down``: what ``health()`` answers for a service it could not reach."""
+        return cls(status="down", checks={}, version="", error=why)
 
     @property
     def ok(self) -> bool:
