@@ -175,13 +175,32 @@ class TestPublishLines:
         detail = json.loads(run(env, "topics", "describe", cli_topic).stdout)
         assert sum(p["messages"] for p in detail["partitionDetails"]) == 25
 
-    def test_a_bad_line_stops_after_publishing_the_lines_before_it(self, env, cli_topic):
-        result = run(env, "publish", cli_topic, "-", "--partition", "0", stdin="1\n2\n{oops\n4\n")
-        assert result.returncode == 2
-        assert "line 3" in result.stderr
-        assert [r["offset"] for r in lines(result.stdout)] == [0, 1]
-        read = lines(run(env, "read", cli_topic, "--partition", "0").stdout)
-        assert [m["data"] for m in read] == [1, 2]
+    def test_a_bad_line_publishes_nothing_and_names_the_line(self, env, cli_topic, tmp_path: Path):
+        stdin = run(env, "publish", cli_topic, "-", "--partition", "0", stdin="1\n2\n{oops\n4\n")
+        assert stdin.returncode == 2
+        assert "line 3" in stdin.stderr
+        assert stdin.stdout == ""
+        source = tmp_path / "bad.jsonl"
+        source.write_text("1\n\n2\n3\n[nope\n")
+        from_file = run(env, "publish", cli_topic, "--file", str(source), "--partition", "0")
+        assert from_file.returncode == 2
+        assert "line 5" in from_file.stderr and from_file.stdout == ""
+        assert run(env, "read", cli_topic, "--partition", "0").stdout == ""  # nothing was sent
+
+    def test_a_replayed_rerun_says_so(self, env, cli_topic):
+        args = ("publish", cli_topic, "-", "--idempotency-key", "rerun-1")
+        stdin = "".join(f"{i}\n" for i in range(5))
+        first = run(env, *args, stdin=stdin)
+        assert first.returncode == 0 and "published 5 messages in 1 batches" in first.stderr
+        again = run(env, *args, stdin=stdin)
+        assert again.returncode == 0, again.stderr
+        assert "0 new, 5 replayed" in again.stderr
+        assert "published 5" not in again.stderr
+
+    def test_quiet_single_message(self, env, cli_topic):
+        result = run(env, "publish", cli_topic, '{"n": 1}', "-q")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "" and result.stderr == ""
 
 
 class TestErrorsAndExitCodes:
@@ -212,6 +231,29 @@ class TestErrorsAndExitCodes:
         assert run(env).returncode == 2
         assert run(env, "read", "t").returncode == 2  # --partition is required
         assert run(env, "publish", "t", "1", "--batch-size", "1001").returncode == 2
+
+    def test_a_key_ending_in_a_newline_works(self, env):
+        env = dict(env, QUEUECORE_API_KEY=env["QUEUECORE_API_KEY"] + "\n")
+        result = run(env, "topics", "list")
+        assert result.returncode == 0, result.stderr
+
+    def test_a_key_with_inner_whitespace_is_a_usage_error(self, env):
+        key = env["QUEUECORE_API_KEY"]
+        result = run(dict(env, QUEUECORE_API_KEY=key[:5] + " " + key[5:]), "topics", "list")
+        assert result.returncode == 2
+        assert "API key" in result.stderr and "server" not in result.stderr
+
+    def test_numeric_options_name_the_option(self, env):
+        result = run(env, "topics", "create", "x", "--partitions", "six")
+        assert result.returncode == 2
+        assert "--partitions: must be a whole number of 1 or more, got 'six'" in result.stderr
+        assert "_positive" not in result.stderr
+        zero = run(env, "read", "x", "-p", "0", "--limit", "0")
+        assert "--limit: must be a whole number of 1 or more, got '0'" in zero.stderr
+        negative = run(env, "offsets", "seek", "x", "-g", "g", "-p", "-1", "--offset", "1")
+        assert "must be a whole number of 0 or more, got '-1'" in negative.stderr
+        timeout = run(env, "--timeout", "soon", "health")
+        assert timeout.returncode == 2 and "--timeout: must be a number" in timeout.stderr
 
     def test_health(self, env):
         result = run(env, "health")
@@ -318,6 +360,80 @@ class TestConsume:
         lag = lines(run(env, "offsets", "get", cli_topic, "--group", group).stdout)
         assert sum(p["lag"] for p in lag) == 1
 
+    @pytest.mark.parametrize("transport", ["websocket", "pull"])
+    def test_count_prints_and_acks_exactly_n_across_partitions(self, env, transport):
+        # Handlers of different partitions run concurrently: the count must not be overshot.
+        from queuecore import BatchMessage, QueueCore
+
+        topic = unique("cli")
+        with QueueCore(api_key=env["QUEUECORE_API_KEY"], base_url=env["QUEUECORE_BASE_URL"]) as client:
+            client.topics.create(topic, partitions=4)
+            client.publish_batch(topic, [BatchMessage(data={"n": i}, partition=i % 4) for i in range(16)])
+        for count in (1, 3):
+            group = unique("g")
+            got = run(
+                env, "consume", topic, "-g", group, "--from", "earliest", "--count", str(count),
+                "--transport", transport, timeout=60,
+            )  # fmt: skip
+            assert got.returncode == 0, got.stderr
+            assert len(lines(got.stdout)) == count
+            lag = lines(run(env, "offsets", "get", topic, "--group", group).stdout)
+            assert sum(p["lag"] for p in lag) == 16 - count
+
+    @pytest.mark.parametrize(("signal_name", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
+    def test_a_signal_stops_gracefully(self, env, signal_name, code):
+        import signal
+        import threading
+        import time
+
+        from queuecore import QueueCore
+
+        topic = unique("cli")
+        group = unique("g")
+        stop = threading.Event()
+        client = QueueCore(api_key=env["QUEUECORE_API_KEY"], base_url=env["QUEUECORE_BASE_URL"])
+        client.topics.create(topic, partitions=2)
+
+        def publish() -> None:
+            n = 0
+            while not stop.is_set():
+                client.publish(topic, {"n": n}, partition=n % 2)
+                n += 1
+                time.sleep(0.01)
+
+        publisher = threading.Thread(target=publish, daemon=True)
+        publisher.start()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "queuecore", "consume", topic, "-g", group, "--from", "earliest"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        printed: list[dict] = []
+        reader = threading.Thread(target=lambda: printed.extend(json.loads(x) for x in proc.stdout))
+        reader.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(printed) < 10 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(printed) >= 10, proc.stderr.read() if proc.poll() is not None else "no output"
+            proc.send_signal(getattr(signal, signal_name))
+            assert proc.wait(timeout=30) == code, proc.stderr.read()
+            reader.join(timeout=10)
+        finally:
+            stop.set()
+            publisher.join(timeout=10)
+            if proc.poll() is None:
+                proc.kill()
+            client.close()
+        # Every printed message is committed, and nothing beyond: committed == printed per partition.
+        offsets = lines(run(env, "offsets", "get", topic, "--group", group).stdout)
+        for position in offsets:
+            shown = sorted(m["offset"] for m in printed if m["partition"] == position["partition"])
+            assert shown == list(range(len(shown)))
+            assert position["current"] == len(shown)
+
     def test_consume_refused(self, env):
         got = run(env, "consume", unique("missing"), "--group", "g", timeout=60)
         assert got.returncode == 1 and "TOPIC_NOT_FOUND" in got.stderr
@@ -394,6 +510,7 @@ class TestAlerts:
             assert lines(run(env, "alerts", "delete").stdout) == [{"deleted": True}]
             gone = run(env, "alerts", "show")
             assert gone.returncode == 1 and "ALERT_ENDPOINT_NOT_FOUND" in gone.stderr
+            assert "queuecore alerts set --url URL" in gone.stderr and "PUT /v1" not in gone.stderr
         finally:
             receiver.shutdown()
             receiver.server_close()

@@ -15,20 +15,26 @@ the API's wire form (camelCase), ready for ``jq``.
 
 The key comes from ``QUEUECORE_API_KEY`` (or ``--api-key``), the server from ``QUEUECORE_BASE_URL`` (or
 ``--base-url``). Exit codes: 0 success; 1 the API refused the call (the error names its request id);
-2 bad usage or input; 3 the server could not be reached (after retries); 130 interrupted.
+2 bad usage or input; 3 the server could not be reached (after retries); 128 + the signal number after
+``consume`` stopped gracefully on a signal: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from ._client import QueueCore
 from ._constants import MAX_BATCH_SIZE
+from ._consumer import Consumer
 from ._exceptions import APIConnectionError, APIError, APIStatusError, QueueCoreError
 from ._models import BaseModel
 from ._version import __version__
@@ -208,18 +214,22 @@ def cmd_consume(client: QueueCore, args: argparse.Namespace) -> int:
         transport=args.transport,
     )
     printed = 0
+    # Handlers of different partitions run at once (sync handlers in worker threads): check, print, ack
+    # and count as one step, or two of them pass the check together and --count is overshot.
+    lock = threading.Lock()
 
     def handle(message: Any) -> None:
         nonlocal printed
-        if args.count is not None and printed >= args.count:
-            return  # arrived while stopping: not acked, the group gets it again
-        _emit(message.to_wire(), sys.stdout)
-        sys.stdout.flush()
-        if not args.no_ack:
-            message.ack()
-        printed += 1
-        if args.count is not None and printed >= args.count:
-            consumer.stop()
+        with lock:
+            if args.count is not None and printed >= args.count:
+                return  # arrived while stopping: not acked, the group gets it again
+            _emit(message.to_wire(), sys.stdout)
+            sys.stdout.flush()
+            if not args.no_ack:
+                message.ack()
+            printed += 1
+            if args.count is not None and printed >= args.count:
+                consumer.stop()
 
     def on_error(error: BaseException) -> None:
         # Refusals end start() with the error (reported by main); the rest is survived and retried.
@@ -227,12 +237,34 @@ def cmd_consume(client: QueueCore, args: argparse.Namespace) -> int:
             _error(f"{error} (retrying)")
 
     consumer.on("message", handle).on("error", on_error)
-    try:
-        consumer.start()
-    except KeyboardInterrupt:
-        consumer.stop()
-        raise
-    return EXIT_OK
+    stopped_by = _stop_on_signals(consumer)
+    consumer.start()
+    return EXIT_OK if stopped_by.signum is None else 128 + stopped_by.signum
+
+
+class _SignalStop:
+    """Which signal asked the consumer to stop, if any."""
+
+    signum: int | None = None
+
+
+def _stop_on_signals(consumer: Consumer) -> _SignalStop:
+    """SIGINT and SIGTERM stop the consumer gracefully (running handlers finish, acks are confirmed, the
+    member leaves); a second signal aborts at once. Installed before ``start()``: asyncio.run keeps a
+    SIGINT handler that is not Python's default."""
+    stopped = _SignalStop()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stopped.signum is not None:
+            _error("interrupted again: aborting")
+            os._exit(128 + signum)
+        stopped.signum = signum
+        # From another thread: stop() then wakes the consumer's event loop through its self-pipe.
+        threading.Thread(target=consumer.stop, daemon=True).start()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    return stopped
 
 
 def cmd_dlq_list(client: QueueCore, args: argparse.Namespace) -> int:
@@ -290,7 +322,18 @@ def cmd_alerts_set(client: QueueCore, args: argparse.Namespace) -> int:
 
 
 def cmd_alerts_show(client: QueueCore, args: argparse.Namespace) -> int:
-    _emit(client.alerts.get().model_dump(mode="json", by_alias=True, exclude_none=True), sys.stdout)
+    try:
+        endpoint = client.alerts.get()
+    except APIStatusError as exc:
+        if exc.code != "ALERT_ENDPOINT_NOT_FOUND":
+            raise
+        # The API's message tells an API caller which call sets one; a CLI user needs the command.
+        _error(
+            f"Request {exc.request_id}: 404 ALERT_ENDPOINT_NOT_FOUND: this project has no alert endpoint; "
+            "set one with: queuecore alerts set --url URL"
+        )
+        return EXIT_API
+    _emit(endpoint.model_dump(mode="json", by_alias=True, exclude_none=True), sys.stdout)
     return EXIT_OK
 
 
@@ -331,15 +374,23 @@ def cmd_publish(client: QueueCore, args: argparse.Namespace) -> int:
             partition=args.partition,
             idempotency_key=args.idempotency_key,
         )
-        _emit_model(result, sys.stdout)
+        if not args.quiet:
+            _emit_model(result, sys.stdout)
         return EXIT_OK
+    # The whole input is validated before anything is sent: a bad line part-way must not leave the lines
+    # before it published (a rerun after fixing it would publish them twice without an idempotency key).
     if args.file is not None:
         with open(args.file, encoding="utf-8") as source:
+            _validate_lines(source)
+            source.seek(0)
             return _publish_lines(client, args, headers, source, show_progress=True)
-    if sys.stdin.isatty():
+    interactive = sys.stdin.isatty()
+    if interactive:
         sys.stderr.write("queuecore: one JSON message per line; end with Ctrl-D\n")
-        return _publish_lines(client, args, headers, sys.stdin, show_progress=False)
-    return _publish_lines(client, args, headers, sys.stdin, show_progress=True)
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
+        _validate_lines(sys.stdin, spool)
+        spool.seek(0)
+        return _publish_lines(client, args, headers, spool, show_progress=not interactive)
 
 
 class _Progress:
@@ -352,7 +403,7 @@ class _Progress:
         self.shown = -1
         self.tty = sys.stderr.isatty()
 
-    def update(self, published: int, batches: int, final: bool = False) -> None:
+    def update(self, published: int, replayed: int, batches: int, final: bool = False) -> None:
         if not self.enabled:
             return
         now = time.monotonic()
@@ -365,7 +416,11 @@ class _Progress:
         self.last, self.shown = now, published
         elapsed = max(now - self.started, 1e-9)
         rate = published / elapsed
-        text = f"published {published} messages in {batches} batches, {elapsed:.1f} s ({rate:.0f}/s)"
+        if replayed:  # a rerun: say what was written, not only what was sent
+            what = f"{published - replayed} new, {replayed} replayed"
+        else:
+            what = f"published {published} messages"
+        text = f"{what} in {batches} batches, {elapsed:.1f} s ({rate:.0f}/s)"
         if self.tty:
             sys.stderr.write("\r" + text + ("\n" if final else ""))
         else:
@@ -379,6 +434,15 @@ def _lines(source: IO[str]) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
+def _validate_lines(source: IO[str], spool: IO[str] | None = None) -> None:
+    """Check that every non-blank line is JSON (copying each line to ``spool`` when given)."""
+    for number, line in enumerate(source, start=1):
+        if spool is not None:
+            spool.write(line)
+        if line.strip():
+            _parse_json(line, f"line {number}")
+
+
 def _publish_lines(
     client: QueueCore,
     args: argparse.Namespace,
@@ -387,69 +451,92 @@ def _publish_lines(
     *,
     show_progress: bool,
 ) -> int:
-    """One message per non-blank line, published in order in batches of up to ``--batch-size``."""
+    """One message per non-blank line of a validated input, published in order in batches of up to
+    ``--batch-size``."""
     progress = _Progress(show_progress and not args.quiet)
     batch: list[BatchMessage] = []
     batch_bytes = 0
-    published = batches = 0
+    published = replayed = batches = 0
 
     def flush() -> None:
-        nonlocal batch, batch_bytes, published, batches
+        nonlocal batch, batch_bytes, published, replayed, batches
         if not batch:
             return
         result = client.publish_batch(args.topic, batch)
-        published += result.count
+        published += len(result.messages)
+        replayed += sum(1 for item in result.messages if item.replayed)
         batches += 1
         if not args.quiet:
             for item in result.messages:
                 _emit(item.model_dump(mode="json", by_alias=True, exclude_none=True), sys.stdout)
             sys.stdout.flush()
         batch, batch_bytes = [], 0
-        progress.update(published, batches)
+        progress.update(published, replayed, batches)
 
-    try:
-        for number, line in _lines(source):
-            data = _parse_json(line, f"line {number}")
-            size = len(line.encode("utf-8")) + _ITEM_OVERHEAD
-            if batch and (len(batch) >= args.batch_size or batch_bytes + size > _MAX_BATCH_BYTES):
-                flush()
-            key = f"{args.idempotency_key}:{number}" if args.idempotency_key else None
-            batch.append(
-                BatchMessage(
-                    data=data, key=args.key, headers=headers, partition=args.partition, idempotency_key=key
-                )
+    for number, line in _lines(source):
+        data = _parse_json(line, f"line {number}")
+        size = len(line.encode("utf-8")) + _ITEM_OVERHEAD
+        if batch and (len(batch) >= args.batch_size or batch_bytes + size > _MAX_BATCH_BYTES):
+            flush()
+        key = f"{args.idempotency_key}:{number}" if args.idempotency_key else None
+        batch.append(
+            BatchMessage(
+                data=data, key=args.key, headers=headers, partition=args.partition, idempotency_key=key
             )
-            batch_bytes += size
-    except UsageError:
-        flush()  # the lines before the bad one go out; the error names the bad one
-        progress.update(published, batches, final=True)
-        raise
+        )
+        batch_bytes += size
     flush()
-    progress.update(published, batches, final=True)
+    progress.update(published, replayed, batches, final=True)
     return EXIT_OK
 
 
 # -- parsing and running ----------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
+# argparse names a type function in its message ("invalid _positive value"): these raise
+# ArgumentTypeError instead, which argparse prints after the option's name.
+
+
+def _whole(text: str, low: int, high: int | None = None) -> int:
+    span = f"{low} or more" if high is None else f"{low} to {high}"
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(f"must be a whole number of {span}, got {text!r}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1)
 
 
 def _batch_size(text: str) -> int:
-    value = _positive(text)
-    if value > MAX_BATCH_SIZE:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_BATCH_SIZE}")
-    return value
+    return _whole(text, 1, MAX_BATCH_SIZE)
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
+    return _whole(text, 0)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds more than 0, got {text!r}")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of messages per second more than 0, got {text!r}")
     return value
 
 
@@ -465,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--base-url", help="the server (default: $QUEUECORE_BASE_URL or http://127.0.0.1:8080)"
     )
-    parser.add_argument("--timeout", type=float, help="seconds per attempt")
+    parser.add_argument("--timeout", type=_seconds, help="seconds per attempt")
     parser.add_argument("--max-retries", type=_non_negative, help="retries of a failed attempt (default 2)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -603,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
     dra = dlq.add_parser("replay-all", help="send every dead letter back to the group")
     dra.add_argument("topic")
     dra.add_argument("--group", "-g", required=True)
-    dra.add_argument("--rate", type=float, help="at most this many messages per second")
+    dra.add_argument("--rate", type=_rate, help="at most this many messages per second")
     dra.set_defaults(run=cmd_dlq_replay_all)
     dd = dlq.add_parser("delete", help="remove one dead letter for good")
     dd.add_argument("topic")
@@ -649,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         client_options["max_retries"] = args.max_retries
     try:
         client = QueueCore(**client_options)
-    except QueueCoreError as exc:  # no API key
+    except QueueCoreError as exc:  # no API key, or one that cannot be a key (inner whitespace)
         _error(str(exc))
         return EXIT_USAGE
     try:
@@ -670,6 +757,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except APIError as exc:
         _error(str(exc))
         return EXIT_API
+    except QueueCoreError as exc:  # refused by the SDK before any request (a malformed key, say)
+        _error(str(exc))
+        return EXIT_USAGE
     except BrokenPipeError:  # the reader went away (| head): stop quietly
         _silence_stdout()
         return EXIT_OK
@@ -683,8 +773,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _silence_stdout() -> None:
     # Python flushes stdout at exit; to a closed pipe that would print a second error.
-    import os
-
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
 
