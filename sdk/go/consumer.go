@@ -189,10 +189,18 @@ func (k *Consumer) requestStop() {
 	}
 }
 
+// Stop asks the consumer to stop gracefully and returns at once; Start returns when that is done. Safe
+// from a handler (where Close would wait for the handler itself).
+func (k *Consumer) Stop() { k.requestStop() }
+
+// Done is closed when Start has returned.
+func (k *Consumer) Done() <-chan struct{} { return k.doneCh }
+
 // Close stops the consumer gracefully and returns once Start has returned: no new messages are handled,
 // running handlers finish, their acks are sent and confirmed by the server, and the member leaves the
 // group. Messages received but not yet handled are not acked: the server redelivers them. If ctx ends
-// first, running handlers' contexts are canceled and Close returns ctx's error.
+// first, running handlers' contexts are canceled and Close returns ctx's error. Do not call it from a
+// handler (it would wait for that handler): use Stop there.
 func (k *Consumer) Close(ctx context.Context) error {
 	k.requestStop()
 	k.mu.Lock()

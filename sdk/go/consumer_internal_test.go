@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // Close's promises, against the real server TestMain started (its URL and a key are in the environment):
@@ -24,7 +26,8 @@ func closeReleases(t *testing.T, transport Transport) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := NewClient()
+	// The development key (the Example functions have the staging environment to themselves).
+	c, err := NewClient(option.WithAPIKey(os.Getenv("QUEUECORE_GO_TEST_KEY")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +35,7 @@ func closeReleases(t *testing.T, transport Transport) {
 	if _, err := c.Topics.Create(ctx, TopicCreateParams{Name: topic, Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
+	defer c.Topics.Delete(context.Background(), topic)
 	batch := make([]any, 20)
 	for i := range batch {
 		batch[i] = i

@@ -142,6 +142,7 @@ func runWithServer(m *testing.M) int {
 	// The Example functions read these, as a customer's program would.
 	os.Setenv("QUEUECORE_API_KEY", keys["staging"])
 	os.Setenv("QUEUECORE_BASE_URL", serverURL)
+	os.Setenv("QUEUECORE_GO_TEST_KEY", keys["development"]) // for the package's internal tests
 	code := m.Run()
 	if code != 0 {
 		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
