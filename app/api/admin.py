@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import Field
 
 from app.api.deps import SessionDep
+from app.api.routing import JsonRoute
 from app.api.schemas.common import RequestBody, ResponseBody
 from app.broker import tenancy
 from app.broker.rate_limits import Category, limit_for
@@ -48,7 +49,7 @@ async def operator(request: Request) -> None:
 
 
 Operator = Annotated[None, Depends(operator)]
-router = APIRouter(prefix="/v1/admin/projects", tags=["admin"])
+router = APIRouter(prefix="/v1/admin/projects", tags=["admin"], route_class=JsonRoute)
 
 
 def _project(row: ProjectRow) -> Project:

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from app.api.deps import AdminKey, ServicesDep, SessionDep
+from app.api.routing import JsonRoute
 from app.api.schemas.alerts import DeliveryPage, Endpoint, EndpointIn, TestEvent
 from app.broker import alerts
 from app.errors import responses
 
-router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
+router = APIRouter(prefix="/v1/alerts", tags=["alerts"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 

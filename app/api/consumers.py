@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.api.deps import ConsumeKey, ServicesDep, scope_of
+from app.api.routing import JsonRoute
 from app.api.schemas.consumers import (
     AckIn,
     ExtendIn,
@@ -26,7 +27,7 @@ from app.broker import durations
 from app.broker.delivery import leases, membership
 from app.errors import responses
 
-router = APIRouter(prefix="/v1/topics/{name}/groups/{group}", tags=["consumers"])
+router = APIRouter(prefix="/v1/topics/{name}/groups/{group}", tags=["consumers"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 _MEMBER = ("MEMBER_NOT_FOUND", "STALE_GENERATION")

@@ -9,12 +9,13 @@ from fastapi import APIRouter, Body, Query
 from starlette.responses import Response
 
 from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.routing import JsonRoute
 from app.api.schemas.dlq import AuditPage, DeadLetterPage, ReplayAllIn, Replayed, ReplayedAll, ReplayIn
 from app.broker import dlq
 from app.broker.keys import Principal
 from app.errors import responses
 
-router = APIRouter(prefix="/v1/topics/{name}/groups/{group}/dlq", tags=["dlq"])
+router = APIRouter(prefix="/v1/topics/{name}/groups/{group}/dlq", tags=["dlq"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 _FOUND = ("TOPIC_NOT_FOUND", "GROUP_NOT_FOUND")

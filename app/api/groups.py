@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.routing import JsonRoute
 from app.api.schemas.groups import (
     Group,
     GroupConfigUpdate,
@@ -19,7 +20,7 @@ from app.api.schemas.groups import (
 from app.broker import groups, offsets
 from app.errors import responses
 
-router = APIRouter(prefix="/v1/topics/{name}/groups", tags=["groups"])
+router = APIRouter(prefix="/v1/topics/{name}/groups", tags=["groups"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 

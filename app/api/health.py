@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 import app
 from app.api.deps import ServicesDep
+from app.api.routing import JsonRoute
 from app.api.schemas.common import ResponseBody
 
 
@@ -18,7 +19,7 @@ class Health(ResponseBody):
     version: str
 
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=JsonRoute)
 
 
 @router.get(

@@ -19,13 +19,14 @@ from app.api.deps import (
     authenticate_bearer,
     scope_of,
 )
+from app.api.routing import JsonRoute
 from app.api.schemas.messages import BatchIn, BatchPublished, Message, MessageIn, MessagePage, Published
 from app.broker import publishing, reading
 from app.broker.keys import Principal
 from app.broker.rate_limits import Category
 from app.errors import ApiError, responses
 
-router = APIRouter(prefix="/v1/topics/{name}", tags=["messages"])
+router = APIRouter(prefix="/v1/topics/{name}", tags=["messages"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 _REPLAYED = {"Idempotent-Replayed": "true"}

@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
+from app.api.routing import JsonRoute
 from app.broker import groups
 from app.broker.delivery import push
 from app.errors import ApiError
@@ -126,7 +127,7 @@ class _GroupCollector(Collector):
         yield dlq_depth
 
 
-router = APIRouter()
+router = APIRouter(route_class=JsonRoute)
 
 
 @router.get("/metrics", include_in_schema=False)

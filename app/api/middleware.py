@@ -1,7 +1,7 @@
 """The request envelope around every call, as one pure ASGI middleware (no per-request task or copy).
 
 It gives each request an id (echoing a valid ``X-Request-Id``), refuses bodies over the cap with 413
-before they are read whole, answers anything unhandled with the 500 envelope (never internals), adds
+before they are read whole, and a path or query holding NUL with 400, answers anything unhandled with the 500 envelope (never internals), adds
 rate-limit headers set by the auth dependency, logs one JSON line, and counts the request in metrics
 by route template and status.
 """
@@ -93,6 +93,15 @@ class RequestEnvelopeMiddleware:
         try:
             if scope["type"] == "http" and content_length > self.max_body_bytes:
                 too_large = True
+            elif "\x00" in scope["path"] or b"%00" in scope.get("query_string", b""):
+                # No name, id or parameter may hold NUL (Postgres cannot store it in text): refused
+                # here, for every route and the WebSocket upgrade alike, before any store sees it.
+                await error_response(
+                    request_id,
+                    "INVALID_REQUEST",
+                    "The request's path or query contains the NUL character (%00).",
+                    400,
+                )(scope, receive, send_with_envelope)
             else:
                 await self.app(
                     scope, receive_capped if scope["type"] == "http" else receive, send_with_envelope

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
 from app.api.groups import positions
+from app.api.routing import JsonRoute
 from app.api.schemas.groups import Positions
 from app.api.schemas.offsets import Offset, OffsetList, OffsetResetIn, PartitionOffset, Seeked, SeekIn
 from app.broker import offsets
 from app.errors import responses
 
-router = APIRouter(prefix="/v1/topics/{name}/groups/{group}/offsets", tags=["offsets"])
+router = APIRouter(prefix="/v1/topics/{name}/groups/{group}/offsets", tags=["offsets"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 _ERRORS = responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND")

@@ -40,7 +40,9 @@ class PublishLane:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _PATH.match(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        match = (
+            _PATH.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        )
         if match is None:
             await self.app(scope, receive, send)
             return

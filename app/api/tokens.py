@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.deps import AdminKey, ServicesDep, scope_of
+from app.api.routing import JsonRoute
 from app.api.schemas.tokens import WebSocketToken, WebSocketTokenCreate
 from app.broker import groups, tokens
 from app.errors import responses
 from app.kit.clock import isoformat_ms
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"], route_class=JsonRoute)
 
 _WEBSOCKET = """A token (HS256 JWT, valid 5 minutes) for the push WebSocket, bound to this key, its project and
 environment, the topic and, when given, the group. It is refused once expired or once the key is revoked.

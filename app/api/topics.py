@@ -7,13 +7,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.routing import JsonRoute
 from app.api.schemas.topics import PartitionDetail, Topic, TopicCreate, TopicDetail, TopicList, TopicUpdate
 from app.broker import topics
 from app.errors import responses
 from app.kit.clock import isoformat_ms
 from app.stores.metadata import models
 
-router = APIRouter(prefix="/v1/topics", tags=["topics"])
+router = APIRouter(prefix="/v1/topics", tags=["topics"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 

@@ -18,6 +18,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from app.api.deps import Services, charge, scope_of
+from app.api.routing import JsonRoute
 from app.broker import groups, tokens
 from app.broker.delivery import membership
 from app.broker.delivery.push import PushMember, validate_max_in_flight
@@ -29,7 +30,7 @@ from app.kit.websocket_protocol import KEEPALIVE
 
 logger = logging.getLogger("queuecore.ws")
 
-router = APIRouter()
+router = APIRouter(route_class=JsonRoute)
 
 _INVALID_KEY = "The API key is missing, malformed, or has been revoked."
 _INVALID_TOKEN = "The WebSocket token is malformed, expired, or its API key has been revoked."

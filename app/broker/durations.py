@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ NACK_DELAY = Range(0, 12 * 3_600_000, "between 0s and 12h")
 
 def parse(value: object, field: str, span: Range) -> int:
     """A ``<n>ms|s|m|h|d`` string within ``span`` → milliseconds; 400 naming ``field`` otherwise."""
-    match = _DURATION.match(value) if isinstance(value, str) else None
+    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
     ms = int(match.group(1)) * _UNIT_MS[match.group(2)] if match else -1
     if not match or not span.min_ms <= ms <= span.max_ms:
         raise InvalidRequest.field(field, f'expected a duration like "30s" or "500ms", {span.text}')
@@ -40,8 +41,8 @@ def parse_delay(value: object, field: str = "delay", span: Range = NACK_DELAY) -
     if isinstance(value, bool):
         raise InvalidRequest.field(field, f"expected a duration string or a number of seconds, {span.text}")
     if isinstance(value, int | float):
-        ms = round(value * 1000)
-        if not span.min_ms <= ms <= span.max_ms:
+        # Bounded before scaling: 1e308 seconds would overflow, and NaN compares false to everything.
+        if not (math.isfinite(value) and span.min_ms <= value * 1000 <= span.max_ms):
             raise InvalidRequest.field(field, f"expected a number of seconds {span.text}")
-        return ms
+        return round(value * 1000)
     return parse(value, field, span)

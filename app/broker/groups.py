@@ -61,7 +61,7 @@ class GroupDetail:
 
 
 def validate_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidRequest.field(
             "group", "1–249 chars of letters, digits, '.', '_' or '-', starting with a letter or digit"
         )

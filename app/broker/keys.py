@@ -190,7 +190,7 @@ class KeyAuthenticator:
         """The principal for a key, or None for a malformed, unknown or revoked one."""
         # Hash whatever was presented, well-formed or not, so the path costs the same for every input.
         digest = hash_key(self._secret, key[:256])
-        well_formed = _KEY_FORMAT.match(key) is not None
+        well_formed = _KEY_FORMAT.fullmatch(key) is not None
         principal = await self._lookup(digest) if well_formed else None
         if principal is not None and not hmac.compare_digest(key[:11], key_prefix(principal.environment)):
             principal = None

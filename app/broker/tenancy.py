@@ -64,7 +64,7 @@ def parse_custom_limits(value: str) -> dict[str, int]:
 async def create_user(session: AsyncSession, email: str, password: str) -> User:
     """An account user with an argon2-hashed password."""
     email = email.strip().lower()
-    if not _EMAIL.match(email):
+    if not _EMAIL.fullmatch(email):
         raise InvalidRequest.field("email", "not an email address")
     if len(password) < 8:
         raise InvalidRequest.field("password", "must be at least 8 characters")
@@ -96,7 +96,7 @@ async def get_user_by_email(session: AsyncSession, email: str) -> User | None:
 async def create_project(
     session: AsyncSession, name: str, tier: Tier = Tier.developer, owner_id: str | None = None
 ) -> Project:
-    if not _PROJECT_NAME.match(name):
+    if not _PROJECT_NAME.fullmatch(name):
         raise InvalidRequest.field("name", "1–100 chars of letters, digits, space, '.', '_' or '-'")
     projects = ProjectRepository.from_session(session)
     if await projects.get(name):

@@ -50,7 +50,7 @@ class Scope:
 
 
 def validate_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidRequest.field(
             "name", "1–249 chars of a-z, 0-9, '.', '_' or '-', starting with a letter or digit"
         )
@@ -59,7 +59,7 @@ def validate_name(name: str) -> str:
 
 def parse_retention(value: str) -> int:
     """``<n>m|h|d`` between 1m and 365d → milliseconds."""
-    match = _RETENTION.match(value)
+    match = _RETENTION.fullmatch(value)
     ms = int(match.group(1)) * _UNIT_MS[match.group(2)] if match else 0
     if not match or not _RETENTION_MIN_MS <= ms <= _RETENTION_MAX_MS:
         raise InvalidRequest.field("retention", 'expected <n>m, <n>h or <n>d between 1m and 365d, e.g. "7d"')
@@ -88,7 +88,7 @@ def decode_cursor(cursor: str) -> str:
         name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise InvalidRequest.field("cursor", "not a cursor returned by this API") from None
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidRequest.field("cursor", "not a cursor returned by this API")
     return name
 

@@ -33,4 +33,4 @@ def new_request_id() -> str:
 
 def valid_request_id(value: str) -> bool:
     """An incoming ``X-Request-Id`` is echoed only if it is 1–128 chars of ``[A-Za-z0-9._-]``."""
-    return bool(_REQUEST_ID.match(value))
+    return bool(_REQUEST_ID.fullmatch(value))

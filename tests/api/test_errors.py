@@ -107,3 +107,70 @@ class TestUnhandled:
         assert "secret internal detail" not in response.text
         logged = "\n".join(JsonFormatter().format(r) for r in caplog.records)
         assert error["requestId"] in logged and "secret internal detail" in logged
+
+
+class TestInputNoStoreCanHold:
+    """Strings and numbers a store or a parser cannot hold are 400 on both databases, never 500."""
+
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/v1/topics/%00bad",
+            "/v1/topics?cursor=%00",
+            "/v1/topics/t/groups/g%00/offsets",
+            "/v1/topics/t/partitions/0/messages?fromTimestamp=%00",
+        ],
+    )
+    async def test_nul_in_a_path_or_query(self, client, prod, path):
+        assert_envelope(await client.get(path, headers=prod), 400, "INVALID_REQUEST")
+
+    @pytest.mark.parametrize(
+        ("path", "body"),
+        [
+            ("/v1/topics", '{"name": "a\\u0000b"}'),
+            (
+                "/v1/topics/t/groups/g/nack",
+                '{"memberId": "csr_x", "generationId": 1, "id": "m", "reason": "\\u0000"}',
+            ),
+        ],
+    )
+    async def test_nul_in_a_body(self, client, prod, path, body):
+        headers = prod | {"content-type": "application/json"}
+        error = assert_envelope(
+            await client.post(path, content=body, headers=headers), 400, "INVALID_REQUEST"
+        )
+        assert "NUL" in error["message"]
+
+    @pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e400"])
+    async def test_non_standard_json_numbers_are_refused_everywhere(self, client, prod, token):
+        headers = prod | {"content-type": "application/json"}
+        for path, body in [
+            ("/v1/topics", '{"name": "nan.probe", "partitions": ' + token + "}"),
+            (
+                "/v1/topics/t/groups/g/nack",
+                '{"memberId": "csr_x", "generationId": 1, "id": "m", "delay": ' + token + "}",
+            ),
+        ]:
+            error = assert_envelope(
+                await client.post(path, content=body, headers=headers), 400, "INVALID_REQUEST"
+            )
+            assert "not valid JSON" in error["message"], path
+
+    @pytest.mark.parametrize("delay", [1e308, -1e308, 1e20])
+    async def test_a_huge_nack_delay_is_400(self, client, prod, delay):
+        body = {"memberId": "csr_x", "generationId": 1, "id": "m", "delay": delay}
+        r = await client.post("/v1/topics/t/groups/g/nack", json=body, headers=prod)
+        assert_envelope(r, 400, "INVALID_REQUEST")
+
+    async def test_a_trailing_newline_passes_no_check(self, client, prod):
+        r = await client.post("/v1/topics", json={"name": "probe.st\n"}, headers=prod)
+        assert_envelope(r, 400, "INVALID_REQUEST")
+        r = await client.post("/v1/topics", json={"name": "probe.nl", "retention": "7d\n"}, headers=prod)
+        assert_envelope(r, 400, "INVALID_REQUEST")
+        assert (await client.post("/v1/topics", json={"name": "probe.nl"}, headers=prod)).status_code == 201
+        r = await client.put("/v1/topics/probe.nl/groups/g", json={"ackTimeout": "30s\n"}, headers=prod)
+        assert_envelope(r, 400, "INVALID_REQUEST")
+        r = await client.put("/v1/topics/probe.nl/groups/g%0A", json={"ackTimeout": "30s"}, headers=prod)
+        assert_envelope(r, 400, "INVALID_REQUEST")
+        listed = (await client.get("/v1/topics", headers=prod)).json()["data"]
+        assert [t["name"] for t in listed if t["name"].startswith("probe.")] == ["probe.nl"]

@@ -435,6 +435,8 @@ async def nack(
     """Give a message back: it is redelivered (to the partition's owner) after ``delay_ms`` — at once by
     default, or, when the group has a DLQ, after the retry schedule's wait; a nack of the last allowed
     attempt moves the message to the DLQ instead."""
+    if reason is not None and "\x00" in reason:  # stored with the lease: text a database can hold
+        raise InvalidRequest.field("reason", "may not contain the NUL character")
     why = (reason or dlq.NACK_REASON)[:1024]
 
     async def then(session: AsyncSession, view: CallerView, done: set[Key], now: int) -> None:

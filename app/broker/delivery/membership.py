@@ -161,7 +161,7 @@ async def join(
         if session_timeout is not None
         else None
     )
-    if member_id is not None and not _MEMBER_ID.match(member_id):
+    if member_id is not None and not _MEMBER_ID.fullmatch(member_id):
         raise InvalidRequest.field("memberId", "not a member id issued by QueueCore (csr_…)")
 
     async def work(session: AsyncSession) -> Membership:
