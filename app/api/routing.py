@@ -9,7 +9,7 @@ one, and Postgres cannot store it in text (message ``data`` is published through
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -38,7 +38,7 @@ class JsonRequest(Request):
 class JsonRoute(APIRoute):
     """An ``APIRoute`` whose body is read by ``JsonRequest``."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def handle(request: Request) -> Response:
