@@ -96,7 +96,6 @@ class TestSharedLimits:
             s.stop()  # flushes usage events
         times = sorted([t for s in servers for t in await _accepted_times(s)])
         assert len(times) == statuses.count(200)
-        assert all(t is not None for t in times)
         # In no one-second window (of the Redis clock) are more than LIMIT accepted.
         j = 0
         for i, t in enumerate(times):

@@ -69,15 +69,17 @@ class Partitioner:
         return (self._next - 1) % partitions
 
     def assign(self, partitions: int, messages: Sequence[Routable]) -> list[int]:
-        """The partition of every message of a batch (what ``choose`` would say, one loop)."""
-        start = self._next
-        self._next += len(messages)
+        """The partition of every message of a batch: exactly what ``choose`` would say of each in turn
+        (only keyless messages move the round robin, so they spread evenly however keyed ones mix in)."""
+        following = self._next
         out = []
-        for i, m in enumerate(messages):
+        for m in messages:
             if m.partition is not None:
                 out.append(m.partition)
             elif m.key is not None:
                 out.append(partition_for_key(m.key.encode(), partitions))
             else:
-                out.append((start + i) % partitions)
+                out.append(following % partitions)
+                following += 1
+        self._next = following
         return out

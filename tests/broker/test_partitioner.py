@@ -52,10 +52,25 @@ class TestAssign:
             Outgoing(b"2", "user-42", None, None, None),
             Outgoing(b"3", None, None, 5, None),
             Outgoing(b"4", None, None, None, None),
+            Outgoing(b"5", None, None, None, None),
         ]
         one_by_one, batched = Partitioner(), Partitioner()
-        expected = [one_by_one.choose(6, m.key, m.partition) for m in batch]
-        # Keyless messages keep spreading across calls, as if chosen one by one.
-        assert batched.assign(6, batch) == [0, partition_for_key(b"user-42", 6), 5, 3]
-        assert expected[1:3] == [partition_for_key(b"user-42", 6), 5]
-        assert sorted({batched.assign(6, [batch[0]])[0] for _ in range(6)}) == [0, 1, 2, 3, 4, 5]
+        for _ in range(3):  # across calls too: the round robin carries on where the last one stopped
+            expected = [one_by_one.choose(6, m.key, m.partition) for m in batch]
+            assert batched.assign(6, batch) == expected
+        # Only keyless messages move the round robin: 3 per batch, so the third batch starts at 6 % 6.
+        assert expected == [0, partition_for_key(b"user-42", 6), 5, 1, 2]
+
+    def test_keyless_messages_spread_evenly_whatever_keyed_ones_mix_in(self):
+        from app.broker.publishing import Outgoing
+
+        keyless = Outgoing(b"k", None, None, None, None)
+        keyed = Outgoing(b"x", "user-42", None, None, None)
+        counts = [0] * 4
+        p = Partitioner()
+        batch = [keyless, keyed, keyless]
+        for _ in range(100):
+            for partition, m in zip(p.assign(4, batch), batch, strict=True):
+                if m is keyless:
+                    counts[partition] += 1
+        assert counts == [50, 50, 50, 50]

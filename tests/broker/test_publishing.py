@@ -12,7 +12,7 @@ from app.broker.errors import InvalidRequest, PayloadTooLarge
 from app.broker.publishing import Outgoing, Publisher, TopicRef
 from app.settings import LogSettings
 from app.stores.log.local import LocalLogEngine
-from app.stores.log.protocol import TopicLogConfig
+from app.stores.log.protocol import TopicLogConfig, UnknownLog
 
 TOPIC = "top_0000000000publ1sh"[:20]
 
@@ -64,7 +64,7 @@ class TestIdempotency:
     async def test_failed_append_releases_the_key(self, tmp_path):
         async with running(tmp_path) as (publisher, engine):
             await engine.delete_topic(TOPIC)
-            with pytest.raises(Exception):  # noqa: B017 (whatever the engine raises for a missing log)
+            with pytest.raises(UnknownLog):
                 await publisher.publish(None, "t", message(), "k2")
             await engine.create_topic(TOPIC, 3, TopicLogConfig())
             _, placed, replayed = await publisher.publish(None, "t", message(), "k2")

@@ -158,10 +158,8 @@ class TestRedisKilled:
     async def test_redis_down_at_startup_heals_when_it_comes_up(self, redis_server, limits_log):
         limiter = RedisRateLimiter(redis_server.url, key_prefix="qc:outage:")
         try:
-            started = time.monotonic()
             decision = await limiter.acquire("early", 2)
-            assert decision.allowed and decision.at_us is None
-            assert time.monotonic() - started < 0.5
+            assert decision.allowed and decision.at_us is None  # answered in-process
             assert await limiter.status() == "degraded"
             redis_server.start()
             await wait_for_status(limiter, "ok")
@@ -170,6 +168,21 @@ class TestRedisKilled:
             assert len(messages(limits_log, RECOVERY)) == 1
         finally:
             await limiter.close()
+
+
+def count_redis_decisions(limiter: RedisRateLimiter, bucket: str):
+    """Count the decisions of ``bucket`` that went to Redis from now on (one Redis call per decision;
+    the healing probe's own bucket is not counted)."""
+    calls = 0
+    decide = limiter._decide
+
+    async def counted(key, *args):
+        nonlocal calls
+        calls += key == limiter.key_prefix + bucket
+        return await decide(key, *args)
+
+    limiter._decide = counted  # type: ignore[method-assign]
+    return lambda: calls
 
 
 class TestRedisHung:
@@ -182,18 +195,14 @@ class TestRedisHung:
             assert (await limiter.acquire("hung", 100)).at_us is not None
             connections_before = await connections_received(redis_server.url)
             redis_server.pause()
-            started = time.monotonic()
+            asked = count_redis_decisions(limiter, "hung")
             first = await limiter.acquire("hung", 100)
-            assert first.at_us is None
-            assert 0.2 <= time.monotonic() - started < 1.0
-            slowest = 0.0
+            assert first.at_us is None and asked() == 1  # it tried Redis, timed out, fell back
             end = time.monotonic() + 1.5  # spans at least one probe that times out
             while time.monotonic() < end:
-                started = time.monotonic()
                 assert (await limiter.acquire("hung", 100)).at_us is None
-                slowest = max(slowest, time.monotonic() - started)
                 await asyncio.sleep(0.005)
-            assert slowest < 0.05
+            assert asked() == 1  # every decision since was answered in-process, none waited on Redis
             assert len(messages(limits_log, OUTAGE)) == 1
             redis_server.resume()
             await wait_for_status(limiter, "ok")
@@ -211,10 +220,11 @@ class TestRedisHung:
         try:
             await limiter.acquire("crowd", 10_000)
             redis_server.pause()
-            started = time.monotonic()
+            asked = count_redis_decisions(limiter, "crowd")
             decisions = await asyncio.gather(*(limiter.acquire("crowd", 10_000) for _ in range(200)))
-            # At most one round of socket timeouts (4 slots in parallel), not 200 / 4 rounds.
-            assert time.monotonic() - started < 1.0
+            # At most one round of socket timeouts (the 4 slots' calls), not 200 / 4 rounds: the callers
+            # queued for a slot saw the outage when they got one and answered in-process.
+            assert asked() <= 4
             assert all(d.allowed for d in decisions)
             assert await limiter.status() == "degraded"
         finally:

@@ -3,6 +3,9 @@ on SQLite and Postgres."""
 
 from __future__ import annotations
 
+import sqlite3
+
+import asyncpg
 import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, bindparam, select, text, update
 
@@ -51,7 +54,8 @@ async def test_rowcounts_per_parameter_set_and_committed(store: MetadataStore):
 
 
 async def test_one_transaction_all_or_nothing(store: MetadataStore):
-    with pytest.raises(Exception):  # noqa: B017 - the driver's own integrity error
+    # The driver's own unique-violation error (the express connection runs below SQLAlchemy).
+    with pytest.raises((sqlite3.IntegrityError, asyncpg.UniqueViolationError)):
         await store.express.execute_each(_SET, [{"i": 1, "v": 12}, {"i": 2, "v": 12}])  # unique clash
     assert await _values(store) == {1: 10, 2: 20}
     assert await store.express.execute_each(_SET, [{"i": 1, "v": 13}]) == [1]  # still usable

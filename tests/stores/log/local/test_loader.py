@@ -4,7 +4,6 @@ partitions under a file-handle cap (``loader``, ``manager``)."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -129,14 +128,13 @@ class TestRecoveryAfterACrash:
         await engine.append("top_big", {0: batch[:2]})
         crash(engine)
         count_scans.clear()
-        started = time.perf_counter()
         engine = await open_local(tmp_path, segment_bytes=128 << 20, index_interval_bytes=4096)
-        elapsed = time.perf_counter() - started
         try:
             info = await engine.partition_info("top_big", 0)
             assert info.size_bytes > 1 << 30 and info.latest_offset == 64 * 16 + 2
+            # Only the segment past the recovery point was scanned: opening does not read 1 GiB (how
+            # long it takes is the engine benchmark's business, not a test's).
             assert len(count_scans) == 1
-            assert elapsed < 1.0, f"opening took {elapsed:.2f} s"
         finally:
             await engine.close()
 
