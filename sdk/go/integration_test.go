@@ -452,3 +452,55 @@ func TestDataRoundTrip(t *testing.T) {
 	}
 	_ = time.Second
 }
+
+func TestNackRedeliversAndExtendHolds(t *testing.T) {
+	for _, transport := range []queuecore.Transport{queuecore.TransportWebSocket, queuecore.TransportPull} {
+		t.Run(string(transport), func(t *testing.T) {
+			c := newClient(t)
+			ctx := testCtx(t)
+			topic := newTopic(t, c, 1)
+			if _, err := c.Publish(ctx, topic, "payload", nil); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var attempts []int
+			var reported []error
+			consumer, err := c.Consume(ctx, topic, queuecore.ConsumeParams{Group: "g", StartFrom: "earliest", Transport: transport,
+				OnError: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error {
+					mu.Lock()
+					attempts = append(attempts, msg.Attempt)
+					mu.Unlock()
+					if err := msg.Extend(time.Minute); err != nil {
+						return err
+					}
+					if msg.Attempt == 1 {
+						return msg.Nack("try again", 0)
+					}
+					return msg.Ack()
+				})
+			}()
+			eventually(t, "the redelivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) >= 2 })
+			if err := consumer.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(attempts) != 2 || attempts[0] != 1 || attempts[1] != 2 || len(reported) != 0 {
+				t.Fatalf("attempts %v, errors %v", attempts, reported)
+			}
+			off, err := c.Offsets.Get(ctx, topic, queuecore.OffsetGetParams{Group: "g", Partition: 0})
+			if err != nil || off.Lag != 0 {
+				t.Fatalf("%+v %v", off, err)
+			}
+		})
+	}
+}

@@ -259,7 +259,7 @@ func (k *Consumer) pullFlush(ctx context.Context, m *pullMember, base string, fi
 			}
 		} else {
 			body["ids"] = []string{x.id}
-			body["seconds"] = int64(x.delay / time.Second)
+			body["seconds"] = x.delay.Seconds()
 		}
 		if _, err := k.c.do(ctx, request{method: "POST", path: path, body: body}, nil); err != nil {
 			if !final && !fatal(err) && ctx.Err() == nil {

@@ -250,6 +250,14 @@ func (s *pushSession) read() {
 		case "rebalance":
 			s.k.c.log.Debug("queuecore consumer: rebalanced", "generation", f.GenerationID, "assignments", f.Assignments)
 		case "error":
+			// A refused client frame is answered by an error frame instead of "acked".
+			if s.unanswered.Add(-1) < 0 {
+				s.unanswered.Store(0)
+			}
+			select {
+			case s.answered <- struct{}{}:
+			default:
+			}
 			s.k.emit(frameError(f.Error))
 		}
 	}
@@ -352,7 +360,7 @@ func (s *pushSession) flush() error {
 				f["delay"] = durationString(x.delay)
 			}
 		} else {
-			f["seconds"] = int64(x.delay / time.Second)
+			f["seconds"] = x.delay.Seconds()
 		}
 		if err := send(f); err != nil {
 			s.k.settle.putBack(rest[i:])
