@@ -258,6 +258,8 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
   #pollAbort: AbortController | undefined;
   #releaseIteration: (() => void) | undefined;
   #fatal: unknown;
+  /** Partitions whose running handler called stop(): stop() cannot wait for them (it would wait for itself). */
+  #stopCallers = new Set<number>();
 
   constructor(client: APIClient, topic: string, options: ConsumeOptions) {
     if (!options || typeof options.group !== 'string' || options.group === '') {
@@ -335,6 +337,7 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
     this.#joined.promise.catch(() => {});
     this.#accepting = true;
     this.#fatal = undefined;
+    this.#stopCallers.clear();
     this.#run = this.#main().finally(() => {
       this.#running = false;
     });
@@ -347,6 +350,8 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
    * them. No handler runs after the returned promise resolves (but the one calling `stop()`, if any).
    */
   async stop(): Promise<void> {
+    const caller = handlerContext.getStore();
+    if (caller && caller.consumer === this) this.#stopCallers.add(caller.partition); // a handler stops us
     this.#stop.fire();
     this.#releaseIteration?.();
     this.#pollAbort?.abort();
@@ -484,9 +489,8 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
   async #drain(): Promise<void> {
     this.#accepting = false;
     for (const queue of this.#queues.values()) queue.length = 0;
-    const self = handlerContext.getStore();
     const waits = [...this.#workers.entries()]
-      .filter(([partition]) => !(self && self.consumer === this && self.partition === partition))
+      .filter(([partition]) => !this.#stopCallers.has(partition))
       .map(([, worker]) => worker);
     await Promise.allSettled(waits);
   }
@@ -781,7 +785,8 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
           failures = 0;
           if (messages.length > 0) {
             for (const wire of messages) this.#deliver(wire);
-            await Promise.allSettled([...this.#workers.values()]);
+            // Until they are handled, or stop() (which may come from a handler: not waited for here).
+            await Promise.race([Promise.allSettled([...this.#workers.values()]), this.#stop.promise]);
           }
         } catch (error) {
           if (this.#stop.stopped) break;

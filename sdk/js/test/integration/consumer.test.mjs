@@ -94,6 +94,27 @@ for (const transport of ['websocket', 'pull']) {
       assert.deepEqual(next.slice(0, 17), Array.from({ length: 17 }, (_, i) => i + 3));
     });
 
+    test('a handler may stop the consumer (no deadlock); its ack, made before, is confirmed', async () => {
+      const topic = await topicWith(2, 10);
+      const consumer = pq.consume(topic, { group: 'self-stop', startFrom: 'earliest', transport });
+      let stopped;
+      const seen = [];
+      consumer.on('message', async (msg) => {
+        seen.push(msg.id);
+        await msg.ack();
+        if (stopped === undefined) {
+          stopped = consumer.stop();
+          await stopped;
+        }
+      });
+      await consumer.start();
+      await eventually(() => stopped !== undefined, 20_000, 'a handler called stop()');
+      await stopped;
+      assert.equal(consumer.running, false);
+      const current = (await pq.offsets.get(topic, { group: 'self-stop' })).reduce((n, p) => n + p.current, 0);
+      assert.ok(current >= 1 && current === seen.length, `committed ${current}, handled ${seen.length}`);
+    });
+
     test('for await over messages; leaving the loop stops the consumer', async () => {
       const topic = await topicWith(2, 6);
       const consumer = pq.consume(topic, { group: 'it', startFrom: 'earliest', transport });
