@@ -155,8 +155,10 @@ async def cmd_projects_set_tier(args: argparse.Namespace, store: MetadataStore) 
 async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
     async with store.session() as session:
         project = await tenancy.get_project(session, args.project)
-        view = await alerts.set_endpoint(session, settings, project.id, args.url, args.secret)
-    human = f"alerts for {project.name} go to {view.url} (secret …{view.secret_hint})"
+        view = await alerts.set_endpoint(
+            session, settings, project.id, args.environment, args.url, args.secret
+        )
+    human = f"alerts for {project.name} ({args.environment}) go to {view.url} (secret …{view.secret_hint})"
     if view.secret:
         human += f"\nsigning secret (shown once): {view.secret}"
     _print(view.to_wire(), args.json, human)
@@ -166,7 +168,7 @@ async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, setting
 async def cmd_alerts_show(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
     async with store.session() as session:
         project = await tenancy.get_project(session, args.project)
-        view = await alerts.get_endpoint(session, settings, project.id)
+        view = await alerts.get_endpoint(session, settings, project.id, args.environment)
     _print(view.to_wire(), args.json, f"{view.url}  secret …{view.secret_hint}  breaker {view.state}")
     return 0
 
@@ -174,7 +176,7 @@ async def cmd_alerts_show(args: argparse.Namespace, store: MetadataStore, settin
 async def cmd_alerts_test(args: argparse.Namespace, store: MetadataStore) -> int:
     async with store.session() as session:
         project = await tenancy.get_project(session, args.project)
-        event_id = await alerts.send_test_event(session, project.id)
+        event_id = await alerts.send_test_event(session, project.id, args.environment)
     _print({"eventId": event_id}, args.json, f"queued test event {event_id} (sent by the running server)")
     return 0
 
@@ -227,19 +229,22 @@ def _parser() -> argparse.ArgumentParser:
     pt.add_argument("--limits", help="publish=N,consume=N,admin=N (enterprise only)")
     pt.add_argument("--json", action="store_true")
 
-    alerts_ = sub.add_parser("alerts", help="a project's alert webhook").add_subparsers(
+    alerts_ = sub.add_parser("alerts", help="a project environment's alert webhook").add_subparsers(
         dest="action", required=True
     )
     aset = alerts_.add_parser("set", help="set the alert endpoint (a secret is generated if not given)")
     aset.add_argument("--project", required=True, help="project id or name")
+    aset.add_argument("--environment", required=True, choices=tenancy.ENVIRONMENTS)
     aset.add_argument("--url", required=True)
     aset.add_argument("--secret", help="signing secret, 16-255 characters")
     aset.add_argument("--json", action="store_true")
     ashow = alerts_.add_parser("show", help="show the alert endpoint and its breaker (not the secret)")
     ashow.add_argument("--project", required=True, help="project id or name")
+    ashow.add_argument("--environment", required=True, choices=tenancy.ENVIRONMENTS)
     ashow.add_argument("--json", action="store_true")
     atest = alerts_.add_parser("test", help="queue a test event for the endpoint")
     atest.add_argument("--project", required=True, help="project id or name")
+    atest.add_argument("--environment", required=True, choices=tenancy.ENVIRONMENTS)
     atest.add_argument("--json", action="store_true")
     return parser
 

@@ -15,6 +15,8 @@ import pytest
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 from tests.fixtures.webhooks import Receiver
 
+ENV = "production"
+
 pytestmark = pytest.mark.slow
 
 
@@ -50,7 +52,18 @@ def test_an_alert_survives_a_sigkill_in_the_outbox(running: ServerProcess):
 
     port = free_port()
     receiver_url = f"http://127.0.0.1:{port}/hooks/queuecore"
-    out = cli(running.env, "alerts", "set", "--project", running.project_id, "--url", receiver_url, "--json")
+    out = cli(
+        running.env,
+        "alerts",
+        "set",
+        "--project",
+        running.project_id,
+        "--environment",
+        ENV,
+        "--url",
+        receiver_url,
+        "--json",
+    )
     configured = json.loads(out.stdout)
     assert configured["url"] == receiver_url and configured["secret"].startswith("whsec_")
 
@@ -78,11 +91,15 @@ def test_an_alert_survives_a_sigkill_in_the_outbox(running: ServerProcess):
         assert event["data"] == {"topic": "jobs", "group": "workers", "depth": 1, "threshold": 1}
 
         shown = json.loads(
-            cli(running.env, "alerts", "show", "--project", running.project_id, "--json").stdout
+            cli(
+                running.env, "alerts", "show", "--project", running.project_id, "--environment", ENV, "--json"
+            ).stdout
         )
         assert "secret" not in shown and shown["secretHint"] == configured["secret"][-4:]
         queued = json.loads(
-            cli(running.env, "alerts", "test", "--project", running.project_id, "--json").stdout
+            cli(
+                running.env, "alerts", "test", "--project", running.project_id, "--environment", ENV, "--json"
+            ).stdout
         )
         [test] = receiver.wait_for("test", seconds=10)
         assert json.loads(test.body)["id"] == queued["eventId"]

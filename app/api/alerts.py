@@ -1,4 +1,5 @@
-"""Alert webhook calls: the project's endpoint (set, show, delete), a test event, and delivery attempts."""
+"""Alert webhook calls: the key's environment's endpoint (set, show, delete), a test event, and delivery
+attempts. A key sees and changes its own environment's only."""
 
 from __future__ import annotations
 
@@ -27,22 +28,26 @@ def _json(payload: dict[str, object], status: int = 200) -> Response:
 async def set_endpoint(
     body: EndpointIn, key: AdminKey, services: ServicesDep, session: SessionDep
 ) -> Response:
-    """Set the project's alert endpoint (http(s); in production not an internal address). Without
+    """Set this environment's alert endpoint (http(s); in production not an internal address). Without
     ``secret`` one is generated on creation and answered once, as ``secret``."""
-    view = await alerts.set_endpoint(session, services.settings, key.project_id, body.url, body.secret)
+    view = await alerts.set_endpoint(
+        session, services.settings, key.project_id, key.environment, body.url, body.secret
+    )
     return _json(view.to_wire())
 
 
 @router.get("/endpoint", response_model=Endpoint, responses=responses(*_AUTH, "ALERT_ENDPOINT_NOT_FOUND"))
 async def get_endpoint(key: AdminKey, services: ServicesDep, session: SessionDep) -> Response:
-    """The project's alert endpoint and the state of its circuit breaker (never the secret)."""
-    return _json((await alerts.get_endpoint(session, services.settings, key.project_id)).to_wire())
+    """This environment's alert endpoint and the state of its circuit breaker (never the secret)."""
+    return _json(
+        (await alerts.get_endpoint(session, services.settings, key.project_id, key.environment)).to_wire()
+    )
 
 
 @router.delete("/endpoint", status_code=204, responses=responses(*_AUTH, "ALERT_ENDPOINT_NOT_FOUND"))
 async def delete_endpoint(key: AdminKey, session: SessionDep) -> Response:
     """Remove the endpoint; alerts not yet delivered are given up."""
-    await alerts.delete_endpoint(session, key.project_id)
+    await alerts.delete_endpoint(session, key.project_id, key.environment)
     return Response(status_code=204)
 
 
@@ -55,7 +60,7 @@ async def delete_endpoint(key: AdminKey, session: SessionDep) -> Response:
 async def send_test_event(key: AdminKey, services: ServicesDep) -> TestEvent:
     """Queue a signed ``test`` event for the endpoint; see its attempts at ``GET /v1/alerts/deliveries``."""
     async with services.metadata.session() as session:
-        event_id = await alerts.send_test_event(session, key.project_id)
+        event_id = await alerts.send_test_event(session, key.project_id, key.environment)
     services.alerts.wake()
     return TestEvent(eventId=event_id)
 
@@ -67,6 +72,6 @@ async def deliveries(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: str | None = None,
 ) -> DeliveryPage:
-    """Every delivery attempt of the project's alerts, newest first."""
-    page = await alerts.deliveries(session, key.project_id, limit=limit, cursor=cursor)
+    """Every delivery attempt of this environment's alerts, newest first."""
+    page = await alerts.deliveries(session, key.project_id, key.environment, limit=limit, cursor=cursor)
     return DeliveryPage.model_validate({"data": page.entries, "nextCursor": page.next_cursor})

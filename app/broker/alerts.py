@@ -204,22 +204,27 @@ def _view(endpoint: AlertEndpoint, settings: Settings, secret: str | None = None
     )
 
 
+_NO_ENDPOINT = "This environment has no alert endpoint"
+
+
 async def set_endpoint(
-    session: AsyncSession, settings: Settings, project_id: str, url: Any, secret: Any = None
+    session: AsyncSession, settings: Settings, project_id: str, environment: str, url: Any, secret: Any = None
 ) -> EndpointView:
-    """Create or replace the project's endpoint. Without ``secret``, a new one is generated on creation
-    (and answered once); an update without it keeps the current one. A new URL resets the breaker."""
+    """Create or replace the environment's endpoint. Without ``secret``, a new one is generated on
+    creation (and answered once); an update without it keeps the current one. A new URL resets the
+    breaker."""
     await check_url(settings, url)
     if secret is not None and (not isinstance(secret, str) or not 16 <= len(secret) <= 255):
         raise InvalidRequest.field("secret", "expected a string of 16 to 255 characters")
     repo = AlertRepository.from_session(session)
-    endpoint = await repo.endpoint(project_id)
+    endpoint = await repo.endpoint(project_id, environment)
     now = utcnow()
     revealed = None
     if endpoint is None:
         revealed = secret is None
         endpoint = AlertEndpoint(
             project_id=project_id,
+            environment=environment,
             url=url,
             secret=secret or new_secret(),
             failures=0,
@@ -238,28 +243,30 @@ async def set_endpoint(
     return _view(endpoint, settings, endpoint.secret if revealed else None)
 
 
-async def get_endpoint(session: AsyncSession, settings: Settings, project_id: str) -> EndpointView:
-    endpoint = await AlertRepository.from_session(session).endpoint(project_id)
+async def get_endpoint(
+    session: AsyncSession, settings: Settings, project_id: str, environment: str
+) -> EndpointView:
+    endpoint = await AlertRepository.from_session(session).endpoint(project_id, environment)
     if endpoint is None:
-        raise AlertEndpointNotFound(
-            "This project has no alert endpoint; set one with PUT /v1/alerts/endpoint."
-        )
+        raise AlertEndpointNotFound(f"{_NO_ENDPOINT}; set one with PUT /v1/alerts/endpoint.")
     return _view(endpoint, settings)
 
 
-async def delete_endpoint(session: AsyncSession, project_id: str) -> None:
-    if not await AlertRepository.from_session(session).remove_endpoint(project_id):
-        raise AlertEndpointNotFound("This project has no alert endpoint.")
+async def delete_endpoint(session: AsyncSession, project_id: str, environment: str) -> None:
+    if not await AlertRepository.from_session(session).remove_endpoint(project_id, environment):
+        raise AlertEndpointNotFound(f"{_NO_ENDPOINT}.")
 
 
 # the outbox --------------------------------------------------------------------------------------
 
 
-async def enqueue(session: AsyncSession, *, project_id: str, event_type: str, data: dict[str, Any]) -> str:
-    """Write an event to the outbox in the caller's unit of work; its id. A project without an endpoint
-    gets no event (nothing could receive it; "" is answered)."""
+async def enqueue(
+    session: AsyncSession, *, project_id: str, environment: str, event_type: str, data: dict[str, Any]
+) -> str:
+    """Write an event to the outbox in the caller's unit of work; its id. An environment without an
+    endpoint gets no event (nothing could receive it; "" is answered)."""
     repo = AlertRepository.from_session(session)
-    if await repo.endpoint(project_id) is None:
+    if await repo.endpoint(project_id, environment) is None:
         return ""
     event_id = new_id("evt")
     now = now_ms()
@@ -269,6 +276,7 @@ async def enqueue(session: AsyncSession, *, project_id: str, event_type: str, da
             "type": event_type,
             "createdAt": isoformat_ms(now),
             "projectId": project_id,
+            "environment": environment,
             "data": data,
         }
     )
@@ -276,6 +284,7 @@ async def enqueue(session: AsyncSession, *, project_id: str, event_type: str, da
         {
             "id": event_id,
             "project_id": project_id,
+            "environment": environment,
             "type": event_type,
             "body": body.decode(),
             "status": "pending",
@@ -288,15 +297,14 @@ async def enqueue(session: AsyncSession, *, project_id: str, event_type: str, da
     return event_id
 
 
-async def send_test_event(session: AsyncSession, project_id: str) -> str:
-    """Queue a ``test`` event for the project's endpoint."""
-    if await AlertRepository.from_session(session).endpoint(project_id) is None:
-        raise AlertEndpointNotFound(
-            "This project has no alert endpoint; set one with PUT /v1/alerts/endpoint."
-        )
+async def send_test_event(session: AsyncSession, project_id: str, environment: str) -> str:
+    """Queue a ``test`` event for the environment's endpoint."""
+    if await AlertRepository.from_session(session).endpoint(project_id, environment) is None:
+        raise AlertEndpointNotFound(f"{_NO_ENDPOINT}; set one with PUT /v1/alerts/endpoint.")
     return await enqueue(
         session,
         project_id=project_id,
+        environment=environment,
         event_type="test",
         data={"message": "This is a test event from QueueCore."},
     )
@@ -309,13 +317,14 @@ class AttemptPage:
 
 
 async def deliveries(
-    session: AsyncSession, project_id: str, *, limit: int = 50, cursor: str | None = None
+    session: AsyncSession, project_id: str, environment: str, *, limit: int = 50, cursor: str | None = None
 ) -> AttemptPage:
-    """Every delivery attempt of the project's alerts, newest first."""
+    """Every delivery attempt of the environment's alerts, newest first."""
     if not 1 <= limit <= 1000:
         raise InvalidRequest.field("limit", "must be between 1 and 1000")
     before = decode_cursor(cursor) if cursor else None
-    rows = list(await AlertRepository.from_session(session).attempts_page(project_id, before, limit + 1))
+    repo = AlertRepository.from_session(session)
+    rows = list(await repo.attempts_page(project_id, environment, before, limit + 1))
     more = len(rows) > limit
     rows = rows[:limit]
     entries = [
@@ -423,18 +432,20 @@ class AlertDispatcher:
             claimed = await repo.claim_due(now, _CLAIM_LEASE_MS, _CLAIM)
             waiting: list[str] = []
             sending: list[Claimed] = []
-            probing: set[str] = set()
+            probing: set[tuple[str, str]] = set()  # endpoints (project, environment) probed this pass
             for event in claimed:
                 state = breaker_state(
                     event.failures, event.open_until_ms, settings.alert_breaker_threshold, now
                 )
                 if event.url is None:
                     sending.append(event)  # settled below as failed: nowhere to send
-                elif state == "open" or (state == "half-open" and event.project_id in probing):
+                elif state == "open" or (
+                    state == "half-open" and (event.project_id, event.environment) in probing
+                ):
                     waiting.append(event.id)
                 else:
                     if state == "half-open":
-                        probing.add(event.project_id)
+                        probing.add((event.project_id, event.environment))
                     sending.append(event)
             cooldown = round(settings.alert_breaker_cooldown_seconds * 1000)
             # The half-open probe holds the breaker open meanwhile: one probe per endpoint at a time.
@@ -507,6 +518,7 @@ class AlertDispatcher:
             {
                 "id": f"att_{now:012x}{secrets.token_hex(5)}",
                 "project_id": event.project_id,
+                "environment": event.environment,
                 "event_id": event.id,
                 "event_type": event.type,
                 "attempt": made,
@@ -527,6 +539,7 @@ class AlertDispatcher:
         if event.url is not None:
             await repo.breaker_outcome(
                 event.project_id,
+                event.environment,
                 outcome.ok,
                 settings.alert_breaker_threshold,
                 now + round(settings.alert_breaker_cooldown_seconds * 1000),

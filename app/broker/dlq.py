@@ -198,7 +198,7 @@ async def dead_letter(
 async def _check_alert(session: AsyncSession, group_id: str) -> None:
     """One alert per crossing of ``alertThreshold``; re-armed once the depth falls below it."""
     repo = DeadLetterRepository.from_session(session)
-    armed, config, project_id, topic_name, group_name = await repo.alert_state(group_id)
+    armed, config, project_id, environment, topic_name, group_name = await repo.alert_state(group_id)
     policy = Policy.of(config)
     if policy is None:
         return
@@ -208,15 +208,25 @@ async def _check_alert(session: AsyncSession, group_id: str) -> None:
         await _raise_alert(
             session,
             project_id,
+            environment,
             {"topic": topic_name, "group": group_name, "depth": depth, "threshold": policy.alert_threshold},
         )
     elif not armed and depth < policy.alert_threshold:
         await repo.set_alert_armed(group_id, True)
 
 
-async def _raise_alert(session: AsyncSession, project_id: str, data: dict[str, Any]) -> None:
-    """Queue the ``dlq.threshold_reached`` event in the alert outbox (same unit of work)."""
-    await alerts.enqueue(session, project_id=project_id, event_type="dlq.threshold_reached", data=data)
+async def _raise_alert(
+    session: AsyncSession, project_id: str, environment: str, data: dict[str, Any]
+) -> None:
+    """Queue the ``dlq.threshold_reached`` event for the topic's environment's endpoint (same unit of
+    work)."""
+    await alerts.enqueue(
+        session,
+        project_id=project_id,
+        environment=environment,
+        event_type="dlq.threshold_reached",
+        data=data,
+    )
 
 
 # the API ------------------------------------------------------------------------------------------

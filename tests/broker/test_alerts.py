@@ -68,19 +68,24 @@ async def project(store):
     return await make_project(metadata, settings.server_secret())
 
 
-async def setup_endpoint(metadata, settings, project_id, url, secret="s" * 24):
+ENV = "production"
+
+
+async def setup_endpoint(metadata, settings, project_id, url, secret="s" * 24, environment=ENV):
     async with metadata.session() as session:
-        return await alerts.set_endpoint(session, settings, project_id, url, secret)
+        return await alerts.set_endpoint(session, settings, project_id, environment, url, secret)
 
 
-async def queue(metadata, project_id, kind="test", **data):
+async def queue(metadata, project_id, kind="test", environment=ENV, **data):
     async with metadata.session() as session:
-        return await alerts.enqueue(session, project_id=project_id, event_type=kind, data=data)
+        return await alerts.enqueue(
+            session, project_id=project_id, environment=environment, event_type=kind, data=data
+        )
 
 
-async def delivery_log(metadata, project_id):
+async def delivery_log(metadata, project_id, environment=ENV):
     async with metadata.session(readonly=True) as session:
-        return (await alerts.deliveries(session, project_id, limit=100)).entries
+        return (await alerts.deliveries(session, project_id, environment, limit=100)).entries
 
 
 def docs_verify():
@@ -206,7 +211,9 @@ class TestBreaker:
 
         async def state() -> str:
             async with metadata.session(readonly=True) as session:
-                endpoint = await alerts.AlertRepository.from_session(session).endpoint(project.project_id)
+                endpoint = await alerts.AlertRepository.from_session(session).endpoint(
+                    project.project_id, ENV
+                )
             assert endpoint is not None
             return alerts.breaker_state(
                 endpoint.failures, endpoint.open_until_ms, settings.alert_breaker_threshold, clock()
@@ -244,21 +251,42 @@ class TestEndpoint:
         metadata, settings = store
         async with metadata.session() as session:
             created = await alerts.set_endpoint(
-                session, settings, project.project_id, "https://example.com/h"
+                session, settings, project.project_id, ENV, "https://example.com/h"
             )
         assert created.secret and created.secret.startswith("whsec_") and len(created.secret) == 38
         assert created.secret_hint == created.secret[-4:] and created.state == "closed"
         async with metadata.session() as session:
             updated = await alerts.set_endpoint(
-                session, settings, project.project_id, "https://example.org/h"
+                session, settings, project.project_id, ENV, "https://example.org/h"
             )
-            shown = await alerts.get_endpoint(session, settings, project.project_id)
+            shown = await alerts.get_endpoint(session, settings, project.project_id, ENV)
         assert updated.secret is None and shown.secret is None
         assert shown.secret_hint == created.secret[-4:] and shown.url == "https://example.org/h"
 
     async def test_no_endpoint_no_event(self, store, project):
         metadata, _ = store
         assert await queue(metadata, project.project_id) == ""
+
+    async def test_each_environment_has_its_own_endpoint_events_and_attempts(self, store, project, receiver):
+        metadata, settings = store
+        dispatcher = alerts.AlertDispatcher(metadata, settings)
+        try:
+            await setup_endpoint(
+                metadata, settings, project.project_id, receiver.url, environment="production"
+            )
+            # Development has none: its events are not written, and production's endpoint gets nothing.
+            assert await queue(metadata, project.project_id, environment="development") == ""
+            event = await queue(metadata, project.project_id, environment="production")
+            assert await dispatcher.run_once() == 1
+            assert [json.loads(r.body)["id"] for r in receiver.received] == [event]
+            assert json.loads(receiver.received[0].body)["environment"] == "production"
+            assert await delivery_log(metadata, project.project_id, "development") == []
+            assert [a["eventId"] for a in await delivery_log(metadata, project.project_id)] == [event]
+            async with metadata.session() as session:
+                with pytest.raises(alerts.AlertEndpointNotFound):
+                    await alerts.get_endpoint(session, settings, project.project_id, "staging")
+        finally:
+            await dispatcher.close()
 
 
 class TestSsrf:

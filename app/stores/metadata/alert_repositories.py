@@ -1,4 +1,7 @@
-"""SQL of alert webhooks: endpoints with their breaker, the outbox of events, and the attempts made."""
+"""SQL of alert webhooks: endpoints with their breaker, the outbox of events, and the attempts made.
+
+Everything is per project environment (``project_id``, ``environment``): one endpoint each, and events and
+attempts of one environment never reach or show in another."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import ColumnElement, Table, and_, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.metadata.models import AlertAttempt, AlertEndpoint, AlertEvent
@@ -22,6 +25,7 @@ class Claimed:
 
     id: str
     project_id: str
+    environment: str
     type: str
     body: str
     attempts: int
@@ -45,10 +49,10 @@ class AlertRepository:
 
     # endpoints ------------------------------------------------------------------------------------
 
-    async def endpoint(self, project_id: str) -> AlertEndpoint | None:
+    async def endpoint(self, project_id: str, environment: str) -> AlertEndpoint | None:
         result = await self.session.execute(
             select(AlertEndpoint)
-            .where(AlertEndpoint.project_id == project_id)
+            .where(AlertEndpoint.project_id == project_id, AlertEndpoint.environment == environment)
             .execution_options(populate_existing=True)
         )
         return result.scalar_one_or_none()
@@ -57,36 +61,33 @@ class AlertRepository:
         self.session.add(endpoint)
         await self.session.flush()
 
-    async def remove_endpoint(self, project_id: str) -> bool:
-        result = await self.session.execute(delete(endpoints).where(endpoints.c.project_id == project_id))
+    async def remove_endpoint(self, project_id: str, environment: str) -> bool:
+        result = await self.session.execute(delete(endpoints).where(_endpoint_of(project_id, environment)))
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    async def breaker_outcome(self, project_id: str, ok: bool, threshold: int, open_until_ms: int) -> None:
+    async def breaker_outcome(
+        self, project_id: str, environment: str, ok: bool, threshold: int, open_until_ms: int
+    ) -> None:
         """A success closes the breaker; a failure counts, and opens it at ``threshold`` in a row (or
         reopens it after a failed half-open probe)."""
+        this = _endpoint_of(project_id, environment)
         if ok:
             values: dict[str, Any] = {"failures": 0, "open_until_ms": None}
-            await self.session.execute(
-                update(endpoints).where(endpoints.c.project_id == project_id).values(**values)
-            )
+            await self.session.execute(update(endpoints).where(this).values(**values))
             return
+        await self.session.execute(update(endpoints).where(this).values(failures=endpoints.c.failures + 1))
         await self.session.execute(
             update(endpoints)
-            .where(endpoints.c.project_id == project_id)
-            .values(failures=endpoints.c.failures + 1)
-        )
-        await self.session.execute(
-            update(endpoints)
-            .where(endpoints.c.project_id == project_id, endpoints.c.failures >= threshold)
+            .where(this, endpoints.c.failures >= threshold)
             .values(open_until_ms=open_until_ms)
         )
 
-    async def hold_breaker(self, project_ids: Sequence[str], until_ms: int) -> None:
+    async def hold_breaker(self, held: Sequence[tuple[str, str]], until_ms: int) -> None:
         """A half-open endpoint lets one probe go: the others wait until it answered."""
-        if project_ids:
+        if held:
             await self.session.execute(
                 update(endpoints)
-                .where(endpoints.c.project_id.in_(project_ids))
+                .where(or_(*(_endpoint_of(p, e) for p, e in held)))
                 .values(open_until_ms=until_ms)
             )
 
@@ -130,6 +131,7 @@ class AlertRepository:
             select(
                 events.c.id,
                 events.c.project_id,
+                events.c.environment,
                 events.c.type,
                 events.c.body,
                 events.c.attempts,
@@ -138,11 +140,19 @@ class AlertRepository:
                 endpoints.c.failures,
                 endpoints.c.open_until_ms,
             )
-            .select_from(events.outerjoin(endpoints, endpoints.c.project_id == events.c.project_id))
+            .select_from(
+                events.outerjoin(
+                    endpoints,
+                    and_(
+                        endpoints.c.project_id == events.c.project_id,
+                        endpoints.c.environment == events.c.environment,
+                    ),
+                )
+            )
             .where(events.c.id.in_(ids))
             .order_by(events.c.next_attempt_ms)
         )
-        claimed = [Claimed(*row) for row in rows.all()]
+        claimed = [Claimed(**row._asdict()) for row in rows.all()]
         await self.session.execute(
             update(events).where(events.c.id.in_(ids)).values(claimed_until_ms=now_ms + lease_ms)
         )
@@ -173,10 +183,18 @@ class AlertRepository:
     async def add_attempt(self, values: dict[str, Any]) -> None:
         await self.session.execute(insert(attempts).values(**values))
 
-    async def attempts_page(self, project_id: str, before: str | None, limit: int) -> Sequence[AlertAttempt]:
+    async def attempts_page(
+        self, project_id: str, environment: str, before: str | None, limit: int
+    ) -> Sequence[AlertAttempt]:
         """Newest first (ids grow with time)."""
-        stmt = select(AlertAttempt).where(AlertAttempt.project_id == project_id)
+        stmt = select(AlertAttempt).where(
+            AlertAttempt.project_id == project_id, AlertAttempt.environment == environment
+        )
         if before is not None:
             stmt = stmt.where(AlertAttempt.id < before)
         result = await self.session.execute(stmt.order_by(AlertAttempt.id.desc()).limit(limit))
         return result.scalars().all()
+
+
+def _endpoint_of(project_id: str, environment: str) -> ColumnElement[bool]:
+    return and_(endpoints.c.project_id == project_id, endpoints.c.environment == environment)

@@ -106,17 +106,22 @@ class DeadLetterRepository:
 
     # alerting -------------------------------------------------------------------------------------
 
-    async def alert_state(self, group_id: str) -> tuple[bool, dict[str, Any] | None, str, str, str]:
-        """``(armed, dead_letter config, project_id, topic name, group name)`` of a group."""
+    async def alert_state(self, group_id: str) -> tuple[bool, dict[str, Any] | None, str, str, str, str]:
+        """``(armed, dead_letter config, project_id, environment, topic name, group name)`` of a group."""
         result = await self.session.execute(
             select(
-                groups.c.dlq_alert_armed, groups.c.dead_letter, Topic.project_id, Topic.name, groups.c.name
+                groups.c.dlq_alert_armed,
+                groups.c.dead_letter,
+                Topic.project_id,
+                Topic.environment,
+                Topic.name,
+                groups.c.name,
             )
             .join(Topic, Topic.id == groups.c.topic_id)
             .where(groups.c.id == group_id)
         )
-        armed, config, project_id, topic, group = result.one()
-        return bool(armed), config, project_id, topic, group
+        armed, config, project_id, environment, topic, group = result.one()
+        return bool(armed), config, project_id, environment, topic, group
 
     async def set_alert_armed(self, group_id: str, armed: bool) -> None:
         await self.session.execute(

@@ -229,7 +229,8 @@ class DlqAuditEntry(Base):
 
 
 class AlertEndpoint(Base):
-    """A project's alert webhook: where events go, the secret they are signed with, and its breaker.
+    """An environment's alert webhook: where its events go, the secret they are signed with, and its
+    breaker. One per project environment: a key manages its own environment's endpoint only.
 
     The breaker is ``closed`` below ``failures`` consecutive failures; ``open`` until ``open_until_ms``
     after that; then ``half-open``: one probe may go, whose success closes it and failure reopens it.
@@ -238,6 +239,7 @@ class AlertEndpoint(Base):
     __tablename__ = "alert_endpoints"
 
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    environment: Mapped[str] = mapped_column(String(20), primary_key=True)
     url: Mapped[str] = mapped_column(String(2048))
     # Needed in clear to sign; never answered after the one-time reveal, never logged.
     secret: Mapped[str] = mapped_column(String(255))
@@ -256,6 +258,7 @@ class AlertEvent(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    environment: Mapped[str] = mapped_column(String(20))
     type: Mapped[str] = mapped_column(String(64))
     body: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))  # pending | delivered | failed
@@ -269,10 +272,11 @@ class AlertAttempt(Base):
     """One try at delivering an alert event: what the endpoint answered, or why it could not."""
 
     __tablename__ = "alert_attempts"
-    __table_args__ = (Index("ix_alert_attempts_project", "project_id", "id"),)
+    __table_args__ = (Index("ix_alert_attempts_environment", "project_id", "environment", "id"),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    environment: Mapped[str] = mapped_column(String(20))
     event_id: Mapped[str] = mapped_column(ForeignKey("alert_events.id", ondelete="CASCADE"))
     event_type: Mapped[str] = mapped_column(String(64))
     attempt: Mapped[int] = mapped_column(Integer)
