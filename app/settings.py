@@ -93,6 +93,13 @@ class Settings(BaseSettings):
                     "QUEUECORE_SECRET_KEY must be set to a random value of at least 32 characters "
                     "when QUEUECORE_ENVIRONMENT=production"
                 )
+            # /metrics names every environment's topics and groups with their lag: not for anyone who asks.
+            token = self.metrics_token.get_secret_value()
+            if token.lower() in _PLACEHOLDER_SECRETS or len(token) < 16:
+                raise ValueError(
+                    "QUEUECORE_METRICS_TOKEN must be set (at least 16 characters) when "
+                    "QUEUECORE_ENVIRONMENT=production: /metrics then needs 'Authorization: Bearer <token>'"
+                )
         return self
 
     @property

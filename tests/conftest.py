@@ -45,6 +45,8 @@ def settings_for(backend: str, data_dir: Path, postgres_url: str, **overrides: o
     }
     if backend == "postgres":
         values["database_url"] = postgres_url
+    if overrides.get("environment") == "production":
+        values["metrics_token"] = "test-metrics-" + "m" * 32  # production refuses to start without one
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
 

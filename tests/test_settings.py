@@ -15,8 +15,21 @@ class TestSecret:
             Settings(environment=Environment.production, data_dir=tmp_path, secret_key=secret)
 
     def test_production_accepts_real_secret(self, tmp_path):
-        settings = Settings(environment=Environment.production, data_dir=tmp_path, secret_key="k" * 40)
+        settings = Settings(
+            environment=Environment.production, data_dir=tmp_path, secret_key="k" * 40, metrics_token="m" * 20
+        )
         assert settings.server_secret() == b"k" * 40
+
+    @pytest.mark.parametrize("token", ["", "changeme", "short"])
+    def test_production_refuses_to_serve_metrics_to_anyone(self, tmp_path, token):
+        # /metrics lists every environment's topics, groups and lag: production needs its token.
+        with pytest.raises(ValidationError, match="QUEUECORE_METRICS_TOKEN"):
+            Settings(
+                environment=Environment.production,
+                data_dir=tmp_path,
+                secret_key="k" * 40,
+                metrics_token=token,
+            )
 
     def test_embedded_generates_and_keeps_secret(self, tmp_path):
         first = Settings(data_dir=tmp_path).server_secret()
