@@ -33,8 +33,11 @@ def lines(output: str) -> list[dict]:
 
 
 @pytest.fixture
-def env(server) -> dict[str, str]:
-    return server.client_env(server.keys["sdk-test"]["staging"])
+def env(server, tmp_path: Path) -> dict[str, str]:
+    # A config file of the test's own: a developer's saved contexts must not leak in.
+    env = server.client_env(server.keys["sdk-test"]["staging"])
+    env["QUEUECORE_CONFIG"] = str(tmp_path / "queuecore-config.json")
+    return env
 
 
 @pytest.fixture
@@ -229,7 +232,7 @@ class TestErrorsAndExitCodes:
 
     def test_usage(self, env):
         assert run(env).returncode == 2
-        assert run(env, "read", "t").returncode == 2  # --partition is required
+        assert run(env, "read", "t", "--follow", "--exit-at-end").returncode == 2  # one or the other
         assert run(env, "publish", "t", "1", "--batch-size", "1001").returncode == 2
 
     def test_a_key_ending_in_a_newline_works(self, env):

@@ -1,0 +1,102 @@
+"""``queuecore topics``: list, create, describe, update, delete."""
+
+from __future__ import annotations
+
+import argparse
+
+from .._client import QueueCore
+from ._args import Subcommands, add_command, add_group, positive
+from ._errors import EXIT_OK, UsageError
+from ._output import emit, emit_model
+
+__all__ = ["register"]
+
+
+def cmd_list(client: QueueCore, args: argparse.Namespace) -> int:
+    """Every topic, one JSON line each."""
+    for topic in client.topics.list(limit=args.page_size):
+        emit_model(topic)
+    return EXIT_OK
+
+
+def cmd_create(client: QueueCore, args: argparse.Namespace) -> int:
+    """Create a topic."""
+    emit_model(
+        client.topics.create(
+            args.name, retention=args.retention, delivery=args.delivery, partitions=args.partitions
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_describe(client: QueueCore, args: argparse.Namespace) -> int:
+    """A topic with per-partition offsets."""
+    emit_model(client.topics.describe(args.name))
+    return EXIT_OK
+
+
+def cmd_update(client: QueueCore, args: argparse.Namespace) -> int:
+    """Add partitions or change retention."""
+    if args.partitions is None and args.retention is None:
+        raise UsageError("topics update needs --partitions and/or --retention")
+    emit_model(client.topics.update(args.name, partitions=args.partitions, retention=args.retention))
+    return EXIT_OK
+
+
+def cmd_delete(client: QueueCore, args: argparse.Namespace) -> int:
+    """Delete a topic with its messages, groups and DLQs."""
+    client.topics.delete(args.name)
+    emit({"name": args.name, "deleted": True})
+    return EXIT_OK
+
+
+def register(sub: Subcommands) -> None:
+    """Add ``topics list|create|describe|update|delete``."""
+    topics = add_group(
+        sub,
+        "topics",
+        help="manage topics",
+        example="queuecore topics create order.events --partitions 6 --retention 30d\nqueuecore topics list",
+    )
+    tl = add_command(
+        topics, "list", help="every topic, one per line", example="queuecore topics list | jq -r .name"
+    )
+    tl.add_argument("--page-size", type=positive, help="topics fetched per request (1-1000)")
+    tl.set_defaults(run=cmd_list)
+    tc = add_command(
+        topics,
+        "create",
+        help="create a topic",
+        example="queuecore topics create order.events --partitions 6 --retention 30d --delivery at-least-once",
+    )
+    tc.add_argument("name")
+    tc.add_argument("--retention", help="<n>m|h|d, 1m-365d (default 7d)")
+    tc.add_argument("--delivery", choices=["exactly-once", "at-least-once"])
+    tc.add_argument("--partitions", type=positive, help="1-256 (default 3)")
+    tc.set_defaults(run=cmd_create)
+    td = add_command(
+        topics,
+        "describe",
+        help="a topic with per-partition offsets",
+        example="queuecore topics describe order.events",
+    )
+    td.add_argument("name")
+    td.set_defaults(run=cmd_describe)
+    tu = add_command(
+        topics,
+        "update",
+        help="increase partitions, change retention",
+        example="queuecore topics update order.events --partitions 12 --retention 14d",
+    )
+    tu.add_argument("name")
+    tu.add_argument("--partitions", type=positive)
+    tu.add_argument("--retention")
+    tu.set_defaults(run=cmd_update)
+    tx = add_command(
+        topics,
+        "delete",
+        help="delete a topic and its messages",
+        example="queuecore topics delete order.events",
+    )
+    tx.add_argument("name")
+    tx.set_defaults(run=cmd_delete)
