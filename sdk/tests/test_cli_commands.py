@@ -1,0 +1,322 @@
+"""The ``queuecore`` commands beyond the basics: read across partitions and its formats, follow, group
+config, nack, exit-at-end, overview, bench, saved contexts, help examples. Subprocesses against the real
+server, as in test_cli.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sdk_support import unique
+from test_cli import lines, run
+
+from queuecore import BatchMessage, QueueCore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def env(server, tmp_path: Path) -> dict[str, str]:
+    env = server.client_env(server.keys["sdk-test"]["staging"])
+    env["QUEUECORE_CONFIG"] = str(tmp_path / "queuecore-config.json")
+    return env
+
+
+@pytest.fixture
+def client(env):
+    with QueueCore(api_key=env["QUEUECORE_API_KEY"], base_url=env["QUEUECORE_BASE_URL"]) as c:
+        yield c
+
+
+@pytest.fixture
+def spread_topic(client) -> str:
+    """Three partitions, two messages on each: data {"p": partition, "i": index}."""
+    name = unique("cli")
+    client.topics.create(name, partitions=3)
+    client.publish_batch(
+        name, [BatchMessage(data={"p": p, "i": i}, partition=p) for i in range(2) for p in range(3)]
+    )
+    return name
+
+
+class TestRead:
+    def test_every_partition_by_default_and_a_choice_with_p(self, env, spread_topic):
+        everything = run(env, "read", spread_topic)
+        assert everything.returncode == 0, everything.stderr
+        got = lines(everything.stdout)
+        assert sorted((m["partition"], m["offset"]) for m in got) == [
+            (p, o) for p in range(3) for o in range(2)
+        ]
+        assert all(m["data"]["p"] == m["partition"] for m in got)
+        some = lines(run(env, "read", spread_topic, "-p", "0,2").stdout)
+        assert sorted({m["partition"] for m in some}) == [0, 2] and len(some) == 4
+        repeated = lines(run(env, "read", spread_topic, "-p", "1", "-p", "2", "-e").stdout)
+        assert sorted({m["partition"] for m in repeated}) == [1, 2]
+        missing = run(env, "read", spread_topic, "-p", "3")
+        assert missing.returncode == 2 and "no partition 3" in missing.stderr
+
+    def test_start_points_and_limit(self, env, spread_topic):
+        assert run(env, "read", spread_topic, "--from", "latest").stdout == ""
+        second = lines(run(env, "read", spread_topic, "--from-offset", "1").stdout)
+        assert sorted(m["partition"] for m in second) == [0, 1, 2] and {m["offset"] for m in second} == {1}
+        by_time = lines(run(env, "read", spread_topic, "--from-timestamp", "0").stdout)
+        assert len(by_time) == 6
+        assert len(lines(run(env, "read", spread_topic, "--limit", "4").stdout)) == 4
+        both = run(env, "read", spread_topic, "--from", "latest", "--from-offset", "1")
+        assert both.returncode == 2
+
+    def test_output_formats(self, env, client):
+        topic = unique("cli")
+        client.topics.create(topic, partitions=1)
+        client.publish_batch(topic, ["plain text", {"orderId": "ord_1"}])
+        assert run(env, "read", topic, "-o", "data").stdout == '"plain text"\n{"orderId":"ord_1"}\n'
+        assert run(env, "read", topic, "-o", "raw").stdout == 'plain text\n{"orderId":"ord_1"}\n'
+        human = run(env, "read", topic, "-o", "human").stdout
+        assert f"{topic}/0@0" in human and f"{topic}/0@1" in human and '"ord_1"' in human
+        assert "\x1b[" not in human  # not a terminal: no colour
+        default = lines(run(env, "read", topic).stdout)  # a pipe: JSON lines, as before
+        assert [m["offset"] for m in default] == [0, 1]
+
+    def test_human_is_the_default_on_a_terminal_coloured_unless_no_color(self, env, client):
+        import pty
+
+        topic = unique("cli")
+        client.topics.create(topic, partitions=1)
+        client.publish(topic, {"n": 1}, key="k1")
+
+        def on_a_terminal(extra_env: dict[str, str]) -> str:
+            leader, follower = pty.openpty()
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "queuecore", "read", topic],
+                    env={**env, **extra_env},
+                    stdout=follower,
+                    stderr=subprocess.PIPE,
+                    timeout=60,
+                    check=False,
+                )
+                assert proc.returncode == 0, proc.stderr
+                return os.read(leader, 65536).decode()
+            finally:
+                os.close(leader)
+                os.close(follower)
+
+        coloured = on_a_terminal({})
+        assert "\x1b[" in coloured and "key=k1" in coloured and f"{topic}/0@0" in coloured
+        plain = on_a_terminal({"NO_COLOR": "1"})
+        assert "\x1b[" not in plain and f"{topic}/0@0  key=k1" in plain
+
+    def test_follow_prints_new_messages(self, env, client):
+        topic = unique("cli")
+        client.topics.create(topic, partitions=2)
+        client.publish(topic, {"n": 0}, partition=0)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "queuecore", "read", topic, "-f", "-o", "data"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seen: list[dict] = []
+        reader = threading.Thread(target=lambda: seen.extend(json.loads(x) for x in proc.stdout))
+        reader.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not seen and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert seen == [{"n": 0}]
+            client.publish(topic, {"n": 1}, partition=1)
+            client.topics.update(topic, partitions=3)  # a partition added while following is read too
+            client.publish(topic, {"n": 2}, partition=2)
+            while len(seen) < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert seen == [{"n": 0}, {"n": 1}, {"n": 2}]
+            assert proc.poll() is None  # still following
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            reader.join(timeout=10)
+
+
+class TestGroupConfig:
+    def test_create_update_delete(self, env, spread_topic):
+        group = unique("g")
+        created = run(
+            env, "groups", "create", spread_topic, group, "--ack-timeout", "45s", "--max-retries", "2",
+            "--retry-delay", "5s",
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        config = json.loads(created.stdout)["config"]
+        assert config["ackTimeout"] == "45s"
+        assert config["deadLetter"]["maxRetries"] == 2 and config["deadLetter"]["retryDelay"] == "5s"
+
+        again = run(env, "groups", "create", spread_topic, group)
+        assert again.returncode == 1 and "groups update" in again.stderr
+
+        updated = run(
+            env, "groups", "update", spread_topic, group, "--session-timeout", "20s", "--no-dead-letter"
+        )
+        assert updated.returncode == 0, updated.stderr
+        config = json.loads(updated.stdout)["config"]
+        assert config["sessionTimeout"] == "20s" and config["ackTimeout"] == "45s"
+        assert config.get("deadLetter") is None
+
+        nothing = run(env, "groups", "update", spread_topic, group)
+        assert nothing.returncode == 2
+        clash = run(env, "groups", "update", spread_topic, group, "--no-dead-letter", "--max-retries", "1")
+        assert clash.returncode == 2
+
+        deleted = run(env, "groups", "delete", spread_topic, group)
+        assert deleted.returncode == 0 and json.loads(deleted.stdout)["deleted"] is True
+        gone = run(env, "groups", "describe", spread_topic, group)
+        assert gone.returncode == 1 and "GROUP_NOT_FOUND" in gone.stderr
+
+
+class TestConsumeOptions:
+    def test_exit_at_end_stops_once_the_lag_is_zero(self, env, spread_topic):
+        group = unique("g")
+        got = run(
+            env, "consume", spread_topic, "-g", group, "--from", "earliest", "-e", "-o", "data", timeout=60
+        )
+        assert got.returncode == 0, got.stderr
+        assert sorted((d["p"], d["i"]) for d in lines(got.stdout)) == [
+            (p, i) for p in range(3) for i in range(2)
+        ]
+        lag = lines(run(env, "offsets", "get", spread_topic, "-g", group).stdout)
+        assert sum(p["lag"] for p in lag) == 0
+
+    def test_nack_sends_the_message_to_the_dead_letter_queue(self, env, client):
+        topic = unique("cli")
+        client.topics.create(topic, partitions=1)
+        group = unique("g")
+        assert run(env, "groups", "create", topic, group, "--max-retries", "0").returncode == 0
+        client.publish(topic, {"n": 1})
+        got = run(
+            env, "consume", topic, "-g", group, "--from", "earliest", "--nack", "--reason", "cli says no",
+            "--count", "1", timeout=60,
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        assert [m["data"] for m in lines(got.stdout)] == [{"n": 1}]
+        deadline = time.monotonic() + 20
+        entries: list[dict] = []
+        while not entries and time.monotonic() < deadline:
+            entries = lines(run(env, "dlq", "list", topic, "-g", group).stdout)
+            time.sleep(0.2)
+        assert [(e["data"], e["reason"]) for e in entries] == [({"n": 1}, "cli says no")]
+
+    def test_nack_options_need_nack(self, env, spread_topic):
+        result = run(env, "consume", spread_topic, "-g", "g", "--reason", "x")
+        assert result.returncode == 2
+
+
+class TestOverview:
+    def test_json_and_table(self, env, spread_topic):
+        group = unique("g")
+        assert (
+            run(env, "consume", spread_topic, "-g", group, "--from", "earliest", "--count", "1").returncode
+            == 0
+        )
+        overview = run(env, "overview", spread_topic, "-o", "json")
+        assert overview.returncode == 0, overview.stderr
+        data = json.loads(overview.stdout)
+        assert data["topic"]["name"] == spread_topic and data["topic"]["partitions"] == 3
+        assert [(p["id"], p["messages"]) for p in data["partitions"]] == [(0, 2), (1, 2), (2, 2)]
+        [summary] = data["groups"]
+        assert summary["name"] == group and summary["lag"] == 5 and summary["consumers"] == 0
+        assert sorted(p["partition"] for p in summary["partitions"]) == [0, 1, 2]
+        assert sum(p["lag"] for p in summary["partitions"]) == 5
+        human = run(env, "overview", spread_topic, "-o", "human").stdout
+        assert "PARTITION" in human and "LAG" in human and group in human
+
+
+class TestBench:
+    def test_publish_and_consume_report(self, env, client):
+        topic = unique("cli")
+        client.topics.create(topic, partitions=2)
+        result = run(
+            env, "bench", topic, "--messages", "60", "--size", "200", "--batch-size", "20", "--consume",
+            "-o", "json", timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["messages"] == 60 and report["batchSize"] == 20
+        assert set(report["publish"]["batchLatencyMs"]) == {"p50", "p95", "p99"}
+        assert report["publish"]["messagesPerSecond"] > 0
+        assert report["consume"]["received"] == 60
+        assert set(report["consume"]["endToEndMs"]) == {"p50", "p95", "p99"}
+        detail = client.topics.describe(topic)
+        assert sum(p.messages for p in detail.partition_details) == 60
+        assert client.consumer_groups.list(topic) == []  # the bench group is cleaned up
+        payload = client.messages.read(topic, 0, limit=1).data[0].data
+        assert 190 <= len(json.dumps(payload)) <= 210
+
+
+class TestContexts:
+    def test_add_list_use_remove_and_precedence(self, env, server, tmp_path: Path):
+        key = env["QUEUECORE_API_KEY"]
+        bare = {k: v for k, v in env.items() if k not in ("QUEUECORE_API_KEY", "QUEUECORE_BASE_URL")}
+        added = run(bare, "context", "add", "staging", "--base-url", server.url, stdin=key + "\n")
+        assert added.returncode == 0, added.stderr
+        path = Path(env["QUEUECORE_CONFIG"])
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert json.loads(path.read_text())["contexts"]["staging"]["apiKey"] == key  # stripped
+
+        key_file = tmp_path / "bad.key"
+        key_file.write_text("pq_test_sk_" + "z" * 32 + "\n")
+        bad = run(bare, "context", "add", "broken", "--base-url", server.url, "--api-key-file", str(key_file))
+        assert bad.returncode == 0, bad.stderr
+
+        listed = lines(run(bare, "context", "list").stdout)
+        assert [(c["name"], c["current"]) for c in listed] == [("broken", False), ("staging", True)]
+        assert listed[1]["apiKey"] == f"{key[:11]}…{key[-4:]}"
+        assert key not in run(bare, "context", "list").stdout
+
+        # The current context supplies what nothing else does.
+        assert run(bare, "topics", "list").returncode == 0
+        # An explicit --context outranks the variables; the variables outrank the current context.
+        assert run(env, "--context", "broken", "topics", "list").returncode == 1
+        assert run(bare, "context", "use", "broken").returncode == 0
+        assert run(bare, "topics", "list").returncode == 1
+        assert run(env, "topics", "list").returncode == 0
+        # A flag outranks everything.
+        assert run(bare, "--api-key", key, "topics", "list").returncode == 0
+
+        unknown = run(bare, "--context", "nope", "topics", "list")
+        assert unknown.returncode == 2 and "no context named 'nope'" in unknown.stderr
+        assert run(bare, "context", "remove", "broken").returncode == 0
+        assert [c["name"] for c in lines(run(bare, "context", "list").stdout)] == ["staging"]
+
+    def test_a_config_file_readable_by_others_is_warned_about(self, env, server):
+        path = Path(env["QUEUECORE_CONFIG"])
+        path.write_text(json.dumps({"current": None, "contexts": {}}))
+        path.chmod(0o644)
+        listed = run(env, "context", "list")
+        assert listed.returncode == 0
+        assert "readable by others" in listed.stderr and "chmod 600" in listed.stderr
+
+
+def _subcommand_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield (*path, name), child
+                yield from _subcommand_parsers(child, (*path, name))
+
+
+def test_every_command_help_has_an_example():
+    from queuecore._cli._parser import build_parser
+
+    parser = build_parser()
+    commands = list(_subcommand_parsers(parser))
+    assert len(commands) > 40
+    missing = [" ".join(path) for path, child in commands if "Example" not in child.format_help()]
+    assert missing == []
+    assert "Example" in parser.format_help()
