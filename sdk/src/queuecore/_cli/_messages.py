@@ -16,6 +16,7 @@ import time
 from .._client import QueueCore
 from .._constants import MAX_BATCH_SIZE
 from .._exceptions import APIStatusError
+from ..types.topic_detail import TopicDetail
 from ._args import (
     OUTPUT_FORMATS,
     Subcommands,
@@ -51,8 +52,9 @@ def _chosen_partitions(args: argparse.Namespace, count: int) -> list[int]:
     return chosen
 
 
-def _start_positions(client: QueueCore, args: argparse.Namespace, chosen: list[int]) -> dict[int, int]:
-    detail = client.topics.describe(args.topic)
+def _start_positions(
+    client: QueueCore, args: argparse.Namespace, detail: TopicDetail, chosen: list[int]
+) -> dict[int, int]:
     by_id = {p.id: p for p in detail.partition_details}
     if args.from_offset is not None:
         return {p: args.from_offset for p in chosen}
@@ -76,10 +78,10 @@ def cmd_read(client: QueueCore, args: argparse.Namespace) -> int:
     """Print the messages of the chosen partitions from the start point, to the end or ``--limit`` (or on
     and on with ``--follow``)."""
     printer = MessagePrinter(default_format(args.output))
-    count = len(client.topics.describe(args.topic).partition_details)
-    chosen = _chosen_partitions(args, count)
-    positions = _start_positions(client, args, chosen)
-    ends = _latest_offsets(client, args.topic)
+    detail = client.topics.describe(args.topic)
+    chosen = _chosen_partitions(args, len(detail.partition_details))
+    positions = _start_positions(client, args, detail, chosen)
+    ends = {p.id: p.latest_offset for p in detail.partition_details}
     remaining: int | None = args.limit
     idle = _IDLE_FIRST
     while True:
