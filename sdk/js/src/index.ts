@@ -30,7 +30,7 @@ export {
 } from './core/error.js';
 export type { ErrorDetail } from './core/error.js';
 export { PagedList } from './core/pagination.js';
-export { defaultOpener, wsOpener } from './core/websocket.js';
+export { defaultOpener, wsOpener, WebSocketUnavailableError } from './core/websocket.js';
 export type { OpenSocket, Socket, SocketEvents } from './core/websocket.js';
 export { BatchMessage } from './resources/messages.js';
 export { Topics } from './resources/topics.js';

@@ -23,7 +23,7 @@ import {
   RateLimitError,
   ServiceUnavailableError,
 } from './error.js';
-import { defaultOpener, SocketOpenError, type OpenSocket, type Socket } from './websocket.js';
+import { defaultOpener, SocketOpenError, WebSocketUnavailableError, type OpenSocket, type Socket } from './websocket.js';
 import type { DeadLetterConfig, Message, RebalanceEvent, StartFrom, Transport } from '../types.js';
 
 export interface ConsumeOptions {
@@ -258,6 +258,8 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
   #pollAbort: AbortController | undefined;
   #releaseIteration: (() => void) | undefined;
   #fatal: unknown;
+  /** True once a WebSocket consumer found no WebSocket client and went on over REST pull. */
+  #pullFallback = false;
   /** Partitions whose running handler called stop(): stop() cannot wait for them (it would wait for itself). */
   #stopCallers = new Set<number>();
 
@@ -297,6 +299,11 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
   /** The partitions this member holds now. */
   get assignments(): readonly number[] {
     return this.#assignments;
+  }
+
+  /** The transport in use: `'pull'` also when a `'websocket'` consumer found no WebSocket client. */
+  get activeTransport(): Transport {
+    return this.#pullFallback ? 'pull' : this.transport;
   }
 
   /** Whether the consumer is running (between `start()` and the end of `stop()`). */
@@ -398,7 +405,7 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
   #settler: Settler = {
     ack: (id) => {
       this.#pending.acks.push(id);
-      this.#scheduleFlush(this.transport === 'websocket' ? ACK_LINGER : PULL_FLUSH_INTERVAL);
+      this.#scheduleFlush(this.transport === 'websocket' && !this.#pullFallback ? ACK_LINGER : PULL_FLUSH_INTERVAL);
     },
     nack: (id, reason, delay) => {
       this.#pending.nacks.push({ id, reason, delay });
@@ -508,8 +515,17 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
           }),
         );
       }
-      if (this.transport === 'websocket') await this.#runPush();
-      else await this.#runPull();
+      if (this.transport === 'websocket' && !this.#pullFallback) {
+        try {
+          await this.#runPush();
+        } catch (error) {
+          if (!(error instanceof WebSocketUnavailableError) || this.#stop.stopped) throw error;
+          // No WebSocket client in this runtime: the same consumer over REST long polls.
+          this.#client.logger.warn(`${error.message}; consuming ${this.topic}/${this.group} over REST pull instead`);
+          this.#pullFallback = true;
+          await this.#runPull();
+        }
+      } else await this.#runPull();
     } catch (error) {
       if (!this.#stop.stopped) {
         this.#fatal = error;

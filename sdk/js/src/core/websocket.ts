@@ -7,7 +7,7 @@
 import type WsWebSocket from 'ws';
 import type { IncomingMessage } from 'node:http';
 
-import { makeStatusError } from './error.js';
+import { makeStatusError, QueueCoreError } from './error.js';
 
 export interface SocketEvents {
   onMessage(text: string): void;
@@ -27,6 +27,9 @@ export interface OpenSocket {
   readonly auth: 'header' | 'token';
 }
 
+/** No WebSocket implementation here: a `'websocket'` consumer falls back to REST pull. */
+export class WebSocketUnavailableError extends QueueCoreError {}
+
 /** Thrown when the connection could not be opened (no answer, or not an upgrade we can read). */
 export class SocketOpenError extends Error {}
 
@@ -38,7 +41,15 @@ let wsModule: Promise<unknown> | undefined;
 
 async function loadWs(): Promise<WsClass> {
   wsModule ??= import('ws');
-  const mod = (await wsModule) as { default?: WsClass } & WsClass;
+  let mod: { default?: WsClass } & WsClass;
+  try {
+    mod = (await wsModule) as { default?: WsClass } & WsClass;
+  } catch (cause) {
+    throw new WebSocketUnavailableError(
+      'No WebSocket client: this runtime has no global WebSocket and the `ws` package cannot be loaded',
+      { cause },
+    );
+  }
   return mod.default ?? mod;
 }
 

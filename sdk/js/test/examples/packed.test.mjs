@@ -174,9 +174,10 @@ failing.on('message', async (msg) => { await msg.nack('cannot process'); });
 failing.on('error', () => {});
 await failing.start();
 const poison = await pq.publish('order.events', { type: 'order.created', orderId: 'ord_poison' });
-await until(async () => (await pq.dlq.inspect('order.events', { group: 'order-processing' })).total >= 1, 'a dead letter');
+await until(async () => (await pq.dlq.inspect('order.events', { group: 'order-processing' })).data.some((d) => d.messageId === poison.id), 'the poison message in the DLQ');
 await failing.stop();
-const deadId = poison.id;`,
+const deadId = poison.id;
+console.log('DLQ before the replay:', JSON.stringify((await pq.dlq.inspect('order.events', { group: 'order-processing' })).data.map((d) => d.messageId)));`,
     replace: [["'msg_x8k2n4'", 'deadId']],
     after: `const audit = await pq.dlq.audit('order.events', 'order-processing');
 check(audit.data.some((e) => e.action === 'replay' && e.messageId === deadId) && audit.data.some((e) => e.action === 'replay_all'), 'audit', audit);

@@ -222,6 +222,32 @@ describe('membership', () => {
     await a.stop();
   });
 
+  test('no WebSocket client in the runtime: a websocket consumer falls back to REST pull by itself', async () => {
+    const topic = await topicWith(1, 3);
+    const lines = [];
+    const logger = { debug() {}, info() {}, warn: (m) => lines.push(m), error() {} };
+    const noWebSocket = Object.assign(
+      async () => {
+        throw new sdk.WebSocketUnavailableError('No WebSocket client: none in this runtime');
+      },
+      { auth: 'header' },
+    );
+    const local = new sdk.QueueCore({ apiKey: server.key, baseUrl: server.url, logger });
+    const consumer = local.consume(topic, { group: 'fallback', startFrom: 'earliest', webSocket: noWebSocket });
+    const got = [];
+    consumer.on('message', async (msg) => {
+      got.push(msg.offset);
+      await msg.ack();
+    });
+    await consumer.start();
+    assert.equal(consumer.activeTransport, 'pull');
+    await eventually(() => got.length === 3, 20_000, 'three messages over pull');
+    await consumer.stop();
+    assert.deepEqual(got, [0, 1, 2]);
+    assert.ok(lines.some((l) => /over REST pull instead/.test(l)));
+    assert.equal(await lagOf(topic, 'fallback'), 0);
+  });
+
   test('refusals retrying cannot fix end start(): missing topic, bad key', async () => {
     for (const transport of ['websocket', 'pull']) {
       const consumer = pq.consume(unique('nope'), { group: 'g', transport });
