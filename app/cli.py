@@ -254,8 +254,13 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
 
     from app.kit.logs import configure_logging
 
+    from app.kit.http_protocol import HttpProtocol
+
     configure_logging(settings.log_level)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
+    # uvicorn builds the protocol itself (in this process): its bounds are set on the class.
+    HttpProtocol.max_head_bytes = settings.http_max_head_bytes
+    HttpProtocol.head_timeout = settings.http_head_timeout_seconds
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -264,9 +269,12 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         log_config=None,
         access_log=False,
         loop="auto",
-        http="auto",
+        # httptools, with the request head bounded in size and time (app/kit/http_protocol.py).
+        http="app.kit.http_protocol:HttpProtocol",
         # uvicorn's sans-I/O websockets implementation, closing quickly and tunable per connection.
         ws="app.kit.websocket_protocol:WebSocketProtocol",
+        # Client frames are acks, nacks and extends: 1,000 ids fit in well under this.
+        ws_max_size=settings.ws_max_frame_bytes,
         ws_ping_interval=settings.ws_ping_interval_seconds,
         ws_ping_timeout=settings.ws_ping_timeout_seconds,
         ws_per_message_deflate=settings.ws_compression,

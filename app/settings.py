@@ -68,6 +68,15 @@ class Settings(BaseSettings):
     # permessage-deflate on push connections: off by default, it cost the server more CPU per frame
     # than any other step of delivery (bench/results/consume.md); turn on for slow client links.
     ws_compression: bool = False
+    # A request's line and headers: at most this many bytes (431 past it), complete within this many
+    # seconds of its first byte or of the connection (408 past it; a connection that sends nothing closes).
+    http_max_head_bytes: int = 64 * 1024
+    http_head_timeout_seconds: float = 10.0
+    # Abuse limits of push connections: a client frame's size, client frames per second on one connection,
+    # and open push connections per API key on one API process. Refused cleanly, logged once.
+    ws_max_frame_bytes: int = 1024 * 1024
+    ws_max_frames_per_second: int = 5_000
+    ws_max_connections_per_key: int = 200
     # How long a busy event loop may hold the GIL before a worker thread (fsync, file reads, SQLite)
     # gets it to hand back its result (``sys.setswitchinterval``). Python's 5 ms default made every such
     # hop queue behind the loop under load: publish→deliver p50 at 1,000 msgs/s 31 -> 12 ms at 0.5 ms.

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Awaitable, Callable
 
 import orjson
 from fastapi import APIRouter, WebSocket
@@ -22,13 +24,16 @@ from app.api.routing import JsonRoute
 from app.broker import groups, tokens
 from app.broker.delivery import membership
 from app.broker.delivery.push import PushMember, validate_max_in_flight
-from app.broker.errors import BrokerError, InvalidRequest
+from app.broker.errors import BrokerError, InvalidRequest, RateLimitExceeded
 from app.broker.keys import Principal
 from app.broker.rate_limits import Category
 from app.errors import STATUS_BY_CODE, ApiError, error_response
 from app.kit.websocket_protocol import KEEPALIVE
 
 logger = logging.getLogger("queuecore.ws")
+
+# Open push connections per API key in this process (``ws_max_connections_per_key``).
+_open_by_key: dict[str, int] = {}
 
 router = APIRouter(route_class=JsonRoute)
 
@@ -99,6 +104,17 @@ async def consume(websocket: WebSocket, name: str) -> None:
             principal, bound_topic_id = await _authenticate(websocket, services, name, group)
             websocket.scope["state"]["key_id"] = principal.key_id
             await charge(services, websocket, principal, Category.consume)
+            if _open_by_key.get(principal.key_id, 0) >= services.settings.ws_max_connections_per_key:
+                logger.warning(
+                    "push connection refused: too many open for one key",
+                    extra={"requestId": request_id, "keyId": principal.key_id},
+                )
+                raise ApiError(
+                    "RATE_LIMIT_EXCEEDED",
+                    f"This API key has {services.settings.ws_max_connections_per_key} consumer connections "
+                    "open on this server already; close one first.",
+                    headers={"Retry-After": "1"},
+                )
             topic = await services.publisher.topics.resolve(scope_of(principal), name)
             if bound_topic_id is not None and bound_topic_id != topic.id:
                 # The name was deleted and re-created since the token was issued: another topic.
@@ -136,6 +152,8 @@ async def consume(websocket: WebSocket, name: str) -> None:
         render_error=lambda error: _error_frame(request_id, error),
     )
     await websocket.accept()
+    key_id = principal.key_id
+    _open_by_key[key_id] = _open_by_key.get(key_id, 0) + 1
     delivery: asyncio.Task[None] | None = None
     try:
         await send(await member.join())
@@ -159,6 +177,8 @@ async def consume(websocket: WebSocket, name: str) -> None:
                     receiver.cancel()
 
         delivery.add_done_callback(interrupt)
+        frame_limit = services.settings.ws_max_frames_per_second
+        second, frames = 0, 0
         while not interrupted:
             awaiting_frame = True
             try:
@@ -171,6 +191,13 @@ async def consume(websocket: WebSocket, name: str) -> None:
             finally:
                 awaiting_frame = False
             if message["type"] == "websocket.disconnect":
+                return
+            now = int(time.monotonic())
+            if now != second:
+                second, frames = now, 0
+            frames += 1
+            if frames > frame_limit:
+                await _end_flooding(websocket, send, request_id, key_id, frame_limit)
                 return
             payload = message.get("text")
             if payload is None:
@@ -200,3 +227,25 @@ async def consume(websocket: WebSocket, name: str) -> None:
         # Leave at once (shielded: the connection task itself may be cancelled at shutdown).
         with contextlib.suppress(Exception):
             await asyncio.shield(member.leave())
+        left = _open_by_key.get(key_id, 1) - 1
+        if left > 0:
+            _open_by_key[key_id] = left
+        else:
+            _open_by_key.pop(key_id, None)
+
+
+async def _end_flooding(
+    websocket: WebSocket, send: Callable[[bytes], Awaitable[None]], request_id: str, key_id: str, limit: int
+) -> None:
+    """More client frames in one second than allowed: said in an ``error`` frame, then closed (1008)."""
+    logger.warning(
+        "push connection closed: more than %d client frames in a second",
+        limit,
+        extra={"requestId": request_id, "keyId": key_id},
+    )
+    error = RateLimitExceeded(
+        f"More than {limit} frames in one second on this connection; batch acks with 'ids'."
+    )
+    with contextlib.suppress(Exception):
+        await send(_error_frame(request_id, error))
+        await websocket.close(code=1008)

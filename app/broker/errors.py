@@ -7,6 +7,7 @@
      │                       ProjectAlreadyExists, UserAlreadyExists
      ├── InvalidRequest      a value the domain refuses (with optional field details); OffsetOutOfRange
      ├── PayloadTooLarge
+ ├── RateLimitExceeded
      └── Unavailable         a store cannot meet its promise right now
 
 The HTTP edge maps them to the error envelope in one table (``app/errors.py``); the CLI maps them to
@@ -128,6 +129,12 @@ class OffsetOutOfRange(InvalidRequest):
             f"Invalid value for '{field}': {issue}.",
             details=[{"field": field, "issue": issue, "earliestOffset": earliest, "latestOffset": latest}],
         )
+
+
+class RateLimitExceeded(BrokerError):
+    """More than a limit allows in a window (e.g. client frames per second on one connection)."""
+
+    code = "RATE_LIMIT_EXCEEDED"
 
 
 class PayloadTooLarge(BrokerError):

@@ -1,0 +1,136 @@
+"""uvicorn's httptools HTTP/1.1 protocol with bounds on the request head.
+
+uvicorn's httptools protocol reads a request head of any size (a 64 MB header was read, answered 200,
+and its memory kept) and waits for one for ever (a client trickling header bytes, or sending nothing,
+held its connection open indefinitely). Two bounds, checked as bytes arrive, before the app sees anything:
+
+- **size**: the request line and headers together may be at most ``max_head_bytes``; past it the answer is
+  431 with the error envelope, and the connection is closed;
+- **time**: a request head must be complete within ``head_timeout`` seconds of its first byte (or of the
+  connection, for the first request); past it the answer is 408, and the connection is closed.
+
+Each refusal is logged once, at WARNING, with the peer's address and a request id that the answer carries.
+Idle keep-alive connections are uvicorn's business (``timeout_keep_alive``), as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.kit.ids import new_request_id
+
+logger = logging.getLogger("queuecore.http")
+
+MAX_HEAD_BYTES = 64 * 1024  # request line + headers; browsers and SDKs send a few KiB at most
+HEAD_TIMEOUT_SECONDS = 10.0
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+class _HeadRefused(Exception):
+    """Raised inside a parser callback to stop parsing a head that is too large."""
+
+
+class HttpProtocol(HttpToolsProtocol):
+    max_head_bytes = MAX_HEAD_BYTES
+    head_timeout = HEAD_TIMEOUT_SECONDS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refusal: tuple[int, str] | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()  # a connection that never sends a request goes too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+        self._arm_head_timer()
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._disarm_head_timer()
+        super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._refusal is None:
+            super().send_400_response(msg)
+            return
+        status, message = self._refusal
+        self._refuse(status, message)
+
+    # -- the bounds ----------------------------------------------------------------------------------
+
+    def _count(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > self.max_head_bytes and self._refusal is None:
+            limit_kib = self.max_head_bytes // 1024
+            self._refusal = (431, f"The request line and headers exceed {limit_kib} KiB.")
+            raise _HeadRefused  # httptools stops parsing; data_received answers via send_400_response
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self._head_bytes == 0 and not self.url_started:
+            self.transport.close()  # never began a request: nothing to answer
+            logger.info("connection closed: no request within %g s", self.head_timeout, extra=self._peer())
+            return
+        self._refuse(408, f"The request head was not complete within {self.head_timeout:g} s.")
+
+    @property
+    def url_started(self) -> bool:
+        return bool(getattr(self, "url", b""))
+
+    def _refuse(self, status: int, message: str) -> None:
+        request_id = new_request_id()
+        body = orjson.dumps(
+            {
+                "error": {
+                    "code": "INVALID_REQUEST",
+                    "message": message,
+                    "status": status,
+                    "requestId": request_id,
+                }
+            }
+        )
+        head = [
+            b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"x-request-id: " + request_id.encode() + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+        logger.warning("request refused: %s", message, extra={"requestId": request_id, **self._peer()})
+
+    def _peer(self) -> dict[str, Any]:
+        return {"client": f"{self.client[0]}:{self.client[1]}" if self.client else None}

@@ -1,0 +1,151 @@
+"""Limits against abuse, on a real server process: request heads bounded in size and time, WebSocket
+frames bounded in size and rate, push connections per key bounded. Each is refused cleanly (an answer in
+the envelope or an error frame, then a close) and logged once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+
+import httpx
+import pytest
+import websockets
+from websockets.asyncio.client import connect
+
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    data = tmp_path_factory.mktemp("abuse")
+    env = server_env(
+        data / "data",
+        QUEUECORE_HTTP_HEAD_TIMEOUT_SECONDS="1",
+        QUEUECORE_WS_MAX_FRAMES_PER_SECOND="50",
+        QUEUECORE_WS_MAX_CONNECTIONS_PER_KEY="2",
+        QUEUECORE_WS_MAX_FRAME_BYTES="65536",
+    )
+    cli(env, "migrate")
+    keys = bootstrap(env, "abuse", "--tier", "enterprise")["keys"]
+    proc = ServerProcess(env=env, port=free_port(), data_dir=data / "data", log_path=data / "server.log")
+    proc.keys = keys
+    proc.start()
+    headers = {"Authorization": f"Bearer {keys['production']}"}
+    assert httpx.post(
+        proc.url + "/v1/topics", json={"name": "abuse", "partitions": 1}, headers=headers
+    ).is_success
+    yield proc
+    proc.stop()
+
+
+def raw(server: ServerProcess, payload: bytes, wait: float = 5.0) -> bytes:
+    """Send bytes on a fresh connection; everything the server answers until it closes."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=wait) as sock:
+        sock.sendall(payload)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def log_lines(server: ServerProcess, needle: str) -> list[dict]:
+    assert server.log_path is not None
+    return [
+        json.loads(x) for x in server.log_path.read_text().splitlines() if x.startswith("{") and needle in x
+    ]
+
+
+class TestRequestHead:
+    def test_a_huge_header_is_431_in_the_envelope_and_the_connection_closes(self, limited):
+        head = b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * (200 * 1024) + b"\r\n\r\n"
+        answer = raw(limited, head)
+        status_line, _, rest = answer.partition(b"\r\n")
+        assert status_line == b"HTTP/1.1 431 Request Header Fields Too Large"
+        body = json.loads(rest.split(b"\r\n\r\n", 1)[1])
+        assert body["error"]["status"] == 431 and body["error"]["requestId"].startswith("req_")
+        assert len(log_lines(limited, body["error"]["requestId"])) == 1  # logged once
+        assert httpx.get(limited.url + "/v1/health").status_code == 200  # the server is fine
+
+    def test_a_header_trickle_is_cut_off_with_408(self, limited):
+        with socket.create_connection(("127.0.0.1", limited.port), timeout=5) as sock:
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+            started = time.monotonic()
+            answer = b""
+            while time.monotonic() - started < 4:
+                sock.sendall(b"X-Slow: 1\r\n")  # a header now and then, never the end of the head
+                time.sleep(0.2)
+                try:
+                    sock.settimeout(0.01)
+                    answer += sock.recv(65536)
+                except (TimeoutError, BlockingIOError):
+                    continue
+                except (ConnectionResetError, BrokenPipeError):
+                    break
+                if answer:
+                    break
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer[:100]
+
+    def test_a_connection_that_sends_nothing_is_closed(self, limited):
+        with socket.create_connection(("127.0.0.1", limited.port), timeout=5) as sock:
+            sock.settimeout(4)
+            assert sock.recv(1) == b""  # closed by the server, not by our timeout
+
+
+async def _open(server: ServerProcess, group: str):
+    url = f"ws://127.0.0.1:{server.port}/v1/topics/abuse/consume?group={group}&startFrom=earliest"
+    ws = await connect(url, additional_headers={"Authorization": f"Bearer {server.keys['production']}"})
+    assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "welcome"
+    return ws
+
+
+class TestPushConnections:
+    async def test_a_frame_flood_gets_an_error_frame_and_a_policy_close(self, limited):
+        ws = await _open(limited, "flood")
+        for _ in range(120):
+            await ws.send(json.dumps({"type": "ack", "ids": ["msg_nope"]}))
+        frames = []
+        with pytest.raises(websockets.ConnectionClosed):
+            while True:
+                frames.append(json.loads(await asyncio.wait_for(ws.recv(), 5)))
+        errors = [f["error"] for f in frames if f["type"] == "error"]
+        assert errors and errors[-1]["code"] == "RATE_LIMIT_EXCEEDED"
+        assert ws.close_code == 1008
+        assert len(log_lines(limited, "client frames in a second")) == 1
+
+    async def test_an_oversized_frame_closes_the_connection(self, limited):
+        ws = await _open(limited, "big")
+        await ws.send(json.dumps({"type": "ack", "ids": ["x" * 100_000]}))
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 5)
+        assert ws.close_code == 1009  # message too big
+
+    async def test_connections_per_key_are_bounded(self, limited):
+        async def when_room():
+            # Connections closed just before (earlier tests) count until the server has seen them leave.
+            deadline = time.monotonic() + 5
+            while True:
+                try:
+                    return await _open(limited, "many")
+                except websockets.InvalidStatus:
+                    assert time.monotonic() < deadline, "closed connections still count"
+                    await asyncio.sleep(0.1)
+
+        first, second = await when_room(), await when_room()
+        try:
+            with pytest.raises(websockets.InvalidStatus) as refused:
+                await _open(limited, "many")
+            assert refused.value.response.status_code == 429
+            assert json.loads(refused.value.response.body)["error"]["code"] == "RATE_LIMIT_EXCEEDED"
+        finally:
+            await first.close()
+            await second.close()
+        again = await when_room()  # room again once they are gone
+        await again.close()
