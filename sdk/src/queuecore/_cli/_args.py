@@ -15,9 +15,12 @@ from .._constants import MAX_BATCH_SIZE
 
 __all__ = [
     "OUTPUT_FORMATS",
+    "Subcommands",
     "add_command",
+    "add_group",
     "add_output_option",
     "batch_size",
+    "default_format",
     "non_negative",
     "partitions",
     "positive",
