@@ -89,3 +89,31 @@ test('without retries the lost answer is an APIConnectionError (and the message 
     proxy.close();
   }
 });
+
+test('connections are kept alive and reused: many sequential calls, one or two TCP connections', async () => {
+  const upstream = new URL(server.url);
+  let connections = 0;
+  const proxy = net.createServer((conn) => {
+    connections += 1;
+    const up = net.connect(Number(upstream.port), upstream.hostname);
+    conn.pipe(up).pipe(conn);
+    const close = () => {
+      conn.destroy();
+      up.destroy();
+    };
+    conn.on('error', close);
+    up.on('error', close);
+    conn.on('close', close);
+    up.on('close', close);
+  });
+  await new Promise((r) => proxy.listen(0, '127.0.0.1', r));
+  try {
+    const via = new sdk.QueueCore({ apiKey: server.key, baseUrl: `http://127.0.0.1:${proxy.address().port}` });
+    const topic = unique('pool');
+    await via.topics.create({ name: topic, partitions: 1 });
+    for (let i = 0; i < 30; i++) await via.publish(topic, { i });
+    assert.ok(connections <= 2, `${connections} connections for 31 calls`);
+  } finally {
+    proxy.close();
+  }
+});
