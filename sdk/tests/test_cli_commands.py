@@ -140,9 +140,12 @@ class TestRead:
                 time.sleep(0.05)
             assert seen == [{"n": 0}, {"n": 1}, {"n": 2}]
             assert proc.poll() is None  # still following
-        finally:
             proc.terminate()
-            proc.wait(timeout=30)
+            assert proc.wait(timeout=30) == 143  # SIGTERM ends it quietly: 128 + 15
+            assert proc.stderr.read() == ""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
             reader.join(timeout=10)
 
 

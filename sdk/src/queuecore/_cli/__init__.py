@@ -21,7 +21,7 @@ stderr.
 The key comes from ``--api-key``, a ``--context``, ``QUEUECORE_API_KEY`` or the current context, in that
 order (the server likewise, from ``--base-url``/``QUEUECORE_BASE_URL``). Exit codes: 0 success; 1 the API
 refused the call (the error names its request id); 2 bad usage or input; 3 the server could not be
-reached (after retries); 128 + the signal number after ``consume`` stopped gracefully on a signal: 130 for
+reached (after retries); 128 + the signal number after ``consume`` (gracefully) or ``read -f`` stopped on a signal: 130 for
 SIGINT (Ctrl-C), 143 for SIGTERM.
 
 Modules: ``_parser`` (global options), one module per command family (``_topics``, ``_publish``,

@@ -11,6 +11,7 @@ partitions have news (and partitions added meanwhile).
 from __future__ import annotations
 
 import argparse
+import signal
 import time
 
 from .._client import QueueCore
@@ -74,9 +75,33 @@ def _latest_offsets(client: QueueCore, topic: str) -> dict[int, int]:
     return {p.id: p.latest_offset for p in client.topics.describe(topic).partition_details}
 
 
+class _Stopped(Exception):
+    """A signal asked ``read --follow`` to stop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signum)
+
+
 def cmd_read(client: QueueCore, args: argparse.Namespace) -> int:
     """Print the messages of the chosen partitions from the start point, to the end or ``--limit`` (or on
-    and on with ``--follow``)."""
+    and on with ``--follow``, until SIGINT or SIGTERM: exit 128 + its number, as ``consume``)."""
+    if not args.follow:
+        return _read(client, args)
+    # Nothing to settle or commit: stop between two messages; every printed line is complete.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_stopped)
+    try:
+        return _read(client, args)
+    except _Stopped as stopped:
+        return 128 + stopped.signum
+
+
+def _read(client: QueueCore, args: argparse.Namespace) -> int:
     printer = MessagePrinter(default_format(args.output))
     detail = client.topics.describe(args.topic)
     chosen = _chosen_partitions(args, len(detail.partition_details))
