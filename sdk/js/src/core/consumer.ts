@@ -851,6 +851,11 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
         maxRetries: 0,
       });
       if (beat.shouldRejoin) this.#generation = 0;
+      else if (Array.isArray(beat.assignments) && beat.assignments.join() !== this.#assignments.join()) {
+        this.#assignments = beat.assignments;
+        this.#generation = beat.generationId ?? this.#generation;
+        this.#emitRebalance();
+      }
     } catch (error) {
       if (!this.#rejoinOn(error)) this.#client.logger.debug(`heartbeat failed: ${String(error)}`);
     }

@@ -205,10 +205,10 @@ describe('dead letters', () => {
 });
 
 describe('membership', () => {
-  test('a second member triggers a rebalance event; partitions are split', async () => {
+  for (const transport of ['websocket', 'pull']) test(`a second member triggers a rebalance event; partitions are split (${transport})`, async () => {
     const topic = await topicWith(4);
-    const a = pq.consume(topic, { group: 'rb' });
-    const b = pq.consume(topic, { group: 'rb' });
+    const a = pq.consume(topic, { group: 'rb', transport });
+    const b = pq.consume(topic, { group: 'rb', transport });
     const events = [];
     a.on('rebalance', (e) => events.push(e));
     await a.start();
