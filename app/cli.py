@@ -252,9 +252,8 @@ def _parser() -> argparse.ArgumentParser:
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
 
-    from app.kit.logs import configure_logging
-
     from app.kit.http_protocol import HttpProtocol
+    from app.kit.logs import configure_logging
 
     configure_logging(settings.log_level)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)

@@ -10,6 +10,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.kit.sealing import Sealer
+
 _PLACEHOLDER_SECRETS = {"", "changeme", "change-me", "secret", "dev", "development"}
 
 
@@ -46,6 +48,9 @@ class Settings(BaseSettings):
     # Keys of the Redis limiter start with this; separate deployments may share one Redis.
     rate_limit_prefix: str = "qc:rl:"
     secret_key: SecretStr = SecretStr("")
+    # During a rotation of secret_key: the one before, so that secrets sealed under it still open (and are
+    # sealed again under the new one when the server starts). See docs/operations.md.
+    secret_key_previous: SecretStr = SecretStr("")
     host: str = "127.0.0.1"
     port: int = 8080
     log_level: str = "INFO"
@@ -110,6 +115,11 @@ class Settings(BaseSettings):
                     "QUEUECORE_ENVIRONMENT=production: /metrics then needs 'Authorization: Bearer <token>'"
                 )
         return self
+
+    def sealer(self) -> Sealer:
+        """Seals secrets kept at rest (alert signing secrets) under a key derived from the server secret."""
+        previous = self.secret_key_previous.get_secret_value().encode() or None
+        return Sealer(self.server_secret(), previous)
 
     @property
     def resolved_database_url(self) -> str:

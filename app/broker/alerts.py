@@ -196,7 +196,7 @@ def breaker_state(failures: int, open_until_ms: int | None, threshold: int, now:
 def _view(endpoint: AlertEndpoint, settings: Settings, secret: str | None = None) -> EndpointView:
     return EndpointView(
         endpoint.url,
-        endpoint.secret[-4:],
+        settings.sealer().open(endpoint.secret)[-4:],
         breaker_state(endpoint.failures, endpoint.open_until_ms, settings.alert_breaker_threshold, now_ms()),
         isoformat_ms(endpoint.created_at),
         isoformat_ms(endpoint.updated_at),
@@ -218,15 +218,17 @@ async def set_endpoint(
         raise InvalidRequest.field("secret", "expected a string of 16 to 255 characters")
     repo = AlertRepository.from_session(session)
     endpoint = await repo.endpoint(project_id, environment)
+    sealer = settings.sealer()
     now = utcnow()
     revealed = None
     if endpoint is None:
-        revealed = secret is None
+        revealed = new_secret() if secret is None else None
+        chosen = str(secret) if revealed is None else revealed
         endpoint = AlertEndpoint(
             project_id=project_id,
             environment=environment,
             url=url,
-            secret=secret or new_secret(),
+            secret=sealer.seal(chosen),  # kept sealed; signing opens it
             failures=0,
             open_until_ms=None,
             created_at=now,
@@ -237,10 +239,10 @@ async def set_endpoint(
             endpoint.failures, endpoint.open_until_ms = 0, None
         endpoint.url = url
         if secret is not None:
-            endpoint.secret = secret
+            endpoint.secret = sealer.seal(secret)
         endpoint.updated_at = now
     await repo.save_endpoint(endpoint)
-    return _view(endpoint, settings, endpoint.secret if revealed else None)
+    return _view(endpoint, settings, revealed)
 
 
 async def get_endpoint(
@@ -376,6 +378,7 @@ class AlertDispatcher:
     ) -> None:
         self._metadata = metadata
         self._settings = settings
+        self._sealer = settings.sealer()
         self._clock = clock
         self._unix_time = unix_time
         self._http = httpx.AsyncClient(
@@ -402,7 +405,26 @@ class AlertDispatcher:
         await asyncio.gather(*self._sending, return_exceptions=True)
         await self._http.aclose()
 
+    async def reseal(self) -> int:
+        """Seal under the current key every signing secret kept in clear (from before sealing) or under
+        the previous key (a rotation); how many were."""
+        async with self._metadata.session() as session:
+            repo = AlertRepository.from_session(session)
+            done = 0
+            for project_id, environment, stored in await repo.secrets():
+                if self._sealer.stale(stored):
+                    fresh = self._sealer.seal(self._sealer.open(stored))
+                    await repo.replace_secret(project_id, environment, stored, fresh)
+                    done += 1
+        if done:
+            logger.info("alert signing secrets sealed under the current key", extra={"count": done})
+        return done
+
     async def _run_forever(self) -> None:
+        try:
+            await self.reseal()
+        except Exception:  # a secret no key opens is reported; delivery of the others goes on
+            logger.exception("alert signing secrets could not all be sealed again")
         while True:
             self._wake.clear()
             try:
@@ -487,7 +509,7 @@ class AlertDispatcher:
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
             "QueueCore-Event-Id": event.id,
-            SIGNATURE_HEADER: sign(event.secret, int(self._unix_time()), body),
+            SIGNATURE_HEADER: sign(self._sealer.open(event.secret), int(self._unix_time()), body),
         }
         extensions: dict[str, Any] = {}
         if destination.host_header:

@@ -263,6 +263,39 @@ class TestEndpoint:
         assert updated.secret is None and shown.secret is None
         assert shown.secret_hint == created.secret[-4:] and shown.url == "https://example.org/h"
 
+    async def test_the_signing_secret_is_sealed_at_rest_and_old_clear_ones_are_sealed_at_start(
+        self, store, project, receiver
+    ):
+        metadata, settings = store
+        secret = "whsec_" + "q" * 32
+        await setup_endpoint(metadata, settings, project.project_id, receiver.url, secret=secret)
+
+        async def stored() -> str:
+            async with metadata.session(readonly=True) as session:
+                endpoint = await alerts.AlertRepository.from_session(session).endpoint(
+                    project.project_id, ENV
+                )
+            assert endpoint is not None
+            return endpoint.secret
+
+        assert secret not in await stored() and settings.sealer().open(await stored()) == secret
+        # A row from before sealing (in clear) is sealed when a dispatcher starts; signing still works.
+        async with metadata.session() as session:
+            await alerts.AlertRepository.from_session(session).replace_secret(
+                project.project_id, ENV, await stored(), secret
+            )
+        assert await stored() == secret
+        dispatcher = alerts.AlertDispatcher(metadata, settings)
+        try:
+            assert await dispatcher.reseal() == 1
+            assert secret not in await stored()
+            await queue(metadata, project.project_id)
+            assert await dispatcher.run_once() == 1
+            [got] = receiver.received
+            assert docs_verify()(secret, got.headers["QueueCore-Signature"], got.body)
+        finally:
+            await dispatcher.close()
+
     async def test_no_endpoint_no_event(self, store, project):
         metadata, _ = store
         assert await queue(metadata, project.project_id) == ""

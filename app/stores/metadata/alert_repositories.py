@@ -91,6 +91,21 @@ class AlertRepository:
                 .values(open_until_ms=until_ms)
             )
 
+    async def secrets(self) -> list[tuple[str, str, str]]:
+        """``(project_id, environment, stored secret)`` of every endpoint."""
+        result = await self.session.execute(
+            select(endpoints.c.project_id, endpoints.c.environment, endpoints.c.secret)
+        )
+        return [(p, e, secret) for p, e, secret in result.all()]
+
+    async def replace_secret(self, project_id: str, environment: str, old: str, new: str) -> None:
+        """Store ``new`` in place of ``old`` (not if the endpoint changed meanwhile)."""
+        await self.session.execute(
+            update(endpoints)
+            .where(_endpoint_of(project_id, environment), endpoints.c.secret == old)
+            .values(secret=new)
+        )
+
     # the outbox -----------------------------------------------------------------------------------
 
     async def add_event(self, values: dict[str, Any]) -> None:
