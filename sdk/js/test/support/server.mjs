@@ -121,13 +121,20 @@ export async function getServer() {
     shared = startServer();
     const srv = await shared;
     srv.detach();
-    // Standalone run of one file: kill the server (its process group) when this process exits.
-    process.on('exit', () => {
+    // Standalone run of one file: kill the server (its process group) when this process ends, however.
+    const kill = () => {
       try {
         process.kill(-srv.pid, 'SIGKILL');
       } catch {}
       rmSync(srv.dataDir, { recursive: true, force: true });
-    });
+    };
+    process.on('exit', kill);
+    for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+      process.once(signal, () => {
+        kill();
+        process.exit(128 + (signal === 'SIGINT' ? 2 : signal === 'SIGTERM' ? 15 : 1));
+      });
+    }
   }
   return shared;
 }
