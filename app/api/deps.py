@@ -55,7 +55,10 @@ async def get_session(services: ServicesDep) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+# "function": the unit of work commits when the route returns, before the answer is sent (FastAPI's default
+# ends a yield dependency after the response: a 201 could go out before its write was durable, and a
+# client acting on it at once could find nothing).
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 _INVALID_KEY = "The API key is missing, malformed, or has been revoked."
 

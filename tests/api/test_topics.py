@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import secrets
+
 import pytest
 
 from app.broker.topics import sweep_orphan_logs
@@ -215,3 +218,55 @@ class TestOrphanSweep:
         assert swept >= 1
         assert "top_0000000000orphan" not in await log.topic_ids()
         assert "__usage" in await log.topic_ids()  # internal logs are never swept
+
+
+class TestDurableBeforeTheAnswer:
+    """A 2xx is sent only once its metadata write is committed: a client acting on the answer at once
+    (create, then publish) must find what it created, on any connection of any node."""
+
+    async def test_a_created_topic_is_committed_when_the_answer_starts(self, deployment, tenant):
+        from app.broker.errors import TopicNotFound
+        from app.broker.topics import Scope, get_topic
+
+        name = f"durable.{secrets.token_hex(4)}"
+        seen_at_answer: list[bool] = []
+        body = json.dumps({"name": name}).encode()
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/topics",
+            "raw_path": b"/v1/topics",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"authorization", f"Bearer {tenant.keys['production']}".encode()),
+                (b"content-type", b"application/json"),
+            ],
+            "client": ("127.0.0.1", 1),
+            "server": ("queuecore.test", 80),
+            "state": {},
+        }
+        sent = False
+
+        async def receive():
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                assert message["status"] == 201
+                async with deployment.store.session(readonly=True) as session:  # another connection
+                    try:
+                        await get_topic(session, Scope(tenant.project_id, "production"), name)
+                        seen_at_answer.append(True)
+                    except TopicNotFound:
+                        seen_at_answer.append(False)
+
+        await deployment.app(scope, receive, send)
+        assert seen_at_answer == [True]
