@@ -6,7 +6,9 @@ members, leases and offsets is in the metadata store (``app/broker/delivery``).
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.deps import ConsumeKey, ServicesDep, scope_of
@@ -88,25 +90,41 @@ async def leave(name: str, group: str, member_id: str, key: ConsumeKey, services
     return Response(status_code=204)
 
 
+async def _hang_up(request: Request, abandoned: asyncio.Event) -> None:
+    """Set ``abandoned`` when the client disconnects (the body is read: what comes next is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    abandoned.set()
+
+
 @router.post(
     "/poll",
     response_model=Polled,
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
-async def poll(name: str, group: str, body: PollIn, key: ConsumeKey, services: ServicesDep) -> Response:
+async def poll(
+    name: str, group: str, body: PollIn, key: ConsumeKey, services: ServicesDep, request: Request
+) -> Response:
     """Up to ``maxMessages`` messages of the member's partitions, in offset order per partition; waits
-    up to ``waitSeconds`` for the first. Counts as a heartbeat."""
+    up to ``waitSeconds`` for the first. Counts as a heartbeat. A client that hangs up ends the wait."""
     topic = await services.publisher.topics.resolve(scope_of(key), name)
-    messages = await leases.poll(
-        services.metadata,
-        services.log,
-        topic,
-        group,
-        body.memberId,
-        body.generationId,
-        max_messages=body.maxMessages,
-        wait_seconds=body.waitSeconds,
-    )
+    abandoned = asyncio.Event()
+    listener = asyncio.ensure_future(_hang_up(request, abandoned)) if body.waitSeconds > 0 else None
+    try:
+        messages = await leases.poll(
+            services.metadata,
+            services.log,
+            topic,
+            group,
+            body.memberId,
+            body.generationId,
+            max_messages=body.maxMessages,
+            wait_seconds=body.waitSeconds,
+            abandoned=abandoned,
+        )
+    finally:
+        if listener is not None:
+            listener.cancel()
     return Response(b'{"messages":[' + b",".join(messages) + b"]}", media_type="application/json")
 
 

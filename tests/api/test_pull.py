@@ -493,3 +493,33 @@ class TestRaces:
         for message_id, who in holders.items():
             # A second delivery only ever follows a holder that left (its leases were released).
             assert all(h in leavers for h in who[:-1]), (message_id, who)
+
+
+class TestAbandonedPoll:
+    def test_a_poll_whose_client_hung_up_leases_nothing(self, server):
+        """The client gives up on a long poll (closes the connection); a message published afterwards is
+        not leased to the poll nobody reads, so the member's next poll gets it at once (not after the
+        ack timeout)."""
+        import json
+        import socket
+
+        import httpx
+
+        headers = {"Authorization": f"Bearer {server.keys['production']}"}
+        base = f"/v1/topics/pull.abandoned.{time.monotonic_ns()}"
+        with httpx.Client(base_url=server.url, headers=headers, timeout=10) as http:
+            assert http.post("/v1/topics", json={"name": base.rsplit("/", 1)[1], "partitions": 1}).is_success
+            joined = http.post(f"{base}/groups/g/members", json={"startFrom": "earliest"}).json()
+            member = {"memberId": joined["memberId"], "generationId": joined["generationId"]}
+            body = json.dumps({**member, "maxMessages": 10, "waitSeconds": 5}).encode()
+            request = (
+                f"POST {base}/groups/g/poll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Authorization: {headers['Authorization']}\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(request)
+                time.sleep(0.5)  # the poll is waiting
+            time.sleep(0.5)  # hung up: the server sees the close
+            assert http.post(f"{base}/messages", json={"data": "after"}).status_code == 201
+            polled = http.post(f"{base}/groups/g/poll", json={**member, "maxMessages": 10, "waitSeconds": 1})
+            assert [m["data"] for m in polled.json()["messages"]] == ["after"]

@@ -126,8 +126,11 @@ async def poll(
     *,
     max_messages: int = 100,
     wait_seconds: float = 0,
+    abandoned: asyncio.Event | None = None,
 ) -> list[bytes]:
-    """Up to ``max_messages`` messages for the member, waiting up to ``wait_seconds`` for the first."""
+    """Up to ``max_messages`` messages for the member, waiting up to ``wait_seconds`` for the first.
+    Once ``abandoned`` is set (the caller went away) the wait ends and nothing more is leased: messages
+    leased to a poll nobody reads would wait out their ack timeout."""
     _validate_poll(max_messages, wait_seconds)
     until = time.monotonic() + wait_seconds
     while True:
@@ -142,7 +145,9 @@ async def poll(
         timeout = remaining
         if polled.next_deadline_ms is not None:
             timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now_ms()) / 1000) + 0.005)
-        await wait_for_data(log, topic, polled.positions, timeout)
+        await wait_for_data(log, topic, polled.positions, timeout, abandoned)
+        if abandoned is not None and abandoned.is_set():
+            return []
 
 
 async def poll_once(
@@ -170,11 +175,14 @@ async def poll_once(
     return await committing_fences(metadata, work)
 
 
-async def wait_for_data(log: LogEngine, topic: TopicRef, positions: dict[int, int], timeout: float) -> None:
-    """Until a record commits at one of ``positions``, or ``timeout``; no polling."""
-    if not positions:
-        await asyncio.sleep(timeout)  # nothing assigned: nothing can arrive for this member meanwhile
-        return
+async def wait_for_data(
+    log: LogEngine,
+    topic: TopicRef,
+    positions: dict[int, int],
+    timeout: float,
+    abandoned: asyncio.Event | None = None,
+) -> None:
+    """Until a record commits at one of ``positions``, ``timeout``, or ``abandoned`` is set; no polling."""
     # One future and a watch per partition (no task each): the log resolves it from the commit.
     woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -183,7 +191,18 @@ async def wait_for_data(log: LogEngine, topic: TopicRef, positions: dict[int, in
             woken.set_result(None)
 
     cancels: list[Callable[[], None]] = []
+    if abandoned is not None:
+        if abandoned.is_set():
+            return
+        gone = asyncio.ensure_future(abandoned.wait())
+        gone.add_done_callback(lambda _: wake())
+
+        def stop_listening() -> None:
+            gone.cancel()
+
+        cancels.append(stop_listening)
     try:
+        # Nothing assigned: nothing can arrive for this member meanwhile; only time or the caller ends it.
         for partition, offset in positions.items():
             cancels.append(log.watch(topic.id, partition, offset, wake))
         async with asyncio.timeout(timeout):
