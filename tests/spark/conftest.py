@@ -18,6 +18,8 @@ def qc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = Server(tmp_path_factory.mktemp("queuecore-spark-data"))
     server.cli("migrate")
     server.keys = server.bootstrap("spark-test")
+    # Developer tier (admin 10 req/s), for the usage rollups: its requests can be refused with 429.
+    server.usage_keys = server.bootstrap("spark-usage", tier="developer")
     server.start()
     yield server
     server.stop()

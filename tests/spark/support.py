@@ -34,6 +34,8 @@ class Server:
     data_dir: Path
     port: int = field(default_factory=free_port)
     keys: dict[str, str] = field(default_factory=dict)
+    usage_keys: dict[str, str] = field(default_factory=dict)
+    projects: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -59,14 +61,15 @@ class Server:
             raise RuntimeError(f"queuecore-server {' '.join(args)} failed: {result.stderr}")
         return result.stdout
 
-    def bootstrap(self, project: str) -> dict[str, str]:
-        keys: dict[str, str] = json.loads(
-            self.cli("bootstrap", "--project", project, "--tier", "enterprise", "--json")
-        )["keys"]
-        self.cli(
-            "projects", "set-tier", "--project", project, "--tier", "enterprise",
-            "--limits", "publish=100000,consume=100000,admin=100000",
-        )  # fmt: skip
+    def bootstrap(self, project: str, tier: str = "enterprise") -> dict[str, str]:
+        boot = json.loads(self.cli("bootstrap", "--project", project, "--tier", tier, "--json"))
+        self.projects[project] = boot["projectId"]
+        if tier == "enterprise":
+            self.cli(
+                "projects", "set-tier", "--project", project, "--tier", tier,
+                "--limits", "publish=100000,consume=100000,admin=100000",
+            )  # fmt: skip
+        keys: dict[str, str] = boot["keys"]
         return keys
 
     def start(self) -> None:

@@ -285,3 +285,32 @@ class AlertAttempt(Base):
     error: Mapped[str | None] = mapped_column(String(500), nullable=True)
     duration_ms: Mapped[int] = mapped_column(Integer)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class UsageRollup(Base):
+    """Requests, messages, bytes and 429s of one API key and category in one minute, hour or day, added up
+    from the usage-metering topic by the Spark usage job; the dashboard's usage charts read them."""
+
+    __tablename__ = "usage_rollups"
+
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    environment: Mapped[str] = mapped_column(String(20), primary_key=True)
+    granularity: Mapped[str] = mapped_column(String(10), primary_key=True)  # minute | hour | day
+    bucket_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    category: Mapped[str] = mapped_column(String(20), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    messages: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    bytes_in: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    bytes_out: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    rate_limited: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+
+class UsageRollupProgress(Base):
+    """How far into a usage source (the ``__usage`` topic) the rollups got: its next offset."""
+
+    __tablename__ = "usage_rollup_progress"
+
+    source: Mapped[str] = mapped_column(String(64), primary_key=True)
+    next_offset: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
