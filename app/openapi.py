@@ -46,6 +46,11 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 }
             if path not in _PUBLIC:
                 operation["security"] = [{"ApiKey": []}]
+            # Request bodies given as whole schemas (openapi_extra) keep their nested models under
+            # ``$defs`` while pointing at components: hoist them there, so every $ref resolves.
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
+            for name, definition in body.get("schema", {}).pop("$defs", {}).items():
+                schemas.setdefault(name, definition)
     return schema
 
 

@@ -26,3 +26,38 @@ def test_every_operation_documents_its_errors(repo_root):
                 for status, answer in answers.items():
                     if status.startswith(("4", "5")):
                         assert answer["content"]["application/json"]["examples"], (method, path, status)
+
+
+def test_every_reference_resolves(repo_root):
+    """A client generated from the contract must find every schema it names (the batch body once pointed
+    at a BatchMessageIn that only existed nested inside it)."""
+    spec = yaml.safe_load((repo_root / "openapi.yaml").read_text())
+    refs: list[str] = []
+
+    def collect(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "$ref":
+                    refs.append(value)
+                else:
+                    collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(spec)
+    assert refs
+
+    def resolve(ref: str) -> object:
+        assert ref.startswith("#/"), ref
+        node: object = spec
+        for part in ref[2:].split("/"):
+            assert isinstance(node, dict) and part in node, f"{ref} does not resolve"
+            node = node[part]
+        return node
+
+    for ref in refs:
+        resolve(ref)
+    assert not any(
+        "$defs" in str(op.get("requestBody", "")) for ops in spec["paths"].values() for op in ops.values()
+    )
