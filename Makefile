@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap test test-sdk test-sdk-wheel services lint typecheck openapi bench clean install-js test-js bench-js
+.PHONY: install lock run serve migrate bootstrap pipeline test test-sdk test-sdk-wheel services lint typecheck openapi bench clean install-js test-js bench-js
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ run: bootstrap
 
 services:
 	bash infra/services.sh up
+
+# The Spark jobs once against the embedded default: archive every topic of the demo project to data/archive
+# (Parquet) and roll the usage events up into the metadata database (docs/spark.md).
+pipeline: install
+	bash spark/scripts/pipeline.sh
 
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
 test: install services lint typecheck

@@ -38,11 +38,17 @@ def api(qc_server: Server, key: str) -> Iterator[Api]:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def spark(tmp_path_factory: pytest.TempPathFactory, qc_server: Server) -> Iterator[object]:
     from pyspark.sql import SparkSession
     from queuecore_spark import QueueCoreDataSource
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # The defaults of apiKey/baseUrl, used by the docs' examples (tests/spark/test_docs.py): the staging
+    # environment of the test project. Set before Spark starts, as its Python workers read them.
+    # Only the JVM's environment gets them (it is taken at launch): the rest of the suite keeps its own.
+    saved = {k: os.environ.get(k) for k in ("QUEUECORE_API_KEY", "QUEUECORE_BASE_URL")}
+    os.environ["QUEUECORE_API_KEY"] = qc_server.keys["staging"]
+    os.environ["QUEUECORE_BASE_URL"] = qc_server.url
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (
         SparkSession.builder.master("local[2,4]")  # 2 threads; a failed task is retried (up to 4 attempts)
@@ -54,6 +60,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
         .getOrCreate()
     )
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(QueueCoreDataSource)
     yield session

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +17,7 @@ from queuecore_spark.jobs import archive, usage
 
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.usage_repositories import Rollup, UsageRollupRepository
-from tests.spark.support import Api, Server
+from tests.spark.support import BIN, Api, Server
 
 
 def archived(spark, out: Path) -> list[tuple[object, ...]]:  # type: ignore[no-untyped-def]
@@ -143,3 +147,49 @@ class TestUsageRollups:
         again = usage.run(spark, qc_server.data_dir)
         assert again.from_offset == first.next_offset
         assert _rollups(qc_server, project_id, key_id, "minute") == before
+
+
+class TestCommandLine:
+    """The jobs as operators start them: the console script, and spark-submit (each its own JVM)."""
+
+    def test_console_script_archive(
+        self, api: Api, qc_server: Server, key: str, tmp_path: Path, spark
+    ) -> None:  # type: ignore[no-untyped-def]
+        topic = api.create_topic(partitions=1)
+        api.publish(topic, [{"data": {"n": i}} for i in range(20)])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
+        env.update(
+            {"QUEUECORE_API_KEY": key, "QUEUECORE_BASE_URL": qc_server.url, "PYSPARK_PYTHON": sys.executable}
+        )
+        out = tmp_path / "archive"
+        result = subprocess.run(
+            [str(BIN / "queuecore-spark"), "--master", "local[1]", "archive", "--out", str(out), "--project", "p1", "--topics", topic],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+            "archived": {f"project=p1/environment=development/topic={topic}": 20}
+        }
+        assert spark.read.parquet(str(out)).count() == 20
+
+    def test_console_script_reports_service_errors(self, qc_server: Server, tmp_path: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
+        env.update({"QUEUECORE_API_KEY": "pq_test_sk_" + "x" * 32, "QUEUECORE_BASE_URL": qc_server.url})
+        result = subprocess.run(
+            [str(BIN / "queuecore-spark"), "--master", "local[1]", "archive", "--out", str(tmp_path / "a")],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert result.returncode == 1
+        assert "queuecore-spark: INVALID_API_KEY:" in result.stderr
+
+    def test_spark_submit_usage(self, qc_server: Server) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
+        env.update({"QUEUECORE_DATA_DIR": str(qc_server.data_dir), "PYSPARK_PYTHON": sys.executable})
+        script = Path(usage.__file__).with_name("cli.py")
+        result = subprocess.run(
+            [str(BIN / "spark-submit"), "--master", "local[1]", "--driver-memory", "1g", str(script), "usage"],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        answer = json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])
+        assert answer["next_offset"] >= answer["from_offset"] > 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -107,15 +108,22 @@ def read_range(opts: Options, schema: StructType, part: OffsetRange) -> Iterator
     arrow = _arrow_schema(schema)
     headers_type = arrow.field("headers").type
     ts_type = arrow.field("timestamp").type
-    at = part.start
-    with Client(opts.base_url, opts.api_key) as client:
-        while at < part.end:
-            page = client.read_page(
+    with Client(opts.base_url, opts.api_key) as client, ThreadPoolExecutor(1) as fetcher:
+
+        def fetch(at: int) -> dict[str, Any]:
+            return client.read_page(
                 opts.topic, part.partition, from_offset=at, limit=min(PAGE, part.end - at)
             )
+
+        # One page ahead: the next page travels while this one is decoded.
+        pending: Future[dict[str, Any]] | None = fetcher.submit(fetch, part.start)
+        while pending is not None:
+            page = pending.result()
             messages = [m for m in page["data"] if m["offset"] < part.end]
             if not messages:
                 break  # below the end but nothing left: retention removed it, or the range was planned past it
+            at = int(page["nextOffset"])
+            pending = fetcher.submit(fetch, at) if at < part.end else None
             n = len(messages)
             yield pa.RecordBatch.from_arrays(
                 [
@@ -130,7 +138,6 @@ def read_range(opts: Options, schema: StructType, part: OffsetRange) -> Iterator
                 ],
                 schema=arrow,
             )
-            at = int(page["nextOffset"])
 
 
 def _epoch_us(text: str) -> int:

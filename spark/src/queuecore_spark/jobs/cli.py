@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .._http import DEFAULT_BASE_URL, ENV_API_KEY, ENV_BASE_URL, QueueCoreError
+from queuecore_spark._http import DEFAULT_BASE_URL, ENV_API_KEY, ENV_BASE_URL, QueueCoreError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,12 +38,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from ._session import session
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("queuecore_spark").addHandler(handler)
+    logging.getLogger("queuecore_spark").setLevel(logging.INFO)
+    from queuecore_spark.jobs._session import session
 
     try:
         if args.job == "archive":
-            from . import archive
+            from queuecore_spark.jobs import archive
 
             base_url = args.base_url or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL
             if args.keys is not None:
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             added = archive.run(spark, args.out, sources, base_url, topics)
             print(json.dumps({"archived": added}))
         else:
-            from . import usage
+            from queuecore_spark.jobs import usage
 
             spark = session("queuecore-usage", args.master)
             result = usage.run(spark, args.data_dir, args.database_url)
