@@ -7,7 +7,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install lock run serve migrate bootstrap pipeline test test-sdk test-sdk-wheel services lint typecheck openapi bench clean install-js test-js bench-js
 
-install: $(STAMP)
+# The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
+# git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
+# never downloads one).
+DASH := app/dashboard
+DASH_STAMP := $(DASH)/node_modules/.installed
+DASH_BUILT := $(DASH)/static/vendor/.built
+CHROMIUM := /usr/bin/chromium
+
+install: $(STAMP) $(DASH_BUILT) $(CHROMIUM)
 
 # Reinstall only when the dependency list changes; `make install` stays idempotent.
 $(STAMP): pyproject.toml sdk/pyproject.toml spark/pyproject.toml constraints.txt
@@ -17,6 +25,18 @@ $(STAMP): pyproject.toml sdk/pyproject.toml spark/pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e sdk
 	$(BIN)/pip install -q -c constraints.txt -e spark
 	touch $(STAMP)
+
+$(DASH_STAMP): $(DASH)/package.json $(DASH)/package-lock.json
+	command -v npm >/dev/null || (apt-get update && apt-get install -y nodejs npm)
+	cd $(DASH) && npm ci --no-audit --no-fund
+	touch $(DASH_STAMP)
+
+$(DASH_BUILT): $(DASH_STAMP) $(DASH)/scripts/build.mjs
+	cd $(DASH) && node scripts/build.mjs
+	touch $(DASH_BUILT)
+
+$(CHROMIUM):
+	apt-get update && apt-get install -y chromium
 
 # Re-resolve every dependency in a scratch virtualenv and pin what it got.
 lock:

@@ -24,6 +24,7 @@ from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher, TopicDirectory
 from app.broker.topics import sweep_orphan_logs
 from app.broker.usage import UsageMeter
+from app.dashboard import install as install_dashboard
 from app.errors import add_exception_handlers
 from app.openapi import install as install_openapi
 from app.settings import Settings, get_settings
@@ -157,4 +158,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(ws.router)
     application.include_router(admin.router)
     application.include_router(metrics.router)
+    # The admin dashboard: its own router and static files, no middleware (nothing on the API's path).
+    install_dashboard(application)
     return application

@@ -1,0 +1,794 @@
+"""The dashboard's routes: each checks the session, scopes to a project the user owns, calls the broker
+and renders a template. No business rules here: the same broker calls the REST routes make."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+import orjson
+from fastapi import APIRouter, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from app.broker import alerts, dlq, groups, inspection, keys, offsets, publishing, reading, tenancy, topics
+from app.broker.errors import BrokerError
+from app.broker.publishing import TopicRef
+from app.broker.rate_limits import limit_for
+from app.dashboard import auth
+from app.dashboard.usage import CATEGORIES, WINDOWS, MeteringUsageSource, UsageSource
+from app.kit.clock import isoformat_ms, now_ms
+from app.stores.metadata.models import Project
+
+HERE = Path(__file__).resolve().parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+router = APIRouter(prefix="/dashboard", include_in_schema=False)
+
+NAV = (
+    ("topics", "Topics"),
+    ("groups", "Consumer groups"),
+    ("dead-letters", "Dead letters"),
+    ("keys", "API keys"),
+    ("usage", "Usage"),
+    ("alerts", "Alerts"),
+)
+
+
+class NotFoundPage(Exception):
+    """Answered as the dashboard's 404 page (also for another account's project)."""
+
+
+class SignInRequired(Exception):
+    def __init__(self, next_path: str) -> None:
+        self.next_path = next_path
+
+
+class CsrfRefused(Exception):
+    """A state-changing request without this session's CSRF token."""
+
+
+def _services(request: Request) -> Any:
+    """The services built in ``lifespan`` (``app.api.deps.Services``; the dashboard does not import the
+    other edge)."""
+    return request.app.state.services
+
+
+def _session_of(request: Request) -> auth.DashboardSession | None:
+    return auth.open_session(_services(request).settings, request.cookies.get(auth.SESSION_COOKIE))
+
+
+def _require_session(request: Request) -> auth.DashboardSession:
+    found = _session_of(request)
+    if found is None:
+        raise SignInRequired(request.url.path)
+    return found
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The urlencoded form body (the only kind the dashboard's forms send)."""
+    raw = (await request.body()).decode("utf-8", "replace")
+    return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
+
+
+async def _checked_form(request: Request, session: auth.DashboardSession) -> dict[str, str]:
+    form = await _form(request)
+    presented = form.get("csrf_token") or request.headers.get("x-csrf-token")
+    if not auth.tokens_match(session.csrf, presented):
+        raise CsrfRefused()
+    return form
+
+
+@dataclass
+class Ctx:
+    """What every page of a project environment knows."""
+
+    request: Request
+    user: auth.DashboardSession
+    projects: list[Project]
+    project: Project
+    env: str
+
+    @property
+    def base(self) -> str:
+        return f"/dashboard/p/{self.project.id}/{self.env}"
+
+    @property
+    def scope(self) -> topics.Scope:
+        return topics.Scope(self.project.id, self.env)
+
+    def render(self, template: str, status: int = 200, **values: Any) -> HTMLResponse:
+        query = self.request.query_params
+        context = {
+            "ctx": self,
+            "nav": NAV,
+            "environments": tenancy.ENVIRONMENTS,
+            "csrf": self.user.csrf,
+            "notice": values.pop("notice", None) or query.get("notice"),
+            "error": values.pop("error", None) or query.get("error"),
+            **values,
+        }
+        return templates.TemplateResponse(self.request, template, context, status_code=status)
+
+    def back(self, path: str, *, notice: str | None = None, error: str | None = None) -> RedirectResponse:
+        url = self.base + path
+        if notice:
+            url += "?notice=" + quote(notice)
+        elif error:
+            url += "?error=" + quote(error)
+        return RedirectResponse(url, status_code=303)
+
+
+async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
+    user = _require_session(request)
+    if env not in tenancy.ENVIRONMENTS:
+        raise NotFoundPage()
+    async with _services(request).metadata.session(readonly=True) as session:
+        owned = await inspection.projects_owned_by(session, user.user_id)
+    project = next((p for p in owned if p.id == project_id), None)
+    if project is None:
+        raise NotFoundPage()
+    return Ctx(request, user, owned, project, env)
+
+
+def _message(error: BrokerError) -> str:
+    details = "; ".join(f"{d.get('field')}: {d.get('issue')}" for d in (error.details or []))
+    return f"{error.message} ({details})" if details else error.message
+
+
+async def _topic_ref(ctx: Ctx, name: str) -> TopicRef:
+    try:
+        ref: TopicRef = await _services(ctx.request).publisher.topics.resolve(ctx.scope, name)
+        return ref
+    except BrokerError:
+        raise NotFoundPage() from None
+
+
+# sign-in -----------------------------------------------------------------------------------------
+
+
+def _login_page(request: Request, token: str, error: str | None = None, status: int = 200) -> HTMLResponse:
+    response = templates.TemplateResponse(
+        request,
+        "login.html",
+        {"csrf": token, "error": error, "next": request.query_params.get("next", "")},
+        status_code=status,
+    )
+    settings = _services(request).settings
+    response.set_cookie(auth.LOGIN_CSRF_COOKIE, token, **auth.cookie_options(settings, 3600))
+    return response
+
+
+@router.get("/login")
+async def login_form(request: Request) -> Response:
+    if _session_of(request) is not None:
+        return RedirectResponse("/dashboard", status_code=303)
+    return _login_page(request, auth.new_token())
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    form = await _form(request)
+    if not auth.tokens_match(request.cookies.get(auth.LOGIN_CSRF_COOKIE), form.get("csrf_token")):
+        raise CsrfRefused()
+    email, password = form.get("email", "").strip().lower(), form.get("password", "")
+    services = _services(request)
+    address = request.client.host if request.client else "unknown"
+    wait = await auth.allow_attempt(services.limiter, email, address)
+    if wait:
+        minutes = max(1, round(wait / 60))
+        return _login_page(
+            request,
+            auth.new_token(),
+            f"Too many sign-in attempts. Try again in about {minutes} minute{'s' if minutes != 1 else ''}.",
+            429,
+        )
+    async with services.metadata.session(readonly=True) as session:
+        user = await tenancy.get_user_by_email(session, email) if email else None
+    if user is None or not tenancy.verify_password(user, password):
+        return _login_page(request, auth.new_token(), "Wrong email or password.", 401)
+    target = form.get("next", "")
+    if not target.startswith("/dashboard/") or target.startswith("//"):
+        target = "/dashboard"
+    response = RedirectResponse(target, status_code=303)
+    sealed = auth.seal(services.settings, auth.new_session(user.id, user.email))
+    response.set_cookie(
+        auth.SESSION_COOKIE, sealed, **auth.cookie_options(services.settings, auth.SESSION_SECONDS)
+    )
+    response.delete_cookie(auth.LOGIN_CSRF_COOKIE, path=auth.COOKIE_PATH)
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    user = _require_session(request)
+    await _checked_form(request, user)
+    response = RedirectResponse("/dashboard/login", status_code=303)
+    response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH)
+    return response
+
+
+@router.get("")
+@router.get("/")
+async def home(request: Request) -> Response:
+    user = _require_session(request)
+    async with _services(request).metadata.session(readonly=True) as session:
+        owned = await inspection.projects_owned_by(session, user.user_id)
+    if not owned:
+        return templates.TemplateResponse(request, "no_projects.html", {"user": user, "csrf": user.csrf})
+    return RedirectResponse(f"/dashboard/p/{owned[0].id}/development/topics", status_code=303)
+
+
+@router.get("/switch")
+async def switch(request: Request) -> Response:
+    """The project and environment switcher: the same page in another project or environment."""
+    query = request.query_params
+    page = query.get("page", "topics")
+    if page not in dict(NAV):
+        page = "topics"
+    ctx = await _ctx(request, query.get("project", ""), query.get("env", ""))
+    return RedirectResponse(f"{ctx.base}/{page}", status_code=303)
+
+
+@router.get("/p/{project_id}/{env}")
+async def project_home(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    return RedirectResponse(ctx.base + "/topics", status_code=303)
+
+
+# topics ------------------------------------------------------------------------------------------
+
+
+def sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
+    """An SVG polyline's points for a small publish-rate chart."""
+    top = max(values) or 1
+    step = width / max(1, len(values) - 1)
+    return " ".join(
+        f"{i * step:.1f},{height - 2 - (v / top) * (height - 4):.1f}" for i, v in enumerate(values)
+    )
+
+
+async def _topic_rows(ctx: Ctx) -> list[dict[str, Any]]:
+    services = _services(ctx.request)
+    async with services.metadata.session(readonly=True) as session:
+        rows, _ = await topics.list_topics(session, ctx.scope, limit=1000)
+    out = []
+    for row in rows:
+        details = await topics.partition_details(services.log, row)
+        rate = await inspection.publish_rate(services.log, row.id, row.partitions)
+        out.append(
+            {
+                "row": row,
+                "messages": sum(p.latest_offset - p.earliest_offset for p in details),
+                "bytes": sum(p.size_bytes for p in details),
+                "rate": rate,
+                "spark": sparkline(rate),
+            }
+        )
+    return out
+
+
+@router.get("/p/{project_id}/{env}/topics")
+async def topics_page(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    return ctx.render("topics.html", rows=await _topic_rows(ctx))
+
+
+@router.get("/p/{project_id}/{env}/topics-table")
+async def topics_table(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    return ctx.render("_topics_table.html", rows=await _topic_rows(ctx))
+
+
+@router.post("/p/{project_id}/{env}/topics")
+async def create_topic(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    services = _services(request)
+    name = form.get("name", "").strip()
+    try:
+        partitions = int(form.get("partitions") or 3)
+        async with services.metadata.session() as session:
+            await topics.create_topic(
+                session,
+                services.log,
+                ctx.scope,
+                name,
+                retention=form.get("retention") or "7d",
+                delivery=form.get("delivery") or "exactly-once",
+                partitions=partitions,
+            )
+    except ValueError:
+        return ctx.back("/topics", error="Partitions must be a whole number.")
+    except BrokerError as e:
+        return ctx.back("/topics", error=_message(e))
+    services.publisher.topics.forget(ctx.scope, name)
+    return ctx.back("/topics/" + quote(name, safe=""), notice=f"Topic {name} created.")
+
+
+async def _partitions(ctx: Ctx, name: str) -> tuple[Any, list[Any]]:
+    services = _services(ctx.request)
+    async with services.metadata.session(readonly=True) as session:
+        try:
+            row = await topics.get_topic(session, ctx.scope, name)
+        except BrokerError:
+            raise NotFoundPage() from None
+    return row, await topics.partition_details(services.log, row)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+@router.get("/p/{project_id}/{env}/topics/{name}")
+async def topic_page(request: Request, project_id: str, env: str, name: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    row, details = await _partitions(ctx, name)
+    query = request.query_params
+    browse: dict[str, Any] = {
+        "partition": query.get("partition", "0"),
+        "from_offset": query.get("from_offset", ""),
+        "from_time": query.get("from_time", ""),
+    }
+    messages: list[dict[str, Any]] = []
+    error = None
+    if "partition" in query:
+        try:
+            ref = await _topic_ref(ctx, name)
+            page = await reading.read_partition(
+                _services(request).log,
+                ref,
+                int(browse["partition"] or 0),
+                from_offset=int(browse["from_offset"]) if browse["from_offset"] else None,
+                from_timestamp=_timestamp(browse["from_time"]) if browse["from_time"] else None,
+                limit=50,
+            )
+            messages = [orjson.loads(m) for m in page.messages]
+            for m in messages:
+                m["pretty"] = _pretty(m.get("data"))
+                m["pretty_headers"] = _pretty(m.get("headers") or {})
+        except ValueError:
+            error = "Partition and offset must be whole numbers."
+        except BrokerError as e:
+            error = _message(e)
+    return ctx.render(
+        "topic.html",
+        topic=row,
+        details=details,
+        browse=browse,
+        messages=messages,
+        browsed=bool(query),
+        error=error,
+    )
+
+
+def _timestamp(value: str) -> str:
+    """A ``datetime-local`` value (UTC, no zone) or ISO-8601/epoch ms as the broker reads it."""
+    value = value.strip()
+    if value.isdigit() or value.endswith("Z") or "+" in value[10:]:
+        return value
+    return value + "Z"
+
+
+@router.get("/p/{project_id}/{env}/topics/{name}/partitions")
+async def topic_partitions(request: Request, project_id: str, env: str, name: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    row, details = await _partitions(ctx, name)
+    return ctx.render("_partitions.html", topic=row, details=details)
+
+
+@router.post("/p/{project_id}/{env}/topics/{name}/publish")
+async def publish_test(request: Request, project_id: str, env: str, name: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    path = "/topics/" + quote(name, safe="")
+    try:
+        body: dict[str, Any] = {"data": json.loads(form.get("data") or "null")}
+        if form.get("key"):
+            body["key"] = form["key"]
+        if form.get("headers", "").strip():
+            body["headers"] = json.loads(form["headers"])
+    except json.JSONDecodeError as e:
+        return ctx.back(path, error=f"Not valid JSON: {e.msg}.")
+    services = _services(request)
+    try:
+        message = publishing.parse_message(body)
+        topic, placed, _ = await services.publisher.publish(ctx.scope, name, message)
+    except BrokerError as e:
+        return ctx.back(path, error=_message(e))
+    result = services.publisher.result(topic, placed)
+    return ctx.back(
+        path,
+        notice=f"Published {result['messageId'] if 'messageId' in result else result.get('id')} "
+        f"to partition {result['partition']} at offset {result['offset']}.",
+    )
+
+
+@router.post("/p/{project_id}/{env}/topics/{name}/delete")
+async def delete_topic(request: Request, project_id: str, env: str, name: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    if form.get("confirm_name") != name:
+        return ctx.back("/topics/" + quote(name, safe=""), error="Type the topic's name to delete it.")
+    services = _services(request)
+    try:
+        topic_id = await topics.delete_topic(services.metadata, services.log, ctx.scope, name)
+    except BrokerError as e:
+        return ctx.back("/topics", error=_message(e))
+    services.publisher.topics.forget(ctx.scope, name)
+    services.publisher.forget_topic(topic_id)
+    return ctx.back("/topics", notice=f"Topic {name} deleted.")
+
+
+# consumer groups ---------------------------------------------------------------------------------
+
+
+async def _all_groups(ctx: Ctx) -> list[dict[str, Any]]:
+    services = _services(ctx.request)
+    out = []
+    async with services.metadata.session(readonly=True) as session:
+        rows, _ = await topics.list_topics(session, ctx.scope, limit=1000)
+        depths = await inspection.dlq_depths(session)
+        for row in rows:
+            ref = await _topic_ref(ctx, row.name)
+            for summary in await groups.list_groups(session, services.log, ref):
+                group = await groups.get_group(session, ref, summary.name)
+                out.append(
+                    {
+                        "topic": row.name,
+                        "name": summary.name,
+                        "consumers": summary.consumers,
+                        "lag": summary.lag,
+                        "dlq": depths.get(group.id, 0),
+                        "has_dlq": group.dead_letter is not None,
+                    }
+                )
+    return out
+
+
+@router.get("/p/{project_id}/{env}/groups")
+async def groups_page(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    return ctx.render("groups.html", groups=await _all_groups(ctx))
+
+
+async def _group_view(ctx: Ctx, topic: str, group: str) -> dict[str, Any]:
+    services = _services(ctx.request)
+    ref = await _topic_ref(ctx, topic)
+    async with services.metadata.session(readonly=True) as session:
+        try:
+            detail = await groups.describe_group(session, services.log, ref, group)
+            health = await inspection.group_health(session, services.log, ref, group)
+        except BrokerError:
+            raise NotFoundPage() from None
+    now = now_ms()
+    members = [
+        {
+            "id": m.id,
+            "partitions": m.partitions,
+            "heartbeat": isoformat_ms(m.last_heartbeat_ms),
+            "ago": max(0.0, (now - m.last_heartbeat_ms) / 1000),
+            "push": m.push,
+        }
+        for m in health.members
+    ]
+    return {
+        "topic": topic,
+        "group": group,
+        "config": detail.config,
+        "members": members,
+        "partitions": health.partitions,
+        "lag": sum(p.lag for p in health.partitions),
+        "dlq_depth": health.dlq_depth,
+    }
+
+
+@router.get("/p/{project_id}/{env}/groups/{topic}/{group}")
+async def group_page(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    return ctx.render("group.html", **await _group_view(ctx, topic, group))
+
+
+@router.get("/p/{project_id}/{env}/groups/{topic}/{group}/live")
+async def group_live(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    return ctx.render("_group_live.html", **await _group_view(ctx, topic, group))
+
+
+@router.post("/p/{project_id}/{env}/groups/{topic}/{group}/config")
+async def group_config(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    path = f"/groups/{quote(topic, safe='')}/{quote(group, safe='')}"
+    ref = await _topic_ref(ctx, topic)
+    dead_letter: dict[str, Any] | None = None
+    try:
+        if form.get("dlq_enabled"):
+            dead_letter = {
+                "maxRetries": int(form.get("max_retries") or 5),
+                "retryDelay": form.get("retry_delay") or "30s",
+                "alertThreshold": int(form.get("alert_threshold") or 100),
+            }
+        async with _services(request).metadata.session() as session:
+            await groups.upsert_config(
+                session,
+                ref,
+                group,
+                ack_timeout=form.get("ack_timeout") or None,
+                session_timeout=form.get("session_timeout") or None,
+                dead_letter=dead_letter,
+            )
+    except ValueError:
+        return ctx.back(path, error="Max retries and alert threshold must be whole numbers.")
+    except BrokerError as e:
+        return ctx.back(path, error=_message(e))
+    return ctx.back(path, notice="Configuration saved.")
+
+
+@router.post("/p/{project_id}/{env}/groups/{topic}/{group}/reset")
+async def group_reset(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    path = f"/groups/{quote(topic, safe='')}/{quote(group, safe='')}"
+    ref = await _topic_ref(ctx, topic)
+    target: object = form.get("to", "")
+    if target == "offset":
+        raw = form.get("offset", "")
+        target = int(raw) if raw.isdigit() else raw
+    services = _services(request)
+    try:
+        async with services.metadata.session() as session:
+            await offsets.reset_stopped(session, services.log, ref, group, target)
+    except BrokerError as e:
+        return ctx.back(path, error=_message(e))
+    return ctx.back(path, notice="Offsets reset.")
+
+
+# dead letters ------------------------------------------------------------------------------------
+
+
+@router.get("/p/{project_id}/{env}/dead-letters")
+async def dead_letters_page(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    return ctx.render("dead_letters.html", groups=await _all_groups(ctx))
+
+
+@router.get("/p/{project_id}/{env}/dead-letters/{topic}/{group}")
+async def dlq_page(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    services = _services(request)
+    ref = await _topic_ref(ctx, topic)
+    cursor = request.query_params.get("cursor") or None
+    try:
+        async with services.metadata.session(readonly=True) as session:
+            page = await dlq.inspect(session, services.log, ref, group, limit=50, cursor=cursor)
+            audit = await dlq.audit(session, ref, group, limit=50)
+    except BrokerError:
+        raise NotFoundPage() from None
+    letters = [orjson.loads(e) for e in page.entries]
+    for letter in letters:
+        letter["pretty"] = _pretty(letter.get("data"))
+    return ctx.render(
+        "dlq.html",
+        topic=topic,
+        group=group,
+        letters=letters,
+        total=page.total,
+        next_cursor=page.next_cursor,
+        audit=audit.entries,
+    )
+
+
+def _dlq_path(topic: str, group: str) -> str:
+    return f"/dead-letters/{quote(topic, safe='')}/{quote(group, safe='')}"
+
+
+@router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/replay")
+async def dlq_replay(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    ref = await _topic_ref(ctx, topic)
+    actor = dlq.Actor("user", ctx.user.user_id)
+    try:
+        await dlq.replay(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
+    except BrokerError as e:
+        return ctx.back(_dlq_path(topic, group), error=_message(e))
+    return ctx.back(_dlq_path(topic, group), notice=f"Replayed {form.get('message_id')}.")
+
+
+@router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/replay-all")
+async def dlq_replay_all(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    ref = await _topic_ref(ctx, topic)
+    actor = dlq.Actor("user", ctx.user.user_id)
+    try:
+        rate = dlq.validate_rate(float(form["rate"])) if form.get("rate") else None
+        count = await dlq.replay_all(_services(request).metadata, ref, group, actor, rate=rate)
+    except ValueError:
+        return ctx.back(_dlq_path(topic, group), error="The rate must be a number of messages per second.")
+    except BrokerError as e:
+        return ctx.back(_dlq_path(topic, group), error=_message(e))
+    return ctx.back(_dlq_path(topic, group), notice=f"Replayed {count} dead letters.")
+
+
+@router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/delete")
+async def dlq_delete(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    ref = await _topic_ref(ctx, topic)
+    actor = dlq.Actor("user", ctx.user.user_id)
+    try:
+        await dlq.delete(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
+    except BrokerError as e:
+        return ctx.back(_dlq_path(topic, group), error=_message(e))
+    return ctx.back(_dlq_path(topic, group), notice=f"Deleted {form.get('message_id')}.")
+
+
+# API keys ----------------------------------------------------------------------------------------
+
+
+async def _keys(ctx: Ctx, session: AsyncSession) -> list[dict[str, Any]]:
+    rows = await keys.list_keys(session, ctx.project.id)
+    return [keys.key_view(r) for r in rows if r.environment == ctx.env]
+
+
+@router.get("/p/{project_id}/{env}/keys")
+async def keys_page(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    async with _services(request).metadata.session(readonly=True) as session:
+        views = await _keys(ctx, session)
+    return ctx.render("keys.html", keys=views, issued=None, limit=keys.MAX_ACTIVE_KEYS_PER_ENVIRONMENT)
+
+
+@router.post("/p/{project_id}/{env}/keys")
+async def create_key(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    await _checked_form(request, ctx.user)
+    services = _services(request)
+    try:
+        async with services.metadata.session() as session:
+            issued = await keys.create_key(session, services.settings.server_secret(), ctx.project.id, env)
+    except BrokerError as e:
+        return ctx.back("/keys", error=_message(e))
+    async with services.metadata.session(readonly=True) as session:
+        views = await _keys(ctx, session)
+    # The secret is in this one answer (never in a URL, a log or a later page).
+    response = ctx.render("keys.html", keys=views, issued=issued, limit=keys.MAX_ACTIVE_KEYS_PER_ENVIRONMENT)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@router.post("/p/{project_id}/{env}/keys/{key_id}/revoke")
+async def revoke_key(request: Request, project_id: str, env: str, key_id: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    await _checked_form(request, ctx.user)
+    services = _services(request)
+    async with services.metadata.session() as session:
+        if key_id not in {k["id"] for k in await _keys(ctx, session)}:
+            raise NotFoundPage()
+        row = await keys.revoke_key(session, key_id)
+    services.keys.forget()  # this process refuses it at once; the others within their cache TTL
+    return ctx.back("/keys", notice=f"Key {row.prefix}…{row.last_four} revoked.")
+
+
+# usage -------------------------------------------------------------------------------------------
+
+
+def usage_source(request: Request) -> UsageSource:
+    return MeteringUsageSource(_services(request).log)
+
+
+@router.get("/p/{project_id}/{env}/usage")
+async def usage_page(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    query = request.query_params
+    window = query.get("window", "hour") if query.get("window") in WINDOWS else "hour"
+    key_id = query.get("key") or None
+    category = query.get("category") if query.get("category") in CATEGORIES else None
+    length, bucket = WINDOWS[window]
+    end = now_ms()
+    start = end - length
+    series = await usage_source(request).series(
+        ctx.project.id, env, start_ms=start, end_ms=end, bucket_ms=bucket, key_id=key_id, category=category
+    )
+    async with _services(request).metadata.session(readonly=True) as session:
+        key_views = await _keys(ctx, session)
+    limits = {c: limit_for(ctx.project.tier, ctx.project.custom_limits, c) for c in CATEGORIES}
+    stamps = [(start + i * bucket) // 1000 for i in range(len(series.requests))]
+    charts = {
+        "requests": {"x": stamps, "y": series.requests, "label": "Requests"},
+        "peak": {
+            "x": stamps,
+            "y": series.peak_per_second,
+            "label": "Busiest second (req/s)",
+            "limit": limits[category] if category else None,
+        },
+        "messages": {"x": stamps, "y": series.messages, "label": "Messages"},
+        "bytes": {"x": stamps, "y": series.bytes, "label": "Bytes"},
+        "throttled": {"x": stamps, "y": series.throttled, "label": "429 responses"},
+    }
+    return ctx.render(
+        "usage.html",
+        window=window,
+        windows=list(WINDOWS),
+        key_id=key_id or "",
+        category=category or "",
+        categories=CATEGORIES,
+        keys=key_views,
+        totals=series.totals,
+        limits=limits,
+        charts=charts,
+        charts_json=json.dumps(charts),
+    )
+
+
+# alerts ------------------------------------------------------------------------------------------
+
+
+@router.get("/p/{project_id}/{env}/alerts")
+async def alerts_page(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    return await _alerts(ctx)
+
+
+async def _alerts(ctx: Ctx, secret: str | None = None) -> HTMLResponse:
+    services = _services(ctx.request)
+    async with services.metadata.session(readonly=True) as session:
+        try:
+            endpoint: Any = await alerts.get_endpoint(session, services.settings, ctx.project.id, ctx.env)
+        except BrokerError:
+            endpoint = None
+        attempts = await alerts.deliveries(session, ctx.project.id, ctx.env, limit=50)
+    response = ctx.render("alerts.html", endpoint=endpoint, attempts=attempts.entries, secret=secret)
+    if secret:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@router.post("/p/{project_id}/{env}/alerts/endpoint")
+async def set_alert_endpoint(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    form = await _checked_form(request, ctx.user)
+    services = _services(request)
+    try:
+        async with services.metadata.session() as session:
+            view = await alerts.set_endpoint(
+                session, services.settings, ctx.project.id, env, form.get("url", "").strip(), None
+            )
+    except BrokerError as e:
+        return ctx.back("/alerts", error=_message(e))
+    return await _alerts(ctx, secret=view.secret)
+
+
+@router.post("/p/{project_id}/{env}/alerts/test")
+async def send_test_alert(request: Request, project_id: str, env: str) -> Response:
+    ctx = await _ctx(request, project_id, env)
+    await _checked_form(request, ctx.user)
+    services = _services(request)
+    try:
+        async with services.metadata.session() as session:
+            event_id = await alerts.send_test_event(session, ctx.project.id, env)
+    except BrokerError as e:
+        return ctx.back("/alerts", error=_message(e))
+    services.alerts.wake()
+    return ctx.back("/alerts", notice=f"Test event {event_id} queued.")
+
+
+def _since(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+templates.env.filters["since"] = _since
+templates.env.filters["bytes"] = lambda n: (
+    f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+)
+templates.env.globals["now"] = time.time

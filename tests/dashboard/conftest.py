@@ -1,0 +1,144 @@
+"""One real ``queuecore-server`` and one headless Chromium (Debian's, driven by Playwright) for the
+dashboard tests; a signed-in browser context shared by the scenarios that need one."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.server import ServerProcess, cli, free_port, server_env
+
+playwright_async = pytest.importorskip("playwright.async_api")
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "dashboard"
+
+
+@dataclass
+class Dashboard:
+    server: ServerProcess
+    email: str
+    password: str
+    project_id: str
+    keys: dict[str, str]
+    other_project_id: str
+    lockout_email: str
+    lockout_password: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url + "/dashboard"
+
+    def project_url(self, env: str = "development") -> str:
+        return f"{self.url}/p/{self.project_id}/{env}"
+
+    def api(self, env: str = "development") -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.server.url + "/v1",
+            headers={"Authorization": f"Bearer {self.keys[env]}"},
+            timeout=30,
+        )
+
+
+async def _other_account(database_url: str, email: str, password: str) -> str:
+    """Another account with a project of its own, made through the domain as the operator would."""
+    from app.broker import tenancy
+    from app.stores.metadata.database import MetadataStore
+
+    store = MetadataStore(database_url, pool_size=1)
+    try:
+        async with store.session() as session:
+            user = await tenancy.create_user(session, email, password)
+            project = await tenancy.create_project(session, "other-account", owner_id=user.id)
+            return project.id
+    finally:
+        await store.close()
+
+
+@pytest.fixture(scope="session")
+async def dashboard(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Dashboard]:
+    data_dir = tmp_path_factory.mktemp("dashboard")
+    env = server_env(data_dir)
+    cli(env, "migrate")
+    boot = json.loads(cli(env, "bootstrap", "--project", "demo", "--demo-user", "--json").stdout)
+    database_url = f"sqlite+aiosqlite:///{(data_dir / 'metadata.db').resolve()}"  # the server's default
+    other = await _other_account(database_url, "other@example.com", secrets.token_urlsafe(12))
+    lockout_password = secrets.token_urlsafe(12)
+    cli(env, "users", "create", "--email", "locked@example.com", "--password", lockout_password)
+    proc = ServerProcess(
+        env=env,
+        port=free_port(),
+        data_dir=data_dir,
+        keys=boot["keys"],
+        project_id=boot["projectId"],
+        log_path=data_dir / "server.log",
+    )
+    proc.start()
+    yield Dashboard(
+        proc,
+        boot["login"]["email"],
+        boot["login"]["password"],
+        boot["projectId"],
+        boot["keys"],
+        other,
+        "locked@example.com",
+        lockout_password,
+    )
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[object]:
+    async with playwright_async.async_playwright() as p:
+        chromium = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield chromium
+        await chromium.close()
+
+
+async def sign_in(page, dashboard: Dashboard, email: str | None = None, password: str | None = None):
+    await page.goto(dashboard.url + "/login")
+    await page.get_by_label("Email").fill(email or dashboard.email)
+    await page.get_by_label("Password").fill(password or dashboard.password)
+    await page.get_by_role("button", name="Sign in").click()
+
+
+@pytest.fixture(scope="session")
+async def signed_in(browser, dashboard: Dashboard) -> AsyncIterator[object]:
+    """A browser context signed in once as the demo user (sign-in attempts are rate limited)."""
+    context = await browser.new_context(viewport={"width": 1360, "height": 900})
+    page = await context.new_page()
+    await sign_in(page, dashboard)
+    await page.wait_for_url("**/topics")
+    await page.close()
+    yield context
+    await context.close()
+
+
+@pytest.fixture
+async def page(signed_in) -> AsyncIterator[object]:
+    page = await signed_in.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    yield page
+    await page.close()
+
+
+async def shot(page, name: str) -> None:
+    """A full-page PNG in docs/dashboard; secrets shown once are masked (never committed, even a test's)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(
+        path=str(SHOTS / f"{name}.png"), full_page=True, mask=[page.locator(".secret-value")]
+    )

@@ -1,0 +1,276 @@
+"""The dashboard in a real headless Chromium against a real server: sign-in, keys, topics, the message
+browser, live lag, dead letters with the audit, tenant isolation and CSRF."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import httpx
+from playwright.async_api import expect
+
+from tests.dashboard.conftest import shot, sign_in
+
+NAV = ["Topics", "Consumer groups", "Dead letters", "API keys", "Usage", "Alerts"]
+
+
+async def _until(check, timeout: float = 10.0):
+    """Await ``check()`` until it answers something truthy (a deadline, not a speed claim)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.2)
+
+
+class TestSignIn:
+    async def test_wrong_password_is_refused_and_the_right_one_opens_the_projects_topics(
+        self, browser, dashboard
+    ):
+        context = await browser.new_context()
+        page = await context.new_page()
+        await page.goto(dashboard.url + "/topics-nowhere")
+        await sign_in(page, dashboard, password="not-the-password")
+        await expect(page.get_by_role("alert")).to_have_text("Wrong email or password.")
+        await shot(page, "login")
+        await sign_in(page, dashboard)
+        await page.wait_for_url(f"**/p/{dashboard.project_id}/development/topics")
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Topics")
+        nav = page.get_by_role("navigation", name="Sections")
+        assert [link.strip() for link in await nav.get_by_role("link").all_inner_texts()] == NAV
+        cookie = next(c for c in await context.cookies() if c["name"] == "qc_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
+        await page.get_by_role("button", name="Sign out").click()
+        await page.wait_for_url("**/dashboard/login**")
+        await page.goto(dashboard.project_url() + "/keys")
+        await page.wait_for_url("**/dashboard/login**")  # signed out: back to the sign-in page
+        await context.close()
+
+    async def test_repeated_failures_lock_the_account_even_for_the_right_password(self, browser, dashboard):
+        context = await browser.new_context()
+        page = await context.new_page()
+        for _ in range(5):
+            await sign_in(page, dashboard, dashboard.lockout_email, "wrong-password-123")
+            await expect(page.get_by_role("alert")).to_have_text("Wrong email or password.")
+        await sign_in(page, dashboard, dashboard.lockout_email, dashboard.lockout_password)
+        await expect(page.get_by_role("alert")).to_contain_text("Too many sign-in attempts")
+        assert "/login" in page.url
+        await context.close()
+
+    async def test_the_environment_switcher_scopes_the_page(self, page, dashboard):
+        await page.goto(dashboard.project_url() + "/keys")
+        await page.get_by_label("Environment").select_option("production")
+        await page.wait_for_url(f"**/p/{dashboard.project_id}/production/keys")
+        await expect(page.get_by_role("table")).to_contain_text("pq_live_sk_")
+        await expect(page.get_by_role("table")).not_to_contain_text("pq_test_sk_")
+
+
+class TestApiKeys:
+    async def test_a_new_key_is_shown_once_and_refused_by_the_api_once_revoked(self, page, dashboard):
+        await page.goto(dashboard.project_url("staging") + "/keys")
+        await expect(page.get_by_role("heading", name="Rotating a key without downtime")).to_be_visible()
+        await page.get_by_role("button", name="Create a staging key").click()
+        secret = await page.get_by_label("New API key").input_value()
+        assert re.fullmatch(r"pq_test_sk_[0-9A-Za-z]{32}", secret)
+        await shot(page, "api-keys")
+        async with httpx.AsyncClient() as client:
+            ok = await client.get(
+                dashboard.server.url + "/v1/topics", headers={"Authorization": f"Bearer {secret}"}
+            )
+        assert ok.status_code == 200
+        await page.goto(dashboard.project_url("staging") + "/keys")
+        assert secret not in await page.content()  # shown once
+        display = f"pq_test_sk_…{secret[-4:]}"
+        row = page.locator("tr", has_text=display)
+        await row.get_by_role("button", name=f"Revoke {display}").click()
+        await expect(page.get_by_role("status")).to_contain_text("revoked")
+        await expect(page.locator("tr", has_text=display)).to_contain_text("revoked")
+
+        async def refused() -> bool:
+            r = await anonymous.get("/v1/topics", headers={"Authorization": f"Bearer {secret}"})
+            return r.status_code == 401 and r.json()["error"]["code"] == "INVALID_API_KEY"
+
+        async with httpx.AsyncClient(base_url=dashboard.server.url) as anonymous:
+            assert await _until(refused, 5)
+
+
+class TestTopics:
+    async def test_create_publish_and_find_the_message_in_the_browser(self, page, dashboard):
+        await page.goto(dashboard.project_url() + "/topics")
+        await page.get_by_label("Name").fill("orders.created")
+        await page.get_by_label("Partitions").fill("2")
+        await page.get_by_role("button", name="Create topic").click()
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Topic orders.created")
+        await page.get_by_label("Key (optional)").fill("customer-7")
+        await page.get_by_label("Headers (JSON object, optional)").fill('{"source": "dashboard-test"}')
+        await page.get_by_label("Data (JSON)").fill('{"order": 4242, "items": ["tea", "cake"]}')
+        await page.get_by_role("button", name="Publish").click()
+        notice = await page.get_by_role("status").inner_text()
+        partition = re.search(r"to partition (\d+) at offset (\d+)", notice)
+        assert partition, notice
+        await page.get_by_label("Partition", exact=True).select_option(partition.group(1))
+        await page.get_by_label("From offset").fill(partition.group(2))
+        await page.get_by_role("button", name="Read").click()
+        messages = page.locator("table.messages")
+        await expect(messages).to_contain_text('"order": 4242')
+        await expect(messages).to_contain_text("customer-7")
+        await expect(messages).to_contain_text("dashboard-test")
+        await shot(page, "topic")
+        await page.goto(dashboard.project_url() + "/topics")
+        await expect(page.locator("#topics-table")).to_contain_text("orders.created")
+        await shot(page, "topics")
+
+    async def test_deleting_a_topic_needs_its_name(self, page, dashboard):
+        async with dashboard.api() as api:
+            assert (await api.post("/topics", json={"name": "to.delete", "partitions": 1})).status_code == 201
+        await page.goto(dashboard.project_url() + "/topics/to.delete")
+        await page.get_by_label("Type to.delete to confirm").fill("wrong")
+        await page.get_by_role("button", name="Delete topic to.delete").click()
+        await expect(page.get_by_role("alert")).to_contain_text("Type the topic's name")
+        await page.get_by_label("Type to.delete to confirm").fill("to.delete")
+        await page.get_by_role("button", name="Delete topic to.delete").click()
+        await expect(page.get_by_role("status")).to_have_text("Topic to.delete deleted.")
+        async with dashboard.api() as api:
+            assert (await api.get("/topics/to.delete")).status_code == 404
+
+
+async def _member(api: httpx.AsyncClient, topic: str, group: str) -> dict:
+    joined = await api.post(f"/topics/{topic}/groups/{group}/members", json={"startFrom": "earliest"})
+    assert joined.status_code in (200, 201), joined.text
+    return joined.json()
+
+
+class TestConsumerGroups:
+    async def test_lag_falls_on_the_page_without_a_reload(self, page, dashboard):
+        async with dashboard.api() as api:
+            assert (await api.post("/topics", json={"name": "lag.demo", "partitions": 1})).status_code == 201
+            batch = [{"data": {"n": i}} for i in range(6)]
+            assert (
+                await api.post("/topics/lag.demo/messages/batch", json={"messages": batch})
+            ).status_code == 201
+            member = await _member(api, "lag.demo", "billing")
+            await page.goto(dashboard.project_url() + "/groups/lag.demo/billing")
+            lag = page.get_by_test_id("total-lag")
+            await expect(lag).to_have_text("6")
+            await expect(page.locator("#group-live")).to_contain_text(member["memberId"])
+            await shot(page, "consumer-group")
+            polled = (
+                await api.post(
+                    "/topics/lag.demo/groups/billing/poll",
+                    json={
+                        "memberId": member["memberId"],
+                        "generationId": member["generationId"],
+                        "maxMessages": 10,
+                    },
+                )
+            ).json()["messages"]
+            assert len(polled) == 6
+            acked = await api.post(
+                "/topics/lag.demo/groups/billing/ack",
+                json={
+                    "memberId": member["memberId"],
+                    "generationId": member["generationId"],
+                    "ids": [m["id"] for m in polled],
+                },
+            )
+            assert acked.status_code == 200, acked.text
+            await expect(lag).to_have_text("0", timeout=15_000)  # the live panel refreshes itself
+            await page.goto(dashboard.project_url() + "/groups")
+            await expect(page.get_by_role("table")).to_contain_text("billing")
+            await shot(page, "consumer-groups")
+            # Reset is refused while the member is connected, as the API refuses it.
+            await page.goto(dashboard.project_url() + "/groups/lag.demo/billing")
+            await page.get_by_role("button", name="Reset offsets").click()
+            await expect(page.get_by_role("alert")).to_contain_text("connected member")
+
+
+class TestDeadLetters:
+    async def test_a_dead_letter_replayed_from_the_page_is_audited_as_the_user(self, page, dashboard):
+        async with dashboard.api() as api:
+            assert (await api.post("/topics", json={"name": "dlq.demo", "partitions": 1})).status_code == 201
+            config = {"deadLetter": {"maxRetries": 0}}
+            assert (await api.put("/topics/dlq.demo/groups/workers", json=config)).status_code == 200
+            assert (
+                await api.post("/topics/dlq.demo/messages", json={"data": {"poison": True}})
+            ).status_code == 201
+            member = await _member(api, "dlq.demo", "workers")
+            ids = {"memberId": member["memberId"], "generationId": member["generationId"]}
+            (message,) = (
+                await api.post("/topics/dlq.demo/groups/workers/poll", json={**ids, "maxMessages": 1})
+            ).json()["messages"]
+            nacked = await api.post(
+                "/topics/dlq.demo/groups/workers/nack",
+                json={**ids, "id": message["id"], "reason": "cannot parse"},
+            )
+            assert nacked.status_code == 200, nacked.text
+
+            async def dead_lettered() -> bool:
+                return (await api.get("/topics/dlq.demo/groups/workers/dlq")).json()["total"] == 1
+
+            assert await _until(dead_lettered)
+
+            await page.goto(dashboard.project_url() + "/dead-letters")
+            await page.get_by_role("link", name="workers").click()
+            await expect(page.get_by_role("heading", level=1)).to_have_text("Dead letters of workers")
+            await expect(page.get_by_test_id("dlq-total")).to_have_text("1")
+            table = page.locator("table.messages")
+            await expect(table).to_contain_text("cannot parse")
+            await expect(table).to_contain_text('"poison": true')
+            await shot(page, "dead-letters")
+            await page.get_by_role("button", name=f"Replay {message['id']}").click()
+            await expect(page.get_by_role("status")).to_have_text(f"Replayed {message['id']}.")
+            await expect(page.get_by_test_id("dlq-total")).to_have_text("0")
+            audit = page.locator("#audit")
+            await expect(audit).to_contain_text("replay")
+            await expect(audit).to_contain_text(dashboard.email)
+
+            entries = (await api.get("/topics/dlq.demo/groups/workers/dlq/audit")).json()["data"]
+            assert entries[0]["action"] == "replay"
+            assert entries[0]["messageId"] == message["id"]
+            assert entries[0]["actor"]["type"] == "user"
+            assert entries[0]["actor"]["id"].startswith("usr_")
+            # Back to the group that failed: its member gets the message again.
+            again = await api.post(
+                "/topics/dlq.demo/groups/workers/poll", json={**ids, "maxMessages": 1, "waitSeconds": 5}
+            )
+            assert [m["id"] for m in again.json()["messages"]] == [message["id"]]
+
+
+class TestIsolation:
+    async def test_another_accounts_project_is_404(self, page, dashboard):
+        for path in ("/topics", "/keys", "/dead-letters"):
+            response = await page.goto(f"{dashboard.url}/p/{dashboard.other_project_id}/development{path}")
+            assert response is not None and response.status == 404
+            await expect(page.get_by_role("heading", level=1)).to_have_text("Not found")
+        assert (await page.goto(f"{dashboard.url}/p/{dashboard.project_id}/nowhere/topics")).status == 404
+
+    async def test_a_form_without_the_csrf_token_is_refused(self, page, dashboard):
+        await page.goto(dashboard.project_url("development") + "/keys")
+        before = await page.locator("tbody tr").count()
+        refused = await page.request.post(dashboard.project_url("development") + "/keys", form={"other": "x"})
+        assert refused.status == 403
+        forged = await page.request.post(
+            dashboard.project_url("development") + "/keys", form={"csrf_token": "forged"}
+        )
+        assert forged.status == 403
+        await page.reload()
+        assert await page.locator("tbody tr").count() == before
+        async with httpx.AsyncClient() as client:
+            anonymous = await client.post(
+                dashboard.url + "/login", data={"email": dashboard.email, "password": dashboard.password}
+            )
+        assert anonymous.status_code == 403  # sign-in needs its double-submit token too
+
+
+class TestOtherPages:
+    async def test_usage_and_alerts_pages_render_with_charts_and_forms(self, page, dashboard):
+        await page.goto(dashboard.project_url() + "/usage?window=hour&category=publish")
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Usage and limits")
+        await expect(page.locator(".chart canvas").first).to_be_visible()
+        await expect(page.locator("body")).to_contain_text("publish 100 req/s")
+        await shot(page, "usage")
+        await page.goto(dashboard.project_url() + "/alerts")
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Alerts")
+        await shot(page, "alerts")
