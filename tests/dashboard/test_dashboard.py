@@ -4,6 +4,8 @@ browser, live lag, dead letters with the audit, tenant isolation and CSRF."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import re
 import time
 
@@ -264,13 +266,80 @@ class TestIsolation:
         assert anonymous.status_code == 403  # sign-in needs its double-submit token too
 
 
-class TestOtherPages:
-    async def test_usage_and_alerts_pages_render_with_charts_and_forms(self, page, dashboard):
-        await page.goto(dashboard.project_url() + "/usage?window=hour&category=publish")
-        await expect(page.get_by_role("heading", level=1)).to_have_text("Usage and limits")
+class TestGroupConfig:
+    async def test_config_saved_on_the_page_is_what_the_api_answers(self, page, dashboard):
+        async with dashboard.api() as api:
+            assert (
+                await api.post("/topics", json={"name": "config.demo", "partitions": 1})
+            ).status_code == 201
+            assert (await api.put("/topics/config.demo/groups/audit-log", json={})).status_code == 200
+            await page.goto(dashboard.project_url() + "/groups/config.demo/audit-log")
+            await page.get_by_label("Ack timeout").fill("45s")
+            await page.get_by_label("Dead-letter queue").check()
+            await page.get_by_label("Max retries").fill("2")
+            await page.get_by_label("Retry delay").fill("5s")
+            await page.get_by_role("button", name="Save configuration").click()
+            await expect(page.get_by_role("status")).to_have_text("Configuration saved.")
+            config = (await api.get("/topics/config.demo/groups/audit-log")).json()["config"]
+            assert config["ackTimeout"] == "45s"
+            assert config["deadLetter"]["maxRetries"] == 2
+            assert config["deadLetter"]["retryDelay"] == "5s"
+            await page.get_by_label("Ack timeout").fill("soon")
+            await page.get_by_role("button", name="Save configuration").click()
+            await expect(page.get_by_role("alert")).to_contain_text("ackTimeout")
+            # No member is connected: the reset goes through.
+            await page.get_by_label("Reset to").select_option("latest")
+            await page.get_by_role("button", name="Reset offsets").click()
+            await expect(page.get_by_role("status")).to_have_text("Offsets reset.")
+
+
+class TestUsage:
+    async def test_requests_of_a_key_show_up_in_its_usage(self, page, dashboard):
+        key = dashboard.keys["development"]
+        url = dashboard.project_url() + "/usage?window=hour&category=publish"
+        await page.goto(url)
+        await page.get_by_label("Key").select_option(label=f"pq_test_sk_…{key[-4:]}")
+        await page.get_by_role("button", name="Show").click()
+        await page.wait_for_url("**key=key_*")
+        filtered = page.url
+        before = int(await page.get_by_test_id("usage-requests").inner_text())
+        async with dashboard.api() as api:
+            assert (
+                await api.post("/topics", json={"name": "usage.demo", "partitions": 1})
+            ).status_code == 201
+            for i in range(3):
+                assert (
+                    await api.post("/topics/usage.demo/messages", json={"data": {"i": i}})
+                ).status_code == 201
+
+        async def counted() -> bool:
+            await page.goto(filtered)
+            return int(await page.get_by_test_id("usage-requests").inner_text()) >= before + 3
+
+        assert await _until(counted, 10)
         await expect(page.locator(".chart canvas").first).to_be_visible()
         await expect(page.locator("body")).to_contain_text("publish 100 req/s")
         await shot(page, "usage")
-        await page.goto(dashboard.project_url() + "/alerts")
+
+
+class TestAlerts:
+    async def test_endpoint_secret_once_test_event_and_attempt_log(self, page, dashboard, receiver):
+        await page.goto(dashboard.project_url("staging") + "/alerts")
         await expect(page.get_by_role("heading", level=1)).to_have_text("Alerts")
+        await page.get_by_label("Endpoint URL").fill(receiver.url)
+        await page.get_by_role("button", name="Save endpoint").click()
+        secret = await page.get_by_label("Signing secret").input_value()
+        assert len(secret) >= 16
+        await page.get_by_role("button", name="Send a test event").click()
+        await expect(page.get_by_role("status")).to_contain_text("Test event")
+        assert secret not in await page.content()  # shown once
+        (event,) = await receiver.arrival("test")
+        headers = {k.lower(): v for k, v in event.headers.items()}
+        stamp, _, mac = headers["queuecore-signature"].partition(",v1=")
+        expected = hmac.new(
+            secret.encode(), stamp.removeprefix("t=").encode() + b"." + event.body, hashlib.sha256
+        )
+        assert hmac.compare_digest(mac, expected.hexdigest())
+        # The attempt log refreshes by itself.
+        await expect(page.locator("#attempts")).to_contain_text("delivered (200)", timeout=15_000)
         await shot(page, "alerts")
