@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import re
 import time
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from playwright.async_api import expect
@@ -120,6 +121,17 @@ class TestTopics:
         await expect(messages).to_contain_text("customer-7")
         await expect(messages).to_contain_text("dashboard-test")
         await shot(page, "topic")
+        # From a time: an hour ago starts at the partition's first message.
+        await page.get_by_label("From offset").fill("")
+        an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+        await page.get_by_label("Or from time (UTC)").fill(an_hour_ago.strftime("%Y-%m-%dT%H:%M:%S"))
+        await page.get_by_role("button", name="Read").click()
+        await expect(messages).to_contain_text('"order": 4242')
+        await page.get_by_label("Or from time (UTC)").fill(
+            (an_hour_ago + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S")
+        )
+        await page.get_by_role("button", name="Read").click()
+        await expect(messages).to_contain_text("No messages from there.")
         await page.goto(dashboard.project_url() + "/topics")
         await expect(page.locator("#topics-table")).to_contain_text("orders.created")
         await shot(page, "topics")
@@ -238,6 +250,43 @@ class TestDeadLetters:
                 "/topics/dlq.demo/groups/workers/poll", json={**ids, "maxMessages": 1, "waitSeconds": 5}
             )
             assert [m["id"] for m in again.json()["messages"]] == [message["id"]]
+
+    async def test_delete_one_and_replay_all_at_a_rate(self, page, dashboard):
+        async with dashboard.api() as api:
+            assert (await api.post("/topics", json={"name": "dlq.bulk", "partitions": 1})).status_code == 201
+            config = {"deadLetter": {"maxRetries": 0}}
+            assert (await api.put("/topics/dlq.bulk/groups/bulk", json=config)).status_code == 200
+            batch = [{"data": {"n": i}} for i in range(3)]
+            assert (
+                await api.post("/topics/dlq.bulk/messages/batch", json={"messages": batch})
+            ).status_code == 201
+            member = await _member(api, "dlq.bulk", "bulk")
+            ids = {"memberId": member["memberId"], "generationId": member["generationId"]}
+            polled = (
+                await api.post("/topics/dlq.bulk/groups/bulk/poll", json={**ids, "maxMessages": 3})
+            ).json()
+            for m in polled["messages"]:
+                nacked = await api.post("/topics/dlq.bulk/groups/bulk/nack", json={**ids, "id": m["id"]})
+                assert nacked.status_code == 200, nacked.text
+
+            async def dead_lettered() -> bool:
+                return (await api.get("/topics/dlq.bulk/groups/bulk/dlq")).json()["total"] == 3
+
+            assert await _until(dead_lettered)
+            first = polled["messages"][0]["id"]
+            await page.goto(dashboard.project_url() + "/dead-letters/dlq.bulk/bulk")
+            await page.get_by_role("button", name=f"Delete {first}").click()  # the confirm is accepted
+            await expect(page.get_by_role("status")).to_have_text(f"Deleted {first}.")
+            await expect(page.get_by_test_id("dlq-total")).to_have_text("2")
+            await page.get_by_label("Rate (messages per second, blank for no limit)").fill("20")
+            await page.get_by_role("button", name="Replay all").click()
+            await expect(page.get_by_role("status")).to_have_text("Replayed 2 dead letters.")
+            await expect(page.get_by_test_id("dlq-total")).to_have_text("0")
+            entries = (await api.get("/topics/dlq.bulk/groups/bulk/dlq/audit")).json()["data"]
+            assert [(e["action"], e.get("count"), e["actor"]["type"]) for e in entries] == [
+                ("replay_all", 2, "user"),
+                ("delete", None, "user"),
+            ]
 
 
 class TestIsolation:
