@@ -62,6 +62,20 @@ class TestSignIn:
         assert "/login" in page.url
         await context.close()
 
+    async def test_a_tampered_session_cookie_is_no_session(self, browser, signed_in, dashboard):
+        (cookie,) = [c for c in await signed_in.cookies() if c["name"] == "qc_session"]
+        body, _, mac = cookie["value"].rpartition(".")
+        context = await browser.new_context()
+        forged = {**cookie, "value": body[:-2] + ("AA" if body[-2:] != "AA" else "BB") + "." + mac}
+        await context.add_cookies([forged])
+        page = await context.new_page()
+        await page.goto(dashboard.project_url() + "/keys")
+        assert "/dashboard/login" in page.url
+        await context.add_cookies([cookie])  # the genuine one still opens the page
+        await page.goto(dashboard.project_url() + "/keys")
+        await expect(page.get_by_role("heading", level=1)).to_have_text("API keys")
+        await context.close()
+
     async def test_the_environment_switcher_scopes_the_page(self, page, dashboard):
         await page.goto(dashboard.project_url() + "/keys")
         await page.get_by_label("Environment").select_option("production")
@@ -392,3 +406,36 @@ class TestAlerts:
         # The attempt log refreshes by itself.
         await expect(page.locator("#attempts")).to_contain_text("delivered (200)", timeout=15_000)
         await shot(page, "alerts")
+
+
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea')]
+    .filter(el => el.type !== 'hidden' && el.labels.length === 0 && !el.getAttribute('aria-label'))
+    .map(el => el.outerHTML)"""
+EXTERNAL = """() => [...document.querySelectorAll('script[src], link[href], img[src]')]
+    .map(el => el.getAttribute('src') || el.getAttribute('href'))
+    .filter(url => !url.startsWith('/dashboard/'))"""
+
+
+class TestEveryPage:
+    async def test_has_a_heading_labelled_controls_and_only_local_assets(self, page, dashboard):
+        async with dashboard.api() as api:
+            await api.post("/topics", json={"name": "pages.demo", "partitions": 1})
+            await api.put("/topics/pages.demo/groups/readers", json={"deadLetter": {}})
+        paths = [
+            "/topics",
+            "/topics/pages.demo?partition=0",
+            "/groups",
+            "/groups/pages.demo/readers",
+            "/dead-letters",
+            "/dead-letters/pages.demo/readers",
+            "/keys",
+            "/usage",
+            "/alerts",
+        ]
+        for path in paths:
+            response = await page.goto(dashboard.project_url() + path)
+            assert response is not None and response.status == 200, path
+            await expect(page.get_by_role("heading", level=1)).to_have_count(1)
+            assert await page.evaluate(UNLABELLED) == [], path
+            assert await page.evaluate(EXTERNAL) == [], path
+            assert await page.evaluate("() => typeof htmx") == "object", path  # served from static/vendor
