@@ -141,6 +141,9 @@ class TestUsageRollups:
             assert sum(r.rate_limited for r in rows) == statuses.count(429)
             assert sum(r.requests for r in rows if r.category == "publish") == 4
             assert sum(r.messages for r in rows if r.category == "publish") == 10
+            # The busiest second: the admin burst (26 requests within a few seconds) peaks above 1/s.
+            admin = [r for r in rows if r.category == "admin"]
+            assert 2 <= max(r.peak_requests_per_second for r in admin) <= sum(r.requests for r in admin)
         before = _rollups(qc_server, project_id, key_id, "minute")
 
         # Run again: it starts where the first stopped, and this key's buckets do not change.

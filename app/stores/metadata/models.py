@@ -304,6 +304,8 @@ class UsageRollup(Base):
     bytes_in: Mapped[int] = mapped_column(BigInteger, server_default="0")
     bytes_out: Mapped[int] = mapped_column(BigInteger, server_default="0")
     rate_limited: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # The most requests in one second of the bucket (the larger of the runs' values across runs).
+    peak_requests_per_second: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class UsageRollupProgress(Base):

@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Self, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, case, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.metadata.models import UsageRollup, UsageRollupProgress
 
 GRANULARITIES = ("minute", "hour", "day")
-COUNTS = ("requests", "messages", "bytes_in", "bytes_out", "rate_limited")
+COUNTS = ("requests", "messages", "bytes_in", "bytes_out", "rate_limited")  # added up across runs
+PEAK = "peak_requests_per_second"  # the larger of the runs' values
 
 rollups = cast(Table, UsageRollup.__table__)
 progress = cast(Table, UsageRollupProgress.__table__)
@@ -41,6 +42,7 @@ class Rollup:
     bytes_in: int
     bytes_out: int
     rate_limited: int
+    peak_requests_per_second: int = 0
 
 
 class UsageRollupRepository:
@@ -79,7 +81,12 @@ class UsageRollupRepository:
             stmt = self._insert(rollups).values(**values)
             stmt = stmt.on_conflict_do_update(
                 index_elements=[c.name for c in rollups.primary_key.columns],
-                set_={c: rollups.c[c] + stmt.excluded[c] for c in COUNTS},
+                set_={
+                    **{c: rollups.c[c] + stmt.excluded[c] for c in COUNTS},
+                    PEAK: case(
+                        (stmt.excluded[PEAK] > rollups.c[PEAK], stmt.excluded[PEAK]), else_=rollups.c[PEAK]
+                    ),
+                },
             )
             await self.session.execute(stmt)
         return True

@@ -7,7 +7,8 @@ route. With the local engine (the embedded default and single-node deployments) 
 batches that are complete and pass their CRC (a batch being written is left for the next run).
 
 Each run adds up the events from the offset the previous run stopped at, per project environment, API key,
-category and minute / hour / day: requests, messages, bytes in and out, and 429s. The counts and the new
+category and minute / hour / day: requests, messages, bytes in and out, 429s, and the busiest second's
+requests. The counts and the new
 offset are written in one transaction (``app.stores.metadata.usage_repositories``), which also checks that
 the offset is still where this run started: a run that crashed, is repeated or races another adds nothing
 twice. The job runs where the server is installed (it uses the server's settings and store code).
@@ -99,19 +100,28 @@ def rollup(spark: SparkSession, partition_dir: Path, from_offset: int) -> tuple[
         if not stats["n"]:
             return [], 0, from_offset
         keys = ["project_id", "environment", "key_id", "category"]
-        per_granularity = [
-            events.withColumn("granularity", F.lit(name))
-            .withColumn("bucket", (F.floor(F.col("at") / 1000 / seconds) * seconds).cast("long"))
-            .groupBy(*keys, "granularity", "bucket")
-            .agg(
-                F.count("*").alias("requests"),
-                F.sum("messages").alias("messages"),
-                F.sum("bytes_in").alias("bytes_in"),
-                F.sum("bytes_out").alias("bytes_out"),
-                F.sum(F.when(F.col("status") == 429, 1).otherwise(0)).alias("rate_limited"),
+        per_second = events.groupBy(*keys, (F.floor(F.col("at") / 1000)).cast("long").alias("second")).agg(
+            F.count("*").alias("in_second")
+        )
+        per_granularity = []
+        for name, seconds in BUCKETS.items():
+            sums = (
+                events.withColumn("bucket", (F.floor(F.col("at") / 1000 / seconds) * seconds).cast("long"))
+                .groupBy(*keys, "bucket")
+                .agg(
+                    F.count("*").alias("requests"),
+                    F.sum("messages").alias("messages"),
+                    F.sum("bytes_in").alias("bytes_in"),
+                    F.sum("bytes_out").alias("bytes_out"),
+                    F.sum(F.when(F.col("status") == 429, 1).otherwise(0)).alias("rate_limited"),
+                )
             )
-            for name, seconds in BUCKETS.items()
-        ]
+            peaks = (
+                per_second.withColumn("bucket", (F.floor(F.col("second") / seconds) * seconds).cast("long"))
+                .groupBy(*keys, "bucket")
+                .agg(F.max("in_second").alias("peak_requests_per_second"))
+            )
+            per_granularity.append(sums.join(peaks, [*keys, "bucket"]).withColumn("granularity", F.lit(name)))
         table = per_granularity[0]
         for more in per_granularity[1:]:
             table = table.unionByName(more)
@@ -163,6 +173,7 @@ async def _run(spark: SparkSession, partition_dir: Path, url: str) -> Result:
                 bytes_in=int(r["bytes_in"]),
                 bytes_out=int(r["bytes_out"]),
                 rate_limited=int(r["rate_limited"]),
+                peak_requests_per_second=int(r["peak_requests_per_second"]),
             )
             for r in rows
         ]
