@@ -145,5 +145,10 @@ test-go: go-deps
 bench-go: go-deps
 	$(GO_ENV) $(BIN)/python bench/go_sdk_bench.py
 
+# The API fuzzed from its contract (schemathesis over openapi.yaml, every phase, a fixed seed), long: its
+# figures go to bench/results/fuzz.md. make test runs a bounded version (tests/test_contract_fuzz.py).
+fuzz: install
+	$(BIN)/python bench/fuzz_contract.py --max-examples 400
+
 clean:
 	rm -rf $(VENV) data .pytest_cache

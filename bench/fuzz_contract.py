@@ -1,0 +1,178 @@
+"""Fuzz the API from its contract: schemathesis over the committed ``openapi.yaml`` against a real server.
+
+Starts one ``queuecore-server`` (embedded default, a temp data dir, a project with limits high enough that
+rate limits never hide an answer), gives the fuzzer a real topic and group to aim at, and runs every
+schemathesis phase (examples, coverage, fuzzing, stateful) with a fixed seed. The checks: no 5xx, every
+status documented, every answer's content type, headers and body matching its schema (so every non-2xx is
+the error envelope).
+
+    python bench/fuzz_contract.py                      # the long run (make fuzz): figures to bench/results/
+    python bench/fuzz_contract.py --max-examples 20 --no-report    # the bounded run of make test
+
+Exit status: schemathesis's (0 when every check held).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CHECKS = (
+    "not_a_server_error,status_code_conformance,content_type_conformance,"
+    "response_headers_conformance,response_schema_conformance"
+)
+LIMITS = "publish=1000000,consume=1000000,admin=1000000"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _server_cli(env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        [str(BIN / "queuecore-server"), *args], env=env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def run(max_examples: int, seed: int, report: bool) -> int:
+    work = Path(tempfile.mkdtemp(prefix="queuecore-fuzz-"))
+    env = {**os.environ, "QUEUECORE_DATA_DIR": str(work / "data"), "QUEUECORE_LOG_LEVEL": "WARNING"}
+    env.pop("QUEUECORE_DATABASE_URL", None)
+    env.pop("QUEUECORE_REDIS_URL", None)
+    port = _free_port()
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        _server_cli(env, "migrate")
+        keys = json.loads(
+            _server_cli(env, "bootstrap", "--project", "fuzz", "--tier", "enterprise", "--json")
+        )["keys"]
+        _server_cli(
+            env, "projects", "set-tier", "--project", "fuzz", "--tier", "enterprise", "--limits", LIMITS
+        )
+        server = subprocess.Popen(
+            [str(BIN / "queuecore-server"), "serve", "--port", str(port)],
+            env=env,
+            stdout=(work / "server.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        headers = {"Authorization": f"Bearer {keys['production']}"}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("the server did not start: " + (work / "server.log").read_text()[-2000:])
+            time.sleep(0.1)
+        with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
+            http.post("/v1/topics", json={"name": "fuzz.topic", "partitions": 3}).raise_for_status()
+            batch = {"messages": [{"data": {"n": i}, "key": f"k{i}"} for i in range(50)]}
+            http.post("/v1/topics/fuzz.topic/messages/batch", json=batch).raise_for_status()
+            http.put(
+                "/v1/topics/fuzz.topic/groups/g", json={"deadLetter": {"maxRetries": 1}}
+            ).raise_for_status()
+        config = work / "schemathesis.toml"
+        # Aim at real resources, or nearly every call would be a 404 about a topic that does not exist.
+        config.write_text('[parameters]\n"path.name" = "fuzz.topic"\n"path.group" = "g"\n')
+        command = [
+            str(BIN / "schemathesis"),
+            "--config-file",
+            str(config),
+            "run",
+            str(REPO / "openapi.yaml"),
+            "--url",
+            url,
+            "--header",
+            f"Authorization: Bearer {keys['production']}",
+            "--checks",
+            CHECKS,
+            "--max-examples",
+            str(max_examples),
+            "--seed",
+            str(seed),
+            "--workers",
+            "1",
+            "--no-color",
+        ]
+        started = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        elapsed = time.monotonic() - started
+        output = result.stdout + result.stderr
+        print(output[-6000:])
+        errors = [x for x in (work / "server.log").read_text().splitlines() if '"level":"error"' in x]
+        if errors:
+            print(f"{len(errors)} ERROR lines in the server log, e.g.:\n" + "\n".join(errors[:5]))
+        if report:
+            _write_report(output, elapsed, max_examples, seed, result.returncode, len(errors))
+        return result.returncode or (1 if errors else 0)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(30)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_report(output: str, elapsed: float, max_examples: int, seed: int, code: int, errors: int) -> None:
+    cases = re.search(r"(\d+) generated, (\d+) (?:passed|found)", output)
+    generated = int(cases.group(1)) if cases else 0
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    lines = [
+        "# Contract fuzzing (schemathesis over openapi.yaml)",
+        "",
+        (
+            f"`python bench/fuzz_contract.py --max-examples {max_examples} --seed {seed}` at {commit}: "
+            "every phase (examples, coverage, fuzzing, stateful), one real server on the embedded default."
+        ),
+        "",
+        "| figure | value |",
+        "|---|---:|",
+        f"| test cases generated | {generated:,} |",
+        f"| wall time | {elapsed:.0f} s |",
+        f"| schemathesis exit code (0: every check held) | {code} |",
+        f"| ERROR lines in the server log | {errors} |",
+        "",
+        f"Checks: {CHECKS.replace(',', ', ')}.",
+        "",
+        "```",
+        output[output.rfind("\n", 0, output.rfind("SUMMARY")) + 1 :].strip()
+        if "SUMMARY" in output
+        else output[-3000:].strip(),
+        "```",
+        "",
+    ]
+    (REPO / "bench" / "results" / "fuzz.md").write_text("\n".join(lines))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--max-examples", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=20261124)
+    parser.add_argument("--no-report", action="store_true", help="do not write bench/results/fuzz.md")
+    args = parser.parse_args()
+    return run(args.max_examples, args.seed, not args.no_report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
