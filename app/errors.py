@@ -8,6 +8,7 @@ Starlette's 404/405, and anything unhandled (500, no internals; answered by the 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -178,13 +179,42 @@ def _validation_details(exc: RequestValidationError) -> tuple[str, list[dict[str
 
 
 def _allowed_methods(request: Request) -> str:
-    """Every method any route serves at this path (FastAPI registers one route per method)."""
+    """What ``Allow`` says: the methods the contract documents for the most specific path template that
+    matches (the fewest parameters: ``…/messages/batch`` is its own path, not a ``{message_id}``); for a
+    path outside the contract (the dashboard), every method a route serves there."""
+    path = request.url.path
+    documented = _documented_methods(request.app, path)
+    if documented is not None:
+        return ", ".join(documented)
     methods = []
     for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
         probe = {**request.scope, "method": method}
         if any(route.matches(probe)[0] is Match.FULL for route in request.app.router.routes):
             methods.append(method)
     return ", ".join(methods)
+
+
+_TEMPLATES: dict[int, list[tuple[int, re.Pattern[str], list[str]]]] = {}
+
+
+def _documented_methods(app: Any, path: str) -> list[str] | None:
+    spec = app.openapi()
+    templates = _TEMPLATES.get(id(spec))
+    if templates is None:
+        templates = []
+        for template, operations in spec.get("paths", {}).items():
+            regex = re.sub(r"\\{[^}]+\\}", "[^/]+", re.escape(template))
+            methods = [
+                m.upper() for m in operations if m in ("get", "head", "post", "put", "patch", "delete")
+            ]
+            templates.append((template.count("{"), re.compile(regex), methods))
+        templates.sort(key=lambda t: t[0])
+        _TEMPLATES.clear()
+        _TEMPLATES[id(spec)] = templates
+    for _, compiled, methods in templates:
+        if compiled.fullmatch(path):
+            return methods
+    return None
 
 
 UNHANDLED_ANSWERED = "unhandled_answered"  # request state: the 500 envelope went out already

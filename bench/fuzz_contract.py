@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CHECKS = (
     "not_a_server_error,status_code_conformance,content_type_conformance,"
-    "response_headers_conformance,response_schema_conformance"
+    "response_headers_conformance,response_schema_conformance,unsupported_method"
 )
 LIMITS = "publish=1000000,consume=1000000,admin=1000000"
 

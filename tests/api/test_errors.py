@@ -29,6 +29,24 @@ class TestFrameworkErrors:
         assert "GET" in response.headers["allow"] and "POST" in response.headers["allow"]
 
     @pytest.mark.parametrize(
+        ("path", "allow"),
+        [
+            ("/v1/topics/t/messages/batch", "POST"),
+            ("/v1/topics/t/groups/g/dlq/replay", "POST"),
+            ("/v1/topics/t/groups/g/dlq/replay-all", "POST"),
+            ("/v1/topics/t/groups/g/dlq/audit", "GET"),
+            ("/v1/topics/t/messages/msg_x", "GET"),
+        ],
+    )
+    async def test_allow_names_the_routes_of_this_path_not_those_a_parameter_would_fill(
+        self, client, prod, path, allow
+    ):
+        # ``…/messages/batch`` is its own route, never a message id: Allow says what the contract says.
+        response = await client.request("OPTIONS", path, headers=prod)
+        assert_envelope(response, 405, "METHOD_NOT_ALLOWED")
+        assert response.headers["allow"] == allow
+
+    @pytest.mark.parametrize(
         "content",
         [b"{", b"not json", b'{"name": "x",}', b"\xff\xfe", b"[1, 2]", b'"just a string"', b"null", b""],
     )
