@@ -4,7 +4,8 @@ Starts one ``queuecore-server`` (embedded default, a temp data dir, a project wi
 rate limits never hide an answer), gives the fuzzer a real topic and group to aim at, and runs every
 schemathesis phase (examples, coverage, fuzzing, stateful) with a fixed seed. The checks: no 5xx, every
 status documented, every answer's content type, headers and body matching its schema (so every non-2xx is
-the error envelope).
+the error envelope), unsupported methods answered 405 with the contract's ``Allow``; no ERROR line in the
+server's log; and no API key or server secret in any log line or any response of the run.
 
     python bench/fuzz_contract.py                      # the long run (make fuzz): figures to bench/results/
     python bench/fuzz_contract.py --max-examples 20 --no-report    # the bounded run of make test
@@ -111,17 +112,37 @@ def run(max_examples: int, seed: int, report: bool) -> int:
             "--workers",
             "1",
             "--no-color",
+            # Every response kept, unredacted, so that it can be searched for key and secret material.
+            "--report",
+            "har",
+            "--report-har-path",
+            str(work / "run.har"),
+            "--output-sanitize",
+            "false",
         ]
         started = time.monotonic()
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         elapsed = time.monotonic() - started
         output = result.stdout + result.stderr
         print(output[-6000:])
-        errors = [x for x in (work / "server.log").read_text().splitlines() if '"level":"error"' in x]
+        log = (work / "server.log").read_text()
+        errors = [x for x in log.splitlines() if '"level":"error"' in x]
         if errors:
             print(f"{len(errors)} ERROR lines in the server log, e.g.:\n" + "\n".join(errors[:5]))
+        # No key or server secret in any log line or any response of the whole run.
+        secrets = [*keys.values(), (work / "data" / "secret_key").read_text().strip()]
+        answers = [
+            json.dumps(e["response"]) for e in json.loads((work / "run.har").read_text())["log"]["entries"]
+        ]
+        leaks = [f"log: {s[:12]}…" for s in secrets if s in log]
+        leaks += [f"response: {s[:12]}…" for s in secrets for a in answers if s in a]
+        if leaks or not answers:
+            print(f"secret material leaked ({len(answers)} responses searched): {sorted(set(leaks))}")
+            errors.append("leak")
         if report:
-            _write_report(output, elapsed, max_examples, seed, result.returncode, len(errors))
+            _write_report(
+                output, elapsed, max_examples, seed, result.returncode, len(errors), len(answers), leaks
+            )
         return result.returncode or (1 if errors else 0)
     finally:
         if server is not None:
@@ -130,7 +151,16 @@ def run(max_examples: int, seed: int, report: bool) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _write_report(output: str, elapsed: float, max_examples: int, seed: int, code: int, errors: int) -> None:
+def _write_report(
+    output: str,
+    elapsed: float,
+    max_examples: int,
+    seed: int,
+    code: int,
+    errors: int,
+    searched: int,
+    leaks: list[str],
+) -> None:
     cases = re.search(r"(\d+) generated, (\d+) (?:passed|found)", output)
     generated = int(cases.group(1)) if cases else 0
     commit = subprocess.run(
@@ -149,7 +179,9 @@ def _write_report(output: str, elapsed: float, max_examples: int, seed: int, cod
         f"| test cases generated | {generated:,} |",
         f"| wall time | {elapsed:.0f} s |",
         f"| schemathesis exit code (0: every check held) | {code} |",
-        f"| ERROR lines in the server log | {errors} |",
+        f"| ERROR lines in the server log | {errors - (1 if leaks else 0)} |",
+        f"| responses (and the whole server log) searched for API keys and the server secret | {searched:,} |",
+        f"| key or secret material found | {len(leaks)} |",
         "",
         f"Checks: {CHECKS.replace(',', ', ')}.",
         "",

@@ -278,7 +278,7 @@ def _after(cursor: str | None) -> int | None:
     if not cursor:
         return None
     value = decode_cursor(cursor)
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):
         raise InvalidRequest.field("cursor", "not a cursor returned by this API")
     return int(value)
 

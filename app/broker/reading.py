@@ -27,7 +27,7 @@ def check_partition(topic: TopicRef, partition: int) -> None:
 
 def parse_timestamp(value: str) -> int:
     """ISO-8601 or epoch milliseconds → epoch milliseconds."""
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²".isdigit() is True, and int() refuses it
         return int(value)
     try:
         parsed = datetime.fromisoformat(value)

@@ -53,7 +53,7 @@ def parse_custom_limits(value: str) -> dict[str, int]:
     for part in filter(None, (p.strip() for p in value.split(","))):
         name, _, number = part.partition("=")
         categories = {c.value for c in Category}
-        if name not in categories or not number.isdigit() or int(number) < 1:
+        if name not in categories or not (number.isascii() and number.isdigit()) or int(number) < 1:
             raise InvalidRequest.field("limits", "expected publish=N,consume=N,admin=N with positive N")
         limits[name] = int(number)
     if not limits:

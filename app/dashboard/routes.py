@@ -369,7 +369,7 @@ async def topic_page(request: Request, project_id: str, env: str, name: str) -> 
 def _timestamp(value: str) -> str:
     """A ``datetime-local`` value (UTC, no zone) or ISO-8601/epoch ms as the broker reads it."""
     value = value.strip()
-    if value.isdigit() or value.endswith("Z") or "+" in value[10:]:
+    if (value.isascii() and value.isdigit()) or value.endswith("Z") or "+" in value[10:]:
         return value
     return value + "Z"
 
@@ -538,7 +538,7 @@ async def group_reset(request: Request, project_id: str, env: str, topic: str, g
     target: object = form.get("to", "")
     if target == "offset":
         raw = form.get("offset", "")
-        target = int(raw) if raw.isdigit() else raw
+        target = int(raw) if raw.isascii() and raw.isdigit() else raw
     services = _services(request)
     try:
         async with services.metadata.session() as session:

@@ -180,6 +180,17 @@ class TestInputNoStoreCanHold:
         r = await client.post("/v1/topics/t/groups/g/nack", json=body, headers=prod)
         assert_envelope(r, 400, "INVALID_REQUEST")
 
+    @pytest.mark.parametrize("value", ["²", "١٢٣", "𝟙𝟚"])  # digits to str.isdigit(), not to int()
+    async def test_non_ascii_digits_are_400_not_500(self, client, prod, value):
+        # Found by the contract fuzzer: fromTimestamp=² answered 500.
+        await client.post("/v1/topics", json={"name": "digits"}, headers=prod)
+        r = await client.get(
+            "/v1/topics/digits/partitions/0/messages", params={"fromTimestamp": value}, headers=prod
+        )
+        assert_envelope(r, 400, "INVALID_REQUEST")
+        r = await client.get("/v1/topics/digits/groups/g/dlq", params={"cursor": value}, headers=prod)
+        assert r.status_code in (400, 404), r.text
+
     async def test_a_trailing_newline_passes_no_check(self, client, prod):
         r = await client.post("/v1/topics", json={"name": "probe.st\n"}, headers=prod)
         assert_envelope(r, 400, "INVALID_REQUEST")

@@ -60,7 +60,11 @@ def _start_positions(
     if args.from_offset is not None:
         return {p: args.from_offset for p in chosen}
     if args.from_timestamp is not None:
-        when: str | int = int(args.from_timestamp) if args.from_timestamp.isdigit() else args.from_timestamp
+        when: str | int = (
+            int(args.from_timestamp)
+            if args.from_timestamp.isascii() and args.from_timestamp.isdigit()
+            else args.from_timestamp
+        )
         positions: dict[int, int] = {}
         for p in chosen:
             page = client.messages.read(args.topic, p, from_timestamp=when, limit=1)

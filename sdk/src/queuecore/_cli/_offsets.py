@@ -27,7 +27,7 @@ def cmd_seek(client: QueueCore, args: argparse.Namespace) -> int:
     if (args.offset is None) == (args.timestamp is None):
         raise UsageError("offsets seek needs exactly one of --offset and --timestamp")
     timestamp: str | int | None = args.timestamp
-    if isinstance(timestamp, str) and timestamp.isdigit():
+    if isinstance(timestamp, str) and timestamp.isascii() and timestamp.isdigit():
         timestamp = int(timestamp)
     emit_model(
         client.offsets.seek(
