@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
+from app.dashboard import account_pages  # noqa: F401 - registers its pages on the router
 from app.dashboard.routes import HERE, CsrfRefused, NotFoundPage, SignInRequired, router, templates
 
 STATIC_DIR = HERE / "static"

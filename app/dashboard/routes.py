@@ -1,10 +1,11 @@
 """The dashboard's routes: each checks the session, scopes to a project the user owns, calls the broker
-and renders a template. No business rules here: the same broker calls the REST routes make."""
+and renders a template. No business rules here: the same broker calls the REST routes make. This module
+holds the router, sessions, CSRF and page context, sign-in, topics and consumer groups; dead letters, API
+keys, usage and alerts are in ``account_pages.py``."""
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,16 +13,13 @@ from urllib.parse import parse_qs, quote
 
 import orjson
 from fastapi import APIRouter, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from app.broker import alerts, dlq, groups, inspection, keys, offsets, publishing, reading, tenancy, topics
+from app.broker import groups, inspection, offsets, publishing, reading, tenancy, topics
 from app.broker.errors import BrokerError
 from app.broker.publishing import TopicRef
-from app.broker.rate_limits import limit_for
 from app.dashboard import auth
-from app.dashboard.usage import CATEGORIES, WINDOWS, MeteringUsageSource, UsageSource
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.metadata.models import Project
 
@@ -549,246 +547,3 @@ async def group_reset(request: Request, project_id: str, env: str, topic: str, g
 
 
 # dead letters ------------------------------------------------------------------------------------
-
-
-@router.get("/p/{project_id}/{env}/dead-letters")
-async def dead_letters_page(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    return ctx.render("dead_letters.html", groups=await _all_groups(ctx))
-
-
-@router.get("/p/{project_id}/{env}/dead-letters/{topic}/{group}")
-async def dlq_page(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    services = _services(request)
-    ref = await _topic_ref(ctx, topic)
-    cursor = request.query_params.get("cursor") or None
-    try:
-        async with services.metadata.session(readonly=True) as session:
-            page = await dlq.inspect(session, services.log, ref, group, limit=50, cursor=cursor)
-            audit = await dlq.audit(session, ref, group, limit=50)
-    except BrokerError:
-        raise NotFoundPage() from None
-    letters = [orjson.loads(e) for e in page.entries]
-    for letter in letters:
-        letter["pretty"] = _pretty(letter.get("data"))
-    return ctx.render(
-        "dlq.html",
-        topic=topic,
-        group=group,
-        letters=letters,
-        total=page.total,
-        next_cursor=page.next_cursor,
-        audit=audit.entries,
-    )
-
-
-def _dlq_path(topic: str, group: str) -> str:
-    return f"/dead-letters/{quote(topic, safe='')}/{quote(group, safe='')}"
-
-
-@router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/replay")
-async def dlq_replay(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    form = await _checked_form(request, ctx.user)
-    ref = await _topic_ref(ctx, topic)
-    actor = dlq.Actor("user", ctx.user.user_id)
-    try:
-        await dlq.replay(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
-    except BrokerError as e:
-        return ctx.back(_dlq_path(topic, group), error=_message(e))
-    return ctx.back(_dlq_path(topic, group), notice=f"Replayed {form.get('message_id')}.")
-
-
-@router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/replay-all")
-async def dlq_replay_all(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    form = await _checked_form(request, ctx.user)
-    ref = await _topic_ref(ctx, topic)
-    actor = dlq.Actor("user", ctx.user.user_id)
-    try:
-        rate = dlq.validate_rate(float(form["rate"])) if form.get("rate") else None
-        count = await dlq.replay_all(_services(request).metadata, ref, group, actor, rate=rate)
-    except ValueError:
-        return ctx.back(_dlq_path(topic, group), error="The rate must be a number of messages per second.")
-    except BrokerError as e:
-        return ctx.back(_dlq_path(topic, group), error=_message(e))
-    return ctx.back(_dlq_path(topic, group), notice=f"Replayed {count} dead letters.")
-
-
-@router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/delete")
-async def dlq_delete(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    form = await _checked_form(request, ctx.user)
-    ref = await _topic_ref(ctx, topic)
-    actor = dlq.Actor("user", ctx.user.user_id)
-    try:
-        await dlq.delete(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
-    except BrokerError as e:
-        return ctx.back(_dlq_path(topic, group), error=_message(e))
-    return ctx.back(_dlq_path(topic, group), notice=f"Deleted {form.get('message_id')}.")
-
-
-# API keys ----------------------------------------------------------------------------------------
-
-
-async def _keys(ctx: Ctx, session: AsyncSession) -> list[dict[str, Any]]:
-    rows = await keys.list_keys(session, ctx.project.id)
-    return [keys.key_view(r) for r in rows if r.environment == ctx.env]
-
-
-@router.get("/p/{project_id}/{env}/keys")
-async def keys_page(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    async with _services(request).metadata.session(readonly=True) as session:
-        views = await _keys(ctx, session)
-    return ctx.render("keys.html", keys=views, issued=None, limit=keys.MAX_ACTIVE_KEYS_PER_ENVIRONMENT)
-
-
-@router.post("/p/{project_id}/{env}/keys")
-async def create_key(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    await _checked_form(request, ctx.user)
-    services = _services(request)
-    try:
-        async with services.metadata.session() as session:
-            issued = await keys.create_key(session, services.settings.server_secret(), ctx.project.id, env)
-    except BrokerError as e:
-        return ctx.back("/keys", error=_message(e))
-    async with services.metadata.session(readonly=True) as session:
-        views = await _keys(ctx, session)
-    # The secret is in this one answer (never in a URL, a log or a later page).
-    response = ctx.render("keys.html", keys=views, issued=issued, limit=keys.MAX_ACTIVE_KEYS_PER_ENVIRONMENT)
-    response.headers["Cache-Control"] = "no-store"
-    return response
-
-
-@router.post("/p/{project_id}/{env}/keys/{key_id}/revoke")
-async def revoke_key(request: Request, project_id: str, env: str, key_id: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    await _checked_form(request, ctx.user)
-    services = _services(request)
-    async with services.metadata.session() as session:
-        if key_id not in {k["id"] for k in await _keys(ctx, session)}:
-            raise NotFoundPage()
-        row = await keys.revoke_key(session, key_id)
-    services.keys.forget()  # this process refuses it at once; the others within their cache TTL
-    return ctx.back("/keys", notice=f"Key {row.prefix}…{row.last_four} revoked.")
-
-
-# usage -------------------------------------------------------------------------------------------
-
-
-def usage_source(request: Request) -> UsageSource:
-    return MeteringUsageSource(_services(request).log)
-
-
-@router.get("/p/{project_id}/{env}/usage")
-async def usage_page(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    query = request.query_params
-    window = query.get("window", "hour") if query.get("window") in WINDOWS else "hour"
-    key_id = query.get("key") or None
-    category = query.get("category") if query.get("category") in CATEGORIES else None
-    length, bucket = WINDOWS[window]
-    end = now_ms()
-    start = end - length
-    series = await usage_source(request).series(
-        ctx.project.id, env, start_ms=start, end_ms=end, bucket_ms=bucket, key_id=key_id, category=category
-    )
-    async with _services(request).metadata.session(readonly=True) as session:
-        key_views = await _keys(ctx, session)
-    limits = {c: limit_for(ctx.project.tier, ctx.project.custom_limits, c) for c in CATEGORIES}
-    stamps = [(start + i * bucket) // 1000 for i in range(len(series.requests))]
-    charts = {
-        "requests": {"x": stamps, "y": series.requests, "label": "Requests"},
-        "peak": {
-            "x": stamps,
-            "y": series.peak_per_second,
-            "label": "Busiest second (req/s)",
-            "limit": limits[category] if category else None,
-        },
-        "messages": {"x": stamps, "y": series.messages, "label": "Messages"},
-        "bytes": {"x": stamps, "y": series.bytes, "label": "Bytes"},
-        "throttled": {"x": stamps, "y": series.throttled, "label": "429 responses"},
-    }
-    return ctx.render(
-        "usage.html",
-        window=window,
-        windows=list(WINDOWS),
-        key_id=key_id or "",
-        category=category or "",
-        categories=CATEGORIES,
-        keys=key_views,
-        totals=series.totals,
-        limits=limits,
-        charts=charts,
-        charts_json=json.dumps(charts),
-    )
-
-
-# alerts ------------------------------------------------------------------------------------------
-
-
-@router.get("/p/{project_id}/{env}/alerts")
-async def alerts_page(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    return await _alerts(ctx)
-
-
-async def _alerts(ctx: Ctx, secret: str | None = None) -> HTMLResponse:
-    services = _services(ctx.request)
-    async with services.metadata.session(readonly=True) as session:
-        try:
-            endpoint: Any = await alerts.get_endpoint(session, services.settings, ctx.project.id, ctx.env)
-        except BrokerError:
-            endpoint = None
-        attempts = await alerts.deliveries(session, ctx.project.id, ctx.env, limit=50)
-    response = ctx.render("alerts.html", endpoint=endpoint, attempts=attempts.entries, secret=secret)
-    if secret:
-        response.headers["Cache-Control"] = "no-store"
-    return response
-
-
-@router.post("/p/{project_id}/{env}/alerts/endpoint")
-async def set_alert_endpoint(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    form = await _checked_form(request, ctx.user)
-    services = _services(request)
-    try:
-        async with services.metadata.session() as session:
-            view = await alerts.set_endpoint(
-                session, services.settings, ctx.project.id, env, form.get("url", "").strip(), None
-            )
-    except BrokerError as e:
-        return ctx.back("/alerts", error=_message(e))
-    return await _alerts(ctx, secret=view.secret)
-
-
-@router.post("/p/{project_id}/{env}/alerts/test")
-async def send_test_alert(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    await _checked_form(request, ctx.user)
-    services = _services(request)
-    try:
-        async with services.metadata.session() as session:
-            event_id = await alerts.send_test_event(session, ctx.project.id, env)
-    except BrokerError as e:
-        return ctx.back("/alerts", error=_message(e))
-    services.alerts.wake()
-    return ctx.back("/alerts", notice=f"Test event {event_id} queued.")
-
-
-def _since(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-templates.env.filters["since"] = _since
-templates.env.filters["bytes"] = lambda n: (
-    f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
-)
-templates.env.globals["now"] = time.time
