@@ -23,7 +23,8 @@ from app.api.deps import Services, charge, scope_of
 from app.api.routing import JsonRoute
 from app.broker import groups, tokens
 from app.broker.delivery import membership
-from app.broker.delivery.push import PushMember, validate_max_in_flight
+from app.broker.delivery.frames import validate_max_in_flight
+from app.broker.delivery.push import PushMember
 from app.broker.errors import BrokerError, InvalidRequest, RateLimitExceeded
 from app.broker.keys import Principal
 from app.broker.rate_limits import Category

@@ -1,4 +1,5 @@
 """Push delivery: one WebSocket connection as one group member, fed by a server-side delivery loop.
+(Its wire frames are in ``frames.py``, the loops' wake-up call in ``wakeup.py``.)
 
 A push member is an ordinary member of the group (``membership``), joined as ``push``: it reads new
 records of the partitions it owns itself and keeps their leases in memory (``checkpoints``), so a
@@ -42,11 +43,16 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
-import orjson
-
 from app.broker import durations, message_ids, topics
 from app.broker.delivery import checkpoints, leases, membership
 from app.broker.delivery.checkpoints import HeldPartition
+from app.broker.delivery.frames import (
+    ids_of,
+    messages_frame,
+    parse_client_frame,
+    server_frame,
+)
+from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import (
     BrokerError,
     InvalidRequest,
@@ -62,7 +68,6 @@ from app.stores.metadata.group_repositories import OwnedPartition
 
 logger = logging.getLogger("queuecore.push")
 
-MAX_IN_FLIGHT = 10_000
 _SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
 BEAT_EVERY = 0.5  # heartbeat, rebalance check and due-lease scan; below the 2 s minimum sessionTimeout
 _BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
@@ -73,30 +78,6 @@ _NEVER = 1 << 62
 
 Send = Callable[[bytes], Awaitable[None]]
 RenderError = Callable[[BrokerError], bytes]
-
-
-def validate_max_in_flight(value: str | None) -> int:
-    """``maxInFlight`` from the query string: 1 to 10,000, default 100."""
-    if value is None or value == "":
-        return 100
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= MAX_IN_FLIGHT:
-        raise InvalidRequest.field("maxInFlight", f"must be an integer between 1 and {MAX_IN_FLIGHT}")
-    return number
-
-
-def _frame(kind: str, **fields: Any) -> bytes:
-    return orjson.dumps({"type": kind, **fields})
-
-
-def messages_frame(messages: list[bytes]) -> bytes:
-    """``message`` with the fields at the top level for one, ``messages`` holding a list for several."""
-    if len(messages) == 1:
-        return b'{"type":"message",' + messages[0][1:]
-    return b'{"type":"messages","messages":[' + b",".join(messages) + b"]}"
 
 
 # The push members connected to this process, per (topic id, group): told when one of them joins,
@@ -112,43 +93,6 @@ def in_flight_by_group() -> dict[str, int]:
             if member.group_id:
                 counts[member.group_id] = counts.get(member.group_id, 0) + member.held_in_memory
     return counts
-
-
-class _Wakeup:
-    """A loop's wake-up call: ``set`` ends the current ``wait``, or the next one at once if it comes
-    while the loop is busy (``clear`` at the start of each round)."""
-
-    __slots__ = ("_future", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._future: asyncio.Future[None] | None = None
-
-    @property
-    def is_set(self) -> bool:
-        return self._set
-
-    def clear(self) -> None:
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-        future = self._future
-        if future is not None and not future.done():
-            future.set_result(None)
-
-    async def wait(self, timeout: float) -> None:
-        """Until ``set`` or ``timeout`` seconds."""
-        if self._set:
-            return
-        loop = asyncio.get_running_loop()
-        future = self._future = loop.create_future()
-        timer = loop.call_later(timeout, self.set)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            self._future = None
 
 
 class PushMember:
@@ -188,13 +132,13 @@ class PushMember:
         self._ack_timeout_ms: int | None = None  # the group's, as of the last beat
         self._due_at = 0  # when a lease row may fall due (ms)
         self._next_expiry = _NEVER  # no deadline of ``_in_flight`` is earlier (extends only move them later)
-        self._delivery_wakeup = _Wakeup()
+        self._delivery_wakeup = Wakeup()
         # A neighbour's join pauses new deliveries from the partitions it was given until a beat begun
         # after it is done: the old owner stops sending from a partition it must hand over before more
         # records reach it (the beat then marks it ``releasing``). The others go on.
         self._paused: set[int] = set()
         self._pause_requests = 0  # joins that paused something: a beat that saw them all clears it
-        self._beat_wakeup = _Wakeup()
+        self._beat_wakeup = Wakeup()
         self._beats_stopped = False
         self._beat_error: Exception | None = None
         self._reserved = 0  # in-flight room a lease-row poll in progress may fill
@@ -240,7 +184,7 @@ class PushMember:
         # what this member was given (only a join takes partitions away: the assignment is sticky).
         self._wake_neighbours(taken=self.assignments)
         neighbours.add(self)
-        return _frame(
+        return server_frame(
             "welcome", memberId=self.member_id, generationId=self.generation, assignments=self.assignments
         )
 
@@ -290,7 +234,9 @@ class PushMember:
             )
             self.generation, self.assignments = joined.generation, joined.assignments
             await self._reconcile()
-            await self._send(_frame("rebalance", generationId=self.generation, assignments=self.assignments))
+            await self._send(
+                server_frame("rebalance", generationId=self.generation, assignments=self.assignments)
+            )
 
     async def _reconcile(self, *, leaving: bool = False) -> set[int]:
         """Release the partitions this member lost (every one when ``leaving``), claim the ones it owns
@@ -607,9 +553,9 @@ class PushMember:
         """One client frame: ``ack``, ``nack`` or ``extend``, answered by ``acked``; anything malformed
         is answered by an ``error`` frame (the connection stays open)."""
         try:
-            frame = self._parse(text)
+            frame = parse_client_frame(text)
             if frame["type"] == "ack":
-                ids = leases.validate_ids(self._ids_of(frame))
+                ids = leases.validate_ids(ids_of(frame))
                 if not self._durable_acks and all(self._is_held(i) for i in ids):
                     await self._ack_lazily(ids)
                     return
@@ -626,7 +572,7 @@ class PushMember:
         except BrokerError as error:
             await self._send(self._render_error(error))
             return
-        await self._send(_frame("acked", ids=answer.ids, failed=answer.failed))
+        await self._send(server_frame("acked", ids=answer.ids, failed=answer.failed))
 
     def _is_held(self, message_id: Any) -> bool:
         return isinstance(message_id, str) and message_id in self._held
@@ -661,7 +607,7 @@ class PushMember:
         if self._lazy_task is None or self._lazy_task.done():
             self._lazy_task = asyncio.ensure_future(self._write_lazily())
         await self._send(
-            _frame("acked", ids=list(done), failed=[{"id": i, "code": c} for i, c in failed.items()])
+            server_frame("acked", ids=list(done), failed=[{"id": i, "code": c} for i, c in failed.items()])
         )
 
     async def _write_lazily(self) -> None:
@@ -740,7 +686,7 @@ class PushMember:
     @staticmethod
     def _acked(named: list[Any], ok: set[str], codes: dict[str, str]) -> bytes:
         ids = [str(i) for i in named]
-        return _frame(
+        return server_frame(
             "acked",
             ids=[i for i in ids if i in ok],
             failed=[{"id": i, "code": codes.get(i, "INVALID_REQUEST")} for i in ids if i not in ok],
@@ -769,7 +715,7 @@ class PushMember:
                     self._in_flight.pop(message_id, None)
                     await self._reconcile()
             return await self._settle(frame)
-        ids = leases.validate_ids(self._ids_of(frame))
+        ids = leases.validate_ids(ids_of(frame))
         seconds = frame.get("seconds")
         if isinstance(seconds, bool) or not isinstance(seconds, int | float):
             raise InvalidRequest.field(
@@ -804,24 +750,6 @@ class PushMember:
             [{"id": i, "code": codes.get(i, "INVALID_REQUEST")} for i in named if i not in ok],
         )
 
-    @staticmethod
-    def _parse(text: str | bytes) -> dict[str, Any]:
-        try:
-            frame = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            raise InvalidRequest("The frame is not valid JSON.") from None
-        if not isinstance(frame, dict) or frame.get("type") not in ("ack", "nack", "extend"):
-            raise InvalidRequest.field("type", "expected 'ack', 'nack' or 'extend'")
-        return frame
-
-    @staticmethod
-    def _ids_of(frame: dict[str, Any]) -> Any:
-        if "ids" in frame:
-            return frame["ids"]
-        if "id" in frame:
-            return [frame["id"]]
-        raise InvalidRequest.field("id", "required (or 'ids')")
-
     async def _settle(self, frame: dict[str, Any]) -> leases.Settled:
         kind = frame["type"]
         delay_ms: int | None = None
@@ -830,7 +758,7 @@ class PushMember:
                 raise InvalidRequest.field("id", "required")
             if frame.get("delay") is not None:
                 delay_ms = durations.parse_delay(frame["delay"])
-        ids = self._ids_of(frame)
+        ids = ids_of(frame)
         seconds: Any = frame.get("seconds")
         for attempt in range(1, _SETTLE_ATTEMPTS + 1):  # a rebalance meanwhile: rejoin, settle again
             generation = self.generation
