@@ -129,14 +129,14 @@ class TestPushConnections:
 
     async def test_connections_per_key_are_bounded(self, limited):
         async def when_room():
-            # Connections closed just before (earlier tests) count until the server has seen them leave.
-            deadline = time.monotonic() + 5
-            while True:
+            # Connections closed just before (earlier tests) count until the server has seen them leave:
+            # a bounded number of tries, then the refusal itself is the failure.
+            for _ in range(50):
                 try:
                     return await _open(limited, "many")
                 except websockets.InvalidStatus:
-                    assert time.monotonic() < deadline, "closed connections still count"
                     await asyncio.sleep(0.1)
+            return await _open(limited, "many")
 
         first, second = await when_room(), await when_room()
         try:
