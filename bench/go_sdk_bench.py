@@ -31,17 +31,14 @@ import os
 import platform
 import secrets
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from bench_server import BenchServer
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -109,66 +106,6 @@ async def python_round(base_url: str, messages: int) -> dict[str, Any]:
 # -- the driver ------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """A real queuecore-server on a temp data dir, with an enterprise project of high limits."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="qc-sdk-go-bench-"))
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
-        self.env.update({"QUEUECORE_DATA_DIR": str(self.dir), "QUEUECORE_LOG_LEVEL": "WARNING"})
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-        self.key = ""
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def cli(self, *args: str) -> str:
-        done = subprocess.run(
-            [str(BIN / "queuecore-server"), *args], env=self.env, capture_output=True, text=True, check=True
-        )
-        return done.stdout
-
-    def start(self) -> None:
-        self.cli("migrate")
-        boot = json.loads(self.cli("bootstrap", "--project", "bench", "--tier", "enterprise", "--json"))
-        limits = "publish=100000,consume=100000,admin=10000"
-        self.cli("projects", "set-tier", "--project", "bench", "--tier", "enterprise", "--limits", limits)
-        self.key = boot["keys"]["production"]
-        self.process = subprocess.Popen(
-            [str(BIN / "queuecore-server"), "serve", "--port", str(self.port)],
-            env=self.env,
-            stdout=(self.dir / "server.log").open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        for _ in range(300):
-            try:
-                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("the server did not start")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 def build_go_client() -> Path:
     """Build bench/go_sdk_bench against sdk/go, resolving gorilla/websocket like `make test-go` does."""
     src = ROOT / "bench" / "go_sdk_bench"
@@ -183,7 +120,7 @@ def build_go_client() -> Path:
     return out
 
 
-def run_client(command: list[str], server: Server) -> dict[str, Any]:
+def run_client(command: list[str], server: BenchServer) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
     env["QUEUECORE_API_KEY"] = server.key  # in the environment, not on a command line
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=900)
@@ -218,7 +155,7 @@ def main() -> None:
     if node and node_bench.exists() and (ROOT / "sdk" / "js" / "dist").exists():
         commands["node"] = [node, str(node_bench), *msgs]
     clients = list(commands)
-    server = Server()
+    server = BenchServer("sdk-go-bench")
     rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in clients}
     versions: dict[str, str] = {}
     try:

@@ -25,84 +25,20 @@ import json
 import os
 import platform
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from bench_server import BenchServer
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 RESULTS = ROOT / "bench" / "results"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="qc-sdk-js-bench-"))
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
-        self.env.update({"QUEUECORE_DATA_DIR": str(self.dir), "QUEUECORE_LOG_LEVEL": "WARNING"})
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-        self.key = ""
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def cli(self, *args: str) -> str:
-        done = subprocess.run(
-            [str(BIN / "queuecore-server"), *args], env=self.env, capture_output=True, text=True, check=True
-        )
-        return done.stdout
-
-    def start(self) -> None:
-        self.cli("migrate")
-        boot = json.loads(self.cli("bootstrap", "--project", "bench", "--tier", "enterprise", "--json"))
-        self.cli(
-            "projects", "set-tier", "--project", "bench", "--tier", "enterprise",
-            "--limits", "publish=100000,consume=100000,admin=10000",
-        )  # fmt: skip
-        self.key = boot["keys"]["production"]
-        self.process = subprocess.Popen(
-            [str(BIN / "queuecore-server"), "serve", "--port", str(self.port)],
-            env=self.env,
-            stdout=(self.dir / "server.log").open("ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        for _ in range(300):
-            try:
-                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("server did not start")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def run_client(command: list[str], server: Server) -> dict[str, Any]:
+def run_client(command: list[str], server: BenchServer) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
     env["QUEUECORE_API_KEY"] = server.key  # in the environment, not on a command line
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=600)
@@ -126,7 +62,7 @@ def main() -> None:
         "node": [node, str(ROOT / "bench" / "js_sdk_bench.mjs"), "--messages", str(args.messages)],
         "python": [sys.executable, str(ROOT / "bench" / "py_sdk_bench.py"), "--messages", str(args.messages)],
     }
-    server = Server()
+    server = BenchServer("sdk-js-bench")
     rounds: dict[str, list[dict[str, Any]]] = {"node": [], "python": []}
     versions: dict[str, str] = {}
     try:
