@@ -17,20 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from bench_server import BIN, BenchServer
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 CHECKS = (
     "not_a_server_error,status_code_conformance,content_type_conformance,"
     "response_headers_conformance,response_schema_conformance,unsupported_method"
@@ -38,51 +34,12 @@ CHECKS = (
 LIMITS = "publish=1000000,consume=1000000,admin=1000000"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _server_cli(env: dict[str, str], *args: str) -> str:
-    return subprocess.run(
-        [str(BIN / "queuecore-server"), *args], env=env, check=True, capture_output=True, text=True
-    ).stdout
-
-
 def run(max_examples: int, seed: int, report: bool) -> int:
-    work = Path(tempfile.mkdtemp(prefix="queuecore-fuzz-"))
-    env = {**os.environ, "QUEUECORE_DATA_DIR": str(work / "data"), "QUEUECORE_LOG_LEVEL": "WARNING"}
-    env.pop("QUEUECORE_DATABASE_URL", None)
-    env.pop("QUEUECORE_REDIS_URL", None)
-    port = _free_port()
-    server: subprocess.Popen[bytes] | None = None
+    server = BenchServer("fuzz", limits=LIMITS)
     try:
-        _server_cli(env, "migrate")
-        keys = json.loads(
-            _server_cli(env, "bootstrap", "--project", "fuzz", "--tier", "enterprise", "--json")
-        )["keys"]
-        _server_cli(
-            env, "projects", "set-tier", "--project", "fuzz", "--tier", "enterprise", "--limits", LIMITS
-        )
-        server = subprocess.Popen(
-            [str(BIN / "queuecore-server"), "serve", "--port", str(port)],
-            env=env,
-            stdout=(work / "server.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
+        server.start()
+        keys, url = server.keys, server.url
         headers = {"Authorization": f"Bearer {keys['production']}"}
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("the server did not start: " + (work / "server.log").read_text()[-2000:])
-            time.sleep(0.1)
         with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
             http.post("/v1/topics", json={"name": "fuzz.topic", "partitions": 3}).raise_for_status()
             batch = {"messages": [{"data": {"n": i}, "key": f"k{i}"} for i in range(50)]}
@@ -90,7 +47,7 @@ def run(max_examples: int, seed: int, report: bool) -> int:
             http.put(
                 "/v1/topics/fuzz.topic/groups/g", json={"deadLetter": {"maxRetries": 1}}
             ).raise_for_status()
-        config = work / "schemathesis.toml"
+        config = server.dir / "schemathesis.toml"
         # Aim at real resources, or nearly every call would be a 404 about a topic that does not exist.
         config.write_text('[parameters]\n"path.name" = "fuzz.topic"\n"path.group" = "g"\n')
         command = [
@@ -116,7 +73,7 @@ def run(max_examples: int, seed: int, report: bool) -> int:
             "--report",
             "har",
             "--report-har-path",
-            str(work / "run.har"),
+            str(server.dir / "run.har"),
             "--output-sanitize",
             "false",
         ]
@@ -125,14 +82,15 @@ def run(max_examples: int, seed: int, report: bool) -> int:
         elapsed = time.monotonic() - started
         output = result.stdout + result.stderr
         print(output[-6000:])
-        log = (work / "server.log").read_text()
+        log = server.log_path.read_text()
         errors = [x for x in log.splitlines() if '"level":"error"' in x]
         if errors:
             print(f"{len(errors)} ERROR lines in the server log, e.g.:\n" + "\n".join(errors[:5]))
         # No key or server secret in any log line or any response of the whole run.
-        secrets = [*keys.values(), (work / "data" / "secret_key").read_text().strip()]
+        secrets = [*keys.values(), (server.dir / "secret_key").read_text().strip()]
         answers = [
-            json.dumps(e["response"]) for e in json.loads((work / "run.har").read_text())["log"]["entries"]
+            json.dumps(e["response"])
+            for e in json.loads((server.dir / "run.har").read_text())["log"]["entries"]
         ]
         leaks = [f"log: {s[:12]}…" for s in secrets if s in log]
         leaks += [f"response: {s[:12]}…" for s in secrets for a in answers if s in a]
@@ -145,10 +103,7 @@ def run(max_examples: int, seed: int, report: bool) -> int:
             )
         return result.returncode or (1 if errors else 0)
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(30)
-        shutil.rmtree(work, ignore_errors=True)
+        server.stop()
 
 
 def _write_report(
