@@ -62,10 +62,12 @@ class PartitionInfo:
 
 @dataclass(frozen=True, slots=True)
 class TopicLogConfig:
-    """Per-topic engine settings: retention in ms (None keeps forever)."""
+    """Per-topic engine settings: retention in ms (None keeps forever), and on how many replicas each
+    record is stored (``None``: the engine's default, ``LogEngine.default_replicas``)."""
 
     retention_ms: int | None = None
     retention_bytes: int | None = None
+    replicas: int | None = None
 
 
 class LogEngineError(Exception):
@@ -87,6 +89,16 @@ class LogEngine(Protocol):
     @property
     def durability(self) -> str:
         """What a successful append guarantees: ``"fsync"`` or ``"replicated:<n>"``."""
+        ...
+
+    @property
+    def default_replicas(self) -> int:
+        """Replicas of a topic created without saying (1 on the local engine, 3 on JetStream)."""
+        ...
+
+    @property
+    def replica_choices(self) -> tuple[int, ...]:
+        """The replica counts a topic may ask for here (``(1,)`` on the local engine)."""
         ...
 
     async def start(self) -> None:

@@ -54,6 +54,15 @@ class LocalLogEngine:
     def durability(self) -> str:
         return "fsync"
 
+    @property
+    def default_replicas(self) -> int:
+        return 1
+
+    @property
+    def replica_choices(self) -> tuple[int, ...]:
+        # One machine, one copy: a topic asking for more is refused rather than silently under-replicated.
+        return (1,)
+
     async def start(self) -> None:
         await self.manager.start()
 
