@@ -91,6 +91,11 @@ class LogEngine(Protocol):
         """What a successful append guarantees: ``"fsync"`` or ``"replicated:<n>"``."""
         ...
 
+    def durability_for(self, replicas: int) -> str:
+        """What an append to a topic of ``replicas`` replicas guarantees, as its answer says it:
+        ``"fsync"`` (local) or ``"replicated:<replicas>"``."""
+        ...
+
     @property
     def default_replicas(self) -> int:
         """Replicas of a topic created without saying (1 on the local engine, 3 on JetStream)."""

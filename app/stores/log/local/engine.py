@@ -54,6 +54,9 @@ class LocalLogEngine:
     def durability(self) -> str:
         return "fsync"
 
+    def durability_for(self, replicas: int) -> str:
+        return "fsync"
+
     @property
     def default_replicas(self) -> int:
         return 1
