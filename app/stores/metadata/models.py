@@ -91,6 +91,8 @@ class Topic(Base):
     retention: Mapped[str] = mapped_column(String(16))
     retention_ms: Mapped[int] = mapped_column(BigInteger)
     delivery: Mapped[str] = mapped_column(String(20))
+    # How many copies of each message the log engine keeps; fixed at creation.
+    replicas: Mapped[int] = mapped_column(Integer, server_default="1")
     status: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
