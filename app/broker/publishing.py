@@ -56,6 +56,7 @@ class TopicRef:
     partitions: int
     delivery: str
     id_prefix: bytes
+    replicas: int  # copies the engine keeps: what a publish answer's ``durability`` promises
 
 
 class TopicDirectory:
@@ -87,7 +88,9 @@ class TopicDirectory:
         async with self._metadata.session(readonly=True) as session:
             row = await TopicRepository.from_session(session).get_by_name(*key)
         ref = (
-            TopicRef(row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id))
+            TopicRef(
+                row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id), row.replicas
+            )
             if row
             else None
         )

@@ -32,7 +32,7 @@ async def running(root, window_ms: int = 86_400_000):
     engine = LocalLogEngine(root, LogSettings())
     await engine.start()
     await engine.create_topic(TOPIC, 3, TopicLogConfig())
-    ref = TopicRef(TOPIC, "t", 3, "exactly-once", message_ids.topic_prefix(TOPIC))
+    ref = TopicRef(TOPIC, "t", 3, "exactly-once", message_ids.topic_prefix(TOPIC), 1)
     try:
         yield Publisher(engine, _FixedDirectory(ref), dedup_window_ms=window_ms), engine  # type: ignore[arg-type]
     finally:
