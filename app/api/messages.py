@@ -113,7 +113,7 @@ async def publish_one(
     state["messages"], state["data_bytes"] = (0, 0) if replayed else (1, len(message.data))
     body = publisher.result(topic, placed)
     body["latency"] = placed.latency_ms
-    body["durability"] = services.log.durability
+    body["durability"] = services.log.durability_for(topic.replicas)
     return orjson.dumps(body), replayed
 
 
@@ -144,7 +144,7 @@ async def publish_batch(name: str, request: Request, key: PublishKey, services: 
     body = {
         "count": len(items),
         "latency": round((time.perf_counter() - started) * 1000),
-        "durability": services.log.durability,
+        "durability": services.log.durability_for(topic.replicas),
         "messages": items,
     }
     return _json(orjson.dumps(body), 201, _REPLAYED if all(replayed) else None)
