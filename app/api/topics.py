@@ -26,6 +26,7 @@ def _topic(row: models.Topic) -> Topic:
         partitions=row.partitions,
         retention=row.retention,
         delivery=row.delivery,
+        replicas=row.replicas,
         status=row.status,
         createdAt=isoformat_ms(row.created_at),
     )
@@ -47,6 +48,7 @@ async def create_topic(body: TopicCreate, key: AdminKey, services: ServicesDep, 
         retention=body.retention,
         delivery=body.delivery,
         partitions=body.partitions,
+        replicas=body.replicas,
     )
     services.publisher.topics.forget(scope_of(key), body.name)
     return _topic(row)

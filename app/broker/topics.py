@@ -29,6 +29,9 @@ from app.stores.metadata.models import Topic
 from app.stores.metadata.repositories import TopicRepository
 
 MAX_PARTITIONS = 256
+# Replica counts a topic may ask for (a quorum of an odd count survives losing a minority); the engine
+# in use may offer fewer (``LogEngine.replica_choices``).
+REPLICA_COUNTS = (1, 3, 5)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,248}$")
 _RETENTION = re.compile(r"^([1-9][0-9]{0,6})(m|h|d)$")
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -72,6 +75,20 @@ def validate_partitions(value: int) -> int:
     return value
 
 
+def validate_replicas(value: int, offered: tuple[int, ...]) -> int:
+    """1, 3 or 5, and one the log engine in use offers."""
+    if value not in REPLICA_COUNTS:
+        raise InvalidRequest.field("replicas", "must be 1, 3 or 5")
+    if value not in offered:
+        if offered == (1,):
+            raise InvalidRequest.field(
+                "replicas", "this server's log engine keeps one copy of each message, so replicas must be 1"
+            )
+        choices = ", ".join(map(str, offered))
+        raise InvalidRequest.field("replicas", f"this server's log engine offers replicas {choices}")
+    return value
+
+
 def parse_delivery(value: str) -> Delivery:
     try:
         return Delivery(value)
@@ -94,7 +111,7 @@ def decode_cursor(cursor: str) -> str:
 
 
 def log_config(topic: Topic) -> TopicLogConfig:
-    return TopicLogConfig(retention_ms=topic.retention_ms)
+    return TopicLogConfig(retention_ms=topic.retention_ms, replicas=topic.replicas)
 
 
 async def create_topic(
@@ -106,12 +123,16 @@ async def create_topic(
     retention: str = "7d",
     delivery: str = "exactly-once",
     partitions: int = 3,
+    replicas: int | None = None,
 ) -> Topic:
-    """Create a topic and its empty partition logs; 409 if the name is taken in this environment."""
+    """Create a topic and its empty partition logs; 409 if the name is taken in this environment.
+
+    ``replicas`` left out takes the engine's default (``LogEngine.default_replicas``)."""
     validate_name(name)
     retention_ms = parse_retention(retention)
     mode = parse_delivery(delivery)
     validate_partitions(partitions)
+    copies = validate_replicas(log.default_replicas if replicas is None else replicas, log.replica_choices)
     topics = TopicRepository.from_session(session)
     if await topics.get_by_name(scope.project_id, scope.environment, name):
         raise TopicAlreadyExists(name)
@@ -125,6 +146,7 @@ async def create_topic(
         retention=retention,
         retention_ms=retention_ms,
         delivery=mode.value,
+        replicas=copies,
         status="active",
         created_at=now,
         updated_at=now,

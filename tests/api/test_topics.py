@@ -31,6 +31,7 @@ class TestCreateTopic:
         assert topic["partitions"] == 3
         assert topic["retention"] == "7d"
         assert topic["delivery"] == "exactly-once"
+        assert topic["replicas"] == 1  # the local engine's default: one copy
         assert topic["status"] == "active"
         assert topic["createdAt"].endswith("Z") and len(topic["createdAt"]) == 24
 
@@ -71,6 +72,14 @@ class TestCreateTopic:
             ({"name": "t", "partitions": "3"}, "partitions"),
             ({"name": "t", "partitions": 3.5}, "partitions"),
             ({"name": "t", "partitions": True}, "partitions"),
+            ({"name": "t", "replicas": 2}, "replicas"),
+            ({"name": "t", "replicas": 0}, "replicas"),
+            ({"name": "t", "replicas": -1}, "replicas"),
+            ({"name": "t", "replicas": 7}, "replicas"),
+            ({"name": "t", "replicas": "3"}, "replicas"),
+            ({"name": "t", "replicas": 3.0}, "replicas"),
+            ({"name": "t", "replicas": True}, "replicas"),
+            ({"name": "t", "replicas": [1]}, "replicas"),
             ({"name": 7}, "name"),
             ({"name": "t", "colour": "blue"}, "colour"),
             ({}, "name"),
@@ -82,6 +91,35 @@ class TestCreateTopic:
         assert any(d["field"] == field for d in error["details"]), error
         listed = (await client.get("/v1/topics", headers=prod)).json()["data"]
         assert listed == []
+
+    @pytest.mark.parametrize("replicas", [3, 5])
+    async def test_more_replicas_than_the_local_engine_keeps_is_400(self, client, prod, replicas):
+        response = await client.post("/v1/topics", json={"name": "r", "replicas": replicas}, headers=prod)
+        error = _error(response, 400, "INVALID_REQUEST")
+        assert "keeps one copy" in error["message"], error
+        assert error["details"] == [
+            {
+                "field": "replicas",
+                "issue": "this server's log engine keeps one copy of each message, so replicas must be 1",
+            }
+        ]
+        assert (await client.get("/v1/topics", headers=prod)).json()["data"] == []
+
+    async def test_one_replica_asked_for_is_shown_everywhere(self, client, prod):
+        created = await client.post("/v1/topics", json={"name": "r1", "replicas": 1}, headers=prod)
+        assert created.status_code == 201, created.text
+        assert created.json()["replicas"] == 1
+        assert (await client.get("/v1/topics/r1", headers=prod)).json()["replicas"] == 1
+        [listed] = (await client.get("/v1/topics", headers=prod)).json()["data"]
+        assert listed["replicas"] == 1
+        patched = await client.patch("/v1/topics/r1", json={"retention": "1d"}, headers=prod)
+        assert patched.json()["replicas"] == 1
+        published = await client.post("/v1/topics/r1/messages", json={"data": 1}, headers=prod)
+        assert published.json()["durability"] == "fsync"
+        batch = await client.post(
+            "/v1/topics/r1/messages/batch", json={"messages": [{"data": 1}]}, headers=prod
+        )
+        assert batch.json()["durability"] == "fsync"
 
     async def test_boundaries_accepted(self, client, prod):
         for body in (
@@ -182,6 +220,8 @@ class TestUpdateTopic:
         [
             ({"delivery": "at-least-once"}, "delivery", "cannot be changed after the topic is created"),
             ({"name": "renamed", "retention": "1d"}, "name", "cannot be renamed"),
+            ({"replicas": 1}, "replicas", "cannot be changed after the topic is created"),
+            ({"replicas": 3, "partitions": 6}, "replicas", "cannot be changed after the topic is created"),
         ],
     )
     async def test_fixed_fields_are_said_to_be_fixed(self, client, prod, body, field, says):
@@ -189,7 +229,13 @@ class TestUpdateTopic:
         error = _error(await client.patch("/v1/topics/u5", json=body, headers=prod), 400, "INVALID_REQUEST")
         assert error["details"][0]["field"] == field and says in error["message"]
         topic = (await client.get("/v1/topics/u5", headers=prod)).json()
-        assert (topic["delivery"], topic["retention"]) == ("exactly-once", "7d")  # nothing changed
+        # nothing changed
+        assert (topic["delivery"], topic["retention"], topic["partitions"], topic["replicas"]) == (
+            "exactly-once",
+            "7d",
+            3,
+            1,
+        )
 
 
 class TestDeleteTopic:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.api.schemas.common import RequestBody, ResponseBody
+
+# The contract's allowed values; the broker refuses others (and those the engine does not offer) with 400.
+_REPLICAS = {"enum": [1, 3, 5]}
+Replicas = Annotated[int, Field(json_schema_extra=_REPLICAS)]
 
 
 class TopicCreate(RequestBody):
@@ -17,6 +21,12 @@ class TopicCreate(RequestBody):
         "exactly-once", examples=["exactly-once"], description="exactly-once or at-least-once"
     )
     partitions: int = Field(3, examples=[6], description="1 to 256")
+    replicas: Replicas | None = Field(
+        None,
+        examples=[3],
+        description="copies of each message the engine keeps: 1, 3 or 5, fixed at creation; default 3 on "
+        "the JetStream engine, 1 on the local engine (which offers only 1)",
+    )
 
 
 # Fields of a topic fixed at creation: a PATCH naming them is told so (not "unknown field").
@@ -47,6 +57,7 @@ class Topic(ResponseBody):
     partitions: int = Field(examples=[6])
     retention: str = Field(examples=["30d"])
     delivery: str = Field(examples=["exactly-once"])
+    replicas: Replicas = Field(examples=[3], description="copies of each message the engine keeps")
     status: str = Field(examples=["active"])
     createdAt: str = Field(examples=["2026-03-28T10:42:18.003Z"])
 
