@@ -50,10 +50,17 @@ def cli_topic(env) -> str:
 class TestTopics:
     def test_lifecycle(self, env):
         name = unique("cli")
-        created = run(env, "topics", "create", name, "--partitions", "2", "--retention", "30d")
+        created = run(
+            env, "topics", "create", name, "--partitions", "2", "--retention", "30d", "--replicas", "1"
+        )
         assert created.returncode == 0, created.stderr
         topic = json.loads(created.stdout)
-        assert (topic["name"], topic["partitions"], topic["retention"]) == (name, 2, "30d")
+        assert (topic["name"], topic["partitions"], topic["retention"], topic["replicas"]) == (
+            name,
+            2,
+            "30d",
+            1,
+        )
         assert topic["id"].startswith("top_") and topic["createdAt"].endswith("Z")
 
         listed = run(env, "topics", "list", "--page-size", "1")
@@ -65,6 +72,7 @@ class TestTopics:
 
         described = json.loads(run(env, "topics", "describe", name).stdout)
         assert [p["id"] for p in described["partitionDetails"]] == [0, 1, 2]
+        assert described["replicas"] == 1
 
         deleted = run(env, "topics", "delete", name)
         assert deleted.returncode == 0
@@ -79,6 +87,12 @@ class TestTopics:
     def test_conflict_and_validation(self, env, cli_topic):
         taken = run(env, "topics", "create", cli_topic)
         assert taken.returncode == 1 and "409 TOPIC_ALREADY_EXISTS" in taken.stderr
+        # The local engine keeps one copy: more is the server's 400; a count not offered at all is usage.
+        three = run(env, "topics", "create", unique("cli"), "--replicas", "3")
+        assert three.returncode == 1 and "400 INVALID_REQUEST" in three.stderr
+        assert "keeps one copy" in three.stderr
+        two = run(env, "topics", "create", unique("cli"), "--replicas", "2")
+        assert two.returncode == 2 and "invalid choice" in two.stderr
         bad = run(env, "topics", "update", cli_topic, "--partitions", "1")
         assert bad.returncode == 1 and "400 INVALID_REQUEST" in bad.stderr
         usage = run(env, "topics", "update", cli_topic)

@@ -26,6 +26,7 @@ TOPIC = {
     "partitions": 6,
     "retention": "30d",
     "delivery": "exactly-once",
+    "replicas": 3,
     "status": "active",
     "createdAt": "2026-03-28T10:42:18.003Z",
 }
@@ -202,14 +203,24 @@ class TestTopicRequests:
     def test_create_sends_only_what_is_given(self, mock_client, recorder):
         client = mock_client(lambda request: json_response(201, TOPIC))
         client.topics.create("order.events")
-        client.topics.create("order.events", retention="30d", delivery="exactly-once", partitions=6)
+        created = client.topics.create(
+            "order.events", retention="30d", delivery="exactly-once", partitions=6, replicas=3
+        )
         assert json.loads(recorder.requests[0].content) == {"name": "order.events"}
         assert json.loads(recorder.requests[1].content) == {
             "name": "order.events",
             "retention": "30d",
             "delivery": "exactly-once",
             "partitions": 6,
+            "replicas": 3,
         }
+        assert created.replicas == 3
+
+    async def test_async_create_sends_replicas(self, mock_async_client, recorder):
+        client = mock_async_client(lambda request: json_response(201, TOPIC))
+        created = await client.topics.create("order.events", replicas=5)
+        assert json.loads(recorder.requests[0].content) == {"name": "order.events", "replicas": 5}
+        assert created.replicas == 3  # as the server answered
 
     def test_update_and_delete(self, mock_client, recorder):
         def handle(request: httpx.Request) -> httpx.Response:

@@ -16,6 +16,7 @@ TOPIC = {
     "partitions": 2,
     "retention": "30d",
     "delivery": "exactly-once",
+    "replicas": 3,
     "status": "active",
     "createdAt": "2026-03-28T10:42:18.003Z",
 }
@@ -110,6 +111,12 @@ def test_health_checks_is_a_dict():
     )
     assert health.checks == {"database": "ok", "redis": "down", "logEngine": "ok"}
     assert health.ok
+
+
+def test_replicas_is_read_and_a_server_without_it_means_one_copy():
+    assert Topic.model_validate(TOPIC).replicas == 3
+    older = {k: v for k, v in TOPIC.items() if k != "replicas"}
+    assert Topic.model_validate(older).replicas == 1
 
 
 def test_new_server_fields_are_kept():

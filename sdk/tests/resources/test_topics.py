@@ -18,21 +18,42 @@ class TestCreate:
         name = unique("create")
         topic = client.topics.create(name)
         assert topic.id.startswith("top_")
-        assert (topic.name, topic.partitions, topic.retention, topic.delivery, topic.status) == (
-            name,
-            3,
-            "7d",
-            "exactly-once",
-            "active",
-        )
+        assert (
+            topic.name,
+            topic.partitions,
+            topic.retention,
+            topic.delivery,
+            topic.replicas,
+            topic.status,
+        ) == (name, 3, "7d", "exactly-once", 1, "active")
         assert topic.created_at.tzinfo is not None
         assert abs((datetime.now(timezone.utc) - topic.created_at).total_seconds()) < 120
         assert topic.request_id and topic.request_id.startswith("req_")
 
     def test_every_option(self, client):
         name = unique("create")
-        topic = client.topics.create(name, retention="30d", delivery="at-least-once", partitions=6)
-        assert (topic.retention, topic.delivery, topic.partitions) == ("30d", "at-least-once", 6)
+        topic = client.topics.create(
+            name, retention="30d", delivery="at-least-once", partitions=6, replicas=1
+        )
+        assert (topic.retention, topic.delivery, topic.partitions, topic.replicas) == (
+            "30d",
+            "at-least-once",
+            6,
+            1,
+        )
+        assert client.topics.describe(name).replicas == 1
+        assert [t.replicas for t in client.topics.list() if t.name == name] == [1]
+
+    @pytest.mark.parametrize("replicas", [3, 5])
+    def test_more_replicas_than_the_local_engine_keeps(self, client, replicas):
+        name = unique("replicas")
+        with pytest.raises(queuecore.ValidationError) as info:
+            client.topics.create(name, replicas=replicas)
+        assert info.value.code == "INVALID_REQUEST"
+        assert "keeps one copy" in info.value.message
+        assert [d["field"] for d in info.value.details] == ["replicas"]
+        with pytest.raises(queuecore.NotFoundError):
+            client.topics.describe(name)
 
     def test_a_taken_name_is_a_conflict(self, client, topic):
         with pytest.raises(queuecore.ConflictError) as info:
@@ -44,7 +65,13 @@ class TestCreate:
 
     @pytest.mark.parametrize(
         "options",
-        [{"partitions": 0}, {"partitions": 257}, {"retention": "2y"}, {"delivery": "at-most-once"}],
+        [
+            {"partitions": 0},
+            {"partitions": 257},
+            {"retention": "2y"},
+            {"delivery": "at-most-once"},
+            {"replicas": 2},
+        ],
     )
     def test_invalid_values(self, client, options):
         with pytest.raises(queuecore.ValidationError) as info:
@@ -143,8 +170,8 @@ class TestDelete:
 class TestAsync:
     async def test_lifecycle(self, async_client):
         name = unique("async")
-        created = await async_client.topics.create(name, retention="1d", partitions=2)
-        assert created.partitions == 2
+        created = await async_client.topics.create(name, retention="1d", partitions=2, replicas=1)
+        assert (created.partitions, created.replicas) == (2, 1)
         with pytest.raises(queuecore.ConflictError):
             await async_client.topics.create(name)
         detail = await async_client.topics.describe(name)

@@ -23,14 +23,18 @@ def cmd_create(client: QueueCore, args: argparse.Namespace) -> int:
     """Create a topic."""
     emit_model(
         client.topics.create(
-            args.name, retention=args.retention, delivery=args.delivery, partitions=args.partitions
+            args.name,
+            retention=args.retention,
+            delivery=args.delivery,
+            partitions=args.partitions,
+            replicas=args.replicas,
         )
     )
     return EXIT_OK
 
 
 def cmd_describe(client: QueueCore, args: argparse.Namespace) -> int:
-    """A topic with per-partition offsets."""
+    """A topic (its replicas among the rest) with per-partition offsets."""
     emit_model(client.topics.describe(args.name))
     return EXIT_OK
 
@@ -73,6 +77,12 @@ def register(sub: Subcommands) -> None:
     tc.add_argument("--retention", help="<n>m|h|d, 1m-365d (default 7d)")
     tc.add_argument("--delivery", choices=["exactly-once", "at-least-once"])
     tc.add_argument("--partitions", type=positive, help="1-256 (default 3)")
+    tc.add_argument(
+        "--replicas",
+        type=positive,
+        choices=(1, 3, 5),
+        help="copies of each message, fixed at creation (default 3 on JetStream, 1 on the local engine)",
+    )
     tc.set_defaults(run=cmd_create)
     td = add_command(
         topics,

@@ -20,7 +20,11 @@ Delivery = Literal["exactly-once", "at-least-once"]
 
 
 def _create_body(
-    name: str, retention: str | None, delivery: str | None, partitions: int | None
+    name: str,
+    retention: str | None,
+    delivery: str | None,
+    partitions: int | None,
+    replicas: int | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"name": name}
     if retention is not None:
@@ -29,6 +33,8 @@ def _create_body(
         body["delivery"] = delivery
     if partitions is not None:
         body["partitions"] = partitions
+    if replicas is not None:
+        body["replicas"] = replicas
     return body
 
 
@@ -70,6 +76,7 @@ class Topics(SyncAPIResource):
         retention: str | None = None,
         delivery: Delivery | None = None,
         partitions: int | None = None,
+        replicas: int | None = None,
     ) -> Topic:
         """Create a topic.
 
@@ -78,13 +85,15 @@ class Topics(SyncAPIResource):
             retention: how long messages are kept, ``<n>m|h|d`` from ``1m`` to ``365d`` (server default ``7d``).
             delivery: ``exactly-once`` (server default) or ``at-least-once``.
             partitions: 1 to 256 (server default 3); can be increased later with ``update``.
+            replicas: copies of each message the server keeps, 1, 3 or 5, fixed at creation (server
+                default: 3 on the replicated JetStream engine, 1 on the local engine, which offers only 1).
 
         Raises:
             ConflictError: a topic of that name exists (``TOPIC_ALREADY_EXISTS``).
-            ValidationError: a value is out of range.
+            ValidationError: a value is out of range, or more replicas than the server's engine keeps.
         """
         options = RequestOptions(
-            "POST", "/v1/topics", json=_create_body(name, retention, delivery, partitions)
+            "POST", "/v1/topics", json=_create_body(name, retention, delivery, partitions, replicas)
         )
         return parse_model(Topic, self._client.request(options))
 
@@ -142,10 +151,11 @@ class AsyncTopics(AsyncAPIResource):
         retention: str | None = None,
         delivery: Delivery | None = None,
         partitions: int | None = None,
+        replicas: int | None = None,
     ) -> Topic:
         """Create a topic. See ``Topics.create``."""
         options = RequestOptions(
-            "POST", "/v1/topics", json=_create_body(name, retention, delivery, partitions)
+            "POST", "/v1/topics", json=_create_body(name, retention, delivery, partitions, replicas)
         )
         return parse_model(Topic, await self._client.request(options))
 

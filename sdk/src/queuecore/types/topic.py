@@ -15,6 +15,9 @@ class Topic(BaseModel):
     """How long messages are kept: ``<n>m``, ``<n>h`` or ``<n>d``."""
     delivery: str
     """``exactly-once`` or ``at-least-once``."""
+    replicas: int = 1
+    """How many copies of each message the server keeps: 1, 3 or 5, fixed at creation (1 when a server
+    that predates the field answers)."""
     status: str
     """``active``."""
     created_at: Timestamp
