@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestTopicsLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if created.Name != name || created.Partitions != 6 || created.Retention != "30d" || created.Status != "active" || created.CreatedAt.IsZero() {
+	if created.Name != name || created.Partitions != 6 || created.Retention != "30d" || created.Replicas != 1 || created.Status != "active" || created.CreatedAt.IsZero() {
 		t.Fatalf("created %+v", created)
 	}
 	_, err = c.Topics.Create(ctx, queuecore.TopicCreateParams{Name: name})
@@ -56,6 +57,34 @@ func TestTopicsLifecycle(t *testing.T) {
 	}
 	if !errors.Is(err, queuecore.ErrTopicNotFound) || !errors.Is(err, queuecore.ErrNotFound) || !queuecore.IsNotFound(err) || errors.Is(err, queuecore.ErrGroupNotFound) {
 		t.Fatalf("sentinels do not match %v", err)
+	}
+}
+
+// The test server runs the local engine: one copy of each message, the default and the only choice.
+func TestTopicsReplicas(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	name := unique("go.replicas")
+	created, err := c.Topics.Create(ctx, queuecore.TopicCreateParams{Name: name, Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	detail, err := c.Topics.Get(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.Replicas != 1 || detail.Replicas != 1 {
+		t.Fatalf("created %+v, detail %+v", created, detail)
+	}
+	for _, replicas := range []int{2, 3, 5} {
+		_, err := c.Topics.Create(ctx, queuecore.TopicCreateParams{Name: unique("go.replicas"), Replicas: replicas})
+		var qerr *queuecore.Error
+		if !errors.Is(err, queuecore.ErrInvalidRequest) || !errors.As(err, &qerr) || qerr.Status != 400 {
+			t.Fatalf("replicas %d: %v", replicas, err)
+		}
+		if replicas != 2 && !strings.Contains(qerr.Message, "keeps one copy") {
+			t.Fatalf("replicas %d: %q does not say the engine keeps one copy", replicas, qerr.Message)
+		}
 	}
 }
 

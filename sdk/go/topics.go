@@ -16,7 +16,7 @@ type Topic struct {
 	Partitions int       `json:"partitions"` // 1–256; can be increased
 	Retention  string    `json:"retention"`  // <n>m, <n>h or <n>d
 	Delivery   string    `json:"delivery"`   // exactly-once or at-least-once
-	Replicas   int       `json:"replicas"`   // copies the engine keeps of each message
+	Replicas   int       `json:"replicas"`   // copies the engine keeps of each message: 1, 3 or 5, fixed at creation
 	Status     string    `json:"status"`     // active
 	CreatedAt  time.Time `json:"createdAt"`
 }
@@ -37,13 +37,14 @@ type TopicDetail struct {
 }
 
 // TopicCreateParams are the fields of a new topic; zero values take the server's defaults
-// (retention "7d", delivery "exactly-once", 3 partitions).
+// (retention "7d", delivery "exactly-once", 3 partitions, and replicas 3 on the replicated JetStream
+// engine or 1 on the local engine, which refuses more with ErrInvalidRequest).
 type TopicCreateParams struct {
 	Name       string `json:"name"`
 	Retention  string `json:"retention,omitempty"`
 	Delivery   string `json:"delivery,omitempty"`
 	Partitions int    `json:"partitions,omitempty"`
-	Replicas   int    `json:"replicas,omitempty"`
+	Replicas   int    `json:"replicas,omitempty"` // 1, 3 or 5; cannot be changed later
 }
 
 // TopicUpdateParams changes a topic; zero values leave a field as it is. Partitions can only grow.
