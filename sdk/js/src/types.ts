@@ -9,6 +9,8 @@ export type JSONValue = string | number | boolean | null | JSONValue[] | { [key:
 export type Delivery = 'exactly-once' | 'at-least-once';
 export type StartFrom = 'earliest' | 'latest';
 export type Transport = 'websocket' | 'pull';
+/** How many copies of each message a topic's engine keeps. */
+export type Replicas = 1 | 3 | 5;
 
 export interface Topic {
   id: string;
@@ -16,7 +18,8 @@ export interface Topic {
   partitions: number;
   retention: string;
   delivery: Delivery;
-  replicas?: number;
+  /** Copies of each message the engine keeps: 1, 3 or 5, fixed at creation. */
+  replicas: Replicas;
   status: string;
   createdAt: string;
 }
@@ -42,8 +45,11 @@ export interface TopicCreateParams {
   delivery?: Delivery;
   /** 1 to 256; default 3; can be increased later. */
   partitions?: number;
-  /** Copies of each message the engine keeps: 1, 3 or 5 (the local engine keeps 1). */
-  replicas?: number;
+  /**
+   * Copies of each message the engine keeps: 1, 3 or 5, fixed at creation. Default 3 on the replicated
+   * JetStream engine, 1 on the local engine (which refuses more with a `BadRequestError`).
+   */
+  replicas?: Replicas;
 }
 
 export interface TopicUpdateParams {

@@ -13,7 +13,10 @@ import type {
 
 /** Create, list, describe, update and delete topics. */
 export class Topics extends APIResource {
-  /** Create a topic: `{name, retention = '7d', delivery = 'exactly-once', partitions = 3}`. */
+  /**
+   * Create a topic: `{name, retention = '7d', delivery = 'exactly-once', partitions = 3, replicas}` (replicas:
+   * 1, 3 or 5; default 3 on the JetStream engine, 1 on the local engine).
+   */
   create(params: TopicCreateParams, options?: RequestOptions): Promise<Topic> {
     return this.client.requestObject<Topic>({ method: 'POST', path: '/v1/topics', body: params, ...options });
   }

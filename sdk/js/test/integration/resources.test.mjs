@@ -20,11 +20,17 @@ describe('topics', () => {
     assert.equal(created.partitions, 6);
     assert.equal(created.status, 'active');
     assert.equal(created.retention, '30d');
+    assert.equal(created.replicas, 1); // the test server's local engine: one copy by default
     await pq.topics.create({ name: names[1] });
     await pq.topics.create({ name: names[2], partitions: 1 });
 
     const detail = await pq.topics.describe(names[0]);
     assert.equal(detail.partitionDetails.length, 6);
+    assert.equal(detail.replicas, 1);
+    const more = await pq.topics.create({ name: unique('tp'), replicas: 3 }).catch((e) => e);
+    assert.ok(more instanceof sdk.BadRequestError, String(more));
+    assert.equal(more.code, 'INVALID_REQUEST');
+    assert.match(more.message, /keeps one copy/);
     assert.deepEqual(Object.keys(detail.partitionDetails[0]).sort(), ['bytes', 'earliestOffset', 'id', 'latestOffset', 'messages']);
 
     const updated = await pq.topics.update(names[0], { partitions: 8, retention: '1d' });

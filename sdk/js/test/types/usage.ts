@@ -18,6 +18,7 @@ import QueueCoreDefault, {
   type RebalanceEvent,
   type Topic,
   type TopicDetail,
+  type Replicas,
 } from '@queuecore/sdk';
 
 interface Order {
@@ -31,7 +32,11 @@ async function main(): Promise<void> {
   const same: QueueCore = new QueueCoreDefault({ apiKey: 'k' });
   void same;
 
-  const topic: Topic = await pq.topics.create({ name: 'order.events', retention: '30d', delivery: 'exactly-once', partitions: 6 });
+  const topic: Topic = await pq.topics.create({ name: 'order.events', retention: '30d', delivery: 'exactly-once', partitions: 6, replicas: 3 });
+  const copies: Replicas = topic.replicas;
+  console.log(copies satisfies number);
+  // @ts-expect-error replicas is 1, 3 or 5
+  await pq.topics.create({ name: 'order.events', replicas: 2 });
   const topics: Topic[] = await pq.topics.list();
   for await (const t of pq.topics.list({ limit: 10 })) console.log(t.name satisfies string);
   const detail: TopicDetail = await pq.topics.describe(topic.name);

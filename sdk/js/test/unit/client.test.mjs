@@ -221,6 +221,16 @@ describe('requests', () => {
     assert.match(requests[0].headers['User-Agent'], /^queuecore-node\//);
   });
 
+  test('a topic create sends replicas only when given, and reads it back', async () => {
+    const topic = { id: 'top_1', name: 't', partitions: 3, retention: '7d', delivery: 'exactly-once', replicas: 5, status: 'active', createdAt: '2026-03-28T10:42:18.003Z' };
+    const { client, requests } = fake([reply(201, topic), reply(201, topic)]);
+    const created = await client.topics.create({ name: 't', replicas: 5 });
+    assert.equal(created.replicas, 5);
+    await client.topics.create({ name: 't' });
+    assert.deepEqual(JSON.parse(requests[0].body), { name: 't', replicas: 5 });
+    assert.deepEqual(JSON.parse(requests[1].body), { name: 't' });
+  });
+
   test('path segments are encoded', async () => {
     const { client, requests } = fake([reply(200, {})]);
     await client.consumerGroups.describe('t', 'a/b c');
