@@ -40,7 +40,8 @@ from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.stores.log.protocol import LogEngine, Record, RecordIn, TopicLogConfig
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.dlq_repositories import DeadLetterRepository, DeadLetterRow
-from app.stores.metadata.group_repositories import GroupRepository
+from app.stores.metadata.lease_repositories import LeaseRepository
+from app.stores.metadata.partition_repositories import PartitionRepository
 
 TIMEOUT_REASON = "ack timeout"
 NACK_REASON = "nack"
@@ -189,9 +190,12 @@ async def dead_letter(
             for i, f in enumerate(failures)
         ],
     )
-    groups = GroupRepository.from_session(session)
-    await groups.mark_acked(group_id, [(f.partition, f.offset) for f in failures])
-    await groups.advance_committed(group_id, sorted({f.partition for f in failures}))
+    await LeaseRepository.from_session(session).mark_acked(
+        group_id, [(f.partition, f.offset) for f in failures]
+    )
+    await PartitionRepository.from_session(session).advance_committed(
+        group_id, sorted({f.partition for f in failures})
+    )
     await _check_alert(session, group_id)
 
 
@@ -351,11 +355,12 @@ async def _record(
 
 async def _requeue(session: AsyncSession, group_id: str, rows: Sequence[DeadLetterRow]) -> None:
     """Dead letters taken out of the DLQ go back to the group: a fresh lease, due now, attempt 1 next."""
-    groups = GroupRepository.from_session(session)
-    await groups.add_replayed_leases(
+    await LeaseRepository.from_session(session).add_replayed_leases(
         group_id, now_ms(), [(r.partition, r.offset, r.dlq_offset) for r in rows]
     )
-    await groups.advance_committed(group_id, sorted({r.partition for r in rows}))
+    await PartitionRepository.from_session(session).advance_committed(
+        group_id, sorted({r.partition for r in rows})
+    )
 
 
 async def _take_one(

@@ -22,8 +22,10 @@ from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine, LogEngineError
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.dlq_repositories import DeadLetterRepository
-from app.stores.metadata.group_repositories import GroupRepository, PartitionState
+from app.stores.metadata.group_repositories import GroupRepository
+from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup
+from app.stores.metadata.partition_repositories import PartitionRepository, PartitionState
 
 DEFAULT_ACK_TIMEOUT = "30s"
 DEFAULT_SESSION_TIMEOUT = "10s"
@@ -124,7 +126,7 @@ async def ensure_group(session: AsyncSession, topic: TopicRef, name: str) -> Con
     group = await repo.get(topic.id, name, for_update=True)
     assert group is not None
     if group.id == group_id:  # ours, not a concurrent creator's
-        await repo.add_partitions(group.id, range(topic.partitions))
+        await PartitionRepository.from_session(session).add_partitions(group.id, range(topic.partitions))
     return group
 
 
@@ -170,11 +172,12 @@ async def upsert_config(
 
 
 async def partition_lags(
-    repo: GroupRepository, log: LogEngine, topic: TopicRef, group_id: str
+    session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str
 ) -> list[PartitionLag]:
     """Per partition: live owner, ``current`` (the earliest retained offset while nothing is committed), lag."""
-    state: dict[int, PartitionState] = {s.partition: s for s in await repo.partitions(group_id)}
-    live = set(await repo.live_members(group_id, now_ms()))
+    partitions = await PartitionRepository.from_session(session).partitions(group_id)
+    state: dict[int, PartitionState] = {s.partition: s for s in partitions}
+    live = set(await GroupRepository.from_session(session).live_members(group_id, now_ms()))
     out = []
     for p in range(topic.partitions):
         info = await log.partition_info(topic.id, p)
@@ -197,7 +200,7 @@ async def list_groups(session: AsyncSession, log: LogEngine, topic: TopicRef) ->
     counts = await repo.live_member_counts([g.id for g in rows], now_ms())
     out = []
     for group in rows:
-        lags = await partition_lags(repo, log, topic, group.id)
+        lags = await partition_lags(session, log, topic, group.id)
         out.append(GroupSummary(group.name, counts.get(group.id, 0), sum(p.lag for p in lags)))
     return out
 
@@ -206,7 +209,7 @@ async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef,
     repo = GroupRepository.from_session(session)
     group = await get_group(session, topic, name)
     counts = await repo.live_member_counts([group.id], now_ms())
-    lags = await partition_lags(repo, log, topic, group.id)
+    lags = await partition_lags(session, log, topic, group.id)
     return GroupDetail(group.name, topic.name, counts.get(group.id, 0), lags, config_of(group))
 
 
@@ -260,9 +263,8 @@ async def delivery_stats(
     The oldest unacked message of a partition is the one at the group's ``current`` offset (everything
     below is acked); its age is read from that one record's timestamp, once per lagging partition.
     """
-    repo = GroupRepository.from_session(session)
-    rows = await repo.all_partition_offsets()
-    in_flight = await repo.unacked_counts()
+    rows = await PartitionRepository.from_session(session).all_partition_offsets()
+    in_flight = await LeaseRepository.from_session(session).unacked_counts()
     depths = await DeadLetterRepository.from_session(session).depths()
     now = now_ms()
     stats: dict[str, GroupStats] = {}

@@ -19,7 +19,9 @@ from app.broker.publishing import TopicRef
 from app.broker.reading import check_partition, parse_timestamp
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.group_repositories import GroupRepository
+from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup
+from app.stores.metadata.partition_repositories import PartitionRepository
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +47,7 @@ async def get_offsets(
     if partition is not None:
         check_partition(topic, partition)
     group = await groups.get_group(session, topic, name)
-    lags = await groups.partition_lags(GroupRepository.from_session(session), log, topic, group.id)
+    lags = await groups.partition_lags(session, log, topic, group.id)
     return [lag for lag in lags if partition is None or lag.partition == partition]
 
 
@@ -60,7 +62,7 @@ async def _resolve(log: LogEngine, topic: TopicRef, partition: int, target: str 
 
 
 async def _move(
-    repo: GroupRepository,
+    session: AsyncSession,
     log: LogEngine,
     topic: TopicRef,
     group: ConsumerGroup,
@@ -68,12 +70,13 @@ async def _move(
 ) -> list[Position]:
     """Set committed and position of partitions and drop their in-flight leases."""
     numbers = sorted(targets)
+    repo = PartitionRepository.from_session(session)
     have = {s.partition for s in await repo.lock_partitions(group.id, numbers=numbers)}
     await repo.add_partitions(group.id, [p for p in numbers if p not in have])
     offsets = {p: await _resolve(log, topic, p, targets[p]) for p in numbers}
     await repo.set_offsets(group.id, offsets)
     await repo.bump_epochs(group.id, numbers)  # a push owner drops what it holds in memory there
-    await repo.drop_partition_leases(group.id, numbers)
+    await LeaseRepository.from_session(session).drop_partition_leases(group.id, numbers)
     return [Position(p, o) for p, o in offsets.items()]
 
 
@@ -106,7 +109,7 @@ async def seek(
         assert offset is not None
         target = offset
     group = await groups.get_group(session, topic, name)
-    (moved,) = await _move(GroupRepository.from_session(session), log, topic, group, {partition: target})
+    (moved,) = await _move(session, log, topic, group, {partition: target})
     return moved
 
 
@@ -124,7 +127,7 @@ async def reset_live(
         check_partition(topic, partition)
     group = await groups.get_group(session, topic, name)
     numbers: Sequence[int] = [partition] if partition is not None else range(topic.partitions)
-    return await _move(GroupRepository.from_session(session), log, topic, group, {p: target for p in numbers})
+    return await _move(session, log, topic, group, {p: target for p in numbers})
 
 
 async def reset_stopped(
@@ -135,4 +138,4 @@ async def reset_stopped(
     repo = GroupRepository.from_session(session)
     group = await groups.get_group(session, topic, name, for_update=True)
     await groups.require_stopped(repo, group, "resetting its offsets")
-    return await _move(repo, log, topic, group, {p: target for p in range(topic.partitions)})
+    return await _move(session, log, topic, group, {p: target for p in range(topic.partitions)})

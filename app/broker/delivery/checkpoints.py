@@ -38,12 +38,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.broker.publishing import TopicRef
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import (
-    GroupRepository,
-    LeaseState,
-    OwnedPartition,
-    checkpoint_express,
-)
+from app.stores.metadata.lease_repositories import LeaseRepository, LeaseState
+from app.stores.metadata.partition_repositories import OwnedPartition, PartitionRepository, checkpoint_express
 
 
 @dataclass(slots=True)
@@ -82,10 +78,11 @@ class Claim:
 
 async def read_claim(session: AsyncSession, group_id: str, member_id: str) -> Claim:
     """The partitions a member owns or holds, with the leased offsets past their positions."""
-    repo = GroupRepository.from_session(session)
-    owned = await repo.owned_partitions(group_id, member_id)
+    partition_rows = PartitionRepository.from_session(session)
+    lease_rows = LeaseRepository.from_session(session)
+    owned = await partition_rows.owned_partitions(group_id, member_id)
     mine = [o.partition for o in owned if o.member_id == member_id and o.held_by is None]
-    return Claim(owned, await repo.leases_from_position(group_id, mine))
+    return Claim(owned, await lease_rows.leases_from_position(group_id, mine))
 
 
 async def start_position(log: LogEngine, topic: TopicRef, owned: OwnedPartition) -> int:
@@ -110,18 +107,19 @@ async def checkpoint(
     else:
         fenced = set()
         async with metadata.session() as session:
-            repo = GroupRepository.from_session(session)
+            partition_rows = PartitionRepository.from_session(session)
+            lease_rows = LeaseRepository.from_session(session)
             for part, floor in work:
-                ok = await repo.checkpoint(
+                ok = await partition_rows.checkpoint(
                     group_id, member_id, part.partition, part.epoch, floor, release=False
                 )
                 if not ok:
                     fenced.add(part.partition)
                     continue
                 rows = written[part.partition]
-                await repo.put_leases(group_id, [_acked_row(part.partition, o) for o in rows])
+                await lease_rows.put_leases(group_id, [_acked_row(part.partition, o) for o in rows])
                 if part.acked_row_max >= 0:  # earlier acked rows the floor may have passed now
-                    await repo.drop_acked_below_committed(group_id, [part.partition])
+                    await lease_rows.drop_acked_below_committed(group_id, [part.partition])
                 part.acked_row_max = max([part.acked_row_max, *rows])
     for part, floor in work:
         if part.partition not in fenced:
@@ -138,18 +136,19 @@ async def release(
     """Let go of a partition: its in-flight leases become rows held by the member (deadlines running),
     acks above the floor acked rows, ``position`` the member's read position. Fenced like ``checkpoint``;
     with no memory of the partition (``part`` None) it only lets go at the stored position."""
-    repo = GroupRepository.from_session(session)
+    partition_rows = PartitionRepository.from_session(session)
+    lease_rows = LeaseRepository.from_session(session)
     if part is None:
-        return await repo.unhold(group_id, member_id, owned.partition)
-    if not await repo.checkpoint(
+        return await partition_rows.unhold(group_id, member_id, owned.partition)
+    if not await partition_rows.checkpoint(
         group_id, member_id, part.partition, part.epoch, part.position, release=True
     ):
         return False
     rows = [LeaseState(part.partition, o, member_id, 1, d, False) for o, d in part.in_flight.items()]
     rows += [_acked_row(part.partition, o) for o in part.pending_acks(part.floor)]
-    await repo.put_leases(group_id, rows)
+    await lease_rows.put_leases(group_id, rows)
     # The checkpoint computed ``committed`` before these rows existed: once more, with them.
-    await repo.advance_committed(group_id, [part.partition])
+    await partition_rows.advance_committed(group_id, [part.partition])
     return True
 
 
@@ -164,11 +163,12 @@ async def materialize(
     # of the row later commits past it even if nothing else is acked meanwhile.
     floor = next((o for o in part.in_flight if o not in gone), part.position)
     async with metadata.session() as session:
-        repo = GroupRepository.from_session(session)
-        if not await repo.lock_owned(group_id, member_id, part.partition, part.epoch):
+        partition_rows = PartitionRepository.from_session(session)
+        lease_rows = LeaseRepository.from_session(session)
+        if not await partition_rows.lock_owned(group_id, member_id, part.partition, part.epoch):
             return False
-        await repo.put_leases(group_id, rows)
-        await repo.checkpoint(group_id, member_id, part.partition, part.epoch, floor, release=False)
+        await lease_rows.put_leases(group_id, rows)
+        await partition_rows.checkpoint(group_id, member_id, part.partition, part.epoch, floor, release=False)
     for offset in offsets:
         del part.in_flight[offset]
     return True

@@ -42,7 +42,9 @@ from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, LogEngineError, Record
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import CallerView, GroupRepository, LeaseState, PartitionState
+from app.stores.metadata.group_repositories import CallerView, GroupRepository
+from app.stores.metadata.lease_repositories import LeaseRepository, LeaseState
+from app.stores.metadata.partition_repositories import PartitionRepository, PartitionState
 
 MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30
@@ -227,18 +229,20 @@ async def _poll_once(
     fresh: bool = True,
 ) -> Polled:
     repo = GroupRepository.from_session(session)
+    partition_rows = PartitionRepository.from_session(session)
+    lease_rows = LeaseRepository.from_session(session)
     now = now_ms()
     view = await _caller(
         repo, topic, group_name, member_id, generation, now, extra_ms=wait_ms, maintain=True, touch=heartbeat
     )
-    owned = await repo.lock_partitions(view.group_id, member_id=member_id)
+    owned = await partition_rows.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
         return Polled([], ack_timeout_ms=view.ack_timeout_ms)
     numbers = [s.partition for s in owned]
     deadline_ms = now + view.ack_timeout_ms
     delivered: list[tuple[int, int, int, Record]] = []  # partition, offset, attempt, record
 
-    due = await repo.due_leases(view.group_id, numbers, now, max_messages)
+    due = await lease_rows.due_leases(view.group_id, numbers, now, max_messages)
     found = await dlq.records_for(
         log, topic, view.group_id, [(d.partition, d.offset, d.replay_offset) for d in due]
     )
@@ -270,7 +274,7 @@ async def _poll_once(
     started: dict[int, int] = {}
     positions: dict[int, int] = {}
     # Leases past a partition's position (a push member's checkpoint): already acked, or due on their own.
-    ahead = await repo.leases_from_position(view.group_id, numbers) if fresh else {}
+    ahead = await lease_rows.leases_from_position(view.group_id, numbers) if fresh else {}
     start = random.randrange(len(owned))  # no partition starves another of the budget
     for state in owned[start:] + owned[:start] if fresh else ():
         position = positions[state.partition] = await _position_of(log, topic, state, started)
@@ -288,21 +292,21 @@ async def _poll_once(
             moved[state.partition] = positions[state.partition] = records[-1].offset + 1
             budget -= len(records)
 
-    await repo.renew_leases(view.group_id, member_id, deadline_ms, renewed)
-    await repo.drop_leases(view.group_id, vanished)
-    await repo.reschedule_leases(view.group_id, schedule)
+    await lease_rows.renew_leases(view.group_id, member_id, deadline_ms, renewed)
+    await lease_rows.drop_leases(view.group_id, vanished)
+    await lease_rows.reschedule_leases(view.group_id, schedule)
     await dlq.dead_letter(session, log, topic, view.group_id, failures)
-    await repo.add_leases(view.group_id, member_id, deadline_ms, first)
-    await repo.set_offsets(view.group_id, started)
-    await repo.set_offsets(view.group_id, moved, position_only=True)
+    await lease_rows.add_leases(view.group_id, member_id, deadline_ms, first)
+    await partition_rows.set_offsets(view.group_id, started)
+    await partition_rows.set_offsets(view.group_id, moved, position_only=True)
     if vanished:
-        await repo.advance_committed(view.group_id, sorted({p for p, _ in vanished}))
+        await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in vanished}))
 
     if not delivered:
         return Polled(
             [],
             positions,
-            await repo.next_deadline(view.group_id, numbers),
+            await lease_rows.next_deadline(view.group_id, numbers),
             ack_timeout_ms=view.ack_timeout_ms,
         )
     delivered.sort(key=lambda d: (d[0], d[1]))
@@ -318,7 +322,7 @@ async def _poll_once(
         ids=[message_ids.encode(topic.id, p, o, prefix=topic.id_prefix) for p, o, _, _ in delivered],
         deadline_ms=deadline_ms,
         ack_timeout_ms=view.ack_timeout_ms,
-        next_deadline_ms=await repo.next_deadline(view.group_id, numbers) if not fresh else None,
+        next_deadline_ms=await lease_rows.next_deadline(view.group_id, numbers) if not fresh else None,
     )
 
 
@@ -372,6 +376,8 @@ async def _settle_ids(
 
     async def work(session: AsyncSession) -> tuple[set[Key], dict[Key, str]]:
         repo = GroupRepository.from_session(session)
+        partition_rows = PartitionRepository.from_session(session)
+        lease_rows = LeaseRepository.from_session(session)
         now = now_ms()
         view = await _caller(repo, topic, group_name, member_id, generation, now, touch=heartbeat)
         if not located:
@@ -379,10 +385,10 @@ async def _settle_ids(
         keys = sorted(located)
         numbers = sorted({p for p, _ in keys})
         # Locks the partitions an ack may move the committed offset of (ordered: no deadlocks).
-        state = {s.partition: s for s in await repo.lock_partitions(view.group_id, numbers=numbers)}
-        done = await repo.settle(view.group_id, member_id, now, keys, values_at(now))
+        state = {s.partition: s for s in await partition_rows.lock_partitions(view.group_id, numbers=numbers)}
+        done = await lease_rows.settle(view.group_id, member_id, now, keys, values_at(now))
         rest = [k for k in keys if k not in done]
-        known = await repo.leases_among(view.group_id, rest)
+        known = await lease_rows.leases_among(view.group_id, rest)
         codes: dict[Key, str] = {}
         for key in rest:
             lease, part = known.get(key), state.get(key[0])
@@ -398,7 +404,7 @@ async def _settle_ids(
             else:
                 codes[key] = "MESSAGE_NOT_FOUND"
         if commit:
-            await repo.advance_committed(view.group_id, numbers)
+            await partition_rows.advance_committed(view.group_id, numbers)
         if then is not None and done:
             await then(session, view, done, now)
         return done, codes
@@ -462,8 +468,9 @@ async def nack(
         policy = dlq.Policy.of(view.dead_letter)
         if policy is None:
             return
-        repo = GroupRepository.from_session(session)
-        nacked = await repo.leases_among(view.group_id, sorted(done))
+        partition_rows = PartitionRepository.from_session(session)
+        lease_rows = LeaseRepository.from_session(session)
+        nacked = await lease_rows.leases_among(view.group_id, sorted(done))
         exhausted: list[LeaseState] = []
         schedule: list[tuple[int, int, int, str]] = []
         for (p, o), lease in nacked.items():
@@ -471,9 +478,11 @@ async def nack(
                 exhausted.append(lease)
             elif delay_ms is None:
                 schedule.append((p, o, now + dlq.retry_delay_ms(policy, lease.attempt), why))
-        await repo.reschedule_leases(view.group_id, schedule)
+        await lease_rows.reschedule_leases(view.group_id, schedule)
         if exhausted:
-            replays = await repo.replay_offsets(view.group_id, [(x.partition, x.offset) for x in exhausted])
+            replays = await lease_rows.replay_offsets(
+                view.group_id, [(x.partition, x.offset) for x in exhausted]
+            )
             found = await dlq.records_for(
                 log,
                 topic,
@@ -488,8 +497,8 @@ async def nack(
             gone = [(x.partition, x.offset) for x in exhausted if (x.partition, x.offset) not in found]
             await dlq.dead_letter(session, log, topic, view.group_id, failures)
             if gone:  # retention removed it meanwhile: nothing to keep
-                await repo.drop_leases(view.group_id, gone)
-                await repo.advance_committed(view.group_id, sorted({p for p, _ in gone}))
+                await lease_rows.drop_leases(view.group_id, gone)
+                await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in gone}))
 
     return await _settle_ids(
         metadata,

@@ -28,7 +28,9 @@ from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
+from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup, GroupMember
+from app.stores.metadata.partition_repositories import PartitionRepository
 
 START_FROM = ("earliest", "latest")
 _MEMBER_ID = re.compile(r"^csr_[A-Za-z0-9]{1,28}$")
@@ -91,15 +93,17 @@ async def settle(
 ) -> int:
     """With the group row locked: sweep expired members, cover new partitions, rebalance if anything
     changed. Returns the group's generation afterwards."""
+    partition_rows = PartitionRepository.from_session(repo.session)
+    lease_rows = LeaseRepository.from_session(repo.session)
     gone = list(gone or ()) + await repo.remove_expired_members(group.id, now)
     grown = topic_partitions > group.partition_count
     if grown:
-        have = {s.partition for s in await repo.partitions(group.id)}
-        await repo.add_partitions(group.id, [p for p in range(topic_partitions) if p not in have])
+        have = {s.partition for s in await partition_rows.partitions(group.id)}
+        await partition_rows.add_partitions(group.id, [p for p in range(topic_partitions) if p not in have])
     if not (changed or gone or grown):
         return group.generation
     live = await repo.live_members(group.id, now)
-    state = await repo.partitions(group.id)
+    state = await partition_rows.partitions(group.id)
     current = {s.partition: s.member_id for s in state}
     wanted = assign(topic_partitions, live, current)
     moved = {p: m for p, m in wanted.items() if current.get(p) != m}
@@ -108,12 +112,12 @@ async def settle(
     losing = sorted({owner for p in moved if (owner := current.get(p)) is not None})
     pushers = await repo.push_members(group.id, losing)
     held = {p: owner for p in moved if (owner := current.get(p)) in pushers}
-    await repo.set_owners(group.id, moved, held)
-    await repo.clear_held(group.id, gone)
+    await partition_rows.set_owners(group.id, moved, held)
+    await partition_rows.clear_held(group.id, gone)
     # Leases of members that are gone become due now, for the partitions' new owners. Leases of members
     # still alive keep their deadline: a message is never redelivered while its ack deadline holds.
     # (Partitions before leases: the lock order every unit of work keeps.)
-    await repo.release_member_leases(group.id, gone, now)
+    await lease_rows.release_member_leases(group.id, gone, now)
     generation = group.generation + 1
     await repo.set_generation(group.id, generation, max(topic_partitions, group.partition_count))
     return generation
@@ -124,7 +128,8 @@ async def _start_positions(
 ) -> None:
     """Give partitions without a position one: ``startFrom`` while the group has committed nothing yet,
     else the earliest retained offset (a partition added later is read from its start)."""
-    state = await repo.partitions(group_id)
+    partition_rows = PartitionRepository.from_session(repo.session)
+    state = await partition_rows.partitions(group_id)
     unset = [s.partition for s in state if s.position is None]
     if not unset:
         return
@@ -133,7 +138,7 @@ async def _start_positions(
     for p in unset:
         info = await log.partition_info(topic.id, p)
         offsets[p] = info.latest_offset if fresh and start_from == "latest" else info.earliest_offset
-    await repo.set_offsets(group_id, offsets)
+    await partition_rows.set_offsets(group_id, offsets)
 
 
 def _assigned(state_owner: dict[int, str | None], member_id: str) -> list[int]:
@@ -166,6 +171,7 @@ async def join(
 
     async def work(session: AsyncSession) -> Membership:
         repo = GroupRepository.from_session(session)
+        partition_rows = PartitionRepository.from_session(session)
         group = await groups.ensure_group(session, topic, group_name)
         now = now_ms()
         text = session_timeout if session_timeout is not None else group.session_timeout
@@ -192,7 +198,7 @@ async def join(
             changed = True
         generation = await settle(repo, group, topic.partitions, now, changed=changed)
         await _start_positions(repo, log, topic, group.id, start_from)
-        owners = {s.partition: s.member_id for s in await repo.partitions(group.id)}
+        owners = {s.partition: s.member_id for s in await partition_rows.partitions(group.id)}
         return Membership(
             member.id,
             generation,
@@ -212,6 +218,7 @@ async def heartbeat(
 
     async def work(session: AsyncSession) -> Heartbeat:
         repo = GroupRepository.from_session(session)
+        partition_rows = PartitionRepository.from_session(session)
         group = await repo.get(topic.id, group_name, for_update=True)
         if group is None:
             raise member_not_found(member_id, group_name)
@@ -224,7 +231,7 @@ async def heartbeat(
         current = await settle(repo, group, topic.partitions, now)
         if not alive:
             raise member_not_found(member_id, group_name)
-        owners = {s.partition: s.member_id for s in await repo.partitions(group.id)}
+        owners = {s.partition: s.member_id for s in await partition_rows.partitions(group.id)}
         return Heartbeat(current, generation != current, _assigned(owners, member_id))
 
     return await committing_fences(metadata, work)

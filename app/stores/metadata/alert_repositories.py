@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Self, cast
+from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Table, and_, delete, insert, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.stores.metadata.base import Repository
 from app.stores.metadata.models import AlertAttempt, AlertEndpoint, AlertEvent
 
 endpoints = cast(Table, AlertEndpoint.__table__)
@@ -35,17 +35,8 @@ class Claimed:
     open_until_ms: int | None
 
 
-class AlertRepository:
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    @classmethod
-    def from_session(cls, session: AsyncSession) -> Self:
-        return cls(session)
-
-    @property
-    def _postgres(self) -> bool:
-        return self.session.get_bind().dialect.name == "postgresql"
+class AlertRepository(Repository):
+    """Alert endpoints, the outbox of alert events, and delivery attempts."""
 
     # endpoints ------------------------------------------------------------------------------------
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Self, cast
+from typing import Any, cast
 
 from sqlalchemy import Table, delete, func, insert, select, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ConsumerGroup, DeadLetter, DlqAuditEntry, Topic
 
 dead_letters = cast(Table, DeadLetter.__table__)
@@ -36,13 +36,8 @@ _COLUMNS = (
 )
 
 
-class DeadLetterRepository:
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    @classmethod
-    def from_session(cls, session: AsyncSession) -> Self:
-        return cls(session)
+class DeadLetterRepository(Repository):
+    """A group's dead letters, their alert state and the audit trail."""
 
     async def add(self, group_id: str, rows: Sequence[DeadLetterRow]) -> None:
         if rows:

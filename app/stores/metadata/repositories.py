@@ -4,24 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Self
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ApiKey, Project, Topic, User
 
 
-class _Repository:
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    @classmethod
-    def from_session(cls, session: AsyncSession) -> Self:
-        return cls(session)
-
-
-class UserRepository(_Repository):
+class UserRepository(Repository):
     async def get_by_email(self, email: str) -> User | None:
         result = await self.session.execute(select(User).where(User.email == email))
         return result.scalar_one_or_none()
@@ -32,7 +22,7 @@ class UserRepository(_Repository):
         return user
 
 
-class ProjectRepository(_Repository):
+class ProjectRepository(Repository):
     async def get(self, ref: str, *, for_update: bool = False) -> Project | None:
         """By id or by name."""
         stmt = select(Project).where((Project.id == ref) | (Project.name == ref))
@@ -51,7 +41,7 @@ class ProjectRepository(_Repository):
         return project
 
 
-class ApiKeyRepository(_Repository):
+class ApiKeyRepository(Repository):
     async def get(self, key_id: str) -> ApiKey | None:
         return await self.session.get(ApiKey, key_id)
 
@@ -109,7 +99,7 @@ class ApiKeyRepository(_Repository):
         )
 
 
-class TopicRepository(_Repository):
+class TopicRepository(Repository):
     async def get_by_name(self, project_id: str, environment: str, name: str) -> Topic | None:
         result = await self.session.execute(
             select(Topic).where(

@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Self, cast
+from typing import cast
 
 from sqlalchemy import Table, case, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.stores.metadata.base import Repository
 from app.stores.metadata.models import UsageRollup, UsageRollupProgress
 
 GRANULARITIES = ("minute", "hour", "day")
@@ -45,13 +44,8 @@ class Rollup:
     peak_requests_per_second: int = 0
 
 
-class UsageRollupRepository:
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-
-    @classmethod
-    def from_session(cls, session: AsyncSession) -> Self:
-        return cls(session)
+class UsageRollupRepository(Repository):
+    """Usage rollups and how far into the usage topic they got."""
 
     async def next_offset(self, source: str) -> int:
         """The next offset of ``source`` to roll up (0 before the first run)."""
@@ -131,7 +125,3 @@ class UsageRollupRepository:
                 )
             )
         return out
-
-    def _insert(self, table: Table) -> postgresql.Insert | sqlite.Insert:
-        dialect = self.session.get_bind().dialect.name
-        return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
