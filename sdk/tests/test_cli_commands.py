@@ -231,6 +231,7 @@ class TestOverview:
         assert overview.returncode == 0, overview.stderr
         data = json.loads(overview.stdout)
         assert data["topic"]["name"] == spread_topic and data["topic"]["partitions"] == 3
+        assert data["topic"]["replicas"] == 1
         assert [(p["id"], p["messages"]) for p in data["partitions"]] == [(0, 2), (1, 2), (2, 2)]
         [summary] = data["groups"]
         assert summary["name"] == group and summary["lag"] == 5 and summary["consumers"] == 0
@@ -238,6 +239,7 @@ class TestOverview:
         assert sum(p["lag"] for p in summary["partitions"]) == 5
         human = run(env, "overview", spread_topic, "-o", "human").stdout
         assert "PARTITION" in human and "LAG" in human and group in human
+        assert f"{spread_topic}  3 partitions, 1 replica, retention 7d," in human
 
 
 class TestBench:

@@ -50,8 +50,9 @@ def cmd_overview(client: QueueCore, args: argparse.Namespace) -> int:
         emit(overview)
         return EXIT_OK
     topic = overview["topic"]
+    copies = f"{topic['replicas']} replica" + ("" if topic["replicas"] == 1 else "s")
     print(
-        f"{topic['name']}  {topic['partitions']} partitions, retention {topic['retention']}, "
+        f"{topic['name']}  {topic['partitions']} partitions, {copies}, retention {topic['retention']}, "
         f"{topic['delivery']}, {topic['status']}, created {topic['createdAt']}"
     )
     print()
