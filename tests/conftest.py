@@ -17,7 +17,12 @@ from app.settings import Settings
 from app.stores.metadata.database import MetadataStore
 from tests.fixtures.factories import ProjectKeys, make_project
 
-pytest_plugins = ["tests.fixtures.database", "tests.fixtures.server", "tests.fixtures.webhooks"]
+pytest_plugins = [
+    "tests.fixtures.database",
+    "tests.fixtures.nats",
+    "tests.fixtures.server",
+    "tests.fixtures.webhooks",
+]
 
 BACKENDS = ["sqlite", "postgres"]
 

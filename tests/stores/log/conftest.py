@@ -2,7 +2,8 @@
 
 A conformance test asks for ``engine`` (an open engine of the backend named by the indirect parameter)
 and, to test restarts, ``log_backend.reopen()``: close the engine and open a new one on the same storage.
-Only ``local`` exists so far; ``jetstream`` joins ``BACKENDS`` when it lands.
+``jetstream`` runs against the session's real 3-node cluster (``tests/fixtures/nats.py``); its
+"storage" is the cluster, so ``reopen`` is a new engine (a new connection) on the same streams.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from app.settings import LogSettings
+from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
 from app.stores.log.local import LocalLogEngine
 from app.stores.log.protocol import LogEngine
 
-BACKENDS = ["local"]
+BACKENDS = ["local", "jetstream"]
 
 # Small segments so that rolls and retention happen with little data.
 LOCAL_SETTINGS = LogSettings(
@@ -32,14 +34,17 @@ LOCAL_SETTINGS = LogSettings(
 class LogBackend:
     """Opens engines of one kind on one storage location."""
 
-    def __init__(self, kind: str, root: Path) -> None:
+    def __init__(self, kind: str, root: Path, nats_url: str = "") -> None:
         self.kind = kind
         self.root = root
+        self.nats_url = nats_url
         self.current: LogEngine | None = None
 
     def _make(self) -> LogEngine:
         if self.kind == "local":
             return LocalLogEngine(self.root, LOCAL_SETTINGS)
+        if self.kind == "jetstream":
+            return JetStreamLogEngine(JetStreamConfig(servers=tuple(self.nats_url.split(","))))
         raise ValueError(self.kind)
 
     async def open(self) -> LogEngine:
@@ -63,7 +68,8 @@ class LogBackend:
 
 @pytest.fixture
 async def log_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LogBackend]:
-    backend = LogBackend(request.param, tmp_path / "log")
+    nats_url = request.getfixturevalue("nats_cluster").url if request.param == "jetstream" else ""
+    backend = LogBackend(request.param, tmp_path / "log", nats_url)
     try:
         yield backend
     finally:

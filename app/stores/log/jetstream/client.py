@@ -1,0 +1,198 @@
+"""The few JetStream calls the engine makes, over one nats-py connection, with NATS's failures turned into
+the engine's errors: a call that cannot be answered now is ``EngineUnavailable`` (503), a stream that does
+not exist is ``UnknownLog``.
+
+- ``api``: a ``$JS.API`` request (stream create/update/delete/info/names/purge).
+- ``append``: records into one stream, as one message or as an atomic batch (ADR-50: every message
+  carries ``Nats-Batch-Id`` and its ``Nats-Batch-Sequence``; only the last, with ``Nats-Batch-Commit``, is
+  a request, and its ack says where the batch landed). All of it is stored, on a quorum, or none of it.
+- ``direct_get``: a batch direct get (``$JS.API.DIRECT.GET``), answered by any replica, ending with an
+  end-of-batch status. Replies come to one wildcard inbox subscription shared by every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import nats.errors
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from app.stores.log.protocol import EngineUnavailable, LogEngineError, UnknownLog
+
+STREAM_NOT_FOUND = 10059
+BATCH_DUPLICATE_ID = 10201  # an atomic batch whose Nats-Msg-Id was seen: applied already
+_NOT_FOUND_STATUS = "404"
+_END_OF_BATCH_STATUS = "204"
+_UNAVAILABLE = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionDrainingError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+    nats.errors.UnexpectedEOF,
+    asyncio.TimeoutError,
+    OSError,
+)
+
+
+class NoStream(EngineUnavailable):
+    """Nothing answered on a stream's subject: the stream is gone, or none of its replicas serves now."""
+
+
+class AlreadyApplied(LogEngineError):
+    """An atomic batch carrying a message id the stream has seen: a roll-forward that was done before."""
+
+
+class JetStreamError(LogEngineError):
+    """JetStream refused a call (``code``, ``err_code`` and its description)."""
+
+    def __init__(self, code: int, err_code: int, description: str) -> None:
+        super().__init__(f"{description} (JetStream {code}/{err_code})")
+        self.code, self.err_code = code, err_code
+
+
+class StoredAt:
+    """Where an append landed: the sequence of its last message and how many it stored."""
+
+    __slots__ = ("count", "last_seq")
+
+    def __init__(self, last_seq: int, count: int) -> None:
+        self.last_seq, self.count = last_seq, count
+
+
+class JetStreamClient:
+    """JetStream over one connection (see the module docstring)."""
+
+    def __init__(self, nc: Client, timeout: float) -> None:
+        self.nc = nc
+        self.timeout = timeout
+        self._inbox = ""
+        self._replies: dict[str, asyncio.Queue[Msg]] = {}
+        self._ids = itertools.count()
+        self._batch_ids = itertools.count()
+        self._batch_prefix = nc.new_inbox().rsplit(".", 1)[-1]
+
+    async def start(self) -> None:
+        self._inbox = self.nc.new_inbox()
+        await self.nc.subscribe(self._inbox + ".*", cb=self._on_reply)
+
+    async def _on_reply(self, msg: Msg) -> None:
+        queue = self._replies.get(msg.subject.rsplit(".", 1)[-1])
+        if queue is not None:
+            queue.put_nowait(msg)
+
+    async def api(
+        self, subject: str, body: dict[str, Any] | None = None, *, stream: str = ""
+    ) -> dict[str, Any]:
+        """One ``$JS.API`` call; its JSON answer, or the matching engine error."""
+        try:
+            reply = await self.nc.request(
+                "$JS.API." + subject, orjson.dumps(body) if body is not None else b"", timeout=self.timeout
+            )
+        except _UNAVAILABLE as exc:
+            raise EngineUnavailable(f"JetStream did not answer {subject}: {type(exc).__name__}") from exc
+        answer: dict[str, Any] = orjson.loads(reply.data)
+        error = answer.get("error")
+        if error:
+            raise _error(error, stream)
+        return answer
+
+    async def append(
+        self, subject: str, payloads: Sequence[bytes], *, msg_id: str | None = None, stream: str = ""
+    ) -> StoredAt:
+        """Store ``payloads`` in the stream of ``subject``, all or nothing, in this order, contiguously."""
+        try:
+            if len(payloads) == 1:
+                headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+                reply = await self.nc.request(subject, payloads[0], timeout=self.timeout, headers=headers)
+            else:
+                batch = f"{self._batch_prefix}{next(self._batch_ids)}"
+                last = len(payloads) - 1
+                publish = self.nc.publish
+                for i in range(last):
+                    headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
+                    if i == 0 and msg_id:
+                        headers["Nats-Msg-Id"] = msg_id
+                    await publish(subject, payloads[i], headers=headers)
+                reply = await self.nc.request(
+                    subject,
+                    payloads[last],
+                    timeout=self.timeout,
+                    headers={
+                        "Nats-Batch-Id": batch,
+                        "Nats-Batch-Sequence": str(last + 1),
+                        "Nats-Batch-Commit": "1",
+                    },
+                )
+        except nats.errors.NoRespondersError:
+            raise NoStream(f"nothing stores {subject}") from None
+        except _UNAVAILABLE as exc:
+            raise EngineUnavailable(f"JetStream did not acknowledge an append: {type(exc).__name__}") from exc
+        if not reply.data:  # a status with no body: no stream listens on the subject
+            raise NoStream(f"nothing stores {subject}")
+        ack: dict[str, Any] = orjson.loads(reply.data)
+        error = ack.get("error")
+        if error:
+            if error.get("err_code") == BATCH_DUPLICATE_ID:
+                raise AlreadyApplied(msg_id or "")
+            raise _error(error, stream)
+        if ack.get("duplicate"):
+            raise AlreadyApplied(msg_id or "")
+        return StoredAt(int(ack["seq"]), len(payloads))
+
+    async def direct_get(
+        self, stream: str, seq: int, batch: int, max_bytes: int, *, start_time: str | None = None
+    ) -> list[tuple[int, bytes, Msg]]:
+        """Up to ``batch`` messages from sequence ``seq`` on (the first at or after ``start_time`` when given),
+        at least one even past ``max_bytes``: ``[(sequence, payload, msg)]``; ``[]`` when none is there."""
+        token = str(next(self._ids))
+        queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self._replies[token] = queue
+        body: dict[str, Any] = {"batch": batch, "max_bytes": max_bytes}
+        if start_time is not None:
+            body["start_time"] = start_time
+        else:
+            body["seq"] = seq
+        found: list[tuple[int, bytes, Msg]] = []
+        try:
+            await self.nc.publish(
+                f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=f"{self._inbox}.{token}"
+            )
+            while True:
+                msg = await asyncio.wait_for(queue.get(), self.timeout)
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status is None and "Nats-Sequence" in headers:
+                    found.append((int(headers["Nats-Sequence"]), msg.data, msg))
+                    if len(found) >= batch:
+                        # The end-of-batch status may still come; its queue goes with the token.
+                        return found
+                    continue
+                if status in (_END_OF_BATCH_STATUS, _NOT_FOUND_STATUS) or status is None:
+                    return found
+                if status == "503":
+                    raise NoStream(f"no replica of {stream} answers")
+                raise EngineUnavailable(f"direct get on {stream} answered {status}")
+        except _UNAVAILABLE as exc:
+            raise EngineUnavailable(
+                f"JetStream did not answer a read of {stream}: {type(exc).__name__}"
+            ) from exc
+        finally:
+            del self._replies[token]
+
+
+def _error(error: dict[str, Any], stream: str) -> LogEngineError:
+    code, err_code = int(error.get("code", 0)), int(error.get("err_code", 0))
+    description = str(error.get("description", "JetStream error"))
+    if err_code == STREAM_NOT_FOUND:
+        return UnknownLog(f"no stream {stream}" if stream else description)
+    if code in (408, 503) or code >= 500:
+        return EngineUnavailable(description)
+    return JetStreamError(code, err_code, description)

@@ -1,0 +1,126 @@
+"""How QueueCore's logs and records are spelled in JetStream: stream and subject names, the record frame,
+and the chunks of a transaction's commit record.
+
+A record travels as the payload of one JetStream message, framed so that no NATS header carries user bytes
+(header values may not hold CR/LF, and every header is parsed by every reader)::
+
+    >q timestamp_ms | >i key length (-1: none) | >i headers length (-1: none) | key | headers | value
+
+A commit record (see ``transactions``) is an atomic batch of chunks; a chunk holds records of one partition::
+
+    >H topic id length | topic id | >I partition | >I count | count × (>I frame length | frame)
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator, Sequence
+
+from app.stores.log.protocol import Record, RecordIn
+
+_FRAME = struct.Struct(">qii")
+_LENGTH = struct.Struct(">I")
+_CHUNK_HEAD = struct.Struct(">I I")
+_SAFE = re.compile(r"[A-Za-z0-9_]+")
+
+STREAM_PREFIX = "QC_"
+SUBJECT_PREFIX = "qc.log."
+TXN_STREAM = "QC__TXN"
+TXN_SUBJECT_PREFIX = "qc.txn."
+# A commit record's chunks stay well under the cluster's max_payload (2 MiB in infra/nats_cluster.py;
+# NATS's default is 1 MiB): a chunk is cut once it passes this, so one holds at least one record.
+CHUNK_BYTES = 512 * 1024
+
+
+def token(topic_id: str) -> str:
+    """A topic id as one subject token and part of a stream name (``t<id>``, or ``x<hex>`` when the id has
+    characters neither may hold)."""
+    if _SAFE.fullmatch(topic_id):
+        return "t" + topic_id
+    return "x" + topic_id.encode().hex()
+
+
+def topic_of_token(value: str) -> str:
+    return value[1:] if value.startswith("t") else bytes.fromhex(value[1:]).decode()
+
+
+def stream_name(topic_id: str, partition: int) -> str:
+    return f"{STREAM_PREFIX}{token(topic_id)}_{partition}"
+
+
+def subject(topic_id: str, partition: int) -> str:
+    return f"{SUBJECT_PREFIX}{token(topic_id)}.{partition}"
+
+
+def parse_stream_name(name: str) -> tuple[str, int] | None:
+    """``(topic_id, partition)`` of one of our partition streams, or None for any other stream."""
+    if not name.startswith(STREAM_PREFIX) or name == TXN_STREAM:
+        return None
+    head, _, partition = name[len(STREAM_PREFIX) :].rpartition("_")
+    if not head or not partition.isdigit():
+        return None
+    try:
+        return topic_of_token(head), int(partition)
+    except ValueError:
+        return None
+
+
+def encode(record: RecordIn, timestamp_ms: int) -> bytes:
+    """One record's frame (``timestamp_ms`` stands in for a record given 0)."""
+    key, headers = record.key, record.headers
+    head = _FRAME.pack(
+        record.timestamp_ms or timestamp_ms,
+        -1 if key is None else len(key),
+        -1 if headers is None else len(headers),
+    )
+    return b"".join((head, key or b"", headers or b"", record.value))
+
+
+def decode(offset: int, frame: bytes) -> Record:
+    timestamp_ms, key_length, headers_length = _FRAME.unpack_from(frame)
+    at = _FRAME.size
+    key = None
+    if key_length >= 0:
+        key, at = frame[at : at + key_length], at + key_length
+    headers = None
+    if headers_length >= 0:
+        headers, at = frame[at : at + headers_length], at + headers_length
+    return Record(offset, timestamp_ms, frame[at:], key, headers)
+
+
+def timestamp_of(frame: bytes) -> int:
+    return int(_FRAME.unpack_from(frame)[0])
+
+
+def chunks(topic_id: str, partition: int, frames: Sequence[bytes]) -> Iterator[bytes]:
+    """The frames of one partition's part of a transaction, cut into chunks of about ``CHUNK_BYTES``."""
+    topic = topic_id.encode()
+    head = struct.pack(">H", len(topic)) + topic
+    parts: list[bytes] = []
+    size = 0
+    for frame in frames:
+        parts.append(_LENGTH.pack(len(frame)))
+        parts.append(frame)
+        size += len(frame) + 4
+        if size >= CHUNK_BYTES:
+            yield head + _CHUNK_HEAD.pack(partition, len(parts) // 2) + b"".join(parts)
+            parts, size = [], 0
+    if parts:
+        yield head + _CHUNK_HEAD.pack(partition, len(parts) // 2) + b"".join(parts)
+
+
+def read_chunk(chunk: bytes) -> tuple[str, int, list[bytes]]:
+    """``(topic_id, partition, frames)`` of one chunk."""
+    (length,) = struct.unpack_from(">H", chunk)
+    at = 2 + length
+    topic_id = chunk[2:at].decode()
+    partition, count = _CHUNK_HEAD.unpack_from(chunk, at)
+    at += _CHUNK_HEAD.size
+    frames = []
+    for _ in range(count):
+        (size,) = _LENGTH.unpack_from(chunk, at)
+        at += 4
+        frames.append(chunk[at : at + size])
+        at += size
+    return topic_id, partition, frames

@@ -1,0 +1,515 @@
+"""``JetStreamLogEngine``: the ``LogEngine`` protocol on a replicated NATS JetStream cluster (server 2.12+).
+
+The mapping, one stream per partition::
+
+    partition p of topic t    stream  QC_t<topic id>_<p>    subject  qc.log.t<topic id>.<p>
+    offset                    stream sequence - 1 (sequences start at 1, offsets at 0; both dense)
+    record                    one message; its payload is the record's frame (``codec``)
+    replicas                  the stream's num_replicas (a topic's ``replicas``; 3 unless it says)
+    retention                 max_age / max_bytes (JetStream enforces them), and ``enforce_retention``
+                              by record timestamp, as the local engine does
+
+Durability is ``"replicated:<n>"``: JetStream acknowledges an append once a quorum of the stream's ``n``
+replicas stored it, and the cluster runs with ``sync_interval: always`` (``infra/nats_cluster.py``), so a
+quorum write is fsync'd on each of those replicas. Nothing is answered before that ack.
+
+Appends to one partition are one atomic batch (ADR-50), contiguous in the stream: the ack's sequence minus
+the count is the base offset. Appends to several partitions go through a commit record that recovery rolls
+forward (``transactions``). Every node learns of every commit within milliseconds (``watermarks``).
+
+Any API node may run this engine against the same cluster at the same time: nothing here is owned by one
+process. What each node caches — the streams it knows, the highest end it has seen — is refreshed from
+JetStream and from other nodes' notices, never trusted for an answer that JetStream can give.
+
+Failures: a cluster that cannot answer (no quorum, connection lost, a leader election under way) is
+``EngineUnavailable`` (503); the nats-py connection reconnects by itself, and the engine serves again as
+soon as JetStream answers, without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+
+from app.kit.clock import now_ms
+from app.stores.log.jetstream import codec
+from app.stores.log.jetstream.client import AlreadyApplied, JetStreamClient, NoStream, StoredAt
+from app.stores.log.jetstream.transactions import Transactions
+from app.stores.log.jetstream.watermarks import Watermarks
+from app.stores.log.protocol import (
+    EngineUnavailable,
+    LogEngineError,
+    PartitionInfo,
+    Record,
+    RecordIn,
+    TopicLogConfig,
+    UnknownLog,
+)
+
+logger = logging.getLogger(__name__)
+
+_GONE_PREFIX = "qc.gone."  # a topic's streams were deleted (subject token: the topic's token)
+_REPLICA_CHOICES = (1, 3, 5)
+_MESSAGE_OVERHEAD = 256  # subject, batch headers and framing JetStream counts in a read's max_bytes
+_LAG_RETRIES = 20  # a replica answering a read may trail the leader by a few milliseconds
+
+
+@dataclass(frozen=True, slots=True)
+class JetStreamConfig:
+    """What the engine needs, built once from the settings (``app.main``)."""
+
+    servers: tuple[str, ...]
+    default_replicas: int = 3
+    request_timeout_seconds: float = 5.0
+    # A commit record older than this is rolled forward by any node (its publisher is presumed gone).
+    recover_after_seconds: float = 10.0
+    recovery_interval_seconds: float = 2.0
+    # JetStream's dedup window on partition streams: what makes a roll-forward apply each part once.
+    duplicate_window_seconds: float = 3600.0
+
+
+class JetStreamLogEngine:
+    """The replicated log engine (see the module docstring)."""
+
+    def __init__(self, config: JetStreamConfig) -> None:
+        if not config.servers:
+            raise ValueError("the JetStream engine needs at least one nats:// server (QUEUECORE_NATS_URL)")
+        self.config = config
+        self.nc: Client | None = None
+        self._client: JetStreamClient | None = None
+        self._txns: Transactions | None = None
+        self.watermarks = Watermarks()
+        self._known: set[str] = set()  # streams seen to exist (a stale entry only costs a failed call)
+        self._recovery: asyncio.Task[None] | None = None
+        self._closing = False
+
+    # -- protocol: properties -----------------------------------------------------------------------------
+
+    @property
+    def durability(self) -> str:
+        return self.durability_for(self.config.default_replicas)
+
+    def durability_for(self, replicas: int) -> str:
+        return f"replicated:{replicas}"
+
+    @property
+    def default_replicas(self) -> int:
+        return self.config.default_replicas
+
+    @property
+    def replica_choices(self) -> tuple[int, ...]:
+        return _REPLICA_CHOICES
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.nc = await nats.connect(
+            servers=list(self.config.servers),
+            name="queuecore",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.25,
+            connect_timeout=self.config.request_timeout_seconds,
+            reconnected_cb=self._reconnected,
+            error_cb=self._connection_error,
+            pending_size=64 * 1024 * 1024,
+        )
+        self._client = JetStreamClient(self.nc, self.config.request_timeout_seconds)
+        await self._client.start()
+        await self.watermarks.listen(self.nc)
+        await self.nc.subscribe(_GONE_PREFIX + "*", cb=self._on_gone)
+        self._txns = Transactions(
+            self._client,
+            replicas=self.config.default_replicas,
+            recover_after=self.config.recover_after_seconds,
+        )
+        try:
+            await self._txns.ensure_stream(self._duplicate_window_ns(None))
+        except EngineUnavailable:
+            # A cluster without quorum at start: serve 503s and health "degraded" until it has one.
+            logger.warning("JetStream unavailable at start; the transaction stream is checked again later")
+        self._recovery = asyncio.create_task(self._recover_forever(), name="jetstream-txn-recovery")
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._recovery is not None:
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
+        if self._txns is not None:
+            await self._txns.close()
+        self.watermarks.wake_all()
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+
+    async def _reconnected(self) -> None:
+        # Notices sent while we were away are lost: every waiter looks again.
+        logger.info("reconnected to NATS")
+        self.watermarks.wake_all()
+
+    async def _connection_error(self, error: Exception) -> None:
+        logger.info("NATS connection: %s", error)
+
+    async def _recover_forever(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.config.recovery_interval_seconds)
+            try:
+                assert self._txns is not None
+                await self._txns.ensure_stream(self._duplicate_window_ns(None))
+                await self._txns.recover(self._apply)
+            except LogEngineError as exc:
+                logger.info("transaction recovery skipped this round: %s", exc)
+            except Exception:
+                logger.exception("transaction recovery failed this round")
+
+    @property
+    def client(self) -> JetStreamClient:
+        if self._client is None:
+            raise EngineUnavailable("the JetStream engine is not started")
+        return self._client
+
+    # -- topics --------------------------------------------------------------------------------------------
+
+    async def create_topic(self, topic_id: str, partitions: int, config: TopicLogConfig) -> None:
+        if partitions < 1:
+            raise ValueError("a topic has at least one partition")
+        replicas = config.replicas or self.config.default_replicas
+        if replicas not in _REPLICA_CHOICES:
+            raise ValueError(f"replicas must be one of {_REPLICA_CHOICES}, got {replicas}")
+        await asyncio.gather(*(self._create_stream(topic_id, p, replicas, config) for p in range(partitions)))
+
+    async def _create_stream(
+        self, topic_id: str, partition: int, replicas: int, config: TopicLogConfig
+    ) -> None:
+        name = codec.stream_name(topic_id, partition)
+        body = self._stream_config(topic_id, partition, replicas, config)
+        try:
+            await self.client.api(f"STREAM.CREATE.{name}", body, stream=name)
+        except LogEngineError as exc:
+            if "already in use" not in str(exc):
+                raise
+        self._known.add(name)
+
+    def _stream_config(
+        self, topic_id: str, partition: int, replicas: int, config: TopicLogConfig
+    ) -> dict[str, Any]:
+        return {
+            "name": codec.stream_name(topic_id, partition),
+            "subjects": [codec.subject(topic_id, partition)],
+            "num_replicas": replicas,
+            "storage": "file",
+            "retention": "limits",
+            "discard": "old",
+            "max_age": (config.retention_ms or 0) * 1_000_000,
+            "max_bytes": config.retention_bytes or -1,
+            "max_msgs": -1,
+            "allow_atomic": True,
+            "allow_direct": True,
+            "duplicate_window": self._duplicate_window_ns(config.retention_ms),
+        }
+
+    def _duplicate_window_ns(self, retention_ms: int | None) -> int:
+        # JetStream refuses a dedup window longer than max_age.
+        window = int(self.config.duplicate_window_seconds * 1e9)
+        return min(window, retention_ms * 1_000_000) if retention_ms else window
+
+    async def _stream_info(self, topic_id: str, partition: int) -> dict[str, Any]:
+        name = codec.stream_name(topic_id, partition)
+        try:
+            info = await self.client.api(f"STREAM.INFO.{name}", stream=name)
+        except UnknownLog:
+            self._known.discard(name)
+            raise UnknownLog(f"no log for {topic_id}/{partition}") from None
+        self._known.add(name)
+        return info
+
+    async def _partitions(self, topic_id: str) -> list[int]:
+        """The partitions of a topic that have streams, in order."""
+        names = await self._stream_names(codec.SUBJECT_PREFIX + codec.token(topic_id) + ".*")
+        found = sorted(
+            p for name in names if (parsed := codec.parse_stream_name(name)) and (p := parsed[1]) >= 0
+        )
+        return found
+
+    async def _stream_names(self, subject_filter: str) -> list[str]:
+        names: list[str] = []
+        while True:
+            page = await self.client.api("STREAM.NAMES", {"offset": len(names), "subject": subject_filter})
+            batch = page.get("streams") or []
+            names.extend(batch)
+            if not batch or len(names) >= int(page.get("total", 0)):
+                return names
+
+    async def add_partitions(self, topic_id: str, partitions: int) -> None:
+        first = await self._stream_info(topic_id, 0)
+        existing = await self._partitions(topic_id)
+        config = first["config"]
+        retention_ms = int(config.get("max_age", 0)) // 1_000_000 or None
+        max_bytes = int(config.get("max_bytes", -1))
+        topic_config = TopicLogConfig(
+            retention_ms=retention_ms,
+            retention_bytes=max_bytes if max_bytes > 0 else None,
+            replicas=int(config.get("num_replicas", self.config.default_replicas)),
+        )
+        await asyncio.gather(
+            *(
+                self._create_stream(topic_id, p, topic_config.replicas or 1, topic_config)
+                for p in range(len(existing), partitions)
+            )
+        )
+
+    async def update_config(self, topic_id: str, config: TopicLogConfig) -> None:
+        await self._stream_info(topic_id, 0)
+        for partition in await self._partitions(topic_id):
+            info = await self._stream_info(topic_id, partition)
+            body = dict(info["config"])
+            body["max_age"] = (config.retention_ms or 0) * 1_000_000
+            body["max_bytes"] = config.retention_bytes or -1
+            body["duplicate_window"] = self._duplicate_window_ns(config.retention_ms)
+            name = codec.stream_name(topic_id, partition)
+            await self.client.api(f"STREAM.UPDATE.{name}", body, stream=name)
+
+    async def delete_topic(self, topic_id: str) -> None:
+        for partition in await self._partitions(topic_id):
+            name = codec.stream_name(topic_id, partition)
+            with contextlib.suppress(UnknownLog):
+                await self.client.api(f"STREAM.DELETE.{name}", stream=name)
+        self._forget(codec.token(topic_id))
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.publish(_GONE_PREFIX + codec.token(topic_id), b"")
+
+    async def _on_gone(self, msg: Any) -> None:
+        self._forget(msg.subject[len(_GONE_PREFIX) :])
+
+    def _forget(self, topic_token: str) -> None:
+        prefix = codec.STREAM_PREFIX + topic_token + "_"
+        for name in [n for n in self._known if n.startswith(prefix)]:
+            self._known.discard(name)
+            self.watermarks.forget(name)
+        # Watches registered before this node knew the stream: wake them too; they meet UnknownLog.
+        for name in list(self.watermarks._watches):
+            if name.startswith(prefix):
+                self.watermarks.forget(name)
+
+    async def topic_ids(self) -> set[str]:
+        names = await self._stream_names(codec.SUBJECT_PREFIX + ">")
+        return {parsed[0] for name in names if (parsed := codec.parse_stream_name(name)) is not None}
+
+    # -- append --------------------------------------------------------------------------------------------
+
+    async def append(self, topic_id: str, records: Mapping[int, Sequence[RecordIn]]) -> dict[int, int]:
+        parts = {p: rs for p, rs in records.items() if rs}
+        if not parts:
+            return {}
+        for partition in parts:
+            if partition < 0:
+                raise UnknownLog(f"no partition {partition}")
+            if codec.stream_name(topic_id, partition) not in self._known:
+                await self._stream_info(topic_id, partition)
+        stamp = now_ms()
+        frames = {p: [codec.encode(r, stamp) for r in rs] for p, rs in parts.items()}
+        if len(frames) == 1:
+            [(partition, part)] = frames.items()
+            stored = await self._store(topic_id, partition, part, None)
+            return {partition: stored.last_seq - stored.count}
+        txns = self._transactions()
+        txn_id = txns.new_id()
+        await txns.commit(txn_id, topic_id, frames)
+        placed = await asyncio.gather(
+            *(self._store(topic_id, p, part, f"{txn_id}.{p}") for p, part in frames.items())
+        )
+        txns.done(txn_id)
+        return {p: stored.last_seq - stored.count for p, stored in zip(frames, placed, strict=True)}
+
+    def _transactions(self) -> Transactions:
+        if self._txns is None:
+            raise EngineUnavailable("the JetStream engine is not started")
+        return self._txns
+
+    async def _store(
+        self, topic_id: str, partition: int, frames: Sequence[bytes], msg_id: str | None
+    ) -> StoredAt:
+        name = codec.stream_name(topic_id, partition)
+        try:
+            stored = await self.client.append(
+                codec.subject(topic_id, partition), frames, msg_id=msg_id, stream=name
+            )
+        except NoStream:
+            await self._stream_info(topic_id, partition)  # UnknownLog when it is gone
+            raise EngineUnavailable(f"stream {name} has no leader right now") from None
+        except AlreadyApplied:
+            # Recovery applied this part first (only after recover_after seconds): the batch is committed,
+            # but where it landed is not known here.
+            raise EngineUnavailable("the append was committed, but its offsets are unknown") from None
+        assert self.nc is not None
+        await self.watermarks.announce(self.nc, name, stored.last_seq)
+        return stored
+
+    async def _apply(self, topic_id: str, partition: int, frames: Sequence[bytes], msg_id: str) -> StoredAt:
+        """Recovery's apply: an already-applied part, or a deleted topic's, is done."""
+        try:
+            return await self._store(topic_id, partition, frames, msg_id)
+        except (EngineUnavailable, UnknownLog) as exc:
+            if isinstance(exc.__cause__, AlreadyApplied) or isinstance(exc, UnknownLog):
+                return StoredAt(0, 0)
+            raise
+
+    # -- reads ---------------------------------------------------------------------------------------------
+
+    async def read(
+        self, topic_id: str, partition: int, offset: int, max_records: int = 100, max_bytes: int = 1 << 20
+    ) -> list[Record]:
+        if offset < 0:
+            raise LogEngineError(f"offset {offset} is negative")
+        name = codec.stream_name(topic_id, partition)
+        if name not in self._known:
+            await self._stream_info(topic_id, partition)
+        max_records = max(1, max_records)
+        asked_bytes = max(1, max_bytes) + max_records * _MESSAGE_OVERHEAD
+        found = await self._direct_get(topic_id, partition, offset + 1, max_records, asked_bytes)
+        if not found:
+            # A replica answering may trail the leader: when we know there is more, ask again.
+            for _ in range(_LAG_RETRIES):
+                end = self.watermarks.end(name)
+                if end is None or end <= offset:
+                    break
+                await asyncio.sleep(0.002)
+                found = await self._direct_get(topic_id, partition, offset + 1, max_records, asked_bytes)
+                if found:
+                    break
+        # JetStream's max_bytes counts subjects and headers too: ask for more, and cut by the records' own size.
+        records: list[Record] = []
+        size = 0
+        for seq, payload, _ in found:
+            size += len(payload)
+            if records and size > max_bytes:
+                break
+            records.append(codec.decode(seq - 1, payload))
+        if records:
+            self.watermarks.advance(name, records[-1].offset + 1)
+        return records
+
+    async def _direct_get(
+        self, topic_id: str, partition: int, seq: int, batch: int, max_bytes: int
+    ) -> list[tuple[int, bytes, Any]]:
+        name = codec.stream_name(topic_id, partition)
+        try:
+            return await self.client.direct_get(name, seq, batch, max_bytes)
+        except NoStream:
+            await self._stream_info(topic_id, partition)
+            raise EngineUnavailable(f"no replica of {name} answers reads right now") from None
+
+    async def offset_for_time(self, topic_id: str, partition: int, timestamp_ms: int) -> int:
+        info = await self.partition_info(topic_id, partition)
+        low, high = info.earliest_offset, info.latest_offset  # the answer lies in [low, high]
+        while low < high:
+            middle = (low + high) // 2
+            found = await self._direct_get(topic_id, partition, middle + 1, 1, 1)
+            if not found:
+                high = middle
+                continue
+            seq, payload, _ = found[0]
+            if codec.timestamp_of(payload) >= timestamp_ms:
+                high = min(middle, seq - 1)
+            else:
+                low = seq  # offset seq - 1 is too early; everything up to it is
+        return low
+
+    async def partition_info(self, topic_id: str, partition: int) -> PartitionInfo:
+        info = await self._stream_info(topic_id, partition)
+        state = info.get("state", {})
+        first, last = int(state.get("first_seq", 0)), int(state.get("last_seq", 0))
+        self.watermarks.advance(codec.stream_name(topic_id, partition), last)
+        earliest = max(0, first - 1) if state.get("messages") else last
+        return PartitionInfo(partition, earliest, last, int(state.get("bytes", 0)))
+
+    # -- waits ---------------------------------------------------------------------------------------------
+
+    async def wait_for(self, topic_id: str, partition: int, offset: int, timeout: float) -> bool:
+        if offset < 0:
+            raise LogEngineError(f"offset {offset} is negative")
+        name = codec.stream_name(topic_id, partition)
+        deadline = time.monotonic() + timeout
+        if self.watermarks.end(name) is None or name not in self._known:
+            await self.partition_info(topic_id, partition)
+        loop = asyncio.get_running_loop()
+        while True:
+            end = self.watermarks.end(name)
+            if end is not None and end > offset:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closing:
+                return False
+            woken: asyncio.Future[None] = loop.create_future()
+            cancel = self.watermarks.watch(name, offset, _resolver(woken))
+            try:
+                await asyncio.wait_for(woken, remaining)
+            except TimeoutError:
+                return False
+            finally:
+                cancel()
+            if name not in self._known:  # deleted meanwhile
+                await self._stream_info(topic_id, partition)
+
+    def watch(
+        self, topic_id: str, partition: int, offset: int, wake: Callable[[], None]
+    ) -> Callable[[], None]:
+        if offset < 0:
+            raise LogEngineError(f"offset {offset} is negative")
+        name = codec.stream_name(topic_id, partition)
+        if name not in self._known:
+            raise UnknownLog(f"no log for {topic_id}/{partition} known here")
+        if self._closing:
+            wake()
+            return _nothing
+        return self.watermarks.watch(name, offset, wake)
+
+    # -- retention and health ------------------------------------------------------------------------------
+
+    async def enforce_retention(self, now_ms: int) -> int:
+        """Purge records older than their topic's retention by record timestamp (JetStream's own max_age
+        goes by the time a record was stored; both hold)."""
+        purged = 0
+        for name in await self._stream_names(codec.SUBJECT_PREFIX + ">"):
+            parsed = codec.parse_stream_name(name)
+            if parsed is None:
+                continue
+            topic_id, partition = parsed
+            info = await self._stream_info(topic_id, partition)
+            retention_ms = int(info["config"].get("max_age", 0)) // 1_000_000
+            if not retention_ms or not info.get("state", {}).get("messages"):
+                continue
+            keep_from = await self.offset_for_time(topic_id, partition, now_ms - retention_ms)
+            earliest = max(0, int(info["state"]["first_seq"]) - 1)
+            if keep_from > earliest:
+                await self.client.api(f"STREAM.PURGE.{name}", {"seq": keep_from + 1}, stream=name)
+                purged += 1
+        return purged
+
+    async def check(self) -> bool:
+        try:
+            await self.client.api("INFO")
+            return True
+        except LogEngineError:
+            return False
+
+
+def _nothing() -> None:
+    return None
+
+
+def _resolver(future: asyncio.Future[None]) -> Callable[[], None]:
+    def wake() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    return wake

@@ -1,0 +1,157 @@
+"""Appends across partitions, all or nothing, on streams that are atomic one at a time.
+
+JetStream's atomic batch covers one stream, and a partition is a stream. So an append naming several
+partitions commits in one place first and is applied to the partitions after, the way the local engine's
+transaction log works:
+
+1. **Commit.** The whole append — every record of every partition, cut into chunks — is written as one
+   atomic batch to the transaction stream (``QC__TXN``, subject ``qc.txn.<txn id>``), replicated like
+   the topics. Once JetStream acknowledges it, the append has happened; before that, nothing has.
+2. **Apply.** Each partition's records are appended to its stream as one atomic batch whose first message
+   carries ``Nats-Msg-Id: <txn id>.<partition>``. The partitions are applied concurrently; offsets are
+   taken from each batch's ack.
+3. **Done.** The transaction's chunks are purged from ``QC__TXN``.
+
+A crash (of this API process, or a NATS node) between 1 and 3 leaves the commit record behind. Every API
+node runs ``recover`` every few seconds: any transaction older than ``recover_after`` seconds is applied
+again partition by partition — a partition it already reached refuses the batch as a duplicate (JetStream
+deduplicates atomic batches by ``Nats-Msg-Id`` within the stream's duplicate window, set far above
+``recover_after``), the others get their records — and is then purged. Several nodes recovering the same
+transaction at once is harmless for the same reason.
+
+What a reader sees: a partition's part appears when it is applied, never before the commit; a batch whose
+commit record was not stored never appears anywhere. What a publisher hears: 2xx only after step 2 for
+every partition. A publish that fails after step 1 (503) may still be applied by recovery — as with any
+broker, a publish that timed out may have happened; the idempotency key is how a retry stays single.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+
+from app.stores.log.jetstream import codec
+from app.stores.log.jetstream.client import JetStreamClient, StoredAt
+from app.stores.log.protocol import LogEngineError
+
+logger = logging.getLogger(__name__)
+
+# apply(topic_id, partition, frames, msg_id) -> where it landed; raises AlreadyApplied / UnknownLog.
+Apply = Callable[[str, int, Sequence[bytes], str], Awaitable[StoredAt]]
+
+_PAGE = 64
+
+
+class Transactions:
+    """The commit record of multi-partition appends, and their roll-forward (see the module docstring)."""
+
+    def __init__(self, client: JetStreamClient, *, replicas: int, recover_after: float) -> None:
+        self.client = client
+        self.replicas = replicas
+        self.recover_after = recover_after
+        self._prefix = os.urandom(6).hex()
+        self._ids = itertools.count()
+        self._purges: set[asyncio.Task[None]] = set()
+
+    async def ensure_stream(self, duplicate_window_ns: int) -> None:
+        config = {
+            "name": codec.TXN_STREAM,
+            "subjects": [codec.TXN_SUBJECT_PREFIX + ">"],
+            "num_replicas": self.replicas,
+            "storage": "file",
+            "retention": "limits",
+            "allow_atomic": True,
+            "allow_direct": True,
+            "duplicate_window": duplicate_window_ns,
+        }
+        await _create_or_update(self.client, config)
+
+    def new_id(self) -> str:
+        return f"{self._prefix}{next(self._ids)}"
+
+    async def commit(self, txn_id: str, topic_id: str, frames: Mapping[int, Sequence[bytes]]) -> None:
+        """Step 1: the append's commit record, stored on a quorum, or an error and nothing stored."""
+        chunks = [
+            chunk for partition, part in frames.items() for chunk in codec.chunks(topic_id, partition, part)
+        ]
+        await self.client.append(codec.TXN_SUBJECT_PREFIX + txn_id, chunks, stream=codec.TXN_STREAM)
+
+    def done(self, txn_id: str) -> None:
+        """Step 3, off the answer's path: purge the commit record (recovery would, if this is lost)."""
+        task = asyncio.create_task(self._purge(txn_id))
+        self._purges.add(task)
+        task.add_done_callback(self._purges.discard)
+
+    async def _purge(self, txn_id: str) -> None:
+        try:
+            await self.client.api(
+                f"STREAM.PURGE.{codec.TXN_STREAM}",
+                {"filter": codec.TXN_SUBJECT_PREFIX + txn_id},
+                stream=codec.TXN_STREAM,
+            )
+        except LogEngineError as exc:
+            logger.info("commit record %s not purged now (%s); recovery will", txn_id, exc)
+
+    async def recover(self, apply: Apply) -> int:
+        """Roll forward every transaction older than ``recover_after``; how many were rolled forward."""
+        info = await self.client.api(f"STREAM.INFO.{codec.TXN_STREAM}", stream=codec.TXN_STREAM)
+        state = info.get("state", {})
+        if not state.get("messages"):
+            return 0
+        horizon = time.time() - self.recover_after
+        pending: dict[str, list[bytes]] = {}
+        old: set[str] = set()
+        seq = int(state.get("first_seq", 1))
+        last = int(state.get("last_seq", 0))
+        while seq <= last:
+            page = await self.client.direct_get(codec.TXN_STREAM, seq, _PAGE, 8 << 20)
+            if not page:
+                break
+            for found_seq, payload, msg in page:
+                headers = msg.headers or {}
+                txn_id = headers.get("Nats-Subject", "")[len(codec.TXN_SUBJECT_PREFIX) :]
+                pending.setdefault(txn_id, []).append(payload)
+                if _stored_at(headers.get("Nats-Time-Stamp", "")) < horizon:
+                    old.add(txn_id)
+                seq = found_seq + 1
+        rolled = 0
+        for txn_id in old:
+            await self.roll_forward(txn_id, pending[txn_id], apply)
+            rolled += 1
+        return rolled
+
+    async def roll_forward(self, txn_id: str, chunks: Sequence[bytes], apply: Apply) -> None:
+        parts: dict[tuple[str, int], list[bytes]] = {}
+        for chunk in chunks:
+            topic_id, partition, frames = codec.read_chunk(chunk)
+            parts.setdefault((topic_id, partition), []).extend(frames)
+        for (topic_id, partition), frames in parts.items():
+            await apply(topic_id, partition, frames, f"{txn_id}.{partition}")
+        logger.warning("rolled forward transaction %s (%d partitions)", txn_id, len(parts))
+        await self._purge(txn_id)
+
+    async def close(self) -> None:
+        if self._purges:
+            await asyncio.gather(*self._purges, return_exceptions=True)
+
+
+async def _create_or_update(client: JetStreamClient, config: dict[str, object]) -> None:
+    name = str(config["name"])
+    try:
+        await client.api(f"STREAM.CREATE.{name}", config, stream=name)
+    except LogEngineError as exc:
+        if "already in use" not in str(exc):
+            raise
+
+
+def _stored_at(stamp: str) -> float:
+    """Epoch seconds of a ``Nats-Time-Stamp`` (RFC 3339 with nanoseconds, which ``fromisoformat`` refuses)."""
+    if not stamp:
+        return 0.0
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(fraction + '000000')[:6]}+00:00").timestamp()

