@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.stores.metadata.models import Base
@@ -61,3 +63,33 @@ class TestMigrations:
         assert await _diff(empty_database) != []
         await asyncio.to_thread(command.upgrade, config, "head")
         assert await _diff(empty_database) == []
+
+    async def test_topics_from_before_replicas_keep_one_copy(self, empty_database):
+        config = _config(empty_database)
+        await asyncio.to_thread(command.upgrade, config, "7a2c4e9d1b53")  # the revision before replicas
+        engine = create_async_engine(empty_database)
+        now = datetime(2026, 11, 24, 10, tzinfo=UTC)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "INSERT INTO projects (id, name, tier, created_at) "
+                        "VALUES ('prj_old', 'old', 'free', :now)"
+                    ),
+                    {"now": now},
+                )
+                await conn.execute(
+                    text(
+                        "INSERT INTO topics (id, project_id, environment, name, partitions, retention, "
+                        "retention_ms, delivery, status, created_at, updated_at) VALUES ('top_old', "
+                        "'prj_old', 'production', 'old.events', 3, '7d', 604800000, 'exactly-once', "
+                        "'active', :now, :now)"
+                    ),
+                    {"now": now},
+                )
+            await asyncio.to_thread(command.upgrade, config, "head")
+            async with engine.connect() as conn:
+                replicas = await conn.scalar(text("SELECT replicas FROM topics WHERE id = 'top_old'"))
+        finally:
+            await engine.dispose()
+        assert replicas == 1
