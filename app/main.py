@@ -27,9 +27,11 @@ from app.broker.usage import UsageMeter
 from app.dashboard import install as install_dashboard
 from app.errors import add_exception_handlers
 from app.openapi import install as install_openapi
-from app.settings import Settings, get_settings
+from app.settings import LogEngineKind, Settings, get_settings
 from app.stores.limits.protocol import RateLimiter
+from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
 from app.stores.log.local import LocalLogEngine
+from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 
 logger = logging.getLogger("queuecore")
@@ -46,12 +48,29 @@ def build_limiter(settings: Settings) -> RateLimiter:
     return MemoryRateLimiter()
 
 
+def build_log_engine(settings: Settings) -> LogEngine:
+    """The log engine the settings choose, given a frozen config of its own (it never reads Settings)."""
+    if settings.log_engine is LogEngineKind.jetstream:
+        knobs = settings.jetstream
+        return JetStreamLogEngine(
+            JetStreamConfig(
+                servers=settings.nats_servers(),
+                default_replicas=knobs.default_replicas,
+                request_timeout_seconds=knobs.request_timeout_seconds,
+                recover_after_seconds=knobs.recover_after_seconds,
+                recovery_interval_seconds=knobs.recovery_interval_seconds,
+                duplicate_window_seconds=knobs.duplicate_window_seconds,
+            )
+        )
+    return LocalLogEngine(settings.log_dir, settings.log)
+
+
 @asynccontextmanager
 async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     settings: Settings = application.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     metadata = MetadataStore(settings.resolved_database_url)
-    log = LocalLogEngine(settings.log_dir, settings.log)
+    log = build_log_engine(settings)
     await log.start()
     # A crash between a topic's deletion and its files' removal leaves logs nobody owns: remove them.
     # Never a reason not to start: with the metadata store down, health must still answer (503).

@@ -34,6 +34,26 @@ class LogSettings(BaseModel):
     retention_check_interval_ms: int = 60_000
 
 
+class LogEngineKind(enum.StrEnum):
+    """Where messages live: ``local`` segment files (one API process), or a ``jetstream`` cluster."""
+
+    local = "local"
+    jetstream = "jetstream"
+
+
+class JetStreamSettings(BaseModel):
+    """Knobs of the JetStream log engine (``QUEUECORE_JETSTREAM__*``)."""
+
+    # Copies of each record for a topic created without saying; a publish answers once a quorum has it.
+    default_replicas: int = Field(default=3, description="1, 3 or 5")
+    request_timeout_seconds: float = Field(default=5.0, gt=0)
+    # A cross-partition commit record older than this is rolled forward by any API node.
+    recover_after_seconds: float = Field(default=10.0, gt=0)
+    recovery_interval_seconds: float = Field(default=2.0, gt=0)
+    # JetStream's dedup window on partition streams; must stay far above recover_after_seconds.
+    duplicate_window_seconds: float = Field(default=3600.0, gt=0)
+
+
 class Settings(BaseSettings):
     """QueueCore settings, read from ``QUEUECORE_*`` environment variables (nested with ``__``)."""
 
@@ -97,6 +117,25 @@ class Settings(BaseSettings):
     alert_breaker_cooldown_seconds: float = 60.0
     alert_poll_seconds: float = 0.5
     log: LogSettings = Field(default_factory=LogSettings)
+    log_engine: LogEngineKind = LogEngineKind.local
+    # One or more nats:// seeds, comma-separated (the JetStream engine).
+    nats_url: str = ""
+    jetstream: JetStreamSettings = Field(default_factory=JetStreamSettings)
+
+    @model_validator(mode="after")
+    def _check_log_engine(self) -> Settings:
+        if self.log_engine is LogEngineKind.jetstream:
+            if not self.nats_servers():
+                raise ValueError(
+                    "QUEUECORE_LOG_ENGINE=jetstream needs QUEUECORE_NATS_URL (nats:// seeds, comma-separated)"
+                )
+            if self.jetstream.default_replicas not in (1, 3, 5):
+                raise ValueError("QUEUECORE_JETSTREAM__DEFAULT_REPLICAS must be 1, 3 or 5")
+        return self
+
+    def nats_servers(self) -> tuple[str, ...]:
+        """The NATS seeds of ``nats_url``, in order."""
+        return tuple(url.strip() for url in self.nats_url.split(",") if url.strip())
 
     @model_validator(mode="after")
     def _check_secret(self) -> Settings:
