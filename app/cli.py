@@ -19,6 +19,7 @@ from app.broker import alerts, keys, tenancy
 from app.broker.errors import BrokerError, KeyLimitReached, Unavailable
 from app.broker.rate_limits import Tier
 from app.settings import Settings, get_settings
+from app.stores.errors import StoreUnavailable
 from app.stores.metadata.database import MetadataStore
 
 DEMO_EMAIL = "demo@queuecore.local"
@@ -320,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyLimitReached as exc:
         print(f"queuecore-server: {exc.code}: {exc.message}", file=sys.stderr)
         return EXIT_KEY_LIMIT
-    except Unavailable as exc:
+    except (Unavailable, StoreUnavailable) as exc:
         print(f"queuecore-server: {exc.code}: {exc.message}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except BrokerError as exc:

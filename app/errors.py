@@ -1,8 +1,9 @@
 """The error envelope, in one place.
 
 Every non-2xx answer is ``{"error": {code, message, status, requestId, details?}}``: raised ``ApiError``s,
-domain ``BrokerError``s (mapped by ``STATUS_BY_CODE``), FastAPI's validation errors (400, never 422),
-Starlette's 404/405, and anything unhandled (500, no internals; answered by the request middleware).
+domain ``BrokerError``s and the stores' ``StoreUnavailable`` (mapped by ``STATUS_BY_CODE``), FastAPI's
+validation errors (400, never 422), Starlette's 404/405, and anything unhandled (500, no internals;
+answered by the request middleware).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import Match
 
-from app.broker.errors import BrokerError
+from app.broker.errors import CODED_ERRORS, BrokerError, CodedError
+from app.stores.errors import StoreUnavailable
 
 logger = logging.getLogger("queuecore.errors")
 
@@ -67,7 +69,7 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
     @classmethod
-    def from_broker(cls, exc: BrokerError) -> ApiError:
+    def from_broker(cls, exc: CodedError) -> ApiError:
         return cls(exc.code, exc.message, STATUS_BY_CODE.get(exc.code, 500), exc.details)
 
 
@@ -237,7 +239,7 @@ def add_exception_handlers(app: FastAPI) -> None:
         )
 
     async def on_broker_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, BrokerError)
+        assert isinstance(exc, CODED_ERRORS)
         err = ApiError.from_broker(exc)
         return error_response(request_id_of(request), err.code, err.message, err.status, err.details)
 
@@ -277,5 +279,6 @@ def add_exception_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, on_unhandled)
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(BrokerError, on_broker_error)
+    app.add_exception_handler(StoreUnavailable, on_broker_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

@@ -19,7 +19,6 @@ from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher
-from app.broker.errors import Unavailable
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher, TopicDirectory
 from app.broker.topics import sweep_orphan_logs
@@ -28,6 +27,7 @@ from app.dashboard import install as install_dashboard
 from app.errors import add_exception_handlers
 from app.openapi import install as install_openapi
 from app.settings import LogEngineKind, Settings, get_settings
+from app.stores.errors import StoreUnavailable
 from app.stores.limits.protocol import RateLimiter
 from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
 from app.stores.log.local import LocalLogEngine
@@ -79,7 +79,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
             swept = await sweep_orphan_logs(session, log, await log.topic_ids())
         if swept:
             logger.info("removed the logs of %d deleted topics", swept)
-    except Unavailable:
+    except StoreUnavailable:
         logger.warning("metadata store unavailable at startup: orphan logs not swept this time")
     limiter = build_limiter(settings)
     keys = KeyAuthenticator(

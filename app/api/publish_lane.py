@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api import messages
 from app.api.deps import Services, authenticate_bearer
-from app.broker.errors import BrokerError
+from app.broker.errors import CODED_ERRORS
 from app.broker.rate_limits import Category
 from app.errors import ApiError
 
@@ -64,9 +64,10 @@ class PublishLane:
             body, replayed = await messages.publish_one(
                 services, state, key, name, idempotency_key, await _read(receive)
             )
-        except (ApiError, BrokerError) as error:
+        except (ApiError, *CODED_ERRORS) as error:
             request = Request(scope, receive)
-            handler = app.exception_handlers[ApiError if isinstance(error, ApiError) else BrokerError]
+            # The handler registered for the error's class, found as Starlette finds it (by the MRO).
+            handler = app.exception_handlers[next(k for k in type(error).__mro__ if k in app.exception_handlers)]
             response = await handler(request, error)
             await response(scope, receive, send)
             return

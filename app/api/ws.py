@@ -25,7 +25,7 @@ from app.broker import groups, tokens
 from app.broker.delivery import membership
 from app.broker.delivery.frames import validate_max_in_flight
 from app.broker.delivery.push import PushMember
-from app.broker.errors import BrokerError, InvalidRequest, RateLimitExceeded
+from app.broker.errors import CODED_ERRORS, CodedError, InvalidRequest, RateLimitExceeded
 from app.broker.keys import Principal
 from app.broker.rate_limits import Category
 from app.errors import STATUS_BY_CODE, ApiError, error_response
@@ -77,7 +77,7 @@ async def _authenticate(
     return principal, claims.topic_id
 
 
-def _error_frame(request_id: str, error: BrokerError) -> bytes:
+def _error_frame(request_id: str, error: CodedError) -> bytes:
     body: dict[str, object] = {
         "code": error.code,
         "message": error.message,
@@ -122,7 +122,7 @@ async def consume(websocket: WebSocket, name: str) -> None:
                 raise ApiError(
                     "INVALID_API_KEY", "The WebSocket token was issued for another topic or group."
                 )
-        except BrokerError as exc:
+        except CODED_ERRORS as exc:
             raise ApiError.from_broker(exc) from None
     except ApiError as exc:
         headers = {
@@ -207,7 +207,7 @@ async def consume(websocket: WebSocket, name: str) -> None:
         delivery.result()  # raises what stopped it
     except (WebSocketDisconnect, RuntimeError, OSError) as exc:
         logger.debug("websocket closed: %s", exc)
-    except BrokerError as exc:
+    except CODED_ERRORS as exc:
         # The member cannot go on for a reason of the product's (its topic was deleted): said in an
         # ``error`` frame, then a normal close. Not a server fault, so not logged as one.
         logger.info("push delivery ended: %s", exc.code, extra={"requestId": request_id})

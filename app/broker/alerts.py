@@ -37,7 +37,7 @@ import httpx
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker.errors import AlertEndpointNotFound, BrokerError, InvalidRequest
+from app.broker.errors import CODED_ERRORS, AlertEndpointNotFound, InvalidRequest
 from app.broker.topics import decode_cursor, encode_cursor
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.ids import new_id
@@ -430,7 +430,7 @@ class AlertDispatcher:
             try:
                 # Sends run on as tasks: an endpoint that hangs until the timeout holds up no other.
                 sent = await self.run_once(wait=False)
-            except BrokerError as error:  # the metadata store is down: try again shortly
+            except CODED_ERRORS as error:  # the metadata store is down: try again shortly
                 logger.warning("alert dispatcher paused: %s", error.code)
                 sent = 0
             except Exception:  # never let the loop die

@@ -10,13 +10,18 @@
  ├── RateLimitExceeded
      └── Unavailable         a store cannot meet its promise right now
 
+A store that is down raises its own ``StoreUnavailable`` (``app/stores/errors.py``), which carries a
+wire code too: ``CODED_ERRORS`` is what a caller catches to answer either kind with its code.
+
 The HTTP edge maps them to the error envelope in one table (``app/errors.py``); the CLI maps them to
 exit codes. Nothing here knows about HTTP.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
+
+from app.stores.errors import StoreUnavailable
 
 
 class BrokerError(Exception):
@@ -143,3 +148,10 @@ class PayloadTooLarge(BrokerError):
 
 class Unavailable(BrokerError):
     code = "SERVICE_UNAVAILABLE"
+
+
+CodedError: TypeAlias = BrokerError | StoreUnavailable
+"""An error answered with its wire ``code``: a domain error, or a store that cannot serve right now."""
+
+CODED_ERRORS: tuple[type[BrokerError], type[StoreUnavailable]] = (BrokerError, StoreUnavailable)
+"""``except CODED_ERRORS`` catches every ``CodedError``."""

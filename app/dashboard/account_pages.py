@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, Response
 
 from app.broker import alerts, dlq, keys
-from app.broker.errors import BrokerError
+from app.broker.errors import CODED_ERRORS
 from app.broker.rate_limits import limit_for
 from app.dashboard.routes import (
     Ctx,
@@ -51,7 +51,7 @@ async def dlq_page(request: Request, project_id: str, env: str, topic: str, grou
         async with services.metadata.session(readonly=True) as session:
             page = await dlq.inspect(session, services.log, ref, group, limit=50, cursor=cursor)
             audit = await dlq.audit(session, ref, group, limit=50)
-    except BrokerError:
+    except CODED_ERRORS:
         raise NotFoundPage() from None
     letters = [orjson.loads(e) for e in page.entries]
     for letter in letters:
@@ -79,7 +79,7 @@ async def dlq_replay(request: Request, project_id: str, env: str, topic: str, gr
     actor = dlq.Actor("user", ctx.user.user_id)
     try:
         await dlq.replay(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back(_dlq_path(topic, group), error=_message(e))
     return ctx.back(_dlq_path(topic, group), notice=f"Replayed {form.get('message_id')}.")
 
@@ -95,7 +95,7 @@ async def dlq_replay_all(request: Request, project_id: str, env: str, topic: str
         count = await dlq.replay_all(_services(request).metadata, ref, group, actor, rate=rate)
     except ValueError:
         return ctx.back(_dlq_path(topic, group), error="The rate must be a number of messages per second.")
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back(_dlq_path(topic, group), error=_message(e))
     return ctx.back(_dlq_path(topic, group), notice=f"Replayed {count} dead letters.")
 
@@ -108,7 +108,7 @@ async def dlq_delete(request: Request, project_id: str, env: str, topic: str, gr
     actor = dlq.Actor("user", ctx.user.user_id)
     try:
         await dlq.delete(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back(_dlq_path(topic, group), error=_message(e))
     return ctx.back(_dlq_path(topic, group), notice=f"Deleted {form.get('message_id')}.")
 
@@ -137,7 +137,7 @@ async def create_key(request: Request, project_id: str, env: str) -> Response:
     try:
         async with services.metadata.session() as session:
             issued = await keys.create_key(session, services.settings.server_secret(), ctx.project.id, env)
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back("/keys", error=_message(e))
     async with services.metadata.session(readonly=True) as session:
         views = await _keys(ctx, session)
@@ -225,7 +225,7 @@ async def _alerts(ctx: Ctx, secret: str | None = None) -> HTMLResponse:
     async with services.metadata.session(readonly=True) as session:
         try:
             endpoint: Any = await alerts.get_endpoint(session, services.settings, ctx.project.id, ctx.env)
-        except BrokerError:
+        except CODED_ERRORS:
             endpoint = None
         attempts = await alerts.deliveries(session, ctx.project.id, ctx.env, limit=50)
     response = ctx.render("alerts.html", endpoint=endpoint, attempts=attempts.entries, secret=secret)
@@ -244,7 +244,7 @@ async def set_alert_endpoint(request: Request, project_id: str, env: str) -> Res
             view = await alerts.set_endpoint(
                 session, services.settings, ctx.project.id, env, form.get("url", "").strip(), None
             )
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back("/alerts", error=_message(e))
     return await _alerts(ctx, secret=view.secret)
 
@@ -257,7 +257,7 @@ async def send_test_alert(request: Request, project_id: str, env: str) -> Respon
     try:
         async with services.metadata.session() as session:
             event_id = await alerts.send_test_event(session, ctx.project.id, env)
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back("/alerts", error=_message(e))
     services.alerts.wake()
     return ctx.back("/alerts", notice=f"Test event {event_id} queued.")

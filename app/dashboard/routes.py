@@ -17,7 +17,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from app.broker import groups, inspection, offsets, publishing, reading, tenancy, topics
-from app.broker.errors import BrokerError
+from app.broker.errors import CODED_ERRORS, CodedError
 from app.broker.publishing import TopicRef
 from app.dashboard import auth
 from app.kit.clock import isoformat_ms, now_ms
@@ -133,7 +133,7 @@ async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
     return Ctx(request, user, owned, project, env)
 
 
-def _message(error: BrokerError) -> str:
+def _message(error: CodedError) -> str:
     details = "; ".join(f"{d.get('field')}: {d.get('issue')}" for d in (error.details or []))
     return f"{error.message} ({details})" if details else error.message
 
@@ -142,7 +142,7 @@ async def _topic_ref(ctx: Ctx, name: str) -> TopicRef:
     try:
         ref: TopicRef = await _services(ctx.request).publisher.topics.resolve(ctx.scope, name)
         return ref
-    except BrokerError:
+    except CODED_ERRORS:
         raise NotFoundPage() from None
 
 
@@ -302,7 +302,7 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
             )
     except ValueError:
         return ctx.back("/topics", error="Partitions must be a whole number.")
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back("/topics", error=_message(e))
     services.publisher.topics.forget(ctx.scope, name)
     return ctx.back("/topics/" + quote(name, safe=""), notice=f"Topic {name} created.")
@@ -313,7 +313,7 @@ async def _partitions(ctx: Ctx, name: str) -> tuple[Any, list[Any]]:
     async with services.metadata.session(readonly=True) as session:
         try:
             row = await topics.get_topic(session, ctx.scope, name)
-        except BrokerError:
+        except CODED_ERRORS:
             raise NotFoundPage() from None
     return row, await topics.partition_details(services.log, row)
 
@@ -351,7 +351,7 @@ async def topic_page(request: Request, project_id: str, env: str, name: str) -> 
                 m["pretty_headers"] = _pretty(m.get("headers") or {})
         except ValueError:
             error = "Partition and offset must be whole numbers."
-        except BrokerError as e:
+        except CODED_ERRORS as e:
             error = _message(e)
     return ctx.render(
         "topic.html",
@@ -396,7 +396,7 @@ async def publish_test(request: Request, project_id: str, env: str, name: str) -
     try:
         message = publishing.parse_message(body)
         topic, placed, _ = await services.publisher.publish(ctx.scope, name, message)
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back(path, error=_message(e))
     result = services.publisher.result(topic, placed)
     return ctx.back(
@@ -415,7 +415,7 @@ async def delete_topic(request: Request, project_id: str, env: str, name: str) -
     services = _services(request)
     try:
         topic_id = await topics.delete_topic(services.metadata, services.log, ctx.scope, name)
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back("/topics", error=_message(e))
     services.publisher.topics.forget(ctx.scope, name)
     services.publisher.forget_topic(topic_id)
@@ -461,7 +461,7 @@ async def _group_view(ctx: Ctx, topic: str, group: str) -> dict[str, Any]:
         try:
             detail = await groups.describe_group(session, services.log, ref, group)
             health = await inspection.group_health(session, services.log, ref, group)
-        except BrokerError:
+        except CODED_ERRORS:
             raise NotFoundPage() from None
     now = now_ms()
     members = [
@@ -522,7 +522,7 @@ async def group_config(request: Request, project_id: str, env: str, topic: str, 
             )
     except ValueError:
         return ctx.back(path, error="Max retries and alert threshold must be whole numbers.")
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back(path, error=_message(e))
     return ctx.back(path, notice="Configuration saved.")
 
@@ -541,7 +541,7 @@ async def group_reset(request: Request, project_id: str, env: str, topic: str, g
     try:
         async with services.metadata.session() as session:
             await offsets.reset_stopped(session, services.log, ref, group, target)
-    except BrokerError as e:
+    except CODED_ERRORS as e:
         return ctx.back(path, error=_message(e))
     return ctx.back(path, notice="Offsets reset.")
 

@@ -54,7 +54,8 @@ from app.broker.delivery.frames import (
 )
 from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import (
-    BrokerError,
+    CODED_ERRORS,
+    CodedError,
     InvalidRequest,
     MemberNotFound,
     StaleGeneration,
@@ -77,7 +78,7 @@ _FRAME_MAX = 500  # messages per frame, at most
 _NEVER = 1 << 62
 
 Send = Callable[[bytes], Awaitable[None]]
-RenderError = Callable[[BrokerError], bytes]
+RenderError = Callable[[CodedError], bytes]
 
 
 # The push members connected to this process, per (topic id, group): told when one of them joins,
@@ -196,7 +197,7 @@ class PushMember:
         if not neighbours:
             _neighbours.pop(self._group_key, None)
         if self.member_id:
-            with contextlib.suppress(BrokerError):
+            with contextlib.suppress(*CODED_ERRORS):
                 await self._reconcile(leaving=True)
             with contextlib.suppress(MemberNotFound):
                 await membership.leave(self._metadata, self._topic, self._group, self.member_id)
@@ -569,7 +570,7 @@ class PushMember:
         except UnknownLog:
             await self._send(self._render_error(TopicNotFound(self._topic.name)))
             return
-        except BrokerError as error:
+        except CODED_ERRORS as error:
             await self._send(self._render_error(error))
             return
         await self._send(server_frame("acked", ids=answer.ids, failed=answer.failed))
@@ -613,7 +614,7 @@ class PushMember:
     async def _write_lazily(self) -> None:
         while not self._stopped and any(part.acked for part in self._parts.values()):
             await asyncio.sleep(LAZY_ACK_SECONDS)
-            with contextlib.suppress(BrokerError):  # not written: redelivered later, as at-least-once allows
+            with contextlib.suppress(*CODED_ERRORS):  # not written: redelivered later, as at-least-once allows
                 await self._checkpoint()
 
     async def _checkpoint(self) -> set[int]:
@@ -671,7 +672,7 @@ class PushMember:
                         failed[message_id] = "ACK_EXPIRED"
                 rest = [i for i in ids if not (isinstance(i, str) and (i in done or i in failed))]
                 answer = await self._settle({"type": "ack", "ids": rest}) if rest else None
-            except BrokerError as error:
+            except CODED_ERRORS as error:
                 for _ in frames:
                     await self._send(self._render_error(error))
                 continue

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import event, exc, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from app.broker.errors import Unavailable
+from app.stores.errors import StoreUnavailable
 from app.stores.metadata.express import ExpressWriter
 
 # What a lost or refused database connection looks like through the driver.
@@ -60,7 +60,7 @@ class MetadataStore:
 
     @asynccontextmanager
     async def session(self, *, readonly: bool = False) -> AsyncIterator[AsyncSession]:
-        """A unit of work: commits on success, rolls back on error; store outages become ``Unavailable``.
+        """A unit of work: commits on success, rolls back on error; store outages become ``StoreUnavailable``.
 
         ``readonly`` units of work (lookups on hot paths) never wait for SQLite's write lock.
         """
@@ -70,7 +70,7 @@ class MetadataStore:
                 await session.commit()
             except _OUTAGES as error:
                 await session.rollback()
-                raise Unavailable("The metadata store is unavailable.") from error
+                raise StoreUnavailable("The metadata store is unavailable.") from error
             except BaseException:
                 await session.rollback()
                 raise

@@ -1,0 +1,19 @@
+"""Errors the stores raise themselves (the layers above map them; stores import nothing from them)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class StoreUnavailable(Exception):
+    """A store cannot serve right now: its connection is lost or refused (answered as 503).
+
+    It carries a wire ``code`` and ``message`` like the domain's errors, so whoever answers those answers
+    this one the same way (``app/errors.py``; ``app.broker.errors.CODED_ERRORS``)."""
+
+    code: ClassVar[str] = "SERVICE_UNAVAILABLE"
+    details: list[dict[str, Any]] | None = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
