@@ -67,7 +67,9 @@ class PublishLane:
         except (ApiError, *CODED_ERRORS) as error:
             request = Request(scope, receive)
             # The handler registered for the error's class, found as Starlette finds it (by the MRO).
-            handler = app.exception_handlers[next(k for k in type(error).__mro__ if k in app.exception_handlers)]
+            handler = app.exception_handlers[
+                next(k for k in type(error).__mro__ if k in app.exception_handlers)
+            ]
             response = await handler(request, error)
             await response(scope, receive, send)
             return

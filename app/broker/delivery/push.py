@@ -614,7 +614,8 @@ class PushMember:
     async def _write_lazily(self) -> None:
         while not self._stopped and any(part.acked for part in self._parts.values()):
             await asyncio.sleep(LAZY_ACK_SECONDS)
-            with contextlib.suppress(*CODED_ERRORS):  # not written: redelivered later, as at-least-once allows
+            # Not written: redelivered later, as at-least-once allows.
+            with contextlib.suppress(*CODED_ERRORS):
                 await self._checkpoint()
 
     async def _checkpoint(self) -> set[int]:
