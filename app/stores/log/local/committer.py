@@ -30,8 +30,12 @@ Multi-partition appends (``Transaction``, ``TransactionLog``)
     no commit record: its batch CRC is its commit.
 
     If a write or fsync fails, the engine goes offline (Kafka's log-dir failure): every unresolved
-    append fails with ``EngineUnavailable``, nothing further is accepted, reads of committed data go on,
-    and the next start recovers from disk. So no partial transaction is ever reported or made visible.
+    append fails with ``EngineUnavailable``, nothing further is accepted, reads of committed data go on.
+    Once the disk takes writes again the manager cuts every partition back to its high-watermark and
+    this log back to its last fsync'd record (``cut_unflushed``), then resumes; or the next start
+    recovers from disk. Either way no partial transaction is ever reported or made visible: a commit
+    record that reached the disk although its write failed names a txn whose batches are cut, and txn
+    ids are never reused.
 
 Transaction log format: ``<root>/__txn/<seq:020d>.txnlog`` files of 12-byte records
 ``uint64 txn_id, uint32 crc32c(txn_id as 8 little-endian bytes)``; a torn tail is cut at load.
@@ -289,6 +293,22 @@ class TransactionLog:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._committer.submit(_Checkpoint(resolved, future))
         await future
+
+    async def wait_idle(self) -> None:
+        """Until no commit record or checkpoint is queued or being written."""
+        if self._committer is not None:
+            await self._committer.wait_idle()
+
+    def cut_unflushed(self) -> None:
+        """In a worker thread, after a failed write: truncate the active file to its last fsync'd record
+        (through a fresh descriptor) and fsync that. Raises ``OSError`` if the disk is not back."""
+        active = self._files[-1]
+        fd = os.open(active.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.ftruncate(fd, active.size)
+            os.fdatasync(fd) if hasattr(os, "fdatasync") else os.fsync(fd)
+        finally:
+            os.close(fd)
 
     async def close(self) -> None:
         if self._committer is not None:

@@ -15,9 +15,24 @@ a final checkpoint (recovery point = log end everywhere) and then the ``.clean_s
 start the marker means no partition needs a scan; it is removed once loading is done, so a crash later
 is recognised as one.
 
-Failure: a failed write or fsync takes the whole engine offline (``fail``), like a failed log dir in
-Kafka: unresolved appends fail with ``EngineUnavailable``, no new ones are taken, committed data stays
-readable, ``check()`` is False; a restart recovers from disk.
+Failure and recovery: a failed write or fsync takes the whole engine offline (``fail``), like a failed
+log dir in Kafka: unresolved appends fail with ``EngineUnavailable`` (``LogOffline``: 503), no new ones
+are taken, committed data stays readable, ``check()`` is False. A recovery task then retries, with
+backoff (``_RECOVERY_FIRST_DELAY_S`` doubling up to ``_RECOVERY_MAX_DELAY_S``), until it gets through:
+
+1. wait until no write is in flight on any partition or the transaction log;
+2. probe: create, write (``_PROBE_BYTES``), fdatasync and remove a file in the root - the disk takes
+   writes again (space freed, file system writable, device back);
+3. cut the transaction log back to its last fsync'd record, and every partition back to its
+   high-watermark (``PartitionLog.cut_to_high_watermark``). After a failed fsync the page cache may
+   hold bytes the disk does not, so nothing past the last successful fsync is trusted: it is truncated
+   through a freshly opened descriptor, the truncation fsync'd, the kept tail re-read and CRC-checked.
+   Batches past the high-watermark were never acknowledged (their appends failed) and never read;
+   a transaction's batches go on every partition, so no partial transaction survives;
+4. resume appends, at the high-watermark's offsets.
+
+A step that fails (the disk is still full, read-only or failing) leaves the engine offline for the
+next try; every step can be repeated. A restart still works as before: recovery from disk.
 
 Topic config lives in each partition directory's ``partition.metadata`` (JSON), so a restart needs
 nothing but the root directory.
@@ -43,7 +58,7 @@ from app.settings import LogSettings
 from app.stores.log.local import files, retention
 from app.stores.log.local.committer import Transaction, TransactionLog
 from app.stores.log.local.loader import load_partition
-from app.stores.log.local.partition_log import LogConfig, PartitionLog
+from app.stores.log.local.partition_log import LogConfig, LogOffline, PartitionLog
 from app.stores.log.local.segments import LogSegments, OpenSegments
 from app.stores.log.protocol import (
     EngineUnavailable,
@@ -56,6 +71,10 @@ from app.stores.log.protocol import (
 logger = logging.getLogger("queuecore.log")
 
 _CHECKPOINT_INTERVAL_S = 5.0
+_RECOVERY_FIRST_DELAY_S = 0.2
+_RECOVERY_MAX_DELAY_S = 2.0
+# The recovery probe writes this much: a disk that cannot take a large batch is not back yet.
+_PROBE_BYTES = 1 << 20
 _WRITE_THREADS = 32
 _READ_THREADS = 8
 
@@ -131,7 +150,9 @@ class LogManager:
         self._checkpoint_lock: asyncio.Lock | None = None
         self._stop: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._recovery: asyncio.Task[None] | None = None
         self.failed: BaseException | None = None
+        self.recoveries = 0  # completed in-process recoveries (for tests and metrics)
         self.started = False
         self.closing = False
         self.recovery_stats: dict[str, int] = {"partitions": 0, "scanned_segments": 0, "truncated_bytes": 0}
@@ -234,7 +255,7 @@ class LogManager:
         # thread writing while we close).
         assert self._stop is not None
         self._stop.set()
-        for task in self._tasks:
+        for task in [*self._tasks, *([self._recovery] if self._recovery else [])]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         assert self._idle is not None
@@ -245,7 +266,7 @@ class LogManager:
             await asyncio.gather(*pending, return_exceptions=True)
         logs = self.logs()
         for log in logs:
-            await log.close(EngineUnavailable("the log engine closed"))
+            await log.close(LogOffline("the log engine closed"))
         loop = asyncio.get_running_loop()
         if self.failed is None:
             await self._checkpoint(final=True)
@@ -277,9 +298,9 @@ class LogManager:
 
     def _check_writable(self) -> None:
         if self.failed is not None:
-            raise EngineUnavailable(f"the log engine is offline after a write failure: {self.failed}")
+            raise LogOffline(f"the log engine is offline after a write failure: {self.failed}")
         if not self.started or self.closing:
-            raise EngineUnavailable("the log engine is not running")
+            raise LogOffline("the log engine is not running")
 
     # -- topics ----------------------------------------------------------------------------------------------------
 
@@ -307,20 +328,31 @@ class LogManager:
     async def _add(self, topic_id: str, partitions: Sequence[int], config: TopicLogConfig) -> None:
         loop = asyncio.get_running_loop()
         # Several at once: each creation waits on a few fsyncs, which the file system journals together.
-        created = await asyncio.gather(
+        results = await asyncio.gather(
             *(
                 loop.run_in_executor(self._read_executor, self._create_partition, topic_id, partition, config)
                 for partition in partitions
-            )
+            ),
+            return_exceptions=True,
         )
-        if created:
-            await loop.run_in_executor(self._read_executor, files.fsync_dir, self.root)
+        created = [r for r in results if isinstance(r, PartitionLog)]
+        failures = [r for r in results if not isinstance(r, PartitionLog)]
+        try:
+            if created:
+                await loop.run_in_executor(self._read_executor, files.fsync_dir, self.root)
+        except OSError as exc:
+            failures.append(exc)
         topic = self._topics.get(topic_id)
         for log in created:
             if topic is None:  # deleted meanwhile
                 await log.close()
             elif log.tp.partition not in topic.partitions:
                 topic.partitions[log.tp.partition] = log
+        for failure in failures:
+            # A full or read-only disk: 503, and a retry creates what is missing (create is idempotent).
+            if isinstance(failure, OSError):
+                raise LogOffline(f"could not create the partitions of {topic_id}: {failure!r}") from failure
+            raise failure
 
     def _create_partition(self, topic_id: str, partition: int, config: TopicLogConfig) -> PartitionLog:
         name = files.partition_dir_name(topic_id, partition)
@@ -356,7 +388,10 @@ class LogManager:
                     _metadata_bytes(topic_id, log.tp.partition, config),
                 )
 
-        await asyncio.get_running_loop().run_in_executor(self._read_executor, persist)
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._read_executor, persist)
+        except OSError as exc:
+            raise LogOffline(f"could not write the config of {topic_id}: {exc!r}") from exc
 
     async def delete_topic(self, topic_id: str) -> None:
         topic = self._topics.pop(topic_id, None)
@@ -381,7 +416,11 @@ class LogManager:
                 shutil.rmtree(trash, ignore_errors=True)
             files.fsync_dir(self.root)
 
-        await asyncio.get_running_loop().run_in_executor(None, remove)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, remove)
+        except OSError as exc:
+            # The logs are closed and forgotten; the next start's orphan sweep removes what is left.
+            logger.warning("could not remove the files of topic %s: %r", topic_id, exc)
 
     # -- appends ---------------------------------------------------------------------------------------------------
 
@@ -432,7 +471,7 @@ class LogManager:
 
     def _txn_committed(self, txn: Transaction, error: BaseException | None) -> None:
         if error is not None:
-            txn.fail(EngineUnavailable(f"could not write the commit record: {error}"))
+            txn.fail(LogOffline(f"could not write the commit record: {error}"))
             self.fail(error)
             return
         if txn.future.done():  # failed meanwhile (offline, topic deleted)
@@ -454,15 +493,55 @@ class LogManager:
             self._idle.set()
 
     def fail(self, error: BaseException) -> None:
-        """Take the engine offline after a write failure (see the module docstring)."""
+        """Take the engine offline after a write failure, until the recovery task brings it back (see
+        the module docstring)."""
         if self.failed is None:
             self.failed = error
-            logger.error("the log engine is offline after a write failure: %r", error)
+            logger.error("the log engine is offline after a write failure: %r; recovering", error)
         for log in self.logs():
             log.fail(error)
-        unavailable = EngineUnavailable(f"the log engine is offline after a write failure: {error}")
+        unavailable = LogOffline(f"the log engine is offline after a write failure: {error}")
         for txn in list(self._open_txns.values()):
             txn.fail(unavailable)
+        if self.started and not self.closing and (self._recovery is None or self._recovery.done()):
+            self._recovery = asyncio.get_running_loop().create_task(self._recover_loop(), name="log-recovery")
+            # Among the background tasks: close stops it between attempts, like the others.
+            self._tasks = [t for t in self._tasks if not t.done()] + [self._recovery]
+
+    async def _recover_loop(self) -> None:
+        delay = _RECOVERY_FIRST_DELAY_S
+        attempts = 0
+        never = asyncio.Event()
+        while await self._sleep(never, delay) and not self.closing:
+            attempts += 1
+            try:
+                await self._recover()
+                return
+            except Exception as exc:  # noqa: BLE001 - the disk is not back: try again later
+                if attempts == 1 or attempts % 30 == 0:
+                    logger.warning("log engine recovery attempt %d failed: %r; retrying", attempts, exc)
+            delay = min(delay * 2, _RECOVERY_MAX_DELAY_S)
+
+    async def _recover(self) -> None:
+        """One recovery attempt (steps in the module docstring); raises if the disk is not back."""
+        assert self._checkpoint_lock is not None
+        loop = asyncio.get_running_loop()
+        async with self._checkpoint_lock:
+            for log in self.logs():
+                await log.wait_idle()
+            await self.txn_log.wait_idle()
+            await loop.run_in_executor(self._read_executor, self._probe, _PROBE_BYTES, True)
+            await loop.run_in_executor(self._read_executor, self.txn_log.cut_unflushed)
+            removed = 0
+            for log in self.logs():
+                removed += await log.cut_to_high_watermark()
+            error, self.failed = self.failed, None
+            for log in self.logs():
+                log.resume()
+        self.recoveries += 1
+        logger.warning(
+            "the log engine recovered from %r: %d unacknowledged bytes cut; appends resume", error, removed
+        )
 
     # -- background work -------------------------------------------------------------------------------------------
 
@@ -542,13 +621,23 @@ class LogManager:
             return False
 
         def probe() -> bool:
-            path = self.root / f".probe-{secrets.token_hex(4)}{files.TMP_SUFFIX}"
             try:
-                with open(path, "wb") as f:
-                    f.write(b"ok")
-                path.unlink()
+                self._probe(2, False)
                 return True
             except OSError:
                 return False
 
         return await asyncio.get_running_loop().run_in_executor(None, probe)
+
+    def _probe(self, size: int, durable: bool) -> None:
+        """Create, write ``size`` bytes to (and fdatasync if ``durable``), and remove a file in the root."""
+        path = self.root / f".probe-{secrets.token_hex(4)}{files.TMP_SUFFIX}"
+        try:
+            with open(path, "wb") as f:
+                f.write(b"\0" * size)
+                f.flush()
+                if durable:
+                    os.fdatasync(f.fileno())
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()

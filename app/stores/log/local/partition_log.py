@@ -20,6 +20,11 @@ Offsets and visibility::
   active segment is older than ``segment_ms``; the old segment is fsync'd and its indexes made durable
   first. Retention asks for a roll through the same writer (``roll``), never behind its back.
 
+* A failed write or fsync takes the log offline (``fail``): every unresolved append fails, none is
+  taken, committed reads go on. ``cut_to_high_watermark`` then brings the files back to exactly the
+  high-watermark - everything past it was never acknowledged, and after a failed fsync its state on
+  disk is unknown - and ``resume`` takes appends again at the same offsets (no reader ever saw them).
+
 * The last resolved batches (up to ``_TAIL_BYTES``) stay in memory, as written: a read that starts
   within them - a consumer keeping up with its producers - decodes them on the event loop, without a
   file read or a worker-thread hop (decoding holds the GIL either way; the hop only added latency).
@@ -34,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -41,12 +47,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.broker.errors import Unavailable
 from app.kit.clock import now_ms
 from app.settings import LogSettings
 from app.stores.log.local import files
 from app.stores.log.local.committer import GroupCommitter, Transaction
 from app.stores.log.local.records import (
     BatchHeader,
+    CorruptRecordError,
     EncodedBatch,
     decode_batch,
     encode_batch,
@@ -83,6 +91,19 @@ _MAX_RELATIVE = (1 << 31) - 1
 
 class OffsetOutOfRange(LogEngineError, ValueError):
     """An offset that no record can have (negative)."""
+
+
+class LogOffline(EngineUnavailable, Unavailable):
+    """The engine takes no appends right now (a write failed and the disk has not recovered yet, or it is
+    closing). Also the domain's ``Unavailable``, so the API answers 503 ``SERVICE_UNAVAILABLE``; the
+    wire message is generic, the failure itself is in the server log."""
+
+    def __init__(self, detail: str) -> None:
+        Unavailable.__init__(self, "The log engine cannot write right now; retry shortly.")
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,9 +222,9 @@ class PartitionLog:
 
     def check_writable(self) -> None:
         if self.failed is not None:
-            raise EngineUnavailable(f"the log is offline after a write failure: {self.failed}")
+            raise LogOffline(f"the log is offline after a write failure: {self.failed}")
         if self.closed:
-            raise EngineUnavailable(f"the log of {self.tp.topic_id}/{self.tp.partition} is closed")
+            raise LogOffline(f"the log of {self.tp.topic_id}/{self.tp.partition} is closed")
 
     def encode(self, records: Sequence[RecordIn], *, txn_id: int = 0, now: int | None = None) -> EncodedBatch:
         """Encode ``records`` as the next batch (nothing is assigned until ``enqueue``)."""
@@ -229,6 +250,10 @@ class PartitionLog:
         await pending.future
         return pending.base_offset
 
+    async def wait_idle(self) -> None:
+        """Until no write is queued or in flight."""
+        await self._committer.wait_idle()
+
     async def roll(self) -> bool:
         """Roll the active segment through the writer (a no-op if it is empty); returns once done."""
         self.check_writable()
@@ -243,6 +268,9 @@ class PartitionLog:
 
         Returns whether a segment was rolled.
         """
+        if self.failed is not None:
+            # Queued before the failure (and failed with it): writing them would only add bytes to cut.
+            raise LogOffline("the log is offline")
         config = self.config
         now = now_ms()
         rolled = False
@@ -308,6 +336,7 @@ class PartitionLog:
             self.segments.add(fresh)
         except BaseException:
             self.open_segments.release(fresh)
+            self.open_segments.discard(fresh)  # never listed: close its files (recovery removes them)
             raise
         self.open_segments.release(handle)
         # The caller's ``finally`` releases whatever handle is current: hand it the new one, pinned.
@@ -319,9 +348,11 @@ class PartitionLog:
         if error is not None:
             for item in items:
                 if isinstance(item, RollRequest) and not item.future.done():
-                    item.future.set_exception(EngineUnavailable(f"roll failed: {error}"))
+                    item.future.set_exception(LogOffline(f"roll failed: {error}"))
             if self.failed is None:
-                logger.error("write to %s failed: %r; the log engine goes offline", self.name, error)
+                logger.error(
+                    "write to %s failed: %r; appends pause until the disk recovers", self.name, error
+                )
                 self._on_failure(error)
             return
         for item in items:
@@ -386,7 +417,7 @@ class PartitionLog:
         """Take the log offline: fail every unresolved append (their bytes are cut at the next start)."""
         if self.failed is None:
             self.failed = error
-        unavailable = EngineUnavailable(f"the log engine is offline after a write failure: {error}")
+        unavailable = LogOffline(f"the log engine is offline after a write failure: {error}")
         while self._unresolved:
             pending = self._unresolved.popleft()
             if pending.future is not None and not pending.future.done():
@@ -394,6 +425,57 @@ class PartitionLog:
                 pending.future.exception()
             if pending.txn is not None:
                 pending.txn.fail(unavailable)
+
+    async def cut_to_high_watermark(self) -> int:
+        """After a failure (``fail``), once no write is in flight: truncate the files to the high-watermark
+        (see ``_cut``) and assign offsets from there again. Appends stay refused until ``resume``.
+        Returns the bytes cut. Raises ``OSError`` (or ``CorruptRecordError``) if the disk is not back."""
+        assert self.failed is not None, "only a failed log is cut back"
+        await self._committer.wait_idle()
+        if self.closed:
+            return 0
+        end = self.high_watermark
+        removed = await asyncio.get_running_loop().run_in_executor(self._read_executor, self._cut, end)
+        self.next_offset = end
+        return removed
+
+    def _cut(self, end: int) -> int:
+        """In a worker thread: make offset ``end`` the log end on disk. Segments after the one holding it
+        go (with any files a failed roll left behind, never listed), then that segment is cut at ``end``
+        through a freshly opened descriptor and fsync'd (``Segment.cut_at``)."""
+        segments = self.segments
+        target = segments.floor(end)
+        if target is None:
+            target = segments.first
+            if target is None or target.base_offset != end:
+                raise CorruptRecordError(f"{self.name}: no segment holds offset {end}")
+        later = [h for h in segments.values() if h.base_offset > target.base_offset]
+        removed = sum(h.size for h in later)
+        for handle in later:
+            self.open_segments.discard(handle)
+        stray = False
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                base = files.offset_from_name(entry.name)
+                if base is not None and base > target.base_offset:
+                    os.unlink(entry.path)
+                    stray = True
+        if stray:
+            files.fsync_dir(self.directory)
+        for handle in later:
+            segments.remove(handle)
+        with (
+            self.open_segments.use(target) as segment,
+            files.open_rw(files.log_file(self.directory, target.base_offset)) as fresh,
+        ):
+            removed += segment.cut_at(end, fresh)
+        if later:
+            logger.warning("%s: dropped %d segment(s) past offset %d", self.name, len(later), end)
+        return removed
+
+    def resume(self) -> None:
+        """Take appends again (the manager calls this once every log and the transaction log are cut)."""
+        self.failed = None
 
     def abandon(self, error: BaseException) -> None:
         """Fail unresolved appends because the log is going away (topic deleted, engine closed)."""

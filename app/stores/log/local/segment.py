@@ -427,6 +427,64 @@ class Segment:
         self.recover(truncate=False)
         return removed
 
+    def cut_at(self, offset: int, log: BinaryIO | None = None) -> int:
+        """Make ``offset`` (a batch boundary) the end of this segment on disk, after a failed write or
+        fsync: whatever lies beyond it (batches written but never fsync'd, a torn batch, bytes of a
+        short write past ``state.size``) is truncated away, the indexes lose their entries at or past
+        it, the state is re-derived from the batches kept, and the cut is fsync'd. Returns the bytes
+        removed.
+
+        ``log``, if given, is a freshly opened descriptor of this segment's ``.log``: the truncation,
+        the fsync and the verification go through it rather than the long-lived one (which readers may
+        be using, so it cannot be swapped). The kept batches between the last index entry and the cut
+        are read back and CRC-checked; ``CorruptRecordError`` if they do not end exactly at
+        ``offset`` (then nothing is truncated).
+        """
+        if offset < self.base_offset:
+            raise ValueError(f"{self.name}: cannot cut at {offset}, below the base offset")
+        block = BlockFile(log) if log is not None else self._log
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        state = SegmentState(next_offset=self.base_offset)
+        cut = 0
+        if offset > self.base_offset:
+            expected, position = self.offset_index.lookup(offset)
+            start = position
+            largest = self.time_index.max_timestamp()
+            state.max_timestamp = -1 if largest is None else largest
+            while expected < offset:
+                head = block.read(position, HEADER_SIZE)
+                header = read_header(head)
+                if header is None or not 0 < header.size <= MAX_BATCH_BYTES:
+                    raise CorruptRecordError(
+                        f"{self.name}: no whole batch at {position} before offset {offset}"
+                    )
+                header = ensure_valid(head + block.read(position + HEADER_SIZE, header.size - HEADER_SIZE))
+                if header.base_offset != expected:
+                    raise CorruptRecordError(
+                        f"{self.name}: batch offset {header.base_offset} at {position}, {expected} expected"
+                    )
+                state.max_timestamp = max(state.max_timestamp, header.max_timestamp)
+                state.last_batch_offset = header.base_offset
+                expected = header.next_offset
+                position += header.size
+            if expected != offset:
+                raise CorruptRecordError(f"{self.name}: offset {offset} does not start a batch")
+            cut = position
+            state.next_offset = offset
+            state.bytes_since_index = cut - start
+            state.rolling_timestamp = self.state.rolling_timestamp
+            if state.rolling_timestamp < 0:
+                state.rolling_timestamp = state.max_timestamp
+        state.size = cut
+        removed = block.size() - cut
+        block.truncate(cut)
+        block.sync()
+        self.offset_index.sync()
+        self.time_index.sync()
+        self._adopt(state)
+        return removed
+
     def _adopt(self, state: SegmentState) -> None:
         # In place: the SegmentHandle shares this object with the open Segment.
         for name in SegmentState.__slots__:
