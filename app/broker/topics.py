@@ -22,7 +22,13 @@ from app.broker import dead_letter_logs
 from app.broker.errors import InvalidRequest, TopicAlreadyExists, TopicNotFound
 from app.kit.clock import utcnow
 from app.kit.ids import new_id
-from app.stores.log.protocol import LogEngine, LogEngineError, PartitionInfo, TopicLogConfig
+from app.stores.log.protocol import (
+    LogEngine,
+    LogEngineError,
+    PartitionInfo,
+    ReplicasUnavailable,
+    TopicLogConfig,
+)
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.models import Topic
@@ -156,7 +162,10 @@ async def create_topic(
     except IntegrityError:
         # A concurrent create of the same name won the race.
         raise TopicAlreadyExists(name) from None
-    await log.create_topic(topic.id, partitions, log_config(topic))
+    try:
+        await log.create_topic(topic.id, partitions, log_config(topic))
+    except ReplicasUnavailable as exc:  # offered in general, but not by this cluster (too few servers)
+        raise InvalidRequest.field("replicas", str(exc)) from None
     return topic
 
 
