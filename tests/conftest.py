@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,10 @@ pytest_plugins = [
     "tests.fixtures.webhooks",
 ]
 
-BACKENDS = ["sqlite", "postgres"]
+# The metadata store each deployment runs on; "jetstream" is the scale-out shape: Postgres, Redis for limits,
+# and the JetStream log engine on the session's 3-node NATS cluster.
+BACKENDS = ["sqlite", "postgres", "jetstream"]
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @dataclass
@@ -37,6 +41,20 @@ class Deployment:
     store: MetadataStore
     secret: bytes
 
+    @property
+    def default_replicas(self) -> int:
+        """Replicas of a topic created without saying, on this deployment's log engine."""
+        return int(self.app.state.services.log.default_replicas)
+
+    def durability(self, replicas: int | None = None) -> str:
+        """What a publish to a topic of ``replicas`` (default: the engine's) answers as its durability."""
+        log = self.app.state.services.log
+        return str(log.durability_for(replicas or log.default_replicas))
+
+    @property
+    def local_engine(self) -> bool:
+        return self.backend != "jetstream"
+
     async def project(self, **kwargs: object) -> ProjectKeys:
         return await make_project(self.store, self.secret, **kwargs)  # type: ignore[arg-type]
 
@@ -48,7 +66,7 @@ def settings_for(backend: str, data_dir: Path, postgres_url: str, **overrides: o
         # Tests flush last-used times explicitly.
         "key_last_used_flush_seconds": 3600.0,
     }
-    if backend == "postgres":
+    if backend in ("postgres", "jetstream"):
         values["database_url"] = postgres_url
     if overrides.get("environment") == "production":
         values["metrics_token"] = "test-metrics-" + "m" * 32  # production refuses to start without one
@@ -58,11 +76,25 @@ def settings_for(backend: str, data_dir: Path, postgres_url: str, **overrides: o
 
 @pytest.fixture(scope="session", params=BACKENDS)
 async def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_database: str
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_database: str,
+    postgres_database_jetstream: str,
 ) -> AsyncIterator[Deployment]:
     """The app over one metadata backend, migrated with Alembic, its lifespan running."""
     backend = request.param
-    settings = settings_for(backend, tmp_path_factory.mktemp(f"data-{backend}"), postgres_database)
+    overrides: dict[str, object] = {}
+    if backend == "jetstream":
+        overrides = {
+            "log_engine": "jetstream",
+            "nats_url": request.getfixturevalue("nats_cluster").url,
+            "redis_url": REDIS_URL,
+            "rate_limit_prefix": f"qc:test:{secrets.token_hex(4)}:",
+        }
+        postgres_database = postgres_database_jetstream
+    settings = settings_for(
+        backend, tmp_path_factory.mktemp(f"data-{backend}"), postgres_database, **overrides
+    )
     await asyncio.to_thread(migrate, settings)
     app = create_app(settings)
     async with app.router.lifespan_context(app):

@@ -6,13 +6,17 @@ import app as package
 
 
 class TestHealth:
-    async def test_all_ok_embedded(self, client):
+    async def test_all_ok(self, client, deployment):
         response = await client.get("/v1/health")
         assert response.status_code == 200
         body = response.json()
         assert body == {
             "status": "ok",
-            "checks": {"database": "ok", "redis": "embedded", "logEngine": "ok"},
+            "checks": {
+                "database": "ok",
+                "redis": "ok" if deployment.settings.redis_url else "embedded",
+                "logEngine": "ok",
+            },
             "version": package.__version__,
         }
 

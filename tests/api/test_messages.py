@@ -27,13 +27,13 @@ async def read_all(client, headers, name, partition, **params):
 
 
 class TestPublish:
-    async def test_docs_example(self, client, prod, topic):
+    async def test_docs_example(self, client, prod, topic, deployment):
         data = {"type": "order.created", "orderId": "ord_92jf8x", "amount": 9900, "currency": "usd"}
         response = await client.post("/v1/topics/order.events/messages", json={"data": data}, headers=prod)
         assert response.status_code == 201, response.text
         body = response.json()
         assert set(body) == {"id", "offset", "partition", "timestamp", "latency", "durability"}
-        assert body["id"].startswith("msg_") and body["durability"] == "fsync"
+        assert body["id"].startswith("msg_") and body["durability"] == deployment.durability()
         assert body["offset"] == 0 and 0 <= body["partition"] < 3
         assert isinstance(body["latency"], int) and body["timestamp"].endswith("Z")
         assert "Idempotent-Replayed" not in response.headers
@@ -130,7 +130,7 @@ class TestPublish:
 
 
 class TestBatch:
-    async def test_docs_example(self, client, prod, topic):
+    async def test_docs_example(self, client, prod, topic, deployment):
         batch = [
             {"type": "order.created", "orderId": "ord_a1b2c3", "amount": 4500},
             {"type": "order.created", "orderId": "ord_d4e5f6", "amount": 12000},
@@ -143,7 +143,11 @@ class TestBatch:
         )
         assert r.status_code == 201, r.text
         body = r.json()
-        assert body["count"] == 3 and isinstance(body["latency"], int) and body["durability"] == "fsync"
+        assert (
+            body["count"] == 3
+            and isinstance(body["latency"], int)
+            and body["durability"] == deployment.durability()
+        )
         assert len({m["id"] for m in body["messages"]}) == 3
 
     async def test_one_bad_item_refuses_whole_batch(self, client, prod, topic):

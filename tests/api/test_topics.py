@@ -22,7 +22,7 @@ def _error(response, status: int, code: str) -> dict:
 
 
 class TestCreateTopic:
-    async def test_defaults(self, client, prod):
+    async def test_defaults(self, client, prod, deployment):
         response = await client.post("/v1/topics", json={"name": "order.events"}, headers=prod)
         assert response.status_code == 201, response.text
         topic = response.json()
@@ -31,7 +31,7 @@ class TestCreateTopic:
         assert topic["partitions"] == 3
         assert topic["retention"] == "7d"
         assert topic["delivery"] == "exactly-once"
-        assert topic["replicas"] == 1  # the local engine's default: one copy
+        assert topic["replicas"] == deployment.default_replicas  # 1 on the local engine, 3 on JetStream
         assert topic["status"] == "active"
         assert topic["createdAt"].endswith("Z") and len(topic["createdAt"]) == 24
 
@@ -93,7 +93,9 @@ class TestCreateTopic:
         assert listed == []
 
     @pytest.mark.parametrize("replicas", [3, 5])
-    async def test_more_replicas_than_the_local_engine_keeps_is_400(self, client, prod, replicas):
+    async def test_more_replicas_than_the_local_engine_keeps_is_400(self, client, prod, replicas, deployment):
+        if not deployment.local_engine:
+            pytest.skip("the local engine's rule; JetStream's is tested below")
         response = await client.post("/v1/topics", json={"name": "r", "replicas": replicas}, headers=prod)
         error = _error(response, 400, "INVALID_REQUEST")
         assert "keeps one copy" in error["message"], error
@@ -105,7 +107,23 @@ class TestCreateTopic:
         ]
         assert (await client.get("/v1/topics", headers=prod)).json()["data"] == []
 
-    async def test_one_replica_asked_for_is_shown_everywhere(self, client, prod):
+    async def test_on_jetstream_replicas_beyond_the_cluster_are_400(self, client, prod, deployment):
+        if deployment.local_engine:
+            pytest.skip("JetStream's rule")
+        three = await client.post("/v1/topics", json={"name": "r3", "replicas": 3}, headers=prod)
+        assert three.status_code == 201 and three.json()["replicas"] == 3
+        published = await client.post("/v1/topics/r3/messages", json={"data": 1}, headers=prod)
+        assert published.json()["durability"] == "replicated:3"
+        # The test cluster has three servers: five copies cannot be placed, and nothing is created.
+        error = _error(
+            await client.post("/v1/topics", json={"name": "r5", "replicas": 5}, headers=prod),
+            400,
+            "INVALID_REQUEST",
+        )
+        assert error["details"][0]["field"] == "replicas" and "5 replicas" in error["details"][0]["issue"]
+        _error(await client.get("/v1/topics/r5", headers=prod), 404, "TOPIC_NOT_FOUND")
+
+    async def test_one_replica_asked_for_is_shown_everywhere(self, client, prod, deployment):
         created = await client.post("/v1/topics", json={"name": "r1", "replicas": 1}, headers=prod)
         assert created.status_code == 201, created.text
         assert created.json()["replicas"] == 1
@@ -115,11 +133,11 @@ class TestCreateTopic:
         patched = await client.patch("/v1/topics/r1", json={"retention": "1d"}, headers=prod)
         assert patched.json()["replicas"] == 1
         published = await client.post("/v1/topics/r1/messages", json={"data": 1}, headers=prod)
-        assert published.json()["durability"] == "fsync"
+        assert published.json()["durability"] == deployment.durability(1)
         batch = await client.post(
             "/v1/topics/r1/messages/batch", json={"messages": [{"data": 1}]}, headers=prod
         )
-        assert batch.json()["durability"] == "fsync"
+        assert batch.json()["durability"] == deployment.durability(1)
 
     async def test_boundaries_accepted(self, client, prod):
         for body in (
@@ -224,7 +242,7 @@ class TestUpdateTopic:
             ({"replicas": 3, "partitions": 6}, "replicas", "cannot be changed after the topic is created"),
         ],
     )
-    async def test_fixed_fields_are_said_to_be_fixed(self, client, prod, body, field, says):
+    async def test_fixed_fields_are_said_to_be_fixed(self, client, prod, body, field, says, deployment):
         await client.post("/v1/topics", json={"name": "u5"}, headers=prod)
         error = _error(await client.patch("/v1/topics/u5", json=body, headers=prod), 400, "INVALID_REQUEST")
         assert error["details"][0]["field"] == field and says in error["message"]
@@ -234,19 +252,23 @@ class TestUpdateTopic:
             "exactly-once",
             "7d",
             3,
-            1,
+            deployment.default_replicas,
         )
 
 
 class TestDeleteTopic:
     async def test_delete_removes_topic_and_files(self, client, prod, deployment):
         created = (await client.post("/v1/topics", json={"name": "gone"}, headers=prod)).json()
-        log_dir = deployment.settings.log_dir
-        assert any(p.name.startswith(created["id"]) for p in log_dir.iterdir())
+        log = deployment.app.state.services.log
+        assert created["id"] in await log.topic_ids()
+        if deployment.local_engine:
+            assert any(p.name.startswith(created["id"]) for p in deployment.settings.log_dir.iterdir())
         response = await client.delete("/v1/topics/gone", headers=prod)
         assert response.status_code == 204 and response.content == b""
         _error(await client.get("/v1/topics/gone", headers=prod), 404, "TOPIC_NOT_FOUND")
-        assert not any(p.name.startswith(created["id"]) for p in log_dir.iterdir())
+        assert created["id"] not in await log.topic_ids()
+        if deployment.local_engine:
+            assert not any(p.name.startswith(created["id"]) for p in deployment.settings.log_dir.iterdir())
         _error(await client.delete("/v1/topics/gone", headers=prod), 404, "TOPIC_NOT_FOUND")
         # The name is free again, for a new, empty topic.
         again = (await client.post("/v1/topics", json={"name": "gone"}, headers=prod)).json()

@@ -78,6 +78,10 @@ class UnknownLog(LogEngineError):
     """The topic or partition has no log in this engine."""
 
 
+class ReplicasUnavailable(LogEngineError):
+    """The engine cannot keep as many replicas as a topic asks for (answered as 400)."""
+
+
 class EngineUnavailable(LogEngineError):
     """The engine cannot meet its durability promise right now (answered as 503)."""
 

@@ -89,12 +89,19 @@ class JetStreamClient:
             queue.put_nowait(msg)
 
     async def api(
-        self, subject: str, body: dict[str, Any] | None = None, *, stream: str = ""
+        self,
+        subject: str,
+        body: dict[str, Any] | None = None,
+        *,
+        stream: str = "",
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         """One ``$JS.API`` call; its JSON answer, or the matching engine error."""
         try:
             reply = await self.nc.request(
-                "$JS.API." + subject, orjson.dumps(body) if body is not None else b"", timeout=self.timeout
+                "$JS.API." + subject,
+                orjson.dumps(body) if body is not None else b"",
+                timeout=timeout or self.timeout,
             )
         except _UNAVAILABLE as exc:
             raise EngineUnavailable(f"JetStream did not answer {subject}: {type(exc).__name__}") from exc

@@ -41,7 +41,13 @@ from nats.aio.client import Client
 
 from app.kit.clock import now_ms
 from app.stores.log.jetstream import codec
-from app.stores.log.jetstream.client import AlreadyApplied, JetStreamClient, NoStream, StoredAt
+from app.stores.log.jetstream.client import (
+    AlreadyApplied,
+    JetStreamClient,
+    JetStreamError,
+    NoStream,
+    StoredAt,
+)
 from app.stores.log.jetstream.transactions import Transactions
 from app.stores.log.jetstream.watermarks import Watermarks
 from app.stores.log.protocol import (
@@ -50,6 +56,7 @@ from app.stores.log.protocol import (
     PartitionInfo,
     Record,
     RecordIn,
+    ReplicasUnavailable,
     TopicLogConfig,
     UnknownLog,
 )
@@ -59,7 +66,10 @@ logger = logging.getLogger(__name__)
 _GONE_PREFIX = "qc.gone."  # a topic's streams were deleted (subject token: the topic's token)
 _REPLICA_CHOICES = (1, 3, 5)
 _MESSAGE_OVERHEAD = 256  # subject, batch headers and framing JetStream counts in a read's max_bytes
-_LAG_RETRIES = 20  # a replica answering a read may trail the leader by a few milliseconds
+_LAG_RETRIES = 20
+_CREATE_CONCURRENCY = 8
+_ADMIN_TIMEOUT = 30.0  # creating or deleting a stream is a Raft group's birth or death: not the hot path
+_NO_PLACEMENT = 10005  # a replica answering a read may trail the leader by a few milliseconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +194,19 @@ class JetStreamLogEngine:
         replicas = config.replicas or self.config.default_replicas
         if replicas not in _REPLICA_CHOICES:
             raise ValueError(f"replicas must be one of {_REPLICA_CHOICES}, got {replicas}")
-        await asyncio.gather(*(self._create_stream(topic_id, p, replicas, config) for p in range(partitions)))
+        await self._create_streams(topic_id, range(partitions), replicas, config)
+
+    async def _create_streams(
+        self, topic_id: str, partitions: range, replicas: int, config: TopicLogConfig
+    ) -> None:
+        # Each stream is a Raft group of its own: create a few at a time, not hundreds at once.
+        gate = asyncio.Semaphore(_CREATE_CONCURRENCY)
+
+        async def create(partition: int) -> None:
+            async with gate:
+                await self._create_stream(topic_id, partition, replicas, config)
+
+        await asyncio.gather(*(create(p) for p in partitions))
 
     async def _create_stream(
         self, topic_id: str, partition: int, replicas: int, config: TopicLogConfig
@@ -192,8 +214,12 @@ class JetStreamLogEngine:
         name = codec.stream_name(topic_id, partition)
         body = self._stream_config(topic_id, partition, replicas, config)
         try:
-            await self.client.api(f"STREAM.CREATE.{name}", body, stream=name)
-        except LogEngineError as exc:
+            await self.client.api(f"STREAM.CREATE.{name}", body, stream=name, timeout=_ADMIN_TIMEOUT)
+        except JetStreamError as exc:
+            if exc.err_code == _NO_PLACEMENT:
+                raise ReplicasUnavailable(
+                    f"the cluster cannot place {replicas} replicas (it has fewer servers than that)"
+                ) from None
             if "already in use" not in str(exc):
                 raise
         self._known.add(name)
@@ -259,11 +285,8 @@ class JetStreamLogEngine:
             retention_bytes=max_bytes if max_bytes > 0 else None,
             replicas=int(config.get("num_replicas", self.config.default_replicas)),
         )
-        await asyncio.gather(
-            *(
-                self._create_stream(topic_id, p, topic_config.replicas or 1, topic_config)
-                for p in range(len(existing), partitions)
-            )
+        await self._create_streams(
+            topic_id, range(len(existing), partitions), topic_config.replicas or 1, topic_config
         )
 
     async def update_config(self, topic_id: str, config: TopicLogConfig) -> None:
@@ -281,7 +304,7 @@ class JetStreamLogEngine:
         for partition in await self._partitions(topic_id):
             name = codec.stream_name(topic_id, partition)
             with contextlib.suppress(UnknownLog):
-                await self.client.api(f"STREAM.DELETE.{name}", stream=name)
+                await self.client.api(f"STREAM.DELETE.{name}", stream=name, timeout=_ADMIN_TIMEOUT)
         self._forget(codec.token(topic_id))
         if self.nc is not None:
             with contextlib.suppress(Exception):
