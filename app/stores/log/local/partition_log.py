@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.broker.errors import Unavailable
 from app.kit.clock import now_ms
 from app.settings import LogSettings
+from app.stores.errors import StoreUnavailable
 from app.stores.log.local import files
 from app.stores.log.local.committer import GroupCommitter, Transaction
 from app.stores.log.local.records import (
@@ -93,13 +93,13 @@ class OffsetOutOfRange(LogEngineError, ValueError):
     """An offset that no record can have (negative)."""
 
 
-class LogOffline(EngineUnavailable, Unavailable):
+class LogOffline(EngineUnavailable, StoreUnavailable):
     """The engine takes no appends right now (a write failed and the disk has not recovered yet, or it is
-    closing). Also the domain's ``Unavailable``, so the API answers 503 ``SERVICE_UNAVAILABLE``; the
-    wire message is generic, the failure itself is in the server log."""
+    closing). Also a ``StoreUnavailable``, so the API answers 503 ``SERVICE_UNAVAILABLE``; the wire
+    ``message`` is generic, the failure itself (``str``) goes to the server log."""
 
     def __init__(self, detail: str) -> None:
-        Unavailable.__init__(self, "The log engine cannot write right now; retry shortly.")
+        StoreUnavailable.__init__(self, "The log engine cannot write right now; retry shortly.")
         self.detail = detail
 
     def __str__(self) -> str:

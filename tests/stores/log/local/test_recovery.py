@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from app.broker.errors import Unavailable
+from app.stores.errors import StoreUnavailable
 from app.stores.log.local import LocalLogEngine, files
 from app.stores.log.local.files import BlockFile
 from app.stores.log.local.segment import Segment
@@ -90,7 +90,7 @@ async def test_an_fsync_error_pauses_appends_until_the_disk_recovers(tmp_path, m
 
         with pytest.raises(EngineUnavailable) as caught:
             await engine.append("top_r", {0: [RecordIn(value=b"never fsync'd")]})
-        assert isinstance(caught.value, Unavailable)  # the API answers it 503 SERVICE_UNAVAILABLE
+        assert isinstance(caught.value, StoreUnavailable)  # the API answers it 503 SERVICE_UNAVAILABLE
         assert on_disk(tmp_path, "top_r", 0) > durable  # written, in the page cache, not durable
         await asyncio.sleep(1.0)  # recovery attempts fail meanwhile: the disk is still broken
         assert await engine.check() is False
