@@ -68,6 +68,13 @@ class Partitioner:
         self._next += 1
         return (self._next - 1) % partitions
 
+    def spread(self, partitions: int, count: int) -> int:
+        """The partition of the first of ``count`` keyless messages; the i-th goes to ``(first + i) %
+        partitions`` (what ``assign`` says of them, without a list)."""
+        first = self._next
+        self._next += count
+        return first % partitions
+
     def assign(self, partitions: int, messages: Sequence[Routable]) -> list[int]:
         """The partition of every message of a batch: exactly what ``choose`` would say of each in turn
         (only keyless messages move the round robin, so they spread evenly however keyed ones mix in)."""

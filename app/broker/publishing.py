@@ -204,6 +204,22 @@ def parse_batch(body: Any) -> list[Outgoing]:
     return out
 
 
+def plain_batch(body: Any) -> list[bytes] | None:
+    """The common batch, ``{"messages": [{"data": …}, …]}`` with 1–1000 bare messages within the size
+    limit: each message's ``data`` as JSON bytes. None for any other body (``parse_batch`` then checks it
+    and says what is wrong)."""
+    if type(body) is not dict or len(body) != 1:
+        return None
+    messages = body.get("messages")
+    if type(messages) is not list or not 1 <= len(messages) <= MAX_BATCH:
+        return None
+    datas = [m["data"] for m in messages if type(m) is dict and len(m) == 1 and "data" in m]
+    if len(datas) != len(messages):
+        return None
+    values = list(map(orjson.dumps, datas))
+    return values if max(map(len, values)) <= MAX_MESSAGE_BYTES else None
+
+
 def _encode_headers(headers: dict[str, str] | None, idem: str | None) -> bytes | None:
     if headers is None and idem is None:
         return None
@@ -294,6 +310,37 @@ class Publisher:
         topic = await self.topics.resolve(scope, topic_name)
         placed, replayed = await self._append(topic, messages)
         return topic, placed, replayed
+
+    async def publish_plain(
+        self, scope: Scope, topic_name: str, values: Sequence[bytes]
+    ) -> tuple[TopicRef, bytes]:
+        """Append a batch of bare messages (``plain_batch``) atomically, spread round robin. Answers the
+        topic and what ``results`` says of each message as one JSON array, rendered from the base
+        offsets: no tuple or dict per message besides the records."""
+        topic = await self.topics.resolve(scope, topic_name)
+        partitions = topic.partitions
+        first = self.partitioner.spread(partitions, len(values))
+        timestamp = now_ms()
+        # Message i is record i // partitions of partition (first + i) % partitions.
+        runs = [
+            ((first + k) % partitions, values[k::partitions]) for k in range(min(partitions, len(values)))
+        ]
+        records = {p: [_new(RecordIn, (v, None, None, timestamp)) for v in run] for p, run in runs}
+        bases = await self.log.append(topic.id, records)
+        stamp = isoformat_ms(timestamp).encode()
+        items: list[bytes] = [b""] * len(values)
+        for k, (p, run) in enumerate(runs):
+            items[k::partitions] = self._items(topic, p, bases[p], len(run), stamp)
+        return topic, b"[" + b",".join(items) + b"]"
+
+    def _items(self, topic: TopicRef, partition: int, base: int, count: int, stamp: bytes) -> list[bytes]:
+        """``results`` of ``count`` messages at consecutive offsets of one partition, as JSON."""
+        template = b'{"id":"%s","offset":%d,"partition":%d,"timestamp":"%s"}'
+        ids = message_ids.encode_run(topic.id, partition, base, count, prefix=topic.id_prefix)
+        return [
+            template % (i, offset, partition, stamp)
+            for i, offset in zip(ids, range(base, base + count), strict=True)
+        ]
 
     async def _append(self, topic: TopicRef, messages: Sequence[Outgoing]) -> tuple[list[Placed], list[bool]]:
         for i, m in enumerate(messages):
