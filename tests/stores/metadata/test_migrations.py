@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.stores.metadata.models import Base
 from tests.fixtures.database import create_database, database_url, drop_database
+from tests.stores.metadata.conftest import alembic_config
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _config(url: str) -> Config:
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "migrations"))
-    config.attributes["url"] = url
-    return config
+_config = alembic_config
 
 
 async def _diff(url: str) -> list:

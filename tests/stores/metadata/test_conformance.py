@@ -1,0 +1,555 @@
+"""The metadata store's protocols (``app/stores/metadata/protocol.py``), one class per aggregate, run on
+SQLite and on Postgres over a schema the migrations built: what the domain relies on must hold on both."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import exc
+
+from app.kit.ids import new_id
+from app.stores.errors import StoreUnavailable
+from app.stores.metadata import protocol
+from app.stores.metadata.alert_repositories import AlertRepository
+from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.dlq_repositories import DeadLetterRepository, DeadLetterRow
+from app.stores.metadata.group_repositories import GroupRepository
+from app.stores.metadata.lease_repositories import LeaseRepository, LeaseState
+from app.stores.metadata.models import AlertEndpoint, ApiKey, GroupMember, User
+from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.repositories import (
+    ApiKeyRepository,
+    ProjectRepository,
+    TopicRepository,
+    UserRepository,
+)
+from app.stores.metadata.usage_repositories import Rollup, UsageRollupRepository
+from tests.stores.metadata.conftest import Rows, now
+
+
+class TestProtocols:
+    @pytest.mark.parametrize(
+        ("repository", "store"),
+        [
+            (UserRepository, protocol.UserStore),
+            (ProjectRepository, protocol.ProjectStore),
+            (ApiKeyRepository, protocol.ApiKeyStore),
+            (TopicRepository, protocol.TopicStore),
+            (GroupRepository, protocol.GroupStore),
+            (PartitionRepository, protocol.PartitionStore),
+            (LeaseRepository, protocol.LeaseStore),
+            (DeadLetterRepository, protocol.DeadLetterStore),
+            (AlertRepository, protocol.AlertStore),
+            (UsageRollupRepository, protocol.UsageStore),
+        ],
+    )
+    async def test_each_repository_implements_its_protocol(self, metadata: MetadataStore, repository, store):
+        async with metadata.session(readonly=True) as session:
+            assert isinstance(repository.from_session(session), store)
+
+
+class TestUnitOfWork:
+    async def test_an_unreachable_database_is_store_unavailable(self, metadata: MetadataStore, tmp_path):
+        # Nothing listens on this port (the range of this suite's servers); a directory is no database file.
+        url = (
+            f"sqlite+aiosqlite:///{tmp_path}"
+            if metadata.is_sqlite
+            else "postgresql+asyncpg://postgres@127.0.0.1:20199/postgres"
+        )
+        down = MetadataStore(url)
+        try:
+            with pytest.raises(StoreUnavailable) as raised:
+                async with down.session() as session:
+                    await UserRepository.from_session(session).get_by_email("a@example.com")
+            assert raised.value.code == "SERVICE_UNAVAILABLE"
+        finally:
+            await down.close()
+
+    async def test_an_error_rolls_the_whole_unit_back(self, metadata: MetadataStore):
+        email = f"u-{secrets.token_hex(4)}@example.com"
+        with pytest.raises(RuntimeError):
+            async with metadata.session() as session:
+                await UserRepository.from_session(session).add(_user(email))
+                raise RuntimeError("the caller gave up")
+        async with metadata.session(readonly=True) as session:
+            assert await UserRepository.from_session(session).get_by_email(email) is None
+
+
+def _user(email: str) -> User:
+    return User(id=new_id("usr"), email=email, password_hash="x", created_at=now())
+
+
+def _key(project_id: str, environment: str = "production", *, at: datetime | None = None) -> ApiKey:
+    return ApiKey(
+        id=new_id("key"),
+        project_id=project_id,
+        environment=environment,
+        key_hash=secrets.token_hex(32),
+        prefix="qc_live_",
+        last_four="abcd",
+        created_at=at or now(),
+    )
+
+
+class TestTenancy:
+    async def test_users_by_email_and_an_email_is_taken_once(self, metadata: MetadataStore):
+        email = f"u-{secrets.token_hex(4)}@example.com"
+        async with metadata.session() as session:
+            user = await UserRepository.from_session(session).add(_user(email))
+        async with metadata.session(readonly=True) as session:
+            found = await UserRepository.from_session(session).get_by_email(email)
+        assert found is not None and found.id == user.id
+        with pytest.raises(exc.IntegrityError):
+            async with metadata.session() as session:
+                await UserRepository.from_session(session).add(_user(email))
+
+    async def test_projects_by_id_or_name_and_listed_oldest_first(self, metadata: MetadataStore, rows: Rows):
+        first, second = await rows.project(), await rows.project()
+        async with metadata.session(readonly=True) as session:
+            projects = ProjectRepository.from_session(session)
+            by_id, by_name = await projects.get(first.id), await projects.get(second.name)
+            listed = [p.id for p in await projects.list()]
+            assert await projects.get("no-such-project") is None
+        assert by_id is not None and by_id.name == first.name
+        assert by_name is not None and by_name.id == second.id
+        assert listed.index(first.id) < listed.index(second.id)
+
+    async def test_active_keys_leave_revoked_ones_out(self, metadata: MetadataStore, rows: Rows):
+        project = await rows.project()
+        old, new, other = (
+            _key(project.id, at=now() - timedelta(minutes=1)),
+            _key(project.id),
+            _key(project.id, "sandbox"),
+        )
+        async with metadata.session() as session:
+            keys = ApiKeyRepository.from_session(session)
+            for key in (new, old, other):
+                await keys.add(key)
+        async with metadata.session(readonly=True) as session:
+            keys = ApiKeyRepository.from_session(session)
+            assert [k.id for k in await keys.active_for(project.id, "production")] == [old.id, new.id]
+            found = await keys.find_active_by_hash(new.key_hash)
+            assert found is not None and (found[0].id, found[1].id) == (new.id, project.id)
+            assert (await keys.find_active_by_id(other.id)) is not None
+        async with metadata.session() as session:
+            revoked = await ApiKeyRepository.from_session(session).get(old.id)
+            assert revoked is not None
+            revoked.revoked_at = now()
+        async with metadata.session(readonly=True) as session:
+            keys = ApiKeyRepository.from_session(session)
+            assert [k.id for k in await keys.active_for(project.id, "production")] == [new.id]
+            assert await keys.find_active_by_hash(old.key_hash) is None
+            assert await keys.find_active_by_id(old.id) is None
+            assert len(await keys.list_for_project(project.id)) == 3  # revoked ones are still listed
+
+    async def test_last_used_times_of_many_keys_in_one_call(self, metadata: MetadataStore, rows: Rows):
+        project = await rows.project()
+        a, b = _key(project.id), _key(project.id, "sandbox")
+        at = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+        async with metadata.session() as session:
+            keys = ApiKeyRepository.from_session(session)
+            await keys.add(a)
+            await keys.add(b)
+        async with metadata.session() as session:
+            await ApiKeyRepository.from_session(session).touch_last_used(
+                {a.id: at, b.id: at + timedelta(seconds=1)}
+            )
+        async with metadata.session(readonly=True) as session:
+            keys = ApiKeyRepository.from_session(session)
+            stored = [(await keys.get(k.id)).last_used_at for k in (a, b)]  # type: ignore[union-attr]
+        assert [t.replace(tzinfo=UTC) if t and t.tzinfo is None else t for t in stored] == [
+            at,
+            at + timedelta(seconds=1),
+        ]
+
+
+class TestTopics:
+    async def test_pages_by_name_count_and_environment_scope(self, metadata: MetadataStore, rows: Rows):
+        project = await rows.project()
+        for name in ("c", "a", "b"):
+            await rows.topic(project.id, name=name)
+        async with metadata.session(readonly=True) as session:
+            topics = TopicRepository.from_session(session)
+            assert [t.name for t in await topics.page(project.id, "production", None, 2)] == ["a", "b"]
+            assert [t.name for t in await topics.page(project.id, "production", "b", 2)] == ["c"]
+            assert await topics.count(project.id, "production") == 3
+            assert await topics.count(project.id, "sandbox") == 0
+            assert await topics.get_by_name(project.id, "sandbox", "a") is None
+
+    async def test_a_name_is_taken_once_per_environment(self, metadata: MetadataStore, rows: Rows):
+        topic = await rows.topic()
+        with pytest.raises(exc.IntegrityError):
+            await rows.topic(topic.project_id, name=topic.name)
+
+    async def test_removing_a_topic_removes_its_groups(self, metadata: MetadataStore, rows: Rows):
+        topic = await rows.topic()
+        group_id = await rows.group(topic)
+        async with metadata.session() as session:
+            assert topic.id in await TopicRepository.from_session(session).all_ids()
+            await TopicRepository.from_session(session).remove(topic.id)
+        async with metadata.session(readonly=True) as session:
+            assert (
+                await TopicRepository.from_session(session).get_by_name(
+                    topic.project_id, "production", topic.name
+                )
+                is None
+            )
+            assert group_id not in await GroupRepository.from_session(session).all_ids()
+            assert await PartitionRepository.from_session(session).partitions(group_id) == []
+
+
+def _member(group_id: str, member_id: str, expires_at_ms: int, *, push: bool = False) -> GroupMember:
+    return GroupMember(
+        group_id=group_id,
+        id=member_id,
+        session_timeout="30s",
+        session_timeout_ms=30_000,
+        expires_at_ms=expires_at_ms,
+        joined_at=now(),
+        push=push,
+    )
+
+
+class TestGroups:
+    async def test_a_concurrent_create_is_not_an_error(self, metadata: MetadataStore, rows: Rows):
+        topic = await rows.topic()
+        group_id = await rows.group(topic, name="orders")
+        await rows.group(topic, name="orders")  # the same name again: nothing happens
+        async with metadata.session(readonly=True) as session:
+            groups = await GroupRepository.from_session(session).list_for_topic(topic.id)
+        assert [(g.id, g.name) for g in groups] == [(group_id, "orders")]
+
+    async def test_the_caller_view_reads_group_member_and_soonest_expiry(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        topic = await rows.topic()
+        group_id = await rows.group(topic, name="view")
+        async with metadata.session() as session:
+            groups = GroupRepository.from_session(session)
+            await groups.add_member(_member(group_id, "csr_a", 5_000))
+            await groups.add_member(_member(group_id, "csr_b", 3_000, push=True))
+        async with metadata.session(readonly=True) as session:
+            groups = GroupRepository.from_session(session)
+            view = await groups.caller_view(topic.id, "view", "csr_a")
+            stranger = await groups.caller_view(topic.id, "view", "csr_nobody")
+            assert await groups.caller_view(topic.id, "no-such-group", "csr_a") is None
+            assert await groups.push_members(group_id, ["csr_a", "csr_b"]) == {"csr_b"}
+        assert view is not None and stranger is not None
+        assert (view.group_id, view.ack_timeout_ms, view.partition_count) == (group_id, 30_000, 2)
+        assert (view.member_expires_at_ms, view.soonest_expiry_ms) == (5_000, 3_000)
+        assert (stranger.member_expires_at_ms, stranger.member_session_timeout_ms) == (None, None)
+
+    async def test_members_expire_and_a_touch_never_shortens_an_expiry(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        group_id = await rows.group()
+        async with metadata.session() as session:
+            groups = GroupRepository.from_session(session)
+            for member_id, expires in (("csr_first", 10_000), ("csr_second", 20_000), ("csr_gone", 1_000)):
+                await groups.add_member(_member(group_id, member_id, expires))
+        async with metadata.session() as session:
+            groups = GroupRepository.from_session(session)
+            assert await groups.live_members(group_id, 5_000) == ["csr_first", "csr_second"]  # join order
+            assert await groups.touch_member(group_id, "csr_first", 5_000, 8_000)  # earlier: kept at 10 000
+            assert await groups.touch_member(group_id, "csr_second", 5_000, 30_000)
+            assert not await groups.touch_member(group_id, "csr_gone", 5_000, 30_000)  # already expired
+            assert await groups.live_member_counts([group_id], 5_000) == {group_id: 2}
+            assert await groups.remove_expired_members(group_id, 5_000) == ["csr_gone"]
+        async with metadata.session(readonly=True) as session:
+            groups = GroupRepository.from_session(session)
+            first, second = (
+                await groups.get_member(group_id, "csr_first"),
+                await groups.get_member(group_id, "csr_second"),
+            )
+            assert (first.expires_at_ms, second.expires_at_ms) == (10_000, 30_000)  # type: ignore[union-attr]
+        async with metadata.session() as session:
+            assert await GroupRepository.from_session(session).remove_member(group_id, "csr_first")
+            assert not await GroupRepository.from_session(session).remove_member(group_id, "csr_first")
+
+
+class TestPartitions:
+    async def test_new_owners_bump_the_epoch_and_checkpoints_are_fenced_by_it(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        group_id = await rows.group(partitions=2)
+        async with metadata.session() as session:
+            await PartitionRepository.from_session(session).set_owners(group_id, {0: "csr_a", 1: "csr_a"})
+        async with metadata.session() as session:
+            partitions = PartitionRepository.from_session(session)
+            owned = await partitions.owned_partitions(group_id, "csr_a")
+            assert [(o.partition, o.epoch, o.held_by) for o in owned] == [(0, 1, None), (1, 1, None)]
+            assert await partitions.checkpoint(group_id, "csr_a", 0, 1, 7, release=False)
+            assert not await partitions.checkpoint(group_id, "csr_a", 0, 0, 9, release=False)  # stale epoch
+            assert not await partitions.checkpoint(group_id, "csr_b", 1, 1, 9, release=False)  # not the owner
+        async with metadata.session() as session:  # the move to csr_b keeps csr_a holding partition 0
+            await PartitionRepository.from_session(session).set_owners(group_id, {0: "csr_b"}, {0: "csr_a"})
+        async with metadata.session() as session:
+            partitions = PartitionRepository.from_session(session)
+            assert await partitions.lock_partitions(group_id, member_id="csr_b") == []  # held: not yet its
+            assert not await partitions.lock_owned(group_id, "csr_b", 0, 2)
+            assert not await partitions.checkpoint(group_id, "csr_a", 0, 1, 8, release=False)  # moved away
+            assert await partitions.checkpoint(group_id, "csr_a", 0, 1, 8, release=True)  # lets go at 8
+            state = {s.partition: s for s in await partitions.lock_partitions(group_id, member_id="csr_b")}
+        assert (state[0].member_id, state[0].position, state[0].committed) == ("csr_b", 8, 8)
+
+    async def test_committed_stops_at_the_lowest_unacked_lease(self, metadata: MetadataStore, rows: Rows):
+        group_id = await rows.group(partitions=1)
+        async with metadata.session() as session:
+            partitions, leases = (
+                PartitionRepository.from_session(session),
+                LeaseRepository.from_session(session),
+            )
+            await partitions.set_owners(group_id, {0: "csr_a"})
+            await leases.add_leases(group_id, "csr_a", 60_000, [(0, 0), (0, 1), (0, 2)])
+            await partitions.set_offsets(group_id, {0: 3}, position_only=True)
+            await leases.settle(group_id, "csr_a", 1_000, [(0, 0), (0, 2)], {"acked": True})
+            await partitions.advance_committed(group_id, [0])
+            (state,) = await partitions.partitions(group_id)
+            left = await leases.leases_among(group_id, [(0, 0), (0, 1), (0, 2)])
+        assert (state.committed, state.position) == (1, 3)
+        assert sorted(left) == [(0, 1), (0, 2)]  # the acked lease below committed is gone
+
+    async def test_offsets_and_epochs_move_together_on_a_seek(self, metadata: MetadataStore, rows: Rows):
+        group_id = await rows.group(partitions=2)
+        async with metadata.session() as session:
+            partitions = PartitionRepository.from_session(session)
+            await partitions.set_owners(group_id, {0: "csr_a"})
+            await partitions.set_offsets(group_id, {0: 5, 1: 6})
+            await partitions.bump_epochs(group_id, [0])
+            owned = await partitions.owned_partitions(group_id, "csr_a")
+            state = await partitions.partitions(group_id)
+        assert [(o.partition, o.epoch) for o in owned] == [(0, 2)]
+        assert [(s.partition, s.committed, s.position) for s in state] == [(0, 5, 5), (1, 6, 6)]
+
+
+class TestLeases:
+    async def test_settle_matches_only_the_members_live_leases(self, metadata: MetadataStore, rows: Rows):
+        group_id = await rows.group(partitions=1)
+        async with metadata.session() as session:
+            leases = LeaseRepository.from_session(session)
+            await leases.add_leases(group_id, "csr_a", 10_000, [(0, 0), (0, 1)])
+            await leases.put_leases(group_id, [LeaseState(0, 2, "csr_a", 1, 2_000, False)])  # deadline passed
+            done = await leases.settle(group_id, "csr_b", 5_000, [(0, 0)], {"acked": True})  # not its lease
+            assert done == set()
+            done = await leases.settle(group_id, "csr_a", 5_000, [(0, 0), (0, 2), (0, 9)], {"acked": True})
+            assert done == {(0, 0)}
+            assert (await leases.unacked_counts())[group_id] == 2
+
+    async def test_due_leases_in_offset_order_renewed_and_rescheduled(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        group_id = await rows.group(partitions=2)
+        async with metadata.session() as session:
+            leases = LeaseRepository.from_session(session)
+            await leases.add_leases(group_id, "csr_a", 1_000, [(1, 4), (0, 3), (0, 1)])
+            await leases.add_leases(group_id, "csr_a", 9_000, [(0, 2)])
+            due = await leases.due_leases(group_id, [0, 1], 1_000, 10)
+            assert [(d.partition, d.offset, d.attempt) for d in due] == [(0, 1, 1), (0, 3, 1), (1, 4, 1)]
+            assert await leases.next_deadline(group_id, [0, 1]) == 1_000
+            await leases.renew_leases(group_id, "csr_b", 20_000, [(0, 1)])
+            await leases.reschedule_leases(group_id, [(0, 3, 15_000, "nacked")])
+            await leases.release_member_leases(group_id, ["csr_a"], 2_000)  # (0, 2) and (1, 4) due now
+            got = await leases.leases_among(group_id, [(0, 1), (0, 2), (0, 3), (1, 4)])
+        assert (got[(0, 1)].member_id, got[(0, 1)].attempt, got[(0, 1)].deadline_ms) == ("csr_b", 2, 20_000)
+        assert (got[(0, 2)].member_id, got[(0, 2)].deadline_ms) == (None, 2_000)
+        assert (got[(0, 3)].member_id, got[(0, 3)].deadline_ms) == (None, 15_000)
+
+    async def test_replayed_dead_letters_come_back_due_with_their_dlq_offset(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        group_id = await rows.group(partitions=1)
+        async with metadata.session() as session:
+            leases = LeaseRepository.from_session(session)
+            await leases.add_leases(group_id, "csr_a", 1_000, [(0, 5)])
+            await leases.mark_acked(group_id, [(0, 5)])
+            await leases.add_replayed_leases(group_id, 3_000, [(0, 5, 42)])  # replaces the acked row
+            (due,) = await leases.due_leases(group_id, [0], 3_000, 10)
+            assert (due.offset, due.attempt, due.member_id, due.replay_offset) == (5, 0, None, 42)
+            assert await leases.replay_offsets(group_id, [(0, 5), (0, 6)]) == {(0, 5): 42}
+            await leases.drop_partition_leases(group_id, [0])
+            assert await leases.leases_among(group_id, [(0, 5)]) == {}
+
+    async def test_leases_past_the_position_are_found_for_a_read_to_skip(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        group_id = await rows.group(partitions=1)
+        async with metadata.session() as session:
+            partitions, leases = (
+                PartitionRepository.from_session(session),
+                LeaseRepository.from_session(session),
+            )
+            await partitions.set_offsets(group_id, {0: 10})
+            await leases.put_leases(
+                group_id,
+                [LeaseState(0, o, None, 1, 0, acked) for o, acked in ((8, False), (10, True), (12, False))],
+            )
+            assert await leases.leases_from_position(group_id, [0]) == {0: {10, 12}}
+
+
+class TestDeadLetters:
+    async def test_pages_take_depth_and_the_highest_dlq_offset(self, metadata: MetadataStore, rows: Rows):
+        group_id = await rows.group(partitions=1)
+        letters = [DeadLetterRow(0, o, 100 + o, "timeout", 3, 1_000 + o) for o in range(4)]
+        async with metadata.session() as session:
+            dlq = DeadLetterRepository.from_session(session)
+            await dlq.add(group_id, letters)
+            assert [r.offset for r in await dlq.page(group_id, None, 2)] == [0, 1]
+            assert [r.offset for r in await dlq.page(group_id, 101, 10)] == [2, 3]
+            assert await dlq.take(group_id, [(0, 1), (0, 9)]) == [letters[1]]
+            assert await dlq.depth(group_id) == 3
+            assert (await dlq.depths())[group_id] == 3
+            assert await dlq.max_dlq_offset(group_id) == 103
+
+    async def test_the_alert_is_armed_until_disarmed(self, metadata: MetadataStore, rows: Rows):
+        topic = await rows.topic()
+        group_id = await rows.group(topic, name="alerting")
+        async with metadata.session() as session:
+            dlq = DeadLetterRepository.from_session(session)
+            armed, config, project_id, environment, topic_name, group_name = await dlq.alert_state(group_id)
+            assert (armed, config, project_id, environment, topic_name, group_name) == (
+                True,
+                None,
+                topic.project_id,
+                "production",
+                topic.name,
+                "alerting",
+            )
+            await dlq.set_alert_armed(group_id, False)
+            assert (await dlq.alert_state(group_id))[0] is False
+
+    async def test_the_audit_trail_is_newest_first(self, metadata: MetadataStore, rows: Rows):
+        group_id = await rows.group()
+        ids = [f"aud_{i:04d}{secrets.token_hex(4)}" for i in range(3)]
+        async with metadata.session() as session:
+            dlq = DeadLetterRepository.from_session(session)
+            for audit_id in ids:
+                await dlq.record(
+                    {
+                        "id": audit_id,
+                        "group_id": group_id,
+                        "action": "replay",
+                        "message_id": None,
+                        "count": 1,
+                        "actor_type": "key",
+                        "actor_id": "key_x",
+                        "at": now(),
+                    }
+                )
+            assert [e.id for e in await dlq.audit_page(group_id, None, 2)] == [ids[2], ids[1]]
+            assert [e.id for e in await dlq.audit_page(group_id, ids[1], 10)] == [ids[0]]
+
+
+def _event(project_id: str, *, due_ms: int) -> dict[str, object]:
+    return {
+        "id": new_id("evt"),
+        "project_id": project_id,
+        "environment": "production",
+        "type": "dlq.depth",
+        "body": "{}",
+        "status": "pending",
+        "attempts": 0,
+        "next_attempt_ms": due_ms,
+        "claimed_until_ms": 0,
+        "created_at": now(),
+    }
+
+
+class TestAlerts:
+    async def test_due_events_are_claimed_once_with_their_endpoint(self, metadata: MetadataStore, rows: Rows):
+        project = await rows.project()
+        event, later = _event(project.id, due_ms=1_000), _event(project.id, due_ms=50_000)
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            await alerts.save_endpoint(
+                AlertEndpoint(
+                    project_id=project.id,
+                    environment="production",
+                    url="https://hooks.example.com/qc",
+                    secret="s3cret",
+                    failures=0,
+                    created_at=now(),
+                    updated_at=now(),
+                )
+            )
+            await alerts.add_event(event)
+            await alerts.add_event(later)
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            assert await alerts.any_due(2_000)
+            claimed = [c for c in await alerts.claim_due(2_000, 30_000, 100) if c.project_id == project.id]
+        assert [(c.id, c.url, c.secret) for c in claimed] == [
+            (event["id"], "https://hooks.example.com/qc", "s3cret")
+        ]
+        async with metadata.session() as session:  # held by its claim: no one else takes it meanwhile
+            alerts = AlertRepository.from_session(session)
+            assert event["id"] not in {c.id for c in await alerts.claim_due(3_000, 30_000, 100)}
+            await alerts.settle_event(str(event["id"]), "delivered", 1, 3_000)
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            assert event["id"] not in {c.id for c in await alerts.claim_due(60_000, 30_000, 100)}
+
+    async def test_the_breaker_opens_at_the_threshold_and_a_success_closes_it(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        project = await rows.project()
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            await alerts.save_endpoint(
+                AlertEndpoint(
+                    project_id=project.id,
+                    environment="sandbox",
+                    url="https://hooks.example.com/qc",
+                    secret="s",
+                    failures=0,
+                    created_at=now(),
+                    updated_at=now(),
+                )
+            )
+        states = []
+        for ok in (False, False, False, True):
+            async with metadata.session() as session:
+                alerts = AlertRepository.from_session(session)
+                await alerts.breaker_outcome(project.id, "sandbox", ok, 3, 99_000)
+                endpoint = await alerts.endpoint(project.id, "sandbox")
+                assert endpoint is not None
+                states.append((endpoint.failures, endpoint.open_until_ms))
+        assert states == [(1, None), (2, None), (3, 99_000), (0, None)]
+        async with metadata.session() as session:
+            assert await AlertRepository.from_session(session).remove_endpoint(project.id, "sandbox")
+            assert await AlertRepository.from_session(session).endpoint(project.id, "sandbox") is None
+
+
+class TestUsage:
+    async def test_a_rollup_is_added_once_from_the_offset_it_started_at(self, metadata: MetadataStore):
+        source = f"usage-{secrets.token_hex(4)}"
+        bucket = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+        row = Rollup(
+            f"prj_{secrets.token_hex(4)}",
+            "production",
+            "key_a",
+            "publish",
+            "minute",
+            bucket,
+            5,
+            5,
+            50,
+            0,
+            1,
+            3,
+        )
+        async with metadata.session() as session:
+            usage = UsageRollupRepository.from_session(session)
+            assert await usage.add([row], source=source, from_offset=0, next_offset=10)
+        async with metadata.session() as session:  # a repeated run from the same offset: refused
+            usage = UsageRollupRepository.from_session(session)
+            assert not await usage.add([row], source=source, from_offset=0, next_offset=10)
+            assert await usage.add([row], source=source, from_offset=10, next_offset=20)
+        async with metadata.session(readonly=True) as session:
+            usage = UsageRollupRepository.from_session(session)
+            assert await usage.next_offset(source) == 20
+            (stored,) = await usage.series(
+                row.project_id, "production", "minute", bucket, bucket + timedelta(minutes=1)
+            )
+        assert (stored.requests, stored.rate_limited, stored.peak_requests_per_second) == (10, 2, 3)
