@@ -82,17 +82,20 @@ def validate_partitions(value: int) -> int:
 
 
 def validate_replicas(value: int, offered: tuple[int, ...]) -> int:
-    """1, 3 or 5, and one the log engine in use offers."""
-    if value not in REPLICA_COUNTS:
+    """1, 3 or 5, and one the log engine in use offers (the refusal says which it does)."""
+    if type(value) is not int:  # True == 1, but a bool is not a count
         raise InvalidRequest.field("replicas", "must be 1, 3 or 5")
-    if value not in offered:
-        if offered == (1,):
-            raise InvalidRequest.field(
-                "replicas", "this server's log engine keeps one copy of each message, so replicas must be 1"
-            )
-        choices = ", ".join(map(str, offered))
-        raise InvalidRequest.field("replicas", f"this server's log engine offers replicas {choices}")
-    return value
+    if value in REPLICA_COUNTS and value in offered:
+        return value
+    if offered == (1,):
+        raise InvalidRequest.field(
+            "replicas", "this server's log engine keeps one copy of each message, so replicas must be 1"
+        )
+    if all(c in offered for c in REPLICA_COUNTS):
+        raise InvalidRequest.field("replicas", "must be 1, 3 or 5")
+    names = [str(c) for c in REPLICA_COUNTS if c in offered]
+    choices = ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+    raise InvalidRequest.field("replicas", f"must be {choices} on this server's log engine")
 
 
 def parse_delivery(value: str) -> Delivery:

@@ -92,8 +92,10 @@ class TestCreateTopic:
         listed = (await client.get("/v1/topics", headers=prod)).json()["data"]
         assert listed == []
 
-    @pytest.mark.parametrize("replicas", [3, 5])
-    async def test_more_replicas_than_the_local_engine_keeps_is_400(self, client, prod, replicas, deployment):
+    @pytest.mark.parametrize("replicas", [3, 5, 2, 0])
+    async def test_any_count_but_one_on_the_local_engine_says_it_keeps_one_copy(
+        self, client, prod, replicas, deployment
+    ):
         if not deployment.local_engine:
             pytest.skip("the local engine's rule; JetStream's is tested below")
         response = await client.post("/v1/topics", json={"name": "r", "replicas": replicas}, headers=prod)
@@ -122,6 +124,13 @@ class TestCreateTopic:
         )
         assert error["details"][0]["field"] == "replicas" and "5 replicas" in error["details"][0]["issue"]
         _error(await client.get("/v1/topics/r5", headers=prod), 404, "TOPIC_NOT_FOUND")
+        # A count outside 1, 3 and 5 is refused before the engine is asked.
+        error = _error(
+            await client.post("/v1/topics", json={"name": "r2", "replicas": 2}, headers=prod),
+            400,
+            "INVALID_REQUEST",
+        )
+        assert error["details"] == [{"field": "replicas", "issue": "must be 1, 3 or 5"}]
 
     async def test_one_replica_asked_for_is_shown_everywhere(self, client, prod, deployment):
         created = await client.post("/v1/topics", json={"name": "r1", "replicas": 1}, headers=prod)

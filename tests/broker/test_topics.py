@@ -73,21 +73,40 @@ async def test_a_count_outside_1_3_5_is_refused_whatever_the_engine_offers(deplo
     assert replicated.created == {}
 
 
-async def test_the_local_engine_refuses_more_than_one_copy(deployment, scope):
-    services = deployment.app.state.services
-    assert (services.log.default_replicas, services.log.replica_choices) == (1, (1,))
-    async with services.metadata.session() as session:
-        with pytest.raises(InvalidRequest, match="keeps one copy of each message"):
-            await topics.create_topic(session, services.log, scope, "t", replicas=3)
-        topic = await topics.create_topic(session, services.log, scope, "t")
-    assert topic.replicas == 1
-    assert services.log.durability_for(topic.replicas) == "fsync"
+async def test_the_local_engine_refuses_more_than_one_copy(deployment, scope, tmp_path):
+    local = LocalLogEngine(tmp_path / "local")
+    await local.start()
+    assert (local.default_replicas, local.replica_choices) == (1, (1,))
+    metadata = deployment.app.state.services.metadata
+    try:
+        async with metadata.session() as session:
+            for count in (3, 5, 2):
+                with pytest.raises(InvalidRequest, match="keeps one copy of each message"):
+                    await topics.create_topic(session, local, scope, "t", replicas=count)
+            topic = await topics.create_topic(session, local, scope, "t")
+        assert topic.replicas == 1
+        assert local.durability_for(topic.replicas) == "fsync"
+        await topics.delete_topic(metadata, local, scope, "t")
+    finally:
+        await local.close()
 
 
-def test_the_choices_an_engine_offers_are_said_in_the_refusal():
+@pytest.mark.parametrize(
+    ("count", "offered", "issue"),
+    [
+        (2, (1, 3, 5), "must be 1, 3 or 5"),
+        (1, (3, 5), "must be 3 or 5 on this server's log engine"),
+        (5, (1, 3), "must be 1 or 3 on this server's log engine"),
+        (7, (1,), "this server's log engine keeps one copy of each message, so replicas must be 1"),
+        (True, (1, 3, 5), "must be 1, 3 or 5"),
+    ],
+)
+def test_the_refusal_says_what_the_engine_offers(count, offered, issue):
     with pytest.raises(InvalidRequest) as refused:
-        topics.validate_replicas(1, (3, 5))
-    assert refused.value.details == [
-        {"field": "replicas", "issue": "this server's log engine offers replicas 3, 5"}
-    ]
+        topics.validate_replicas(count, offered)
+    assert refused.value.details == [{"field": "replicas", "issue": issue}]
+
+
+def test_an_offered_count_is_accepted():
     assert topics.validate_replicas(5, (3, 5)) == 5
+    assert topics.validate_replicas(1, (1,)) == 1
