@@ -135,9 +135,10 @@ class Consumer:
         await self.ws.close()
 
 
-@pytest.fixture
-def api(server: ServerProcess) -> Api:
-    return Api(server)
+@pytest.fixture(params=["embedded", "jetstream"])
+def api(request: pytest.FixtureRequest) -> Api:
+    """The embedded default server, and the scale-out one (Postgres, Redis, JetStream)."""
+    return Api(request.getfixturevalue("server" if request.param == "embedded" else "jetstream_server"))
 
 
 class TestUpgrade:
