@@ -33,7 +33,7 @@ from app.broker.partitioner import Partitioner
 from app.broker.topics import Scope
 from app.kit.clock import isoformat_ms, now_ms
 from app.kit.singleflight import SingleFlight
-from app.stores.log.protocol import LogEngine, Record, RecordIn
+from app.stores.log.protocol import LogEngine, Record, RecordIn, ValueRecords
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.repositories import TopicRepository
 
@@ -316,7 +316,7 @@ class Publisher:
     ) -> tuple[TopicRef, bytes]:
         """Append a batch of bare messages (``plain_batch``) atomically, spread round robin. Answers the
         topic and what ``results`` says of each message as one JSON array, rendered from the base
-        offsets: no tuple or dict per message besides the records."""
+        offsets: no tuple or dict per message."""
         topic = await self.topics.resolve(scope, topic_name)
         partitions = topic.partitions
         first = self.partitioner.spread(partitions, len(values))
@@ -325,8 +325,7 @@ class Publisher:
         runs = [
             ((first + k) % partitions, values[k::partitions]) for k in range(min(partitions, len(values)))
         ]
-        records = {p: [_new(RecordIn, (v, None, None, timestamp)) for v in run] for p, run in runs}
-        bases = await self.log.append(topic.id, records)
+        bases = await self.log.append(topic.id, {p: ValueRecords(run, timestamp) for p, run in runs})
         stamp = isoformat_ms(timestamp).encode()
         items: list[bytes] = [b""] * len(values)
         for k, (p, run) in enumerate(runs):

@@ -16,9 +16,9 @@ Every ``append`` is atomic across all the partitions it names and durable before
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, overload, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,36 @@ class RecordIn(NamedTuple):
     key: bytes | None = None
     headers: bytes | None = None
     timestamp_ms: int = 0
+
+
+class ValueRecords(Sequence[RecordIn]):
+    """Records that are values alone (no key, no headers) with one timestamp: a batch of bare messages
+    without a ``RecordIn`` per message. Items are ``RecordIn``s made when asked for, so any engine can
+    treat it as the sequence it is; an engine may read ``values`` and ``timestamp_ms`` directly."""
+
+    __slots__ = ("timestamp_ms", "values")
+
+    def __init__(self, values: Sequence[bytes], timestamp_ms: int = 0) -> None:
+        self.values = values
+        self.timestamp_ms = timestamp_ms
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> RecordIn: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> ValueRecords: ...
+
+    def __getitem__(self, index: int | slice) -> RecordIn | ValueRecords:
+        if isinstance(index, slice):
+            return ValueRecords(self.values[index], self.timestamp_ms)
+        return RecordIn(self.values[index], None, None, self.timestamp_ms)
+
+    def __iter__(self) -> Iterator[RecordIn]:
+        timestamp_ms = self.timestamp_ms
+        return (RecordIn(value, None, None, timestamp_ms) for value in self.values)
 
 
 class Record(NamedTuple):

@@ -31,18 +31,20 @@ Invariants and choices:
 * A batch is written whole by one writer and becomes visible whole (the high-watermark only moves across
   batch boundaries), so readers never see a partial batch.
 * Encoding is the append hot path: one ``struct.pack`` per record, one ``b"".join`` and one CRC per batch,
-  and the header is kept as a separate buffer (``pwritev``) so the body is never copied again.
+  and the header is kept as a separate buffer (``pwritev``) so the body is never copied again. Values
+  alone (``ValueRecords``, a batch of bare messages) are framed without a Python loop.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 from crc32c import crc32c
 
-from app.stores.log.protocol import LogEngineError, Record, RecordIn
+from app.stores.log.protocol import LogEngineError, Record, RecordIn, ValueRecords
 
 MAGIC = 1
 ABSOLUTE_TIMESTAMPS = 0x01
@@ -114,7 +116,10 @@ def encode_batch(
     if not records:
         raise ValueError("a batch holds at least one record")
     try:
-        body, first, largest = _encode_delta(records, now_ms)
+        if isinstance(records, ValueRecords):
+            body, first, largest = _encode_values(records, now_ms)
+        else:
+            body, first, largest = _encode_delta(records, now_ms)
         attributes = 0
     except struct.error:
         # Timestamps spread over more than int32 milliseconds: store them whole.
@@ -163,6 +168,18 @@ def _encode_delta(records: Sequence[RecordIn], now_ms: int) -> tuple[bytes, int,
         append(value)
         i += 1  # noqa: SIM113
     return b"".join(parts), first, largest
+
+
+def _encode_values(records: ValueRecords, now_ms: int) -> tuple[bytes, int, int]:
+    # _encode_delta of values alone at one timestamp: the framing differs only in index and length, so
+    # it is packed by map() and interleaved with the values by slice assignment, with no Python loop.
+    values = records.values
+    timestamp = records.timestamp_ms or now_ms
+    framing = map(RECORD.pack, range(len(values)), repeat(0), repeat(-1), repeat(-1), map(len, values))
+    parts: list[bytes] = [b""] * (2 * len(values))
+    parts[0::2] = framing
+    parts[1::2] = values
+    return b"".join(parts), timestamp, timestamp
 
 
 def _encode_absolute(records: Sequence[RecordIn], now_ms: int) -> tuple[bytes, int, int]:
