@@ -28,28 +28,25 @@ router = APIRouter(tags=["health"], route_class=JsonRoute)
     responses={503: {"model": Health, "description": "Not ready: a required dependency is down."}},
 )
 async def health(services: ServicesDep, response: Response) -> Health:
-    """``ok`` when every dependency answers; ``degraded`` when Redis is down (limits fall back per process);
+    """``ok`` when every dependency answers; ``degraded`` when Redis is down (limits fall back per process)
+    or the log engine serves reads but not writes (a JetStream cluster without quorum: publishes answer 503);
     ``down`` (503) when the metadata store or the log engine cannot serve."""
-    database_ok, engine_ok, redis_status = await asyncio.gather(
-        services.metadata.check(), _engine_check(services), services.limiter.status()
+    database_ok, engine_status, redis_status = await asyncio.gather(
+        services.metadata.check(), _engine_status(services), services.limiter.status()
     )
-    checks = {
-        "database": "ok" if database_ok else "down",
-        "redis": redis_status,
-        "logEngine": "ok" if engine_ok else "down",
-    }
-    if not (database_ok and engine_ok):
+    checks = {"database": "ok" if database_ok else "down", "redis": redis_status, "logEngine": engine_status}
+    if not database_ok or engine_status == "down":
         status = "down"
         response.status_code = 503
-    elif redis_status in ("degraded", "down"):
+    elif redis_status in ("degraded", "down") or engine_status == "degraded":
         status = "degraded"
     else:
         status = "ok"
     return Health(status=status, checks=checks, version=app.__version__)
 
 
-async def _engine_check(services: ServicesDep) -> bool:
+async def _engine_status(services: ServicesDep) -> str:
     try:
-        return await asyncio.wait_for(services.log.check(), 2.0)
+        return await asyncio.wait_for(services.log.health(), 2.0)
     except Exception:  # noqa: BLE001 (any failure of the check means: down)
-        return False
+        return "down"

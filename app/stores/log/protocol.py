@@ -213,3 +213,7 @@ class LogEngine(Protocol):
     async def check(self) -> bool:
         """True when the engine can take appends (for health)."""
         ...
+
+    async def health(self) -> str:
+        """``"ok"``; ``"degraded"`` when it serves reads but cannot take appends now; ``"down"``."""
+        ...

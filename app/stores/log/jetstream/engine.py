@@ -525,6 +525,13 @@ class JetStreamLogEngine:
         except LogEngineError:
             return False
 
+    async def health(self) -> str:
+        """``ok`` when JetStream answers; ``degraded`` when connected but JetStream cannot (no quorum: reads
+        may still be served by the replicas left); ``down`` without a connection to any server."""
+        if await self.check():
+            return "ok"
+        return "degraded" if self.nc is not None and self.nc.is_connected else "down"
+
 
 def _nothing() -> None:
     return None

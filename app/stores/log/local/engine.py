@@ -119,6 +119,10 @@ class LocalLogEngine:
     async def check(self) -> bool:
         return await self.manager.check()
 
+    async def health(self) -> str:
+        # Reads and writes share one disk here: when appends fail, the engine is down.
+        return "ok" if await self.check() else "down"
+
     # -- beyond the protocol --------------------------------------------------------------------------------
 
     async def topic_ids(self) -> set[str]:
