@@ -157,7 +157,12 @@ async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, setting
     async with store.session() as session:
         project = await tenancy.get_project(session, args.project)
         view = await alerts.set_endpoint(
-            session, settings, project.id, args.environment, args.url, args.secret
+            session,
+            alerts.AlertPolicy.from_settings(settings),
+            project.id,
+            args.environment,
+            args.url,
+            args.secret,
         )
     human = f"alerts for {project.name} ({args.environment}) go to {view.url} (secret …{view.secret_hint})"
     if view.secret:
@@ -169,7 +174,8 @@ async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, setting
 async def cmd_alerts_show(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
     async with store.session() as session:
         project = await tenancy.get_project(session, args.project)
-        view = await alerts.get_endpoint(session, settings, project.id, args.environment)
+        policy = alerts.AlertPolicy.from_settings(settings)
+        view = await alerts.get_endpoint(session, policy, project.id, args.environment)
     _print(view.to_wire(), args.json, f"{view.url}  secret …{view.secret_hint}  breaker {view.state}")
     return 0
 

@@ -18,7 +18,7 @@ from app.api import alerts as alert_routes
 from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
-from app.broker.alerts import AlertDispatcher
+from app.broker.alerts import AlertDispatcher, AlertPolicy
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher, TopicDirectory
 from app.broker.topics import sweep_orphan_logs
@@ -93,7 +93,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     await usage.start()
     # Its own small pool: its polls never wait behind (nor count among) the request path's connections.
     alerts_store = MetadataStore(settings.resolved_database_url, pool_size=2)
-    alerts = AlertDispatcher(alerts_store, settings)
+    alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
     alerts.start()
     application.state.services = Services(
         settings=settings,

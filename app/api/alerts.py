@@ -31,7 +31,7 @@ async def set_endpoint(
     """Set this environment's alert endpoint (http(s); in production not an internal address). Without
     ``secret`` one is generated on creation and answered once, as ``secret``."""
     view = await alerts.set_endpoint(
-        session, services.settings, key.project_id, key.environment, body.url, body.secret
+        session, services.alerts.policy, key.project_id, key.environment, body.url, body.secret
     )
     return _json(view.to_wire())
 
@@ -40,7 +40,9 @@ async def set_endpoint(
 async def get_endpoint(key: AdminKey, services: ServicesDep, session: SessionDep) -> Response:
     """This environment's alert endpoint and the state of its circuit breaker (never the secret)."""
     return _json(
-        (await alerts.get_endpoint(session, services.settings, key.project_id, key.environment)).to_wire()
+        (
+            await alerts.get_endpoint(session, services.alerts.policy, key.project_id, key.environment)
+        ).to_wire()
     )
 
 

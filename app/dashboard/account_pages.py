@@ -224,7 +224,9 @@ async def _alerts(ctx: Ctx, secret: str | None = None) -> HTMLResponse:
     services = _services(ctx.request)
     async with services.metadata.session(readonly=True) as session:
         try:
-            endpoint: Any = await alerts.get_endpoint(session, services.settings, ctx.project.id, ctx.env)
+            endpoint: Any = await alerts.get_endpoint(
+                session, services.alerts.policy, ctx.project.id, ctx.env
+            )
         except CODED_ERRORS:
             endpoint = None
         attempts = await alerts.deliveries(session, ctx.project.id, ctx.env, limit=50)
@@ -242,7 +244,7 @@ async def set_alert_endpoint(request: Request, project_id: str, env: str) -> Res
     try:
         async with services.metadata.session() as session:
             view = await alerts.set_endpoint(
-                session, services.settings, ctx.project.id, env, form.get("url", "").strip(), None
+                session, services.alerts.policy, ctx.project.id, env, form.get("url", "").strip(), None
             )
     except CODED_ERRORS as e:
         return ctx.back("/alerts", error=_message(e))

@@ -14,14 +14,17 @@ from pathlib import Path
 import pytest
 
 from app.broker import alerts
-from app.broker.errors import InvalidRequest
+from app.broker.errors import AlertEndpointNotFound, InvalidRequest
 from app.cli import migrate
 from app.settings import Environment
+from app.stores.metadata.alert_repositories import AlertRepository
 from app.stores.metadata.database import MetadataStore
 from tests.conftest import settings_for
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.factories import make_project
 from tests.fixtures.webhooks import Receiver
+
+policy = alerts.AlertPolicy.from_settings  # the one place the settings become the policy
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
 
@@ -73,7 +76,7 @@ ENV = "production"
 
 async def setup_endpoint(metadata, settings, project_id, url, secret="s" * 24, environment=ENV):
     async with metadata.session() as session:
-        return await alerts.set_endpoint(session, settings, project_id, environment, url, secret)
+        return await alerts.set_endpoint(session, policy(settings), project_id, environment, url, secret)
 
 
 async def queue(metadata, project_id, kind="test", environment=ENV, **data):
@@ -103,7 +106,7 @@ class TestDelivery:
     async def test_an_event_is_posted_signed_and_recorded(self, store, project, receiver: Receiver):
         metadata, settings = store
         clock = Clock()
-        dispatcher = alerts.AlertDispatcher(metadata, settings, clock=clock)
+        dispatcher = alerts.AlertDispatcher(metadata, policy(settings), clock=clock)
         try:
             await setup_endpoint(metadata, settings, project.project_id, receiver.url)
             event_id = await queue(metadata, project.project_id, "dlq.threshold_reached", depth=3)
@@ -129,7 +132,7 @@ class TestDelivery:
     async def test_failures_are_retried_with_backoff_until_delivered(self, store, project, receiver):
         metadata, settings = store
         clock = Clock()
-        dispatcher = alerts.AlertDispatcher(metadata, settings, clock=clock)
+        dispatcher = alerts.AlertDispatcher(metadata, policy(settings), clock=clock)
         try:
             await setup_endpoint(metadata, settings, project.project_id, receiver.url)
             receiver.script = [500, 503]
@@ -157,7 +160,7 @@ class TestDelivery:
     async def test_an_unreachable_endpoint_is_given_up_after_max_attempts(self, store, project):
         metadata, settings = store
         clock = Clock()
-        dispatcher = alerts.AlertDispatcher(metadata, settings, clock=clock)
+        dispatcher = alerts.AlertDispatcher(metadata, policy(settings), clock=clock)
         closed = Receiver()
         url = closed.url
         closed.server.server_close()  # nothing listens there
@@ -181,7 +184,7 @@ class TestIsolation:
         other = await make_project(metadata, settings.server_secret())
         slow = Receiver().start()
         slow.delay = 3
-        dispatcher = alerts.AlertDispatcher(metadata, settings)
+        dispatcher = alerts.AlertDispatcher(metadata, policy(settings))
         try:
             await setup_endpoint(metadata, settings, project.project_id, slow.url)
             await setup_endpoint(metadata, settings, other.project_id, receiver.url)
@@ -207,13 +210,11 @@ class TestBreaker:
     async def test_opens_after_failures_in_a_row_probes_half_open_and_closes(self, store, project, receiver):
         metadata, settings = store
         clock = Clock()
-        dispatcher = alerts.AlertDispatcher(metadata, settings, clock=clock)
+        dispatcher = alerts.AlertDispatcher(metadata, policy(settings), clock=clock)
 
         async def state() -> str:
             async with metadata.session(readonly=True) as session:
-                endpoint = await alerts.AlertRepository.from_session(session).endpoint(
-                    project.project_id, ENV
-                )
+                endpoint = await AlertRepository.from_session(session).endpoint(project.project_id, ENV)
             assert endpoint is not None
             return alerts.breaker_state(
                 endpoint.failures, endpoint.open_until_ms, settings.alert_breaker_threshold, clock()
@@ -251,15 +252,15 @@ class TestEndpoint:
         metadata, settings = store
         async with metadata.session() as session:
             created = await alerts.set_endpoint(
-                session, settings, project.project_id, ENV, "https://example.com/h"
+                session, policy(settings), project.project_id, ENV, "https://example.com/h"
             )
         assert created.secret and created.secret.startswith("whsec_") and len(created.secret) == 38
         assert created.secret_hint == created.secret[-4:] and created.state == "closed"
         async with metadata.session() as session:
             updated = await alerts.set_endpoint(
-                session, settings, project.project_id, ENV, "https://example.org/h"
+                session, policy(settings), project.project_id, ENV, "https://example.org/h"
             )
-            shown = await alerts.get_endpoint(session, settings, project.project_id, ENV)
+            shown = await alerts.get_endpoint(session, policy(settings), project.project_id, ENV)
         assert updated.secret is None and shown.secret is None
         assert shown.secret_hint == created.secret[-4:] and shown.url == "https://example.org/h"
 
@@ -272,20 +273,18 @@ class TestEndpoint:
 
         async def stored() -> str:
             async with metadata.session(readonly=True) as session:
-                endpoint = await alerts.AlertRepository.from_session(session).endpoint(
-                    project.project_id, ENV
-                )
+                endpoint = await AlertRepository.from_session(session).endpoint(project.project_id, ENV)
             assert endpoint is not None
             return endpoint.secret
 
         assert secret not in await stored() and settings.sealer().open(await stored()) == secret
         # A row from before sealing (in clear) is sealed when a dispatcher starts; signing still works.
         async with metadata.session() as session:
-            await alerts.AlertRepository.from_session(session).replace_secret(
+            await AlertRepository.from_session(session).replace_secret(
                 project.project_id, ENV, await stored(), secret
             )
         assert await stored() == secret
-        dispatcher = alerts.AlertDispatcher(metadata, settings)
+        dispatcher = alerts.AlertDispatcher(metadata, policy(settings))
         try:
             assert await dispatcher.reseal() == 1
             assert secret not in await stored()
@@ -302,7 +301,7 @@ class TestEndpoint:
 
     async def test_each_environment_has_its_own_endpoint_events_and_attempts(self, store, project, receiver):
         metadata, settings = store
-        dispatcher = alerts.AlertDispatcher(metadata, settings)
+        dispatcher = alerts.AlertDispatcher(metadata, policy(settings))
         try:
             await setup_endpoint(
                 metadata, settings, project.project_id, receiver.url, environment="production"
@@ -316,8 +315,8 @@ class TestEndpoint:
             assert await delivery_log(metadata, project.project_id, "development") == []
             assert [a["eventId"] for a in await delivery_log(metadata, project.project_id)] == [event]
             async with metadata.session() as session:
-                with pytest.raises(alerts.AlertEndpointNotFound):
-                    await alerts.get_endpoint(session, settings, project.project_id, "staging")
+                with pytest.raises(AlertEndpointNotFound):
+                    await alerts.get_endpoint(session, policy(settings), project.project_id, "staging")
         finally:
             await dispatcher.close()
 
@@ -338,7 +337,7 @@ class TestSsrf:
     async def test_production_refuses_internal_addresses(self, url):
         settings = settings_for("sqlite", Path("/tmp"), "", environment=Environment.production)
         with pytest.raises(InvalidRequest) as refused:
-            await alerts.check_url(settings, url)
+            await alerts.check_url(policy(settings), url)
         assert refused.value.details and refused.value.details[0]["field"] == "url"
 
     async def test_the_allow_list_and_development_mode_let_local_receivers_in(self):
@@ -349,12 +348,12 @@ class TestSsrf:
             environment=Environment.production,
             alert_allowed_hosts=["localhost", "10.0.0.0/8"],
         )
-        assert await alerts.check_url(prod, "http://localhost:8080/h")
-        assert await alerts.check_url(prod, "http://10.9.8.7/h")
+        assert await alerts.check_url(policy(prod), "http://localhost:8080/h")
+        assert await alerts.check_url(policy(prod), "http://10.9.8.7/h")
         with pytest.raises(InvalidRequest):
-            await alerts.check_url(prod, "http://192.168.1.1/h")
+            await alerts.check_url(policy(prod), "http://192.168.1.1/h")
         dev = settings_for("sqlite", Path("/tmp"), "")
-        assert await alerts.check_url(dev, "http://127.0.0.1:9/h")
+        assert await alerts.check_url(policy(dev), "http://127.0.0.1:9/h")
 
     @pytest.mark.parametrize(
         "url", ["ftp://example.com/h", "example.com/h", "http:///h", "https://user:pw@example.com/h", ""]
@@ -362,7 +361,7 @@ class TestSsrf:
     async def test_only_http_urls_with_a_host(self, url):
         dev = settings_for("sqlite", Path("/tmp"), "")
         with pytest.raises(InvalidRequest):
-            await alerts.check_url(dev, url)
+            await alerts.check_url(policy(dev), url)
 
     async def test_production_connects_to_the_address_it_checked(self, store, project, receiver):
         metadata, settings = store
@@ -370,13 +369,13 @@ class TestSsrf:
             update={"environment": Environment.production, "alert_allowed_hosts": ["127.0.0.0/8"]}
         )
         url = f"http://localhost:{receiver.port}/hooks/queuecore"
-        destination = await alerts.check_url(production, url)
+        destination = await alerts.check_url(policy(production), url)
         assert destination.url == f"http://127.0.0.1:{receiver.port}/hooks/queuecore"
         assert destination.host_header == f"localhost:{receiver.port}" and destination.sni_hostname is None
-        secure = await alerts.check_url(production, "https://localhost/h")
+        secure = await alerts.check_url(policy(production), "https://localhost/h")
         assert secure.url == "https://127.0.0.1/h" and secure.sni_hostname == "localhost"
         await setup_endpoint(metadata, production, project.project_id, url)
-        dispatcher = alerts.AlertDispatcher(metadata, production, clock=Clock())
+        dispatcher = alerts.AlertDispatcher(metadata, policy(production), clock=Clock())
         try:
             await queue(metadata, project.project_id)
             assert await dispatcher.run_once() == 1
@@ -388,13 +387,13 @@ class TestSsrf:
     async def test_a_host_the_http_client_would_read_differently_is_refused(self):
         dev = settings_for("sqlite", Path("/tmp"), "")
         with pytest.raises(InvalidRequest):
-            await alerts.check_url(dev, "http://example.com\\@127.0.0.1/h")
+            await alerts.check_url(policy(dev), "http://example.com\\@127.0.0.1/h")
 
     async def test_delivery_re_checks_the_address(self, store, project, receiver):
         metadata, settings = store
         await setup_endpoint(metadata, settings, project.project_id, receiver.url)  # development: allowed
         production = settings.model_copy(update={"environment": Environment.production})
-        dispatcher = alerts.AlertDispatcher(metadata, production, clock=Clock())
+        dispatcher = alerts.AlertDispatcher(metadata, policy(production), clock=Clock())
         try:
             await queue(metadata, project.project_id)
             assert await dispatcher.run_once() == 1
@@ -403,3 +402,15 @@ class TestSsrf:
             assert not attempt["ok"] and "internal address" in attempt["error"]
         finally:
             await dispatcher.close()
+
+
+class TestPolicy:
+    def test_the_policy_is_read_from_the_settings_once(self):
+        dev = settings_for(
+            "sqlite", Path("/tmp"), "", alert_allowed_hosts=["10.0.0.0/8"], alert_max_attempts=3
+        )
+        prod = settings_for("sqlite", Path("/tmp"), "", environment=Environment.production)
+        assert policy(prod).block_internal and not policy(dev).block_internal
+        assert policy(dev).allowed_hosts == ("10.0.0.0/8",) and policy(dev).max_attempts == 3
+        secret = "s" * 24
+        assert policy(dev).sealer.open(dev.sealer().seal(secret)) == secret  # the deployment's own key
