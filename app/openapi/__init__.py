@@ -1,4 +1,6 @@
-"""The committed contract: ``openapi.yaml`` is this module's output (``make openapi``); a test fails on drift.
+"""The committed contract: ``openapi.yaml`` is this package's output (``python -m app.openapi``, ``make
+openapi``); a test fails on drift. The app installs the document from here (``install``); the command that
+writes it lives in ``__main__.py``, the one module that builds an app, so nothing here imports ``app.main``.
 
 FastAPI's generated schema is adjusted in one place: its 422 answers become our 400 envelope, the
 bearer-key security scheme is declared, and every authenticated route says so.
@@ -6,7 +8,6 @@ bearer-key security scheme is declared, and every authenticated route says so.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import yaml
@@ -72,10 +73,3 @@ def install(app: FastAPI) -> None:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-if __name__ == "__main__":
-    from app.main import create_app
-    from app.settings import Settings
-
-    sys.stdout.write(render_yaml(create_app(Settings())))
