@@ -37,6 +37,7 @@ from app.broker.groups import get_group
 from app.broker.publishing import TopicRef, decode_headers
 from app.broker.topics import decode_cursor, encode_cursor
 from app.kit.clock import isoformat_ms, now_ms, utcnow
+from app.kit.digits import is_ascii_digits
 from app.stores.log.protocol import LogEngine, Record, RecordIn, TopicLogConfig
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.dlq_repositories import DeadLetterRepository, DeadLetterRow
@@ -282,7 +283,7 @@ def _after(cursor: str | None) -> int | None:
     if not cursor:
         return None
     value = decode_cursor(cursor)
-    if not (value.isascii() and value.isdigit()):
+    if not is_ascii_digits(value):
         raise InvalidRequest.field("cursor", "not a cursor returned by this API")
     return int(value)
 

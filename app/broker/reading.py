@@ -8,6 +8,7 @@ from datetime import datetime
 from app.broker import message_ids
 from app.broker.errors import InvalidRequest, MessageNotFound, OffsetOutOfRange
 from app.broker.publishing import TopicRef, render_message
+from app.kit.digits import is_ascii_digits
 from app.stores.log.protocol import LogEngine
 
 MAX_READ = 1000
@@ -27,7 +28,7 @@ def check_partition(topic: TopicRef, partition: int) -> None:
 
 def parse_timestamp(value: str) -> int:
     """ISO-8601 or epoch milliseconds → epoch milliseconds."""
-    if value.isascii() and value.isdigit():  # "²".isdigit() is True, and int() refuses it
+    if is_ascii_digits(value):
         return int(value)
     try:
         parsed = datetime.fromisoformat(value)

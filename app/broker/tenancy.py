@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.broker.errors import InvalidRequest, ProjectAlreadyExists, ProjectNotFound, UserAlreadyExists
 from app.broker.rate_limits import Category, Tier
 from app.kit.clock import utcnow
+from app.kit.digits import is_ascii_digits
 from app.kit.ids import new_id
 from app.stores.metadata.models import Project, User
 from app.stores.metadata.repositories import ProjectRepository, UserRepository
@@ -53,7 +54,7 @@ def parse_custom_limits(value: str) -> dict[str, int]:
     for part in filter(None, (p.strip() for p in value.split(","))):
         name, _, number = part.partition("=")
         categories = {c.value for c in Category}
-        if name not in categories or not (number.isascii() and number.isdigit()) or int(number) < 1:
+        if name not in categories or not is_ascii_digits(number) or int(number) < 1:
             raise InvalidRequest.field("limits", "expected publish=N,consume=N,admin=N with positive N")
         limits[name] = int(number)
     if not limits:

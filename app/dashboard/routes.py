@@ -21,6 +21,7 @@ from app.broker.errors import CODED_ERRORS, CodedError
 from app.broker.publishing import TopicRef
 from app.dashboard import auth
 from app.kit.clock import isoformat_ms, now_ms
+from app.kit.digits import is_ascii_digits
 from app.stores.metadata.models import Project
 
 HERE = Path(__file__).resolve().parent
@@ -367,7 +368,7 @@ async def topic_page(request: Request, project_id: str, env: str, name: str) -> 
 def _timestamp(value: str) -> str:
     """A ``datetime-local`` value (UTC, no zone) or ISO-8601/epoch ms as the broker reads it."""
     value = value.strip()
-    if (value.isascii() and value.isdigit()) or value.endswith("Z") or "+" in value[10:]:
+    if is_ascii_digits(value) or value.endswith("Z") or "+" in value[10:]:
         return value
     return value + "Z"
 
@@ -536,7 +537,7 @@ async def group_reset(request: Request, project_id: str, env: str, topic: str, g
     target: object = form.get("to", "")
     if target == "offset":
         raw = form.get("offset", "")
-        target = int(raw) if raw.isascii() and raw.isdigit() else raw
+        target = int(raw) if is_ascii_digits(raw) else raw
     services = _services(request)
     try:
         async with services.metadata.session() as session:
