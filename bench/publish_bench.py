@@ -3,11 +3,14 @@
 Same 200-byte JSON payloads, same run, on this machine. QueueCore is driven over HTTP by ``wrk``
 (a C load generator, so the client does not starve the server of CPU the way a Python client would);
 JetStream and Redis Streams are driven from Python, as their users would (nats-py async publish with
-acks, redis-py pipelined XADD).
+acks, redis-py pipelined XADD). The single publish is also set against a bare FastAPI POST
+(``bare_fastapi.py``) driven by the same wrk settings in the same rounds.
 
-    .venv/bin/python bench/publish_bench.py [--seconds 10] [--rounds 3]
+    .venv/bin/python bench/publish_bench.py [--seconds 10] [--rounds 3] [--port 18110]
 
-Prints a table and writes bench/results/publish.md and publish.json. Medians over ``--rounds``.
+``--port`` serves the three HTTP servers on that port and the next two (default: free ports).
+Prints a table and writes bench/results/publish.md and publish.json (medians over ``--rounds``, and
+every round's figures).
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, data_dir: Path, **extra_env: str) -> None:
-        self.port = free_port()
+    def __init__(self, data_dir: Path, port: int | None = None, **extra_env: str) -> None:
+        self.port = port or free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
         self.env.update(QUEUECORE_DATA_DIR=str(data_dir), QUEUECORE_LOG_LEVEL="WARNING", **extra_env)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -90,6 +93,51 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+
+
+class BareFastAPI:
+    """``bare_fastapi.py`` under uvicorn, as QueueCore is served: the single publish's yardstick."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(BIN / "uvicorn"),
+                "--app-dir",
+                str(ROOT / "bench"),
+                "bare_fastapi:app",
+                "--port",
+                str(self.port),
+                "--http",
+                "httptools",
+                "--loop",
+                "uvloop",
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(300):
+            try:
+                httpx.post(f"{self.url}/v1/topics/bench/messages", content=b"{}", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("the bare FastAPI server did not start")
 
     def stop(self) -> None:
         if self.proc:
@@ -233,12 +281,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--port", type=int, default=None, help="first of three ports (default: free ports)")
     args = parser.parse_args()
+    ports = [args.port, args.port + 1, args.port + 2] if args.port else [None, None, None]
     if not shutil.which("wrk"):
         sys.exit("wrk is needed: apt-get install -y wrk (make bench does it)")
 
     data_dir = Path(tempfile.mkdtemp(prefix="qc-bench-"))
-    server = Server(data_dir)
+    server = Server(data_dir, ports[0])
     boot = server.start()
     key = boot["keys"]["production"]
     headers = {"Authorization": f"Bearer {key}"}
@@ -247,13 +297,15 @@ def main() -> None:
     ).raise_for_status()
     # The same service without usage metering, measured in the same rounds: what metering costs.
     bare_dir = Path(tempfile.mkdtemp(prefix="qc-bench-bare-"))
-    bare = Server(bare_dir, QUEUECORE_USAGE_METERING="false")
+    bare = Server(bare_dir, ports[1], QUEUECORE_USAGE_METERING="false")
     bare_key = bare.start()["keys"]["production"]
     httpx.post(
         f"{bare.url}/v1/topics",
         json={"name": "bench", "partitions": 3},
         headers={"Authorization": f"Bearer {bare_key}"},
     ).raise_for_status()
+    fastapi = BareFastAPI(ports[2])
+    fastapi.start()
     single_body = json.dumps({"data": payload()}, separators=(",", ":"))
     batch_body = json.dumps({"messages": [{"data": payload(i)} for i in range(1000)]}, separators=(",", ":"))
     results: dict[str, dict] = {}
@@ -269,6 +321,7 @@ def main() -> None:
                 "redis_single",
                 "unmetered_batch",
                 "unmetered_single",
+                "fastapi_single",
             )
         }
         for r in range(args.rounds):
@@ -297,15 +350,26 @@ def main() -> None:
                     args.seconds,
                 )
             )
+            rounds["fastapi_single"].append(
+                wrk(
+                    f"{fastapi.url}/v1/topics/bench/messages",
+                    key,
+                    single_body,
+                    args.connections,
+                    args.seconds,
+                )
+            )
         results = {name: median_of(rs) for name, rs in rounds.items()}
     finally:
         server.stop()
         bare.stop()
+        fastapi.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
         shutil.rmtree(bare_dir, ignore_errors=True)
 
     qb, jb, rb = results["queuecore_batch"], results["jetstream_batch"], results["redis_batch"]
     qs, js, rs = results["queuecore_single"], results["jetstream_single"], results["redis_single"]
+    fs = results["fastapi_single"]
     lines = [
         "# Publish benchmark (HTTP, one uvicorn worker)",
         "",
@@ -336,6 +400,19 @@ def main() -> None:
         f"| QueueCore HTTP publish | {qs['rps']:,.0f} | {qs['p50_ms']:.2f} | {qs['p99_ms']:.2f} |",
         f"| NATS JetStream publish (await ack) | {js['rps']:,.0f} | {js['p50_ms']:.2f} | {js['p99_ms']:.2f} |",
         f"| Redis Streams XADD | {rs['rps']:,.0f} | {rs['p50_ms']:.2f} | {rs['p99_ms']:.2f} |",
+        (
+            f"| bare FastAPI POST (`bare_fastapi.py`, wrk as QueueCore) | {fs['rps']:,.0f} | {fs['p50_ms']:.2f} | "
+            f"{fs['p99_ms']:.2f} |"
+        ),
+        "",
+        "## Against the targets (#21)",
+        "",
+        "| target | reached |",
+        "|---|---:|",
+        f"| batch ≥ 5× JetStream | {qb['msgs_per_s'] / jb['msgs_per_s']:.2f}× |",
+        f"| batch ≥ 3× Redis Streams | {qb['msgs_per_s'] / rb['msgs_per_s']:.2f}× |",
+        f"| single ≥ 60 % of a bare FastAPI POST | {100 * qs['rps'] / fs['rps']:.0f} % |",
+        f"| single p99 ≤ 10 ms at {args.connections} connections | {qs['p99_ms']:.2f} ms |",
         "",
         "## What usage metering costs (same run, a second server with QUEUECORE_USAGE_METERING=false)",
         "",
@@ -353,7 +430,7 @@ def main() -> None:
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "publish.md").write_text(text)
-    (RESULTS / "publish.json").write_text(json.dumps(results, indent=2) + "\n")
+    (RESULTS / "publish.json").write_text(json.dumps({**results, "rounds": rounds}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
