@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap pipeline test test-sdk test-sdk-wheel services lint typecheck openapi bench fuzz clean install-js test-js bench-js
+.PHONY: install lock run serve migrate bootstrap pipeline test test-sdk test-sdk-wheel services lint typecheck openapi bench fuzz clean install-js test-js bench-js cluster
 
 # The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
 # git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
@@ -38,6 +38,12 @@ $(DASH_BUILT): $(DASH_STAMP) $(DASH)/scripts/build.mjs
 $(CHROMIUM):
 	apt-get update && apt-get install -y chromium
 
+# Debian's HAProxy: the one address in front of the API processes of `make cluster` (and its test/bench).
+HAPROXY := /usr/sbin/haproxy
+
+$(HAPROXY):
+	apt-get install -y haproxy || (apt-get update && apt-get install -y haproxy)
+
 # Re-resolve every dependency in a scratch virtualenv and pin what it got.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
@@ -56,6 +62,12 @@ bootstrap: migrate
 run: bootstrap
 	$(BIN)/queuecore-server serve
 
+# The scale-out shape on this machine: 3 NATS JetStream nodes (4311-4313, store in .cluster/nats), Postgres
+# (database queuecore_cluster) and Redis, 3 API processes (8081-8083) and HAProxy on 8080 in front; prints
+# the demo keys and login; Ctrl-C stops everything. CLUSTER_ARGS=--fresh starts from empty stores.
+cluster: install services $(HAPROXY)
+	$(BIN)/python -m infra.cluster $(CLUSTER_ARGS)
+
 services:
 	bash infra/services.sh up
 
@@ -65,7 +77,7 @@ pipeline: install
 	bash spark/scripts/pipeline.sh
 
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services lint typecheck $(CHROMIUM)
+test: install services lint typecheck $(CHROMIUM) $(HAPROXY)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go
@@ -151,4 +163,4 @@ fuzz: install
 	$(BIN)/python bench/fuzz_contract.py --max-examples 400
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data .pytest_cache .cluster
