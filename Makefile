@@ -162,5 +162,12 @@ bench-go: go-deps
 fuzz: install
 	$(BIN)/python bench/fuzz_contract.py --max-examples 400
 
+# The crash soak: 100 SIGKILLs of a real server under mixed load per configuration (local engine x SQLite and
+# Postgres), every promise checked after every restart; figures to bench/results/soak.md, any violation
+# fails it. make test runs a short version (tests/test_crash_soak.py). docs/reliability.md explains it.
+.PHONY: soak
+soak: install services
+	$(BIN)/python bench/soak.py --kills 100 --stores sqlite,postgres --engines local
+
 clean:
 	rm -rf $(VENV) data .pytest_cache .cluster
