@@ -36,10 +36,6 @@ def _json(payload: bytes, status: int = 200, headers: dict[str, str] | None = No
     return Response(payload, status_code=status, media_type="application/json", headers=headers)
 
 
-async def _body(request: Request) -> Any:
-    return _parse(await request.body())
-
-
 def _parse(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
@@ -129,15 +125,26 @@ async def publish_one(
 async def publish_batch(name: str, request: Request, key: PublishKey, services: ServicesDep) -> Response:
     """Publish 1–1000 messages atomically: all are written or none. Items whose ``idempotencyKey`` was
     seen answer ``replayed: true`` and are not written again."""
+    # Served by ``publish_lane`` in practice; this is the same call through the router.
     started = time.perf_counter()
-    body = await _body(request)
+    body, replayed = await publish_many(
+        services, request.scope["state"], key, name, await request.body(), started
+    )
+    return _json(body, 201, _REPLAYED if replayed else None)
+
+
+async def publish_many(
+    services: Services, state: dict[str, Any], key: Principal, name: str, raw: bytes, started: float
+) -> tuple[bytes, bool]:
+    """The batch publish once authenticated: the answer's JSON, and whether every item was a replay.
+    ``started`` is when the call began (the answer's ``latency``)."""
+    body = _parse(raw)
     values = publishing.plain_batch(body)
     if values is not None:  # bare messages only, the common case
-        return _json(await _publish_plain(services, request.scope["state"], key, name, values, started), 201)
+        return await _publish_plain(services, state, key, name, values, started), False
     messages = publishing.parse_batch(body)
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish_batch(scope_of(key), name, messages)
-    state = request.scope["state"]
     state["messages"] = replayed.count(False)
     state["data_bytes"] = sum(len(m.data) for m, again in zip(messages, replayed, strict=True) if not again)
     items = publisher.results(topic, placed)
@@ -151,7 +158,7 @@ async def publish_batch(name: str, request: Request, key: PublishKey, services: 
         "durability": services.log.durability_for(topic.replicas),
         "messages": items,
     }
-    return _json(orjson.dumps(answer), 201, _REPLAYED if all(replayed) else None)
+    return orjson.dumps(answer), all(replayed)
 
 
 async def _publish_plain(

@@ -1,19 +1,20 @@
-"""``POST /v1/topics/{name}/messages`` served straight from the middleware stack.
+"""``POST /v1/topics/{name}/messages`` and ``…/messages/batch`` served straight from the middleware stack.
 
-The single publish is the hottest call and its endpoint is small (auth and rate limit in line, an
-orjson body, one append); on the way to it Starlette's error and body-limit layers, its routing,
+The publishes are the hottest calls and their endpoints are small (auth and rate limit in line, an
+orjson body, one append); on the way to them Starlette's error and body-limit layers, its routing,
 FastAPI's exception and exit-stack middlewares, its request-handler wrapping and Starlette's request
 and response objects cost about as much again (py-spy, bench/README.md). This middleware sits right
 inside the request envelope, so ids, the body cap, logs, metrics and usage stay exactly as for every
 call: it reads the two headers and the body it needs from the ASGI scope, calls the same publish as the
-route (``messages.publish_one``) and answers with two ASGI messages; errors go to the app's own
-exception handlers. The route stays registered: the OpenAPI description, 405s for other methods, and
-every other path go through the app as before.
+route (``messages.publish_one`` or ``messages.publish_many``) and answers with two ASGI messages; errors
+go to the app's own exception handlers. The routes stay registered: the OpenAPI description, 405s for
+other methods, and every other path go through the app as before.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 from fastapi.routing import APIRoute
 from starlette.requests import Request
@@ -25,8 +26,9 @@ from app.broker.errors import CODED_ERRORS
 from app.broker.rate_limits import Category
 from app.errors import ApiError
 
-_PATH = re.compile(r"^/v1/topics/([^/]+)/messages$")
+_PATH = re.compile(r"^/v1/topics/([^/]+)/messages(/batch)?$")
 _TEMPLATE = "/v1/topics/{name}/messages"
+_BATCH_TEMPLATE = "/v1/topics/{name}/messages/batch"
 _JSON = (b"content-type", b"application/json")
 _REPLAYED = (b"idempotent-replayed", b"true")
 
@@ -34,10 +36,9 @@ _REPLAYED = (b"idempotent-replayed", b"true")
 class PublishLane:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        # The registered route, for the route template in metrics and logs.
-        self._route = next(
-            r for r in messages.router.routes if isinstance(r, APIRoute) and r.path == _TEMPLATE
-        )
+        # The registered routes, for the route template in metrics and logs.
+        routes = {r.path: r for r in messages.router.routes if isinstance(r, APIRoute)}
+        self._route, self._batch_route = routes[_TEMPLATE], routes[_BATCH_TEMPLATE]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = (
@@ -47,8 +48,8 @@ class PublishLane:
             await self.app(scope, receive, send)
             return
         app = scope["app"]
-        name = match.group(1)
-        scope["route"] = self._route
+        name, batch = match.group(1), match.group(2) is not None
+        scope["route"] = self._batch_route if batch else self._route
         scope["path_params"] = {"name": name}
         authorization = ""
         idempotency_key: str | None = None
@@ -61,9 +62,15 @@ class PublishLane:
             services: Services = app.state.services
             state = scope["state"]
             key = await authenticate_bearer(services, state, authorization, Category.publish)
-            body, replayed = await messages.publish_one(
-                services, state, key, name, idempotency_key, await _read(receive)
-            )
+            if batch:
+                started = time.perf_counter()
+                body, replayed = await messages.publish_many(
+                    services, state, key, name, await _read(receive), started
+                )
+            else:
+                body, replayed = await messages.publish_one(
+                    services, state, key, name, idempotency_key, await _read(receive)
+                )
         except (ApiError, *CODED_ERRORS) as error:
             request = Request(scope, receive)
             # The handler registered for the error's class, found as Starlette finds it (by the MRO).
