@@ -334,12 +334,11 @@ class Publisher:
 
     def _items(self, topic: TopicRef, partition: int, base: int, count: int, stamp: bytes) -> list[bytes]:
         """``results`` of ``count`` messages at consecutive offsets of one partition, as JSON."""
-        template = b'{"id":"%s","offset":%d,"partition":%d,"timestamp":"%s"}'
+        template = (
+            b'{"id":"%s","offset":%d,"partition":' + b"%d" % partition + b',"timestamp":"' + stamp + b'"}'
+        )
         ids = message_ids.encode_run(topic.id, partition, base, count, prefix=topic.id_prefix)
-        return [
-            template % (i, offset, partition, stamp)
-            for i, offset in zip(ids, range(base, base + count), strict=True)
-        ]
+        return list(map(template.__mod__, zip(ids, range(base, base + count), strict=True)))
 
     async def _append(self, topic: TopicRef, messages: Sequence[Outgoing]) -> tuple[list[Placed], list[bool]]:
         for i, m in enumerate(messages):
