@@ -40,9 +40,10 @@ from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.digits import is_ascii_digits
 from app.stores.log.protocol import LogEngine, Record, RecordIn, TopicLogConfig
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.dlq_repositories import DeadLetterRepository, DeadLetterRow
+from app.stores.metadata.dlq_repositories import DeadLetterRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import DeadLetterRow
 
 TIMEOUT_REASON = "ack timeout"
 NACK_REASON = "nack"

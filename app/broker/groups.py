@@ -25,7 +25,8 @@ from app.stores.metadata.dlq_repositories import DeadLetterRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup
-from app.stores.metadata.partition_repositories import PartitionRepository, PartitionState
+from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import PartitionState
 
 DEFAULT_ACK_TIMEOUT = "30s"
 DEFAULT_SESSION_TIMEOUT = "10s"

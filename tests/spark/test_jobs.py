@@ -16,7 +16,8 @@ import httpx
 from queuecore_spark.jobs import archive, usage
 
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.usage_repositories import Rollup, UsageRollupRepository
+from app.stores.metadata.protocol import Rollup
+from app.stores.metadata.usage_repositories import UsageRollupRepository
 from tests.spark.support import BIN, Api, Server
 
 

@@ -28,8 +28,9 @@ from app.broker.alerts.endpoint import breaker_state, check_url
 from app.broker.alerts.policy import AlertPolicy
 from app.broker.errors import CODED_ERRORS, InvalidRequest
 from app.kit.clock import now_ms, utcnow
-from app.stores.metadata.alert_repositories import AlertRepository, Claimed
+from app.stores.metadata.alert_repositories import AlertRepository
 from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.protocol import Claimed
 
 logger = logging.getLogger("queuecore.alerts")
 

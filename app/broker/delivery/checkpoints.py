@@ -38,8 +38,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.broker.publishing import TopicRef
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.lease_repositories import LeaseRepository, LeaseState
-from app.stores.metadata.partition_repositories import OwnedPartition, PartitionRepository, checkpoint_express
+from app.stores.metadata.lease_repositories import LeaseRepository
+from app.stores.metadata.partition_repositories import PartitionRepository, checkpoint_express
+from app.stores.metadata.protocol import LeaseState, OwnedPartition
 
 
 @dataclass(slots=True)

@@ -42,9 +42,10 @@ from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, LogEngineError, Record
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import CallerView, GroupRepository
-from app.stores.metadata.lease_repositories import LeaseRepository, LeaseState
-from app.stores.metadata.partition_repositories import PartitionRepository, PartitionState
+from app.stores.metadata.group_repositories import GroupRepository
+from app.stores.metadata.lease_repositories import LeaseRepository
+from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import CallerView, LeaseState, PartitionState
 
 MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30

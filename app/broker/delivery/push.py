@@ -65,7 +65,7 @@ from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.partition_repositories import OwnedPartition
+from app.stores.metadata.protocol import OwnedPartition
 
 logger = logging.getLogger("queuecore.push")
 

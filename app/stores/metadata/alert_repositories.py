@@ -6,33 +6,17 @@ attempts of one environment never reach or show in another."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Table, and_, delete, insert, or_, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import AlertAttempt, AlertEndpoint, AlertEvent
+from app.stores.metadata.protocol import Claimed
 
 endpoints = cast(Table, AlertEndpoint.__table__)
 events = cast(Table, AlertEvent.__table__)
 attempts = cast(Table, AlertAttempt.__table__)
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """An outbox event taken for one delivery attempt, with where it goes."""
-
-    id: str
-    project_id: str
-    environment: str
-    type: str
-    body: str
-    attempts: int
-    url: str | None
-    secret: str | None
-    failures: int
-    open_until_ms: int | None
 
 
 class AlertRepository(Repository):

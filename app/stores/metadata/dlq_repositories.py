@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, delete, func, insert, select, tuple_, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ConsumerGroup, DeadLetter, DlqAuditEntry, Topic
+from app.stores.metadata.protocol import DeadLetterRow
 
 dead_letters = cast(Table, DeadLetter.__table__)
 audit = cast(Table, DlqAuditEntry.__table__)
 groups = cast(Table, ConsumerGroup.__table__)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterRow:
-    partition: int
-    offset: int
-    dlq_offset: int
-    reason: str
-    retry_count: int
-    failed_at_ms: int
 
 
 _COLUMNS = (

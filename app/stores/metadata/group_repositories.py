@@ -12,30 +12,16 @@ write unit of work under ``BEGIN IMMEDIATE``, which serialises them; ``FOR UPDAT
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, delete, func, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ConsumerGroup, GroupMember
+from app.stores.metadata.protocol import CallerView
 
 groups = cast(Table, ConsumerGroup.__table__)
 members = cast(Table, GroupMember.__table__)
-
-
-@dataclass(frozen=True, slots=True)
-class CallerView:
-    """What every member call needs to know first, read in one round trip."""
-
-    group_id: str
-    generation: int
-    ack_timeout_ms: int
-    partition_count: int
-    member_expires_at_ms: int | None
-    member_session_timeout_ms: int | None
-    soonest_expiry_ms: int | None
-    dead_letter: dict[str, Any] | None = None
 
 
 class GroupRepository(Repository):

@@ -12,39 +12,16 @@ write unit of work under ``BEGIN IMMEDIATE``, which serialises them; ``FOR UPDAT
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, delete, func, insert, select, tuple_, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import GroupLease, GroupPartition
+from app.stores.metadata.protocol import DueLease, LeaseState
 
 partitions = cast(Table, GroupPartition.__table__)
 leases = cast(Table, GroupLease.__table__)
-
-
-@dataclass(frozen=True, slots=True)
-class DueLease:
-    """An unacked lease whose deadline passed: timed out (``member_id`` still set) or due for a retry."""
-
-    partition: int
-    offset: int
-    attempt: int
-    member_id: str | None
-    deadline_ms: int
-    reason: str | None
-    replay_offset: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseState:
-    partition: int
-    offset: int
-    member_id: str | None
-    attempt: int
-    deadline_ms: int
-    acked: bool
 
 
 class LeaseRepository(Repository):

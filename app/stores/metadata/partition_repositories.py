@@ -13,7 +13,6 @@ write unit of work under ``BEGIN IMMEDIATE``, which serialises them; ``FOR UPDAT
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, case, func, insert, or_, select, update
@@ -22,6 +21,7 @@ from app.stores.metadata.base import Repository
 from app.stores.metadata.express import ExpressWriter
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup, GroupLease, GroupPartition, Topic
+from app.stores.metadata.protocol import OwnedPartition, PartitionState
 
 partitions = cast(Table, GroupPartition.__table__)
 leases = cast(Table, GroupLease.__table__)
@@ -68,24 +68,6 @@ async def checkpoint_express(
         [{"g": group_id, "p": p, "m": member_id, "e": e, "pos": pos} for p, e, pos in positions],
     )
     return {p for (p, _, _), count in zip(positions, counts, strict=True) if not count}
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    partition: int
-    member_id: str | None
-    committed: int | None
-    position: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class OwnedPartition:
-    partition: int
-    member_id: str | None
-    held_by: str | None
-    epoch: int
-    committed: int | None
-    position: int | None
 
 
 class PartitionRepository(Repository):

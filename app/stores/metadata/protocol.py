@@ -5,6 +5,9 @@ their members and partitions, leases, dead letters, alerts and usage rollups. Ev
 caller's unit of work (``MetadataStore.session()``), which owns the transaction; none commits. The
 lock order is the aggregates' order here: group → members → partitions → leases.
 
+The values the protocols answer (``CallerView``, ``PartitionState``, ``LeaseState``, ``DeadLetterRow``, …)
+are defined here too, so the domain depends on the contract, not on an implementation.
+
 Implementations: ``repositories.py`` (users, projects, keys, topics), ``group_repositories.py``,
 ``partition_repositories.py``, ``lease_repositories.py``, ``dlq_repositories.py``,
 ``alert_repositories.py``, ``usage_repositories.py`` — on Postgres and SQLite alike. The conformance
@@ -17,13 +20,10 @@ A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from app.stores.metadata.alert_repositories import Claimed
-from app.stores.metadata.dlq_repositories import DeadLetterRow
-from app.stores.metadata.group_repositories import CallerView
-from app.stores.metadata.lease_repositories import DueLease, LeaseState
 from app.stores.metadata.models import (
     AlertAttempt,
     AlertEndpoint,
@@ -35,8 +35,116 @@ from app.stores.metadata.models import (
     Topic,
     User,
 )
-from app.stores.metadata.partition_repositories import OwnedPartition, PartitionState
-from app.stores.metadata.usage_repositories import Rollup
+
+# values -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallerView:
+    """What every member call needs to know first, read in one round trip."""
+
+    group_id: str
+    generation: int
+    ack_timeout_ms: int
+    partition_count: int
+    member_expires_at_ms: int | None
+    member_session_timeout_ms: int | None
+    soonest_expiry_ms: int | None
+    dead_letter: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A group's partition: its owner and offsets."""
+
+    partition: int
+    member_id: str | None
+    committed: int | None
+    position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedPartition:
+    """A partition a member owns or holds, with what a push member needs to claim it."""
+
+    partition: int
+    member_id: str | None
+    held_by: str | None
+    epoch: int
+    committed: int | None
+    position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DueLease:
+    """An unacked lease whose deadline passed: timed out (``member_id`` still set) or due for a retry."""
+
+    partition: int
+    offset: int
+    attempt: int
+    member_id: str | None
+    deadline_ms: int
+    reason: str | None
+    replay_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """A lease row as stored."""
+
+    partition: int
+    offset: int
+    member_id: str | None
+    attempt: int
+    deadline_ms: int
+    acked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRow:
+    """A dead letter: the message's place, its copy's offset in the DLQ log, and why."""
+
+    partition: int
+    offset: int
+    dlq_offset: int
+    reason: str
+    retry_count: int
+    failed_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """An outbox event taken for one delivery attempt, with where it goes."""
+
+    id: str
+    project_id: str
+    environment: str
+    type: str
+    body: str
+    attempts: int
+    url: str | None
+    secret: str | None
+    failures: int
+    open_until_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Rollup:
+    """One bucket's counts (a row to add, or a row read back)."""
+
+    project_id: str
+    environment: str
+    key_id: str
+    category: str
+    granularity: str
+    bucket_start: datetime
+    requests: int
+    messages: int
+    bytes_in: int
+    bytes_out: int
+    rate_limited: int
+    peak_requests_per_second: int = 0
+
 
 # tenancy and keys ---------------------------------------------------------------------------------
 

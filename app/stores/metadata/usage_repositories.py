@@ -9,7 +9,6 @@ repeated run never counts an event twice."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import cast
 
@@ -17,6 +16,7 @@ from sqlalchemy import Table, case, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import UsageRollup, UsageRollupProgress
+from app.stores.metadata.protocol import Rollup
 
 GRANULARITIES = ("minute", "hour", "day")
 COUNTS = ("requests", "messages", "bytes_in", "bytes_out", "rate_limited")  # added up across runs
@@ -24,24 +24,6 @@ PEAK = "peak_requests_per_second"  # the larger of the runs' values
 
 rollups = cast(Table, UsageRollup.__table__)
 progress = cast(Table, UsageRollupProgress.__table__)
-
-
-@dataclass(frozen=True, slots=True)
-class Rollup:
-    """One bucket's counts (a row to add, or a row read back)."""
-
-    project_id: str
-    environment: str
-    key_id: str
-    category: str
-    granularity: str
-    bucket_start: datetime
-    requests: int
-    messages: int
-    bytes_in: int
-    bytes_out: int
-    rate_limited: int
-    peak_requests_per_second: int = 0
 
 
 class UsageRollupRepository(Repository):

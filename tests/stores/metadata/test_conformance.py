@@ -14,18 +14,19 @@ from app.stores.errors import StoreUnavailable
 from app.stores.metadata import protocol
 from app.stores.metadata.alert_repositories import AlertRepository
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.dlq_repositories import DeadLetterRepository, DeadLetterRow
+from app.stores.metadata.dlq_repositories import DeadLetterRepository
 from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.lease_repositories import LeaseRepository, LeaseState
+from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import AlertEndpoint, ApiKey, GroupMember, User
 from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import DeadLetterRow, LeaseState, Rollup
 from app.stores.metadata.repositories import (
     ApiKeyRepository,
     ProjectRepository,
     TopicRepository,
     UserRepository,
 )
-from app.stores.metadata.usage_repositories import Rollup, UsageRollupRepository
+from app.stores.metadata.usage_repositories import UsageRollupRepository
 from tests.stores.metadata.conftest import Rows, now
 
 

@@ -151,7 +151,8 @@ def run(spark: SparkSession, data_dir: Path | None = None, database_url: str | N
 
 async def _run(spark: SparkSession, partition_dir: Path, url: str) -> Result:
     from app.stores.metadata.database import MetadataStore
-    from app.stores.metadata.usage_repositories import Rollup, UsageRollupRepository
+    from app.stores.metadata.protocol import Rollup
+    from app.stores.metadata.usage_repositories import UsageRollupRepository
 
     store = MetadataStore(url, pool_size=2)
     try:
