@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, overload, runtime_checkable
 
+from app.stores.errors import StoreUnavailable
+
 
 @dataclass(frozen=True, slots=True)
 class TopicPartition:
@@ -112,8 +114,8 @@ class ReplicasUnavailable(LogEngineError):
     """The engine cannot keep as many replicas as a topic asks for (answered as 400)."""
 
 
-class EngineUnavailable(LogEngineError):
-    """The engine cannot meet its durability promise right now (answered as 503)."""
+class EngineUnavailable(LogEngineError, StoreUnavailable):
+    """The engine cannot meet its durability promise right now (answered as 503, as every store's outage)."""
 
 
 @runtime_checkable

@@ -1,0 +1,214 @@
+"""The JetStream engine when NATS servers die: real processes, SIGKILL.
+
+- One node of three killed under continuous publishing (single and batch) and consuming: nothing
+  acknowledged is lost or changed, no batch is partly there, publishing resumes after at most a few seconds
+  of 503, the consumer goes on, and the node rejoins and catches up.
+- Quorum lost (two of three killed): publishes answer 503, never a 2xx; health says degraded; when the
+  servers come back, everything heals without restarting the API.
+
+Each test has a cluster and two API processes of its own (they are broken on purpose).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.database import create_database, database_url, drop_database
+from tests.test_scaleout import ScaleOut, start_scaleout
+
+pytestmark = pytest.mark.slow
+
+BATCH = 10
+
+
+@pytest.fixture
+def deployment(tmp_path) -> Iterator[ScaleOut]:
+    name = f"qc_test_faults_{secrets.token_hex(4)}"
+    asyncio.run(create_database(name))
+    scaleout = start_scaleout(tmp_path, database_url(name), api_nodes=2)
+    try:
+        yield scaleout
+    finally:
+        for node in scaleout.nodes:
+            node.stop()
+        scaleout.cluster.stop()
+        asyncio.run(drop_database(name))
+
+
+async def _read_partition(http: httpx.AsyncClient, topic: str, partition: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = await http.get(
+            f"/v1/topics/{topic}/partitions/{partition}/messages",
+            params={"fromOffset": offset, "limit": 1000},
+        )
+        assert page.status_code == 200, page.text
+        body = page.json()
+        out.extend(body["data"])
+        if not body["data"]:
+            return out
+        offset = body["data"][-1]["offset"] + 1
+
+
+class TestOneNodeKilled:
+    async def test_nothing_acknowledged_is_lost_and_no_batch_is_partial(self, deployment):
+        cluster = deployment.cluster
+        publisher, consumer = deployment.http(0), deployment.http(1)
+        async with publisher, consumer:
+            topic = f"faults-{secrets.token_hex(4)}"
+            created = await publisher.post(
+                "/v1/topics", json={"name": topic, "partitions": 3, "delivery": "exactly-once", "replicas": 3}
+            )
+            assert created.status_code == 201, created.text
+            stored: dict[tuple[int, int], Any] = {}  # (partition, offset) -> data, of every 2xx
+            statuses: list[tuple[float, int]] = []
+            batches_tried = 0
+            stop = asyncio.Event()
+
+            async def publish() -> None:
+                nonlocal batches_tried
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    if n % 2:
+                        data: Any = {"single": n}
+                        r = await publisher.post(f"/v1/topics/{topic}/messages", json={"data": data})
+                        if r.status_code == 201:
+                            stored[(r.json()["partition"], r.json()["offset"])] = data
+                    else:
+                        batches_tried += 1
+                        items = [{"data": {"batch": n, "i": i}} for i in range(BATCH)]
+                        r = await publisher.post(
+                            f"/v1/topics/{topic}/messages/batch", json={"messages": items}
+                        )
+                        if r.status_code == 201:
+                            for item, placed in zip(items, r.json()["messages"], strict=True):
+                                stored[(placed["partition"], placed["offset"])] = item["data"]
+                    assert r.status_code in (201, 503), r.text  # never a 500, never another answer
+                    if r.status_code == 503:
+                        assert r.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+                    statuses.append((time.monotonic(), r.status_code))
+
+            received: list[tuple[int, int, Any]] = []
+
+            async def consume() -> None:
+                joined = (
+                    await consumer.post(
+                        f"/v1/topics/{topic}/groups/g/members", json={"startFrom": "earliest"}
+                    )
+                ).json()
+                member = {"memberId": joined["memberId"], "generationId": joined["generationId"]}
+                while not stop.is_set() or len(received) < len(stored):
+                    r = await consumer.post(
+                        f"/v1/topics/{topic}/groups/g/poll",
+                        json={**member, "maxMessages": 500, "waitSeconds": 1},
+                    )
+                    if r.status_code != 200:
+                        assert r.status_code == 503, r.text
+                        await asyncio.sleep(0.1)
+                        continue
+                    messages = r.json()["messages"]
+                    received.extend((m["partition"], m["offset"], m["data"]) for m in messages)
+                    if messages:
+                        acked = await consumer.post(
+                            f"/v1/topics/{topic}/groups/g/ack",
+                            json={**member, "ids": [m["id"] for m in messages]},
+                        )
+                        assert acked.status_code == 200 and acked.json()["failed"] == [], acked.text
+                    if stop.is_set() and not messages and len(received) >= len(stored):
+                        return
+
+            publishing = asyncio.create_task(publish())
+            consuming = asyncio.create_task(consume())
+            await asyncio.sleep(2)
+            killed_at = time.monotonic()
+            cluster.kill(0)  # SIGKILL, with publishes and acks in flight
+            await asyncio.sleep(6)
+            restarted_at = time.monotonic()
+            await asyncio.to_thread(cluster.restart, 0)  # rejoins on its own store; ready = caught up
+            await asyncio.sleep(3)
+            stop.set()
+            await publishing
+            try:
+                await asyncio.wait_for(consuming, 60)
+            except TimeoutError:
+                offsets = (await consumer.get(f"/v1/topics/{topic}/groups/g/offsets")).json()
+                missing = sorted(set(stored) - {(p, o) for p, o, _ in received})
+                pytest.fail(
+                    f"consumer stuck: {len(received)} of {len(stored)}; offsets {offsets}; missing {missing[:20]}"
+                )
+
+            # Publishing went on while the node was down, and after it came back.
+            during = [s for t, s in statuses if killed_at + 5 < t < restarted_at]
+            assert 201 in during, "no publish succeeded with one node of three down"
+            assert [s for _, s in statuses][-5:] == [201] * 5
+            # Every acknowledged message is where its answer said, unchanged.
+            log = {
+                p: {m["offset"]: m["data"] for m in await _read_partition(publisher, topic, p)}
+                for p in range(3)
+            }
+            for (partition, offset), data in stored.items():
+                assert log[partition].get(offset) == data, (partition, offset)
+            # No batch is partly there, whatever its publisher heard.
+            counts: dict[int, int] = {}
+            for records in log.values():
+                for data in records.values():
+                    if isinstance(data, dict) and "batch" in data:
+                        counts[data["batch"]] = counts.get(data["batch"], 0) + 1
+            assert all(count == BATCH for count in counts.values()), counts
+            # The consumer got every acknowledged message, once (exactly-once, all acked).
+            seen = [(p, o) for p, o, _ in received]
+            assert len(seen) == len(set(seen))
+            assert set(stored) <= set(seen)
+            assert batches_tried > 0 and len(stored) > 0
+
+
+class TestQuorumLost:
+    async def test_publishes_are_503_health_degraded_and_it_heals_without_a_restart(self, deployment):
+        cluster = deployment.cluster
+        api = deployment.http(0)
+        async with api:
+            topic = f"quorum-{secrets.token_hex(4)}"
+            assert (await api.post("/v1/topics", json={"name": topic, "partitions": 1})).status_code == 201
+            before = await api.post(f"/v1/topics/{topic}/messages", json={"data": "before"})
+            assert before.status_code == 201, before.text
+
+            cluster.kill(1)
+            cluster.kill(2)
+            for i in range(3):
+                r = await api.post(f"/v1/topics/{topic}/messages", json={"data": f"lost-{i}"})
+                assert r.status_code == 503, r.text
+                assert r.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+            batch = await api.post(
+                f"/v1/topics/{topic}/messages/batch", json={"messages": [{"data": 1}, {"data": 2}]}
+            )
+            assert batch.status_code == 503, batch.text
+            health = None
+            for _ in range(20):  # the API reconnects to the server left, which cannot answer for JetStream
+                health = await api.get("/v1/health")
+                if health.json()["checks"]["logEngine"] == "degraded":
+                    break
+                await asyncio.sleep(0.5)
+            assert health is not None and health.json()["status"] == "degraded", health.json()
+            assert health.json()["checks"]["logEngine"] == "degraded"
+
+            await asyncio.to_thread(cluster.restart, 1)
+            await asyncio.to_thread(cluster.restart, 2)
+            for _ in range(120):
+                after = await api.post(f"/v1/topics/{topic}/messages", json={"data": "after"})
+                if after.status_code == 201:
+                    break
+                assert after.status_code == 503, after.text
+                await asyncio.sleep(0.5)
+            assert after.status_code == 201, "publishing did not come back when quorum did"
+            assert (await api.get("/v1/health")).json()["status"] == "ok"
+            records = await _read_partition(api, topic, 0)
+            assert records[0]["data"] == "before" and records[-1]["data"] == "after"
