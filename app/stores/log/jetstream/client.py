@@ -173,7 +173,12 @@ class JetStreamClient:
                 f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=f"{self._inbox}.{token}"
             )
             while True:
-                msg = await asyncio.wait_for(queue.get(), self.timeout)
+                # A batch get answers up to ``batch`` messages in a burst: take what is already queued
+                # without wait_for, whose task and timer cost ~10-30 us per message on this path.
+                if queue.empty():
+                    msg = await asyncio.wait_for(queue.get(), self.timeout)
+                else:
+                    msg = queue.get_nowait()
                 headers = msg.headers or {}
                 status = headers.get("Status")
                 if status is None and "Nats-Sequence" in headers:
