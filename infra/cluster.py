@@ -202,8 +202,8 @@ class Cluster:
         path.write_text(text)
         return path
 
-    def _start_haproxy(self, binary: str, timeout: float) -> None:
-        config = self.write_haproxy_config()
+    def _start_haproxy(self, binary: str, timeout: float, api_ports: tuple[int, ...] | None = None) -> None:
+        config = self.write_haproxy_config(api_ports)
         check = subprocess.run([binary, "-c", "-f", str(config)], capture_output=True, text=True, check=False)
         if check.returncode != 0:
             raise RuntimeError(f"haproxy refused {config}: {check.stdout}{check.stderr}")
@@ -222,6 +222,15 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing healthy behind {self.url} after {timeout}s")
             time.sleep(0.1)
+
+    def balance(self, count: int, timeout: float = 30.0) -> None:
+        """Restart HAProxy with only the first ``count`` API processes behind it (the others keep running,
+        idle): the scale-out curve of ``bench/scaleout_bench.py``."""
+        if self.haproxy is not None and self.haproxy.poll() is None:
+            self.haproxy.terminate()
+            self.haproxy.wait(timeout=15)
+        self.haproxy = None
+        self._start_haproxy(haproxy_binary(), timeout, self.api_ports[:count])
 
     def stop(self) -> None:
         """HAProxy, then the API processes (SIGTERM, SIGKILL after 15 s), then NATS."""
