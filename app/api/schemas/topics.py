@@ -33,7 +33,7 @@ class TopicCreate(RequestBody):
 _FIXED = {
     "name": "a topic cannot be renamed; create a topic with the new name",
     "delivery": "cannot be changed after the topic is created; create a topic with the delivery you want",
-    "replicas": "cannot be changed after the topic is created",
+    "replicas": "cannot be changed after the topic is created; create a topic with the replicas you want",
 }
 
 
