@@ -359,7 +359,13 @@ class JetStreamLogEngine:
         return self._txns
 
     async def _store(
-        self, topic_id: str, partition: int, frames: Sequence[bytes], msg_id: str | None
+        self,
+        topic_id: str,
+        partition: int,
+        frames: Sequence[bytes],
+        msg_id: str | None,
+        *,
+        recovering: bool = False,
     ) -> StoredAt:
         name = codec.stream_name(topic_id, partition)
         try:
@@ -370,6 +376,8 @@ class JetStreamLogEngine:
             await self._stream_info(topic_id, partition)  # UnknownLog when it is gone
             raise EngineUnavailable(f"stream {name} has no leader right now") from None
         except AlreadyApplied:
+            if recovering:
+                return StoredAt(0, 0)
             # Recovery applied this part first (only after recover_after seconds): the batch is committed,
             # but where it landed is not known here.
             raise EngineUnavailable("the append was committed, but its offsets are unknown") from None
@@ -380,11 +388,9 @@ class JetStreamLogEngine:
     async def _apply(self, topic_id: str, partition: int, frames: Sequence[bytes], msg_id: str) -> StoredAt:
         """Recovery's apply: an already-applied part, or a deleted topic's, is done."""
         try:
-            return await self._store(topic_id, partition, frames, msg_id)
-        except (EngineUnavailable, UnknownLog) as exc:
-            if isinstance(exc.__cause__, AlreadyApplied) or isinstance(exc, UnknownLog):
-                return StoredAt(0, 0)
-            raise
+            return await self._store(topic_id, partition, frames, msg_id, recovering=True)
+        except UnknownLog:
+            return StoredAt(0, 0)
 
     # -- reads ---------------------------------------------------------------------------------------------
 

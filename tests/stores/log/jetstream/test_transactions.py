@@ -1,0 +1,76 @@
+"""Cross-partition appends on JetStream: a commit record left behind by a publisher that died is rolled
+forward by another node, whole, and a part applied before the death is not applied twice."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+import pytest
+
+from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine, codec
+from app.stores.log.protocol import RecordIn, TopicLogConfig
+
+
+async def _engine(url: str, **overrides: float) -> JetStreamLogEngine:
+    engine = JetStreamLogEngine(JetStreamConfig(servers=tuple(url.split(",")), **overrides))  # type: ignore[arg-type]
+    await engine.start()
+    return engine
+
+
+async def _values(engine: JetStreamLogEngine, topic: str, partition: int) -> list[bytes]:
+    return [r.value for r in await engine.read(topic, partition, 0, max_records=1000)]
+
+
+@pytest.fixture
+async def publisher(nats_cluster):
+    # Recovery never runs on its own here (a day between rounds): it stands for the publisher that dies.
+    engine = await _engine(nats_cluster.url, recovery_interval_seconds=86_400)
+    yield engine
+    await engine.close()
+
+
+class TestRollForward:
+    @pytest.mark.parametrize("applied_before_death", [(), (0,)])
+    async def test_a_dead_publishers_commit_record_is_applied_whole_once(
+        self, nats_cluster, publisher, applied_before_death
+    ):
+        topic = f"top_{secrets.token_hex(6)}"
+        await publisher.create_topic(topic, 3, TopicLogConfig(replicas=3))
+        await publisher.append(topic, {1: [RecordIn(value=b"before")]})
+        stamp = 1_700_000_000_000
+        frames = {
+            p: [codec.encode(RecordIn(value=f"p{p}-{i}".encode()), stamp) for i in range(p + 2)]
+            for p in range(3)
+        }
+        txns = publisher._transactions()
+        txn_id = txns.new_id()
+        await txns.commit(txn_id, topic, frames)  # step 1 done: the append has happened
+        for partition in applied_before_death:  # step 2 partly done, then the publisher is gone
+            await publisher._store(topic, partition, frames[partition], f"{txn_id}.{partition}")
+        assert (
+            await _values(publisher, topic, 2) == []
+        )  # not applied yet: nobody sees any of partition 2's part
+
+        # Another node, recovering commit records older than 0.2 s every 0.1 s.
+        other = await _engine(nats_cluster.url, recover_after_seconds=0.2, recovery_interval_seconds=0.1)
+        try:
+            for _ in range(100):
+                if len(await _values(other, topic, 2)) == 4:
+                    break
+                await asyncio.sleep(0.1)
+            assert await _values(other, topic, 0) == [b"p0-0", b"p0-1"]  # once, also when applied before
+            assert await _values(other, topic, 1) == [b"before", b"p1-0", b"p1-1", b"p1-2"]
+            assert await _values(other, topic, 2) == [b"p2-0", b"p2-1", b"p2-2", b"p2-3"]
+            # And the commit record is gone: a later round applies nothing again.
+            info = await other.client.api(f"STREAM.INFO.{codec.TXN_STREAM}")
+            await asyncio.sleep(0.5)
+            assert await _values(other, topic, 0) == [b"p0-0", b"p0-1"]
+            assert not any(
+                m.headers and m.headers.get("Nats-Subject") == codec.TXN_SUBJECT_PREFIX + txn_id
+                for _, _, m in await other.client.direct_get(
+                    codec.TXN_STREAM, int(info["state"].get("first_seq", 1)), 1000, 8 << 20
+                )
+            )
+        finally:
+            await other.close()
