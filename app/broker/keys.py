@@ -38,7 +38,7 @@ from app.kit.ids import new_id
 from app.kit.singleflight import SingleFlight
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.models import ApiKey, Project
-from app.stores.metadata.repositories import ApiKeyRepository
+from app.stores.metadata.tenancy_repositories import ApiKeyRepository
 
 logger = logging.getLogger("queuecore.keys")
 

@@ -35,7 +35,7 @@ from app.kit.clock import isoformat_ms, now_ms
 from app.kit.singleflight import SingleFlight
 from app.stores.log.protocol import LogEngine, Record, RecordIn, ValueRecords
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.repositories import TopicRepository
+from app.stores.metadata.topic_repositories import TopicRepository
 
 MAX_MESSAGE_BYTES = 256 * 1024
 MAX_BATCH = 1000

@@ -17,7 +17,7 @@ from app.kit.clock import utcnow
 from app.kit.digits import is_ascii_digits
 from app.kit.ids import new_id
 from app.stores.metadata.models import Project, User
-from app.stores.metadata.repositories import ProjectRepository, UserRepository
+from app.stores.metadata.tenancy_repositories import ProjectRepository, UserRepository
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}$")

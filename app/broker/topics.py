@@ -32,7 +32,7 @@ from app.stores.log.protocol import (
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.models import Topic
-from app.stores.metadata.repositories import TopicRepository
+from app.stores.metadata.topic_repositories import TopicRepository
 
 MAX_PARTITIONS = 256
 # Replica counts a topic may ask for (a quorum of an odd count survives losing a minority); the engine

@@ -8,9 +8,10 @@ lock order is the aggregates' order here: group → members → partitions → l
 The values the protocols answer (``CallerView``, ``PartitionState``, ``LeaseState``, ``DeadLetterRow``, …)
 are defined here too, so the domain depends on the contract, not on an implementation.
 
-Implementations: ``repositories.py`` (users, projects, keys, topics), ``group_repositories.py``,
-``partition_repositories.py``, ``lease_repositories.py``, ``dlq_repositories.py``,
-``alert_repositories.py``, ``usage_repositories.py`` — on Postgres and SQLite alike. The conformance
+Implementations, one module per aggregate on one base (``base.py``): ``tenancy_repositories.py`` (users,
+projects, keys), ``topic_repositories.py``, ``group_repositories.py``, ``partition_repositories.py``,
+``lease_repositories.py``, ``dlq_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py`` —
+on Postgres and SQLite alike. The conformance
 suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on both databases, and the
 check at the end of this module has mypy hold each repository to its protocol.
 
@@ -557,12 +558,8 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
     from app.stores.metadata.group_repositories import GroupRepository
     from app.stores.metadata.lease_repositories import LeaseRepository
     from app.stores.metadata.partition_repositories import PartitionRepository
-    from app.stores.metadata.repositories import (
-        ApiKeyRepository,
-        ProjectRepository,
-        TopicRepository,
-        UserRepository,
-    )
+    from app.stores.metadata.tenancy_repositories import ApiKeyRepository, ProjectRepository, UserRepository
+    from app.stores.metadata.topic_repositories import TopicRepository
     from app.stores.metadata.usage_repositories import UsageRollupRepository
 
     def _implementations(session: AsyncSession) -> None:

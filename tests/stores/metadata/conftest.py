@@ -22,7 +22,8 @@ from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.models import Project, Topic
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.repositories import ProjectRepository, TopicRepository
+from app.stores.metadata.tenancy_repositories import ProjectRepository
+from app.stores.metadata.topic_repositories import TopicRepository
 from tests.fixtures.database import create_database, database_url, drop_database
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -20,12 +20,8 @@ from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import AlertEndpoint, ApiKey, GroupMember, User
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import DeadLetterRow, LeaseState, Rollup
-from app.stores.metadata.repositories import (
-    ApiKeyRepository,
-    ProjectRepository,
-    TopicRepository,
-    UserRepository,
-)
+from app.stores.metadata.tenancy_repositories import ApiKeyRepository, ProjectRepository, UserRepository
+from app.stores.metadata.topic_repositories import TopicRepository
 from app.stores.metadata.usage_repositories import UsageRollupRepository
 from tests.stores.metadata.conftest import Rows, now
 

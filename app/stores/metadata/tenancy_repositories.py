@@ -1,17 +1,19 @@
-"""SQL lives here: one repository per table, built ``from_session``; callers own the transaction."""
+"""SQL of tenancy: users, projects and API keys (only a key's hash is stored)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import select, update
 
 from app.stores.metadata.base import Repository
-from app.stores.metadata.models import ApiKey, Project, Topic, User
+from app.stores.metadata.models import ApiKey, Project, User
 
 
 class UserRepository(Repository):
+    """Users (dashboard sign-in)."""
+
     async def get_by_email(self, email: str) -> User | None:
         result = await self.session.execute(select(User).where(User.email == email))
         return result.scalar_one_or_none()
@@ -23,6 +25,8 @@ class UserRepository(Repository):
 
 
 class ProjectRepository(Repository):
+    """Projects (tenants)."""
+
     async def get(self, ref: str, *, for_update: bool = False) -> Project | None:
         """By id or by name."""
         stmt = select(Project).where((Project.id == ref) | (Project.name == ref))
@@ -42,6 +46,8 @@ class ProjectRepository(Repository):
 
 
 class ApiKeyRepository(Repository):
+    """API keys of project environments."""
+
     async def get(self, key_id: str) -> ApiKey | None:
         return await self.session.get(ApiKey, key_id)
 
@@ -97,41 +103,3 @@ class ApiKeyRepository(Repository):
             update(ApiKey),
             [{"id": key_id, "last_used_at": at} for key_id, at in last_used.items()],
         )
-
-
-class TopicRepository(Repository):
-    async def get_by_name(self, project_id: str, environment: str, name: str) -> Topic | None:
-        result = await self.session.execute(
-            select(Topic).where(
-                Topic.project_id == project_id, Topic.environment == environment, Topic.name == name
-            )
-        )
-        return result.scalar_one_or_none()
-
-    async def page(self, project_id: str, environment: str, after: str | None, limit: int) -> Sequence[Topic]:
-        """Topics ordered by name, strictly after ``after``."""
-        stmt = select(Topic).where(Topic.project_id == project_id, Topic.environment == environment)
-        if after is not None:
-            stmt = stmt.where(Topic.name > after)
-        result = await self.session.execute(stmt.order_by(Topic.name).limit(limit))
-        return result.scalars().all()
-
-    async def count(self, project_id: str, environment: str) -> int:
-        result = await self.session.execute(
-            select(func.count())
-            .select_from(Topic)
-            .where(Topic.project_id == project_id, Topic.environment == environment)
-        )
-        return int(result.scalar_one())
-
-    async def all_ids(self) -> set[str]:
-        result = await self.session.execute(select(Topic.id))
-        return set(result.scalars().all())
-
-    async def add(self, topic: Topic) -> Topic:
-        self.session.add(topic)
-        await self.session.flush()
-        return topic
-
-    async def remove(self, topic_id: str) -> None:
-        await self.session.execute(delete(Topic).where(Topic.id == topic_id))

@@ -1,0 +1,50 @@
+"""SQL of topics: one project environment's named topics, paged by name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import delete, func, select
+
+from app.stores.metadata.base import Repository
+from app.stores.metadata.models import Topic
+
+
+class TopicRepository(Repository):
+    """Topics of project environments."""
+
+    async def get_by_name(self, project_id: str, environment: str, name: str) -> Topic | None:
+        result = await self.session.execute(
+            select(Topic).where(
+                Topic.project_id == project_id, Topic.environment == environment, Topic.name == name
+            )
+        )
+        return result.scalar_one_or_none()
+
+    async def page(self, project_id: str, environment: str, after: str | None, limit: int) -> Sequence[Topic]:
+        """Topics ordered by name, strictly after ``after``."""
+        stmt = select(Topic).where(Topic.project_id == project_id, Topic.environment == environment)
+        if after is not None:
+            stmt = stmt.where(Topic.name > after)
+        result = await self.session.execute(stmt.order_by(Topic.name).limit(limit))
+        return result.scalars().all()
+
+    async def count(self, project_id: str, environment: str) -> int:
+        result = await self.session.execute(
+            select(func.count())
+            .select_from(Topic)
+            .where(Topic.project_id == project_id, Topic.environment == environment)
+        )
+        return int(result.scalar_one())
+
+    async def all_ids(self) -> set[str]:
+        result = await self.session.execute(select(Topic.id))
+        return set(result.scalars().all())
+
+    async def add(self, topic: Topic) -> Topic:
+        self.session.add(topic)
+        await self.session.flush()
+        return topic
+
+    async def remove(self, topic_id: str) -> None:
+        await self.session.execute(delete(Topic).where(Topic.id == topic_id))
