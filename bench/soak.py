@@ -13,7 +13,7 @@ Load (asyncio tasks in this process, each stops at the kill and starts again aft
   * group ``pull``: a REST pull consumer acking everything;
   * group ``retry``: a pull consumer of a group with a DLQ (``maxRetries`` 3, ``retryDelay`` 100ms): it
     nacks "poison" messages at every attempt (they must end in the DLQ), nacks "flaky" ones once with
-    ``delay`` 500ms (then acks them), acks the rest. Every group's ``ackTimeout`` is 2s.
+    ``delay`` 500ms (then acks them), acks the rest. Every group's ``ackTimeout`` is 1s.
 
 Checks (a failed one is a violation; the run's figure must be 0):
   after every restart
@@ -54,9 +54,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,7 +75,7 @@ from tests.fixtures.server import ServerProcess, bootstrap, cli, server_env
 
 TOPIC = "soak"
 PARTITIONS = 3
-ACK_TIMEOUT = "2s"
+ACK_TIMEOUT = "1s"
 RETRY = {"maxRetries": 3, "retryDelay": "100ms"}
 RETRY_DELAY_S = 0.1
 FLAKY_DELAY_S = 0.5
@@ -108,13 +110,25 @@ def metadata_store(kind: str) -> Iterator[str]:
         asyncio.run(drop_database(name))
 
 
+_TAKEN: set[int] = set()  # ports handed out here (configurations may run side by side)
+_TAKEN_LOCK = threading.Lock()
+
+
 def free_port() -> int:
+    with _TAKEN_LOCK:
+        return _free_port()
+
+
+def _free_port() -> int:
     for port in random.sample(PORTS, len(PORTS)):
+        if port in _TAKEN:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _TAKEN.add(port)
             return port
     raise RuntimeError(f"no free port in {PORTS}")
 
@@ -433,13 +447,16 @@ _CUT = (httpx.TransportError, OSError, WebSocketException, asyncio.CancelledErro
 
 
 @contextlib.asynccontextmanager
-async def running(tasks: list[asyncio.Task[None]], ledger: Ledger) -> AsyncIterator[None]:
+async def running(
+    tasks: list[asyncio.Task[None]], ledger: Ledger, killed: bool = True
+) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        # The server is gone: let every task see its connection cut (what was in flight is recorded as
-        # unknown), then stop what is left.
-        await asyncio.wait(tasks, timeout=3)
+        if killed:
+            # The server is gone: let every task see its connection cut (what was in flight is recorded
+            # as unknown), then stop what is left.
+            await asyncio.wait(tasks, timeout=3)
         for task in tasks:
             task.cancel()
         for result in await asyncio.gather(*tasks, return_exceptions=True):
@@ -494,7 +511,7 @@ async def soak(server: ServerProcess, ledger: Ledger, kills: int, log: Callable[
             asyncio.create_task(pull_consumer(http, ledger, "retry")),
         ]
         deadline = time.monotonic() + 180
-        async with running(tasks, ledger):
+        async with running(tasks, ledger, killed=False):
             while time.monotonic() < deadline:
                 await asyncio.sleep(1)
                 if done(ledger, set(await dlq_entries(http))):
@@ -601,20 +618,23 @@ def main() -> int:
     parser.add_argument("--engines", default="local", help=f"of {', '.join(ENGINES)}")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-write", action="store_true", help="print only; do not write bench/results")
+    parser.add_argument("--serial", dest="parallel", action="store_false", help="one configuration at a time")
     args = parser.parse_args()
-    results = []
-    for engine_name in args.engines.split(","):
-        for store in args.stores.split(","):
-            print(f"{engine_name} engine, {store} metadata: {args.kills} kills", flush=True)
-            result = run_config(
-                ENGINES[engine_name], store, args.kills, args.seed, lambda s: print(s, flush=True)
-            )
-            results.append(result)
-            print(
-                f"  done in {result['seconds']} s: {len(result['violations'])} violations listed, counts {result['counts']}"
-            )
-            for v in result["violations"][:20]:
-                print(f"  VIOLATION {v}")
+    configs = [(e, store) for e in args.engines.split(",") for store in args.stores.split(",")]
+
+    def one(config: tuple[str, str]) -> dict[str, Any]:
+        engine_name, store = config
+        say = lambda line: print(f"[{engine_name}/{store}] {line.strip()}", flush=True)
+        say(f"{args.kills} kills")
+        result = run_config(ENGINES[engine_name], store, args.kills, args.seed, say)
+        say(f"done in {result['seconds']} s: counts {result['counts']}")
+        for v in result["violations"][:20]:
+            say(f"VIOLATION {v}")
+        return result
+
+    # Configurations side by side (each has its own server, data dir and database).
+    with ThreadPoolExecutor(len(configs) if args.parallel else 1) as pool:
+        results = list(pool.map(one, configs))
     if not args.no_write:
         write_results(results, args)
     return 1 if any(r["counts"].get("violations") for r in results) else 0
