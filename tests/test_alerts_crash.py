@@ -103,7 +103,12 @@ def test_an_alert_survives_a_sigkill_in_the_outbox(running: ServerProcess):
         )
         [test] = receiver.wait_for("test", seconds=10)
         assert json.loads(test.body)["id"] == queued["eventId"]
-        time.sleep(0.5)
+        # A duplicate would be a retry of an event not settled as delivered, due within the longest
+        # backoff (QUEUECORE_ALERT_BACKOFF_MAX_SECONDS=1, +20 % jitter): wait past it, then look.
+        time.sleep(1.5)
         assert len(receiver.of_type("dlq.threshold_reached")) == 1
+        attempts = call("GET", "/v1/alerts/deliveries")["data"]
+        delivered = [a for a in attempts if a["eventType"] == "dlq.threshold_reached" and a["ok"]]
+        assert len(delivered) == 1  # settled once: the outbox will not send it again
     finally:
         receiver.stop()
