@@ -57,6 +57,7 @@ class TestUnitOfWork:
         )
         down = MetadataStore(url)
         try:
+            assert await metadata.check() and not await down.check(timeout=2.0)
             with pytest.raises(StoreUnavailable) as raised:
                 async with down.session() as session:
                     await UserRepository.from_session(session).get_by_email("a@example.com")
