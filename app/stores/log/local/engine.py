@@ -19,7 +19,8 @@ How the pieces fit (each module's docstring has the details)::
         retention                    whole-segment deletion by time and size
       files                          names and positioned file I/O
 
-Errors: ``UnknownLog`` (no such topic/partition), ``EngineUnavailable`` (writes failed; offline),
+Errors: ``UnknownLog`` (no such topic/partition), ``EngineUnavailable`` (``LogOffline``: a write or fsync
+failed and the disk has not recovered yet - the engine comes back by itself once it has, see ``manager``),
 ``OffsetOutOfRange`` (negative offsets), and internally ``CorruptRecordError`` /
 ``CorruptIndexError`` (handled by recovery and index rebuilds).
 

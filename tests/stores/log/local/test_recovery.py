@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -271,3 +272,49 @@ async def test_a_full_file_system_fails_appends_and_they_resume_when_space_is_fr
             assert [await values(engine, "top_d", p) for p in (0, 1)] == [acked[0], acked[1]]
         finally:
             await engine.close()
+
+
+async def test_a_commit_record_that_could_not_be_fsynced_commits_nothing(tmp_path, monkeypatch):
+    """The transaction log's fdatasync fails: both partitions wrote and fsync'd their batches, but the
+    transaction did not commit, so neither batch survives - in this process or after a crash."""
+    engine = await open_local(tmp_path, segment_bytes=1 << 20)
+    try:
+        await engine.create_topic("top_c", 2, TopicLogConfig())
+        await engine.append("top_c", {0: [RecordIn(value=b"a0")], 1: [RecordIn(value=b"b0")]})
+        durable = [on_disk(tmp_path, "top_c", p) for p in (0, 1)]
+        txn_files = sorted((tmp_path / files.TXN_DIR).glob("*.txnlog"))
+        txn_size = sum(p.stat().st_size for p in txn_files)
+        fault = Fault()
+        original = os.fdatasync
+
+        def fdatasync(fd: int) -> None:
+            if fault.on and os.readlink(f"/proc/self/fd/{fd}").endswith(".txnlog"):
+                raise OSError(errno.EIO, "Input/output error")
+            original(fd)
+
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        fault.on = True
+        with pytest.raises(EngineUnavailable):
+            await engine.append("top_c", {0: [RecordIn(value=b"a1")], 1: [RecordIn(value=b"b1")]})
+        grown = [on_disk(tmp_path, "top_c", p) for p in (0, 1)]
+        assert grown[0] > durable[0] and grown[1] > durable[1]  # both batches were written
+        await asyncio.sleep(0.5)
+        assert await engine.check() is False  # the transaction log still cannot be fsync'd
+        fault.on = False
+        await recovered(engine)
+        assert [on_disk(tmp_path, "top_c", p) for p in (0, 1)] == durable
+        assert sum(p.stat().st_size for p in txn_files) == txn_size  # the unsynced commit record is cut
+        assert await engine.append("top_c", {0: [RecordIn(value=b"a2")], 1: [RecordIn(value=b"b2")]}) == {
+            0: 1,
+            1: 1,
+        }
+    except BaseException:
+        await engine.close()
+        raise
+    engine = await reopen_after_crash(engine, tmp_path)
+    try:
+        assert engine.manager.recovery_stats["truncated_bytes"] == 0
+        assert await values(engine, "top_c", 0) == [b"a0", b"a2"]
+        assert await values(engine, "top_c", 1) == [b"b0", b"b2"]
+    finally:
+        await engine.close()
