@@ -109,7 +109,7 @@ class Transactions:
         seq = int(state.get("first_seq", 1))
         last = int(state.get("last_seq", 0))
         while seq <= last:
-            page = await self.client.direct_get(codec.TXN_STREAM, seq, _PAGE, 8 << 20)
+            page = await self.client.direct_get(codec.TXN_STREAM, seq, _PAGE, 8 << 20, headers=True)
             if not page:
                 break
             for found_seq, payload, msg in page:
