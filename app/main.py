@@ -19,6 +19,7 @@ from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
+from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher, TopicDirectory
 from app.broker.topics import sweep_orphan_logs
@@ -65,6 +66,13 @@ def build_log_engine(settings: Settings) -> LogEngine:
     return LocalLogEngine(settings.log_dir, settings.log)
 
 
+def shared_idempotency(log: LogEngine, settings: Settings) -> SharedIdempotency | None:
+    """On JetStream, idempotency keys live where every API node sees them; one process keeps its own."""
+    if isinstance(log, JetStreamLogEngine):
+        return SharedIdempotency(log.idempotency_records(settings.idempotency_window_ms / 1000), log)
+    return None
+
+
 @asynccontextmanager
 async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     settings: Settings = application.state.settings
@@ -102,7 +110,12 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         limiter=limiter,
         keys=keys,
         usage=usage,
-        publisher=Publisher(log, TopicDirectory(metadata), dedup_window_ms=settings.idempotency_window_ms),
+        publisher=Publisher(
+            log,
+            TopicDirectory(metadata),
+            dedup_window_ms=settings.idempotency_window_ms,
+            shared=shared_idempotency(log, settings),
+        ),
         registry=application.state.registry,
         alerts=alerts,
     )

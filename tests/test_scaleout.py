@@ -190,3 +190,48 @@ class TestApiNodeKilled:
             await second.close()
         finally:
             scaleout.nodes[1].start()
+
+
+class TestIdempotencyAcrossNodes:
+    async def test_a_key_seen_by_one_node_is_replayed_by_every_other(self, scaleout):
+        a, b, c = (scaleout.http(i) for i in range(3))
+        async with a, b, c:
+            topic = await _topic(a, partitions=3)
+            first = await a.post(
+                f"/v1/topics/{topic}/messages", json={"data": 1}, headers={"Idempotency-Key": "k1"}
+            )
+            assert first.status_code == 201 and "idempotent-replayed" not in first.headers
+            for node in (b, c):
+                again = await node.post(
+                    f"/v1/topics/{topic}/messages", json={"data": "other"}, headers={"Idempotency-Key": "k1"}
+                )
+                assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+                assert again.json() == first.json()
+            items = [{"data": i, "idempotencyKey": f"b{i}"} for i in range(5)]
+            batch = await _ok(await b.post(f"/v1/topics/{topic}/messages/batch", json={"messages": items}))
+            replay = await c.post(f"/v1/topics/{topic}/messages/batch", json={"messages": items})
+            replayed = replay.json()["messages"]
+            assert all(m.pop("replayed") is True for m in replayed) and replayed == batch["messages"]
+            described = await _ok(await a.get(f"/v1/topics/{topic}"))
+            assert sum(p["latestOffset"] for p in described["partitionDetails"]) == 6
+
+    async def test_the_same_key_on_every_node_at_once_is_appended_once(self, scaleout):
+        nodes = [scaleout.http(i) for i in range(3)]
+        try:
+            topic = await _topic(nodes[0], partitions=3)
+            answers = await asyncio.gather(
+                *(
+                    nodes[i % 3].post(
+                        f"/v1/topics/{topic}/messages", json={"data": i}, headers={"Idempotency-Key": "race"}
+                    )
+                    for i in range(12)
+                )
+            )
+            assert {r.status_code for r in answers} == {201}
+            assert len({r.json()["id"] for r in answers}) == 1
+            assert sum(r.headers.get("idempotent-replayed") != "true" for r in answers) == 1
+            described = await _ok(await nodes[1].get(f"/v1/topics/{topic}"))
+            assert sum(p["latestOffset"] for p in described["partitionDetails"]) == 1
+        finally:
+            for node in nodes:
+                await node.aclose()

@@ -29,6 +29,7 @@ import orjson
 
 from app.broker import message_ids
 from app.broker.errors import InvalidRequest, PayloadTooLarge, TopicNotFound
+from app.broker.idempotency import SharedIdempotency
 from app.broker.partitioner import Partitioner
 from app.broker.topics import Scope
 from app.kit.clock import isoformat_ms, now_ms
@@ -254,12 +255,21 @@ class _DedupIndex:
 class Publisher:
     """Appends messages to topics: partitioning, validation, idempotency, atomic batches."""
 
-    def __init__(self, log: LogEngine, topics: TopicDirectory, *, dedup_window_ms: int = 86_400_000) -> None:
+    def __init__(
+        self,
+        log: LogEngine,
+        topics: TopicDirectory,
+        *,
+        dedup_window_ms: int = 86_400_000,
+        shared: SharedIdempotency | None = None,
+    ) -> None:
         self.log = log
         self.topics = topics
         self.dedup_window_ms = dedup_window_ms
         self.partitioner = Partitioner()
         self._dedup: dict[str, _DedupIndex] = {}
+        # Several API nodes (the JetStream engine): keys live where every node sees them, not in _dedup.
+        self.shared = shared
 
     def message_id(self, topic: TopicRef, partition: int, offset: int) -> str:
         return message_ids.encode(topic.id, partition, offset, prefix=topic.id_prefix)
@@ -357,6 +367,19 @@ class Publisher:
     async def _append_idempotent(
         self, topic: TopicRef, messages: Sequence[Outgoing]
     ) -> tuple[list[Placed], list[bool]]:
+        if self.shared is not None:
+
+            async def write(indexes: list[int]) -> list[Placed]:
+                return await self._write(topic, [messages[i] for i in indexes])
+
+            return await self.shared.append(
+                topic.id,
+                topic.partitions,
+                [m.idempotency_key for m in messages],
+                write,
+                Placed,
+                lambda record: decode_headers(record.headers)[1],
+            )
         index = await self._index(topic)
         index.prune(now_ms() - self.dedup_window_ms)
         results: list[Placed | None] = [None] * len(messages)

@@ -48,6 +48,7 @@ from app.stores.log.jetstream.client import (
     NoStream,
     StoredAt,
 )
+from app.stores.log.jetstream.idempotency import JetStreamIdempotency
 from app.stores.log.jetstream.transactions import Transactions
 from app.stores.log.jetstream.watermarks import Watermarks
 from app.stores.log.protocol import (
@@ -179,6 +180,17 @@ class JetStreamLogEngine:
                 logger.info("transaction recovery skipped this round: %s", exc)
             except Exception:
                 logger.exception("transaction recovery failed this round")
+
+    def idempotency_records(self, window_seconds: float) -> JetStreamIdempotency:
+        """Idempotency records every API node sees, kept ``window_seconds`` (a KV bucket of this cluster)."""
+        if self.nc is None:
+            raise EngineUnavailable("the JetStream engine is not started")
+        return JetStreamIdempotency(
+            self.nc.jetstream(timeout=self.config.request_timeout_seconds),
+            window_seconds=window_seconds,
+            replicas=self.config.default_replicas,
+            timeout=self.config.request_timeout_seconds,
+        )
 
     @property
     def client(self) -> JetStreamClient:

@@ -1,0 +1,143 @@
+"""Idempotency records every API node sees: a JetStream key-value bucket (``QC_IDEMPOTENCY``), replicated like
+the topics, each entry kept for the dedup window (24 h) after its last write.
+
+One entry per (topic, idempotency key), under ``<topic id>.<sha256 of the key>``. Its value says where the
+key's message is::
+
+    {"s": "pending", "at": ms}              a node claimed the key and is appending its message
+    {"s": "placed", "p": 0, "o": 41, "t": ms, "l": 3}   at partition p, offset o, stamped t (l: latency)
+    {"s": "unknown", "at": ms}              the append failed in a way that may still have stored it
+
+A claim is a create-if-absent: of two nodes claiming one key at once, exactly one wins; the other reads the
+entry (``app.broker.idempotency`` says what it does then).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+import orjson
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.client import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from app.stores.log.protocol import EngineUnavailable
+
+BUCKET = "QC_IDEMPOTENCY"
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyEntry:
+    """An entry as read: its state, its fields and the revision a compare-and-set names."""
+
+    state: str  # "won" (this claim created it), "pending", "placed" or "unknown"
+    revision: int
+    at_ms: int = 0
+    partition: int = 0
+    offset: int = 0
+    timestamp_ms: int = 0
+    latency_ms: int = 0
+
+
+class JetStreamIdempotency:
+    """The shared idempotency records (see the module docstring)."""
+
+    def __init__(self, js: JetStreamContext, *, window_seconds: float, replicas: int, timeout: float) -> None:
+        self._js = js
+        self._window_seconds = window_seconds
+        self._replicas = replicas
+        self._timeout = timeout
+        self._kv: KeyValue | None = None
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            try:
+                try:
+                    self._kv = await self._js.key_value(BUCKET)
+                except BucketNotFoundError:
+                    self._kv = await self._js.create_key_value(
+                        KeyValueConfig(
+                            bucket=BUCKET,
+                            history=1,
+                            ttl=self._window_seconds,
+                            replicas=self._replicas,
+                            storage=StorageType.FILE,
+                        )
+                    )
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise EngineUnavailable(f"idempotency records unavailable: {type(exc).__name__}") from exc
+        return self._kv
+
+    async def claim(self, topic_id: str, key: str, now_ms: int) -> IdempotencyEntry:
+        """Create the key's entry as ``pending`` (state ``won``), or read the entry another made first."""
+        kv = await self._bucket()
+        name = _name(topic_id, key)
+        try:
+            revision = await kv.create(name, orjson.dumps({"s": "pending", "at": now_ms}))
+            return IdempotencyEntry("won", revision, at_ms=now_ms)
+        except KeyWrongLastSequenceError:
+            pass
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise EngineUnavailable(f"idempotency record not claimed: {type(exc).__name__}") from exc
+        found = await self.get(topic_id, key)
+        if found is None:  # deleted (expired) between the two calls: claim again
+            return await self.claim(topic_id, key, now_ms)
+        return found
+
+    async def get(self, topic_id: str, key: str) -> IdempotencyEntry | None:
+        kv = await self._bucket()
+        try:
+            entry = await kv.get(_name(topic_id, key))
+        except KeyNotFoundError:
+            return None
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise EngineUnavailable(f"idempotency record not read: {type(exc).__name__}") from exc
+        value: dict[str, Any] = orjson.loads(entry.value or b"{}")
+        return IdempotencyEntry(
+            str(value.get("s", "unknown")),
+            int(entry.revision or 0),
+            at_ms=int(value.get("at", 0)),
+            partition=int(value.get("p", 0)),
+            offset=int(value.get("o", 0)),
+            timestamp_ms=int(value.get("t", 0)),
+            latency_ms=int(value.get("l", 0)),
+        )
+
+    async def place(
+        self, topic_id: str, key: str, partition: int, offset: int, timestamp_ms: int, latency_ms: int
+    ) -> None:
+        """The key's message is stored: every node answers its retries from here on (the same answer)."""
+        await self._put(
+            topic_id, key, {"s": "placed", "p": partition, "o": offset, "t": timestamp_ms, "l": latency_ms}
+        )
+
+    async def abandon(self, topic_id: str, key: str, now_ms: int) -> None:
+        """The append failed and may or may not have stored the message: a retry looks in the log."""
+        await self._put(topic_id, key, {"s": "unknown", "at": now_ms})
+
+    async def take_over(self, topic_id: str, key: str, revision: int, now_ms: int) -> bool:
+        """Make a stale entry ours (``pending`` again), if nobody changed it since ``revision``."""
+        kv = await self._bucket()
+        try:
+            await kv.update(_name(topic_id, key), orjson.dumps({"s": "pending", "at": now_ms}), last=revision)
+            return True
+        except KeyWrongLastSequenceError:
+            return False
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise EngineUnavailable(f"idempotency record not taken over: {type(exc).__name__}") from exc
+
+    async def _put(self, topic_id: str, key: str, value: dict[str, Any]) -> None:
+        kv = await self._bucket()
+        try:
+            await kv.put(_name(topic_id, key), orjson.dumps(value))
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise EngineUnavailable(f"idempotency record not written: {type(exc).__name__}") from exc
+
+
+def _name(topic_id: str, key: str) -> str:
+    # Keys are any string; KV keys are not: the hash is the name.
+    return f"{topic_id}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
