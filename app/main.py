@@ -82,11 +82,14 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     await log.start()
     # A crash between a topic's deletion and its files' removal leaves logs nobody owns: remove them.
     # Never a reason not to start: with the metadata store down, health must still answer (503).
+    # Not on JetStream: there another API process may be creating a topic right now, its streams made just
+    # before its row commits, and a sweep would take them (an orphan there costs storage, not data).
     try:
-        async with metadata.session() as session:
-            swept = await sweep_orphan_logs(session, log, await log.topic_ids())
-        if swept:
-            logger.info("removed the logs of %d deleted topics", swept)
+        if not isinstance(log, JetStreamLogEngine):
+            async with metadata.session() as session:
+                swept = await sweep_orphan_logs(session, log, await log.topic_ids())
+            if swept:
+                logger.info("removed the logs of %d deleted topics", swept)
     except StoreUnavailable:
         logger.warning("metadata store unavailable at startup: orphan logs not swept this time")
     limiter = build_limiter(settings)
