@@ -235,3 +235,26 @@ class TestIdempotencyAcrossNodes:
         finally:
             for node in nodes:
                 await node.aclose()
+
+
+class TestSeekAcrossNodes:
+    async def test_a_seek_on_one_node_moves_a_push_member_on_another(self, scaleout):
+        api0, api2 = Api(scaleout.nodes[0], scaleout.key), Api(scaleout.nodes[2], scaleout.key)
+        topic = api0.topic(partitions=1, delivery="at-least-once")
+        api0.publish(topic, 10)
+        member = await Consumer.open(api2, topic, maxInFlight=100)
+        try:
+            got = await member.messages(10, timeout=10)
+            await member.ack([m["id"] for m in got])
+            assert await member.quiet(0.5) == []
+            async with scaleout.http(0) as http:
+                await _ok(
+                    await http.post(
+                        f"/v1/topics/{topic}/groups/g/offsets/seek", json={"partition": 0, "offset": 4}
+                    )
+                )
+            # Seen by the member on node 2 at its next beat (every 0.5 s): delivery resumes at offset 4.
+            again = await member.messages(6, timeout=5)
+            assert [m["offset"] for m in again][:6] == [4, 5, 6, 7, 8, 9]
+        finally:
+            await member.close()
