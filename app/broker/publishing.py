@@ -276,7 +276,13 @@ class Publisher:
 
     def result(self, topic: TopicRef, placed: Placed) -> dict[str, Any]:
         """The wire answer for one placed message: ``{id, offset, partition, timestamp}``."""
-        return self.results(topic, [placed])[0]
+        partition, offset, timestamp_ms, _ = placed
+        return {
+            "id": message_ids.encode(topic.id, partition, offset, prefix=topic.id_prefix),
+            "offset": offset,
+            "partition": partition,
+            "timestamp": isoformat_ms(timestamp_ms),
+        }
 
     def results(self, topic: TopicRef, placed: Sequence[Placed]) -> list[dict[str, Any]]:
         """Answers for many; a batch shares one timestamp, so it is formatted once."""
