@@ -49,6 +49,7 @@ import os
 import platform
 import random
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -465,6 +466,27 @@ async def running(
                 ledger.violation(f"a load task failed: {result!r}")
 
 
+def restart(server: ServerProcess, ledger: Ledger) -> None:
+    """Start the killed server again. ``ServerProcess.start`` waits 30 s for a healthy answer; on a loaded
+    machine (health checks time out under load) it may take longer: a live process gets 120 s more."""
+    started = time.monotonic()
+    try:
+        server.start()
+    except AssertionError:
+        if server.process is None or server.process.poll() is not None:
+            raise
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(server.url + "/v1/health", timeout=5).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    took = time.monotonic() - started
+    ledger.counts["slowest restart (ms)"] = max(ledger.counts["slowest restart (ms)"], round(took * 1000))
+
+
 async def soak(server: ServerProcess, ledger: Ledger, kills: int, log: Callable[[str], None]) -> None:
     key = server.keys["production"]
     headers = {"Authorization": f"Bearer {key}"}
@@ -495,7 +517,7 @@ async def soak(server: ServerProcess, ledger: Ledger, kills: int, log: Callable[
                 await asyncio.sleep(ledger.rng.uniform(0.4, 1.6))
                 server.stop(signal.SIGKILL)
                 ledger.counts["kills"] += 1
-        await asyncio.to_thread(server.start)
+        await asyncio.to_thread(restart, server, ledger)
         async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30, limits=limits) as http:
             await check_log(http, ledger)
         if round_ % 10 == 0 or round_ == kills:
@@ -531,7 +553,7 @@ def run_config(
         extra = dict(engine.env)
         if engine.provide is not None:
             extra.update(stack.enter_context(engine.provide()))
-        data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="qc-soak-")))
+        data = Path(tempfile.mkdtemp(prefix=f"qc-soak-{engine.name}-{store}-"))
         env = server_env(data, url, **extra, QUEUECORE_LOG_LEVEL="WARNING")
         cli(env, "migrate")
         project = f"soak-{secrets.token_hex(3)}"
@@ -552,10 +574,17 @@ def run_config(
         server.start()
         try:
             asyncio.run(soak(server, ledger, kills, log))
+        except BaseException:
+            log(f"the soak stopped; the data dir and server log are kept in {data}")
+            raise
         finally:
             server.stop()
-            errors = [line for line in server.log_path.read_text().splitlines() if '"level":"ERROR"' in line]
+            errors = [line for line in server.log_path.read_text().splitlines() if '"level":"error"' in line]
             ledger.counts["server ERROR log lines"] = len(errors)
+        if ledger.violations:
+            log(f"violations: the data dir and server log are kept in {data}")
+        else:
+            shutil.rmtree(data, ignore_errors=True)
     return {
         "engine": engine.name,
         "store": store,
