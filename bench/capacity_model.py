@@ -97,17 +97,17 @@ class Capacities:
     api_cpu_per_delivered_msg: float = 1 / 94_961  # consume.md: WebSocket consume + ack, one consumer
     api_cpu_per_pull_cycle: float = 0.012  # scaling_probes: poll of 100 + ack of them (API side)
     api_cpu_per_limiter_decision: float = 0.74 / 13_012  # limiter.md: client CPU per Redis decision
-    api_cpu_per_js_append: float = 3.2e-05  # scaling_probes: engine client CPU per append call
-    api_cpu_per_js_appended_msg: float = 4.7e-06  # scaling_probes: engine client CPU per record appended
-    api_cpu_per_js_read_msg: float = 1.5e-05  # scaling_probes: engine client CPU per record read
+    api_cpu_per_js_append: float = 3.8e-05  # scaling_probes: engine client CPU per append call
+    api_cpu_per_js_appended_msg: float = 5e-06  # scaling_probes: engine client CPU per record appended
+    api_cpu_per_js_read_msg: float = 5.9e-06  # scaling_probes: engine client CPU per record read
     api_cpu_per_push_beat: float = 0.0058  # scaling_probes: a push member's beat, API side
     # -- NATS server --
-    nats_cpu_per_append_replica: float = 1.5e-05  # per append call, per replica (leader + followers)
-    nats_cpu_per_msg_replica: float = 5.6e-06  # per record stored, per replica
-    nats_cpu_per_read_msg: float = 8.8e-06  # per record read (one replica answers)
+    nats_cpu_per_append_replica: float = 1.6e-05  # per append call, per replica (leader + followers)
+    nats_cpu_per_msg_replica: float = 6e-06  # per record stored, per replica
+    nats_cpu_per_read_msg: float = 4.5e-06  # per record read (one replica answers)
     nats_idle_cpu_per_stream_replica: float = 8.2e-05  # Raft heartbeats of an idle stream, per replica
     nats_rss_per_stream_replica: float = 170_000.0  # bytes resident per stream replica
-    nats_fsyncs_per_s: float = 13_000.0  # replica writes one server's disk absorbs (sync_interval: always)
+    nats_fsyncs_per_s: float = 9_100.0  # replica writes one server's disk absorbs (sync_interval: always)
     nats_cores: int = 8  # cores of one NATS server (assumption)
     nats_memory_bytes: int = 32 * GIB  # memory of one NATS server (assumption)
     nats_memory_reserved: int = 4 * GIB  # OS, page cache floor, message buffers: not for streams
@@ -196,6 +196,8 @@ class Component:
     per_unit: dict[str, float]  # resource -> what one unit offers (before the utilisation target)
     utilisation: dict[str, float]  # resource -> demand / (units * per_unit)
     binding: str  # the resource that set ``units``
+    # resource -> the part of ``demand`` no message causes (streams' Raft heartbeats, members' beats)
+    idle: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +376,7 @@ def minimum_units(load: Load) -> dict[str, int]:
 def size(load: Load, caps: Capacities) -> dict[str, Component]:
     """Units per component so that every resource stays at or below ``caps.utilisation``."""
     needs, offers, floor = demand(load, caps), per_unit(caps), minimum_units(load)
+    fixed = demand(load.scaled(0.0), caps)
     out: dict[str, Component] = {}
     for name in COMPONENTS:
         units, binding = floor[name], "minimum"
@@ -388,7 +391,7 @@ def size(load: Load, caps: Capacities) -> dict[str, Component]:
             res: (amount / (units * offers[name][res]) if not math.isinf(offers[name][res]) else 0.0)
             for res, amount in needs[name].items()
         }
-        out[name] = Component(name, units, needs[name], offers[name], utilisation, binding)
+        out[name] = Component(name, units, needs[name], offers[name], utilisation, binding, fixed[name])
     return out
 
 
@@ -513,6 +516,7 @@ def render(result: Plan) -> str:
     for c in result.components.values():
         detail = ", ".join(
             f"{res} {_fmt(res, amount)} ({c.utilisation[res]:.0%})"
+            + (f" of which idle {c.idle[res]:,.1f}" if res == "cores" and c.idle.get(res) else "")
             for res, amount in c.demand.items()
             if not math.isinf(c.per_unit[res])
         )

@@ -23,8 +23,11 @@ component does" (the second is what the capacity model scales). Probes, each ``-
 
     .venv/bin/python bench/scaling_probes.py [--rounds 3] [--only jetstream,streams,postgres,redis]
 
-Writes ``bench/results/scaling_probes.json`` and ``.md`` (``--no-write`` only prints). Uses ports
-24111-24313 for its cluster and a database ``qc_scaling_probe_<pid>`` it drops after.
+Writes ``bench/results/scaling_probes.json`` and ``.md`` (``--no-write`` only prints); ``--only`` runs
+some sections and keeps the others' figures (the files say which run each section comes from). Uses ports
+24111-24313 for its cluster and a database ``qc_scaling_probe_<pid>`` it drops after. The engine here
+waits up to 30 s for an answer (the API's default is 5 s): a probe measures cost, and on a box at load
+15 a 64-partition burst can take longer than 5 s.
 """
 
 from __future__ import annotations
@@ -163,7 +166,9 @@ async def probe_jetstream(cluster: Any, rounds: int) -> dict[str, Any]:
     out["raw_publish_async_r1"] = await raw(1, 6_000)
     await nc.close()
 
-    engine = JetStreamLogEngine(JetStreamConfig(servers=tuple(cluster.url.split(","))))
+    engine = JetStreamLogEngine(
+        JetStreamConfig(servers=tuple(cluster.url.split(",")), request_timeout_seconds=30.0)
+    )
     await engine.start()
     try:
         topic = f"probe{secrets.token_hex(3)}"
@@ -228,7 +233,9 @@ async def probe_streams(cluster: Any, count: int) -> dict[str, Any]:
     from app.stores.log.protocol import TopicLogConfig
 
     pids = [n.process.pid for n in cluster.nodes]
-    engine = JetStreamLogEngine(JetStreamConfig(servers=tuple(cluster.url.split(","))))
+    engine = JetStreamLogEngine(
+        JetStreamConfig(servers=tuple(cluster.url.split(",")), request_timeout_seconds=30.0)
+    )
     await engine.start()
     out: dict[str, Any] = {"streams": count, "replicas": 3}
     try:
