@@ -17,7 +17,7 @@ component does" (the second is what the capacity model scales). Probes, each ``-
     1, 4 and 16 writers (each its own connection, as separate API processes would be);
   - a push member's beat (what every WebSocket member does every 0.5 s: ``poll_once(fresh=False)`` as
     its heartbeat and due-lease scan, then ``read_claim``), 4 members of 4 groups at once;
-  - a pull cycle (``leases.poll`` of 100 then ``leases.ack`` of them), 4 members on 4 partitions.
+  - a pull cycle (``leases.poll_once`` of 100 then ``leases.ack`` of them), 4 members on 4 partitions.
 * ``redis``: rate-limit decisions (``RedisRateLimiter.acquire``) from 2 client processes at once, with
   the CPU Redis itself used (its own ``INFO cpu``).
 
@@ -290,7 +290,7 @@ async def probe_postgres(rounds: int, seconds: float) -> dict[str, Any]:
 
     from app.broker import keys, tenancy
     from app.broker.delivery import checkpoints as push_checkpoints
-    from app.broker.delivery import leases, membership
+    from app.broker.delivery import membership
     from app.broker.rate_limits import Tier
     from app.broker.topics import Scope
     from app.cli import migrate
@@ -391,10 +391,9 @@ async def probe_postgres(rounds: int, seconds: float) -> dict[str, Any]:
                 async def member(i: int, m: Any) -> None:
                     nonlocal done
                     while time.perf_counter() < stop:
-                        await leases.poll_once(
-                            metadata, services.log, topic, f"beat{i}", m.member_id, m.generation, 100,
-                            heartbeat=True, fresh=False,
-                        )  # fmt: skip
+                        await poll_once(
+                            metadata, services.log, topic, f"beat{i}", m, 100, heartbeat=True, fresh=False
+                        )
                         async with metadata.session(readonly=True) as session:
                             await push_checkpoints.read_claim(session, beat_ids[i], m.member_id)
                         done += 1
@@ -437,13 +436,11 @@ async def probe_postgres(rounds: int, seconds: float) -> dict[str, Any]:
                     nonlocal cycles, messages
                     while time.perf_counter() < stop:
                         t0 = time.perf_counter()
-                        polled = await leases.poll_once(
-                            metadata, services.log, pull_topic, "pull", m.member_id, m.generation, 100
-                        )
+                        polled = await poll_once(metadata, services.log, pull_topic, "pull", m, 100)
                         if not polled.ids:
                             return
                         t1 = time.perf_counter()
-                        await leases.ack(metadata, pull_topic, "pull", m.member_id, m.generation, polled.ids)
+                        await ack(metadata, pull_topic, "pull", m, polled.ids)
                         poll_ms.append((t1 - t0) * 1000)
                         ack_ms.append((time.perf_counter() - t1) * 1000)
                         cycles += 1
@@ -470,6 +467,26 @@ async def probe_postgres(rounds: int, seconds: float) -> dict[str, Any]:
         await admin.close()
         shutil.rmtree(data_dir, ignore_errors=True)
     return out
+
+
+def poll_once(metadata: Any, log: Any, topic: Any, group: str, m: Any, n: int, **options: Any) -> Any:
+    """``leases.poll_once`` for a joined member, whether the delivery calls take a ``MemberRef`` (since the
+    delivery restructuring) or the topic, group, member id and generation one by one (before it)."""
+    from app.broker.delivery import leases, membership
+
+    if hasattr(membership, "MemberRef"):
+        member = membership.MemberRef(topic, group, m.member_id, m.generation)
+        return leases.poll_once(metadata, log, member, n, **options)
+    return leases.poll_once(metadata, log, topic, group, m.member_id, m.generation, n, **options)
+
+
+def ack(metadata: Any, topic: Any, group: str, m: Any, ids: list[str]) -> Any:
+    """``leases.ack`` for a joined member (either calling convention, as ``poll_once``)."""
+    from app.broker.delivery import leases, membership
+
+    if hasattr(membership, "MemberRef"):
+        return leases.ack(metadata, membership.MemberRef(topic, group, m.member_id, m.generation), ids)
+    return leases.ack(metadata, topic, group, m.member_id, m.generation, ids)
 
 
 async def _group_epochs(base: str, database: str, group: str) -> tuple[str, dict[int, int]]:
