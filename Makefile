@@ -101,13 +101,14 @@ typecheck: install
 openapi: install
 	$(BIN)/python -m app.openapi > openapi.yaml
 
-bench: install services
+bench: install services $(HAPROXY)
 	command -v wrk >/dev/null || apt-get install -y wrk
 	$(BIN)/python bench/engine_bench.py
 	$(BIN)/python bench/publish_bench.py
 	$(BIN)/python bench/limiter_bench.py
 	$(BIN)/python bench/consume_bench.py
 	$(BIN)/python bench/latency_breakdown.py
+	$(BIN)/python bench/scaleout_bench.py
 
 # The Node.js SDK (sdk/js): npm ci from its lock file, built into sdk/js/dist (ESM + CJS + .d.ts).
 JS := sdk/js

@@ -1,0 +1,488 @@
+"""Scale-out benchmark: QueueCore on a 3-node NATS JetStream cluster vs nats-py on the same cluster, one run.
+
+The deployment is ``make cluster``'s (``infra/cluster.py``): 3 nats-server 2.15 nodes with ``sync_interval:
+always``, Postgres metadata, Redis limits, 3 API processes, HAProxy in front. Same 200-byte JSON payloads
+(``publish_bench.payload``) everywhere. Each round runs every shape once; figures are medians of
+``--rounds``.
+
+* **(a) batch publish**: wrk POSTs batches of 1000 through the front address (6 connections) to a
+  1-partition and to a 3-partition R=3 topic; nats-py ``js.publish_async`` in windows of 1,000 into an
+  R=3 stream, acks awaited (one connection, as a single client would).
+* **(b) consume**: ``--messages`` pre-published on a 1-partition R=3 topic; one WebSocket consumer through
+  the front address reads and acks them all (``maxInFlight`` 1000, one ack frame per delivered frame,
+  exactly-once). JetStream: a durable pull consumer on an R=3 stream, ``fetch(1000)``, one ack each.
+* **(c) publish→deliver** at ``--rate`` msgs/s for ``--seconds``: HTTP publish to API process 1, the
+  WebSocket consumer on API process 2 (so every delivery crosses nodes through NATS). JetStream beside it:
+  ``js.publish`` and a pull consumer on an R=3 stream.
+* **(d) the curve**: HAProxy with 1, 2, then 3 API processes behind it, wrk single-message publish at
+  ``--connections`` for ``--seconds-wrk`` (a 3-partition R=3 topic).
+
+    .venv/bin/python bench/scaleout_bench.py [--rounds 3] [--messages 20000] [--profile]
+
+Writes bench/results/scaleout.md and scaleout.json. Ports 23111-23313 (NATS) and 23400-23403 (front, API).
+With ``--profile``, py-spy records API process 1 during one extra batch-publish and one single-publish
+run and the top frames are written beside the results (``scaleout.profile-*.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+import consume_bench as cb
+import publish_bench as pb
+import rawhttp
+
+from infra.cluster import Cluster
+
+RESULTS = ROOT / "bench" / "results"
+BIN = Path(sys.executable).parent
+NATS_PORT, FRONT_PORT = 23111, 23400
+LIMITS = "publish=10000000,consume=10000000,admin=100000"
+PAYLOAD = json.dumps(pb.payload(), separators=(",", ":")).encode()
+
+
+# --- QueueCore ---------------------------------------------------------------------------------------
+
+
+def qc_topic(cluster: Cluster, partitions: int, replicas: int = 3) -> str:
+    name = f"bench-{secrets.token_hex(4)}"
+    answer = httpx.post(
+        f"{cluster.url}/v1/topics",
+        json={"name": name, "partitions": partitions, "replicas": replicas},
+        headers={"Authorization": f"Bearer {cluster.keys['production']}"},
+        timeout=60,
+    )
+    answer.raise_for_status()
+    return name
+
+
+def qc_batch(cluster: Cluster, topic: str, seconds: int, connections: int = 6) -> dict[str, float]:
+    body = json.dumps({"messages": [{"data": pb.payload(i)} for i in range(1000)]}, separators=(",", ":"))
+    got = pb.wrk(
+        f"{cluster.url}/v1/topics/{topic}/messages/batch",
+        cluster.keys["production"],
+        body,
+        connections,
+        seconds,
+    )
+    return {"msgs_per_s": got["rps"] * 1000, "p50_ms": got["p50_ms"], "p99_ms": got["p99_ms"]}
+
+
+def qc_single(cluster: Cluster, topic: str, seconds: int, connections: int) -> dict[str, float]:
+    body = json.dumps({"data": pb.payload()}, separators=(",", ":"))
+    return pb.wrk(
+        f"{cluster.url}/v1/topics/{topic}/messages", cluster.keys["production"], body, connections, seconds
+    )
+
+
+async def qc_fill(cluster: Cluster, topic: str, count: int) -> None:
+    headers = {"Authorization": f"Bearer {cluster.keys['production']}"}
+    async with httpx.AsyncClient(base_url=cluster.url, headers=headers, timeout=60) as http:
+        for start in range(0, count, 1000):
+            body = {"messages": [{"data": pb.payload(i)} for i in range(start, min(count, start + 1000))]}
+            (await http.post(f"/v1/topics/{topic}/messages/batch", json=body)).raise_for_status()
+
+
+async def qc_drain(cluster: Cluster, topic: str, count: int) -> float:
+    """One WebSocket consumer through the front address; msgs/s from the first frame to the last ``acked``."""
+    from websockets.asyncio.client import connect
+
+    url = f"ws://127.0.0.1:{cluster.front_port}/v1/topics/{topic}/consume?group=g&startFrom=earliest&maxInFlight=1000"
+    acked = 0
+    started = 0.0
+    async with connect(
+        url, additional_headers={"Authorization": f"Bearer {cluster.keys['production']}"}, max_size=None
+    ) as ws:
+        json.loads(await ws.recv())  # welcome
+        async for raw in ws:
+            frame = json.loads(raw)
+            kind = frame["type"]
+            if kind in ("message", "messages"):
+                if not started:
+                    started = time.perf_counter()
+                batch = frame["messages"] if kind == "messages" else [frame]
+                await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
+            elif kind == "acked":
+                acked += len(frame["ids"])
+                if acked >= count:
+                    break
+    return count / (time.perf_counter() - started)
+
+
+async def qc_latency(cluster: Cluster, seconds: float, rate: int) -> tuple[float, float]:
+    """Publish on API process 1, consume on API process 2: publish→deliver p50/p99 in ms."""
+    from websockets.asyncio.client import connect
+
+    topic = qc_topic(cluster, 1)
+    headers = {"Authorization": f"Bearer {cluster.keys['production']}"}
+    pub_port, sub_port = cluster.api_ports[0], cluster.api_ports[1]
+    total = int(seconds * rate)
+    delivered: list[float] = []
+    url = f"ws://127.0.0.1:{sub_port}/v1/topics/{topic}/consume?group=g&startFrom=latest&maxInFlight=1000"
+    async with connect(url, additional_headers=headers) as ws:
+        json.loads(await ws.recv())  # welcome
+
+        async def consume() -> None:
+            async for raw in ws:
+                frame = json.loads(raw)
+                if frame["type"] not in ("message", "messages"):
+                    continue
+                now = time.perf_counter()
+                batch = frame["messages"] if frame["type"] == "messages" else [frame]
+                delivered.extend(now - m["data"]["sentAt"] for m in batch)
+                await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
+                if len(delivered) >= total:
+                    return
+
+        reader = asyncio.create_task(consume())
+        pool = rawhttp.Pool("127.0.0.1", pub_port, headers)
+        path = f"/v1/topics/{topic}/messages"
+
+        async def publish(i: int) -> None:
+            status = await pool.post(path, json.dumps({"data": stamp(i)}).encode())
+            assert status == 201, status
+
+        await cb.paced(rate, total, publish)
+        await pool.close()
+        await asyncio.wait_for(reader, 60)
+    return cb.percentile(delivered, 0.5) * 1000, cb.percentile(delivered, 0.99) * 1000
+
+
+def stamp(i: int) -> dict[str, Any]:
+    return {**pb.payload(i), "sentAt": time.perf_counter()}
+
+
+# --- nats-py straight into JetStream (R=3 streams of the same cluster) -------------------------------
+
+
+async def _stream(url: str) -> tuple[Any, Any, str]:
+    import nats
+    from nats.js.api import StorageType
+
+    nc = await nats.connect(url.split(","))
+    js = nc.jetstream()
+    stream = f"BENCH{secrets.token_hex(3).upper()}"
+    await js.add_stream(name=stream, subjects=[f"{stream}.>"], storage=StorageType.FILE, num_replicas=3)
+    return nc, js, stream
+
+
+async def js_batch(url: str, seconds: float, window: int = 1000) -> float:
+    nc, js, stream = await _stream(url)
+    sent = 0
+    try:
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            acks = [await js.publish_async(f"{stream}.a", PAYLOAD) for _ in range(window)]
+            await asyncio.gather(*acks)
+            sent += window
+        return sent / (time.perf_counter() - started)
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
+
+
+async def js_drain(url: str, count: int) -> float:
+    import nats
+    from nats.js.api import ConsumerConfig
+
+    nc, js, stream = await _stream(url)
+    try:
+        for start in range(0, count, 1000):
+            await asyncio.gather(
+                *[
+                    await js.publish_async(f"{stream}.a", PAYLOAD)
+                    for _ in range(start, min(count, start + 1000))
+                ]
+            )
+        sub = await js.pull_subscribe(
+            f"{stream}.>", "workers", config=ConsumerConfig(ack_wait=30, max_ack_pending=10_000)
+        )
+        done = 0
+        started = time.perf_counter()
+        while done < count:
+            try:
+                msgs = await sub.fetch(1000, timeout=1)
+            except nats.errors.TimeoutError:
+                continue
+            for m in msgs:
+                json.loads(m.data)
+                await m.ack()
+            done += len(msgs)
+        await nc.flush()
+        return count / (time.perf_counter() - started)
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
+
+
+async def js_latency(url: str, seconds: float, rate: int) -> tuple[float, float]:
+    import nats
+
+    nc, js, stream = await _stream(url)
+    total = int(seconds * rate)
+    latencies: list[float] = []
+    try:
+        sub = await js.pull_subscribe(f"{stream}.>", "lat")
+
+        async def consume() -> None:
+            while len(latencies) < total:
+                try:
+                    msgs = await sub.fetch(100, timeout=0.5)
+                except nats.errors.TimeoutError:
+                    continue
+                now = time.perf_counter()
+                for m in msgs:
+                    latencies.append(now - json.loads(m.data)["sentAt"])
+                    await m.ack()
+
+        reader = asyncio.create_task(consume())
+        await cb.paced(rate, total, lambda i: js.publish(f"{stream}.a", json.dumps(stamp(i)).encode()))
+        await asyncio.wait_for(reader, 60)
+        return cb.percentile(latencies, 0.5) * 1000, cb.percentile(latencies, 0.99) * 1000
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
+
+
+# --- profile -----------------------------------------------------------------------------------------
+
+
+def profile(cluster: Cluster, name: str, run: Any, seconds: int) -> Path:
+    """py-spy (top frames by own and total time, --nonblocking) on API process 1 while ``run`` loads it."""
+    out = RESULTS / f"scaleout.profile-{name}.txt"
+    raw = Path(tempfile.mkdtemp()) / "profile.txt"
+    spy = subprocess.Popen(
+        [str(BIN / "py-spy"), "record", "--pid", str(cluster.api[0].pid), "--duration", str(seconds),
+         "--rate", "200", "--nonblocking", "--format", "raw", "--output", str(raw)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(1)
+    run()
+    spy.wait(timeout=seconds + 60)
+    out.write_text(summarise_folded(raw.read_text()))
+    return out
+
+
+def summarise_folded(folded: str, top: int = 40) -> str:
+    """Own time and total (inclusive) time per frame from py-spy's folded stacks."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    for line in folded.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        samples += count
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            total[frame] = total.get(frame, 0) + count
+    lines = [f"{samples} samples (all threads)", "", "own time:"]
+    lines += [f"{100 * n / samples:5.1f}%  {f}" for f, n in sorted(own.items(), key=lambda x: -x[1])[:top]]
+    lines += ["", "total time:"]
+    lines += [f"{100 * n / samples:5.1f}%  {f}" for f, n in sorted(total.items(), key=lambda x: -x[1])[:top]]
+    return "\n".join(lines) + "\n"
+
+
+# --- runner ------------------------------------------------------------------------------------------
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="qc-scaleout-"))
+    cluster = Cluster(
+        root,
+        front_port=FRONT_PORT,
+        api_ports=(FRONT_PORT + 1, FRONT_PORT + 2, FRONT_PORT + 3),
+        nats_port=NATS_PORT,
+        database=f"qc_bench_scaleout_{os.getpid()}",
+        rate_limit_prefix=f"qc:bench:{os.getpid()}:",
+        demo_user=False,
+        log_level="WARNING",
+    )
+    raw: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "qc_batch_1p", "qc_batch_3p", "js_batch", "qc_drain", "js_drain", "qc_latency", "js_latency",
+            "curve_1", "curve_2", "curve_3", "load_average",
+        )
+    }  # fmt: skip
+    profiles: dict[str, str] = {}
+    try:
+        cluster.start(fresh=True)
+        cluster.set_limits(LIMITS)
+        assert cluster.nats is not None
+        nats_url = cluster.nats.url
+        one, three = qc_topic(cluster, 1), qc_topic(cluster, 3)
+        single_topic = qc_topic(cluster, 3)
+        for r in range(args.rounds):
+            raw["load_average"].append(os.getloadavg()[0])
+            raw["qc_batch_1p"].append(qc_batch(cluster, one, args.seconds_wrk))
+            raw["qc_batch_3p"].append(qc_batch(cluster, three, args.seconds_wrk))
+            raw["js_batch"].append(asyncio.run(js_batch(nats_url, args.seconds_wrk)))
+            print(
+                f"round {r + 1} (a): {raw['qc_batch_1p'][-1]['msgs_per_s']:,.0f} / {raw['qc_batch_3p'][-1]['msgs_per_s']:,.0f} vs {raw['js_batch'][-1]:,.0f}",
+                flush=True,
+            )
+            topic = qc_topic(cluster, 1)
+            asyncio.run(qc_fill(cluster, topic, args.messages))
+            raw["qc_drain"].append(asyncio.run(qc_drain(cluster, topic, args.messages)))
+            raw["js_drain"].append(asyncio.run(js_drain(nats_url, args.messages)))
+            print(f"round {r + 1} (b): {raw['qc_drain'][-1]:,.0f} vs {raw['js_drain'][-1]:,.0f}", flush=True)
+            raw["qc_latency"].append(asyncio.run(qc_latency(cluster, args.seconds, args.rate)))
+            raw["js_latency"].append(asyncio.run(js_latency(nats_url, args.seconds, args.rate)))
+            print(f"round {r + 1} (c): {raw['qc_latency'][-1]} vs {raw['js_latency'][-1]}", flush=True)
+            for n in (1, 2, 3):
+                cluster.balance(n)
+                raw[f"curve_{n}"].append(qc_single(cluster, single_topic, args.seconds_wrk, args.connections))
+            print(f"round {r + 1} (d): {[raw[f'curve_{n}'][-1]['rps'] for n in (1, 2, 3)]}", flush=True)
+        if args.profile:
+            profiles["batch"] = str(profile(cluster, "batch", lambda: qc_batch(cluster, one, 10), 10))
+            profiles["single"] = str(
+                profile(cluster, "single", lambda: qc_single(cluster, single_topic, 10, args.connections), 10)
+            )
+    finally:
+        cluster.stop()
+        asyncio.run(_drop(cluster))
+        shutil.rmtree(root, ignore_errors=True)
+
+    def med(key: str, field: str) -> float:
+        return median([x[field] for x in raw[key]])
+
+    summary = {
+        "batch_publish": {
+            "queuecore_1_partition_msgs_per_s": med("qc_batch_1p", "msgs_per_s"),
+            "queuecore_3_partitions_msgs_per_s": med("qc_batch_3p", "msgs_per_s"),
+            "queuecore_1_partition_p50_ms": med("qc_batch_1p", "p50_ms"),
+            "queuecore_3_partitions_p50_ms": med("qc_batch_3p", "p50_ms"),
+            "nats_py_msgs_per_s": median(raw["js_batch"]),
+        },
+        "consume": {
+            "queuecore_msgs_per_s": median(raw["qc_drain"]),
+            "jetstream_pull_msgs_per_s": median(raw["js_drain"]),
+        },
+        "latency": {
+            "queuecore_p50_ms": median([p for p, _ in raw["qc_latency"]]),
+            "queuecore_p99_ms": median([p for _, p in raw["qc_latency"]]),
+            "jetstream_p50_ms": median([p for p, _ in raw["js_latency"]]),
+            "jetstream_p99_ms": median([p for _, p in raw["js_latency"]]),
+        },
+        "curve": {str(n): {f: med(f"curve_{n}", f) for f in ("rps", "p50_ms", "p99_ms")} for n in (1, 2, 3)},
+    }
+    return {
+        "run": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "args": vars(args),
+        "raw": raw,
+        "median": summary,
+        "load_average_1min_at_round_start": raw["load_average"],
+        "profiles": profiles,
+    }
+
+
+async def _drop(cluster: Cluster) -> None:
+    from infra.cluster import drop_database
+
+    await drop_database(cluster.postgres_admin, cluster.database)
+
+
+def write(report: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scaleout.json").write_text(json.dumps(report, indent=2) + "\n")
+    m = report["median"]
+    a, b, c, d = m["batch_publish"], m["consume"], m["latency"], m["curve"]
+    best = max(a["queuecore_1_partition_msgs_per_s"], a["queuecore_3_partitions_msgs_per_s"])
+    args = report["args"]
+    text = (
+        f"""# Scale-out benchmark: QueueCore on a 3-node JetStream cluster
+
+`.venv/bin/python bench/scaleout_bench.py --rounds {args["rounds"]}` ({report["run"]}, {report["machine"]});
+medians of {args["rounds"]} rounds, every system in the same rounds. `make cluster`'s shape: 3 nats-server
+2.15 nodes (`sync_interval: always`), Postgres, Redis, 3 API processes, HAProxy in front; all on the
+same 2 cores as the clients. 200-byte JSON payloads; every topic and stream R=3. The machine is shared:
+1-minute load average at the start of each round {", ".join(f"{x:.1f}" for x in report["load_average_1min_at_round_start"])}.
+
+| figure | QueueCore | nats-py on the same cluster | ratio | target |
+|---|---:|---:|---:|---|
+| (a) batch publish, batches of 1000, msgs/s (1-partition topic) | {a["queuecore_1_partition_msgs_per_s"]:,.0f} | {a["nats_py_msgs_per_s"]:,.0f} | {a["queuecore_1_partition_msgs_per_s"] / a["nats_py_msgs_per_s"]:.2f}× | ≥ 2× |
+| (a) the same, 3-partition topic | {a["queuecore_3_partitions_msgs_per_s"]:,.0f} | | {a["queuecore_3_partitions_msgs_per_s"] / a["nats_py_msgs_per_s"]:.2f}× | |
+| (b) one consumer, consume+ack, msgs/s | {b["queuecore_msgs_per_s"]:,.0f} | {b["jetstream_pull_msgs_per_s"]:,.0f} | {b["queuecore_msgs_per_s"] / b["jetstream_pull_msgs_per_s"]:.2f}× | ≥ 2× |
+| (c) publish→deliver p50 ms, {args["rate"]:,} msgs/s, across two API processes | {c["queuecore_p50_ms"]:.2f} | {c["jetstream_p50_ms"]:.2f} | | |
+| (c) publish→deliver p99 ms | {c["queuecore_p99_ms"]:.2f} | {c["jetstream_p99_ms"]:.2f} | | ≤ 15 ms |
+
+(d) single-message publish through HAProxy, {args["connections"]} connections (wrk), {args["seconds_wrk"]} s:
+
+| API processes behind the address | req/s | p50 ms | p99 ms |
+|---:|---:|---:|---:|
+"""
+        + "\n".join(
+            f"| {n} | {d[n]['rps']:,.0f} | {d[n]['p50_ms']:.1f} | {d[n]['p99_ms']:.1f} |"
+            for n in ("1", "2", "3")
+        )
+        + f"""
+
+Batch publish p50 per request (1000 messages): {a["queuecore_1_partition_p50_ms"]:.1f} ms (1 partition),
+{a["queuecore_3_partitions_p50_ms"]:.1f} ms (3 partitions). Best QueueCore batch figure: {best:,.0f} msgs/s.
+
+How each side is driven:
+- (a) QueueCore: wrk, 6 connections through HAProxy, `POST /v1/topics/{{name}}/messages/batch` with 1000
+  messages; each answer waits for JetStream's quorum ack of an atomic batch (3 partitions: a commit record,
+  then one atomic batch per partition). nats-py: one connection, `js.publish_async` ×1000 then all acks.
+- (b) QueueCore: one WebSocket through HAProxy, `maxInFlight` 1000, an ack frame per delivered frame,
+  exactly-once topic (acks durable in Postgres before `acked`). JetStream: one durable pull consumer (R=3),
+  `fetch(1000)`, `ack()` per message.
+- (c) QueueCore: `POST` to API process 1 (keep-alive raw HTTP client), the WebSocket consumer on API
+  process 2; the wake-up crosses processes through NATS. JetStream: `js.publish` + pull `fetch(100)`.
+- (d) HAProxy restarted with 1, 2, 3 servers in its backend; the idle API processes stay up.
+
+Raw per-round figures: `scaleout.json`. Analysis: `bench/README.md` (Scale-out).
+"""
+    )
+    (RESULTS / "scaleout.md").write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--seconds", type=float, default=5.0, help="latency run length")
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds-wrk", type=int, default=8, help="each wrk and nats-py publish run")
+    parser.add_argument("--connections", type=int, default=50, help="(d) wrk connections")
+    parser.add_argument("--profile", action="store_true", help="py-spy on API process 1 after the rounds")
+    parser.add_argument("--no-write", action="store_true", help="print only (trial runs)")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is needed: apt-get install -y wrk (make bench does it)")
+    report = run(args)
+    if not args.no_write:
+        write(report)
+    print(json.dumps(report["median"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
