@@ -104,8 +104,14 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
         )
     finally:
         if process.poll() is None:
-            process.kill()  # a test that failed before its own SIGINT: still free the ports
-            process.wait()
+            # A test that failed before its own SIGINT: the launcher still stops what it started (a
+            # SIGKILL would leave its children running).
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         asyncio.run(drop_database(POSTGRES_ADMIN, database))
 
 
