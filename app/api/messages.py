@@ -138,11 +138,9 @@ async def publish_many(
 ) -> tuple[bytes, bool]:
     """The batch publish once authenticated: the answer's JSON, and whether every item was a replay.
     ``started`` is when the call began (the answer's ``latency``)."""
-    body = _parse(raw)
-    values = publishing.plain_batch(body)
+    values, messages = _parse_batch(raw)
     if values is not None:  # bare messages only, the common case
         return await _publish_plain(services, state, key, name, values, started), False
-    messages = publishing.parse_batch(body)
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish_batch(scope_of(key), name, messages)
     state["messages"] = replayed.count(False)
@@ -159,6 +157,15 @@ async def publish_many(
         "messages": items,
     }
     return orjson.dumps(answer), all(replayed)
+
+
+def _parse_batch(raw: bytes) -> tuple[list[bytes] | None, list[publishing.Outgoing]]:
+    """The data of a batch of bare messages (``plain_batch``), else every message parsed. The parsed body
+    does not outlive this call: a batch waiting for the disk does not keep it, nor the cyclic GC walk it
+    (a thousand dicts per batch; freeing it here took a quarter off the main thread's time per batch)."""
+    body = _parse(raw)
+    values = publishing.plain_batch(body)
+    return (values, []) if values is not None else (None, publishing.parse_batch(body))
 
 
 async def _publish_plain(
