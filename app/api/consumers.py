@@ -27,6 +27,7 @@ from app.api.schemas.consumers import (
 )
 from app.broker import durations
 from app.broker.delivery import leases, membership
+from app.broker.delivery.membership import MemberRef
 from app.errors import responses
 
 router = APIRouter(prefix="/v1/topics/{name}/groups/{group}", tags=["consumers"], route_class=JsonRoute)
@@ -72,7 +73,9 @@ async def heartbeat(
 ) -> HeartbeatOut:
     """Keep the member alive; ``shouldRejoin`` after a rebalance (join again with the same memberId)."""
     topic = await services.publisher.topics.resolve(scope_of(key), name)
-    beat = await membership.heartbeat(services.metadata, topic, group, member_id, body.generationId)
+    beat = await membership.heartbeat(
+        services.metadata, MemberRef(topic, group, member_id, body.generationId)
+    )
     return HeartbeatOut(
         generationId=beat.generation, shouldRejoin=beat.should_rejoin, assignments=beat.assignments
     )
@@ -114,10 +117,7 @@ async def poll(
         messages = await leases.poll(
             services.metadata,
             services.log,
-            topic,
-            group,
-            body.memberId,
-            body.generationId,
+            MemberRef(topic, group, body.memberId, body.generationId),
             max_messages=body.maxMessages,
             wait_seconds=body.waitSeconds,
             abandoned=abandoned,
@@ -137,9 +137,8 @@ async def ack(name: str, group: str, body: AckIn, key: ConsumeKey, services: Ser
     """Acknowledge messages; answered once durable. Per id: ``ACK_EXPIRED`` after the deadline,
     ``MESSAGE_NOT_FOUND`` or ``INVALID_REQUEST`` for ids that were not delivered or are malformed."""
     topic = await services.publisher.topics.resolve(scope_of(key), name)
-    return _settled(
-        await leases.ack(services.metadata, topic, group, body.memberId, body.generationId, body.ids)
-    )
+    member = MemberRef(topic, group, body.memberId, body.generationId)
+    return _settled(await leases.ack(services.metadata, member, body.ids))
 
 
 @router.post(
@@ -151,18 +150,9 @@ async def nack(name: str, group: str, body: NackIn, key: ConsumeKey, services: S
     """Give a message back for redelivery, at once or after ``delay``; later messages are not held up."""
     delay_ms = durations.parse_delay(body.delay) if body.delay is not None else None
     topic = await services.publisher.topics.resolve(scope_of(key), name)
+    member = MemberRef(topic, group, body.memberId, body.generationId)
     return _settled(
-        await leases.nack(
-            services.metadata,
-            services.log,
-            topic,
-            group,
-            body.memberId,
-            body.generationId,
-            body.id,
-            delay_ms,
-            body.reason,
-        )
+        await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
     )
 
 
@@ -174,8 +164,5 @@ async def nack(name: str, group: str, body: NackIn, key: ConsumeKey, services: S
 async def extend(name: str, group: str, body: ExtendIn, key: ConsumeKey, services: ServicesDep) -> Settled:
     """Move the ack deadline of messages to ``seconds`` from now."""
     topic = await services.publisher.topics.resolve(scope_of(key), name)
-    return _settled(
-        await leases.extend(
-            services.metadata, topic, group, body.memberId, body.generationId, body.ids, body.seconds
-        )
-    )
+    member = MemberRef(topic, group, body.memberId, body.generationId)
+    return _settled(await leases.extend(services.metadata, member, body.ids, body.seconds))

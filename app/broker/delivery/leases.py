@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import dlq, message_ids
 from app.broker.delivery import membership
-from app.broker.delivery.membership import committing_fences, member_not_found, stale_generation
+from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest
 from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
@@ -81,10 +81,7 @@ class Settled:
 
 async def _caller(
     repo: GroupRepository,
-    topic: TopicRef,
-    group_name: str,
-    member_id: str,
-    generation: int,
+    member: MemberRef,
     now: int,
     *,
     extra_ms: int = 0,
@@ -92,6 +89,7 @@ async def _caller(
     touch: bool = True,
 ) -> CallerView:
     """Check the member and its generation, and count the call as a heartbeat."""
+    topic, group_name, member_id = member.topic, member.group_name, member.member_id
     view = await repo.caller_view(topic.id, group_name, member_id)
     if view is None:
         raise member_not_found(member_id, group_name)
@@ -102,8 +100,8 @@ async def _caller(
         assert view is not None
     if view.member_expires_at_ms is None or view.member_expires_at_ms <= now:
         raise member_not_found(member_id, group_name)
-    if generation != view.generation:
-        raise stale_generation(generation, view.generation)
+    if member.generation != view.generation:
+        raise stale_generation(member.generation, view.generation)
     assert view.member_session_timeout_ms is not None
     if touch:
         await repo.touch_member(
@@ -122,10 +120,7 @@ def _validate_poll(max_messages: int, wait_seconds: float) -> None:
 async def poll(
     metadata: MetadataStore,
     log: LogEngine,
-    topic: TopicRef,
-    group_name: str,
-    member_id: str,
-    generation: int,
+    member: MemberRef,
     *,
     max_messages: int = 100,
     wait_seconds: float = 0,
@@ -139,16 +134,14 @@ async def poll(
     while True:
         remaining = max(0.0, until - time.monotonic())
 
-        polled = await poll_once(
-            metadata, log, topic, group_name, member_id, generation, max_messages, round(remaining * 1000)
-        )
+        polled = await poll_once(metadata, log, member, max_messages, round(remaining * 1000))
         remaining = until - time.monotonic()
         if polled.messages or remaining <= 0:
             return polled.messages
         timeout = remaining
         if polled.next_deadline_ms is not None:
             timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now_ms()) / 1000) + 0.005)
-        await wait_for_data(log, topic, polled.positions, timeout, abandoned)
+        await wait_for_data(log, member.topic, polled.positions, timeout, abandoned)
         if abandoned is not None and abandoned.is_set():
             return []
 
@@ -156,10 +149,7 @@ async def poll(
 async def poll_once(
     metadata: MetadataStore,
     log: LogEngine,
-    topic: TopicRef,
-    group_name: str,
-    member_id: str,
-    generation: int,
+    member: MemberRef,
     max_messages: int,
     wait_ms: int = 0,
     *,
@@ -171,9 +161,7 @@ async def poll_once(
     delivered (a push member reads new records itself and keeps their leases in memory)."""
 
     async def work(session: AsyncSession) -> Polled:
-        return await _poll_once(
-            session, log, topic, group_name, member_id, generation, max_messages, wait_ms, heartbeat, fresh
-        )
+        return await _poll_once(session, log, member, max_messages, wait_ms, heartbeat, fresh)
 
     return await committing_fences(metadata, work)
 
@@ -220,10 +208,7 @@ async def wait_for_data(
 async def _poll_once(
     session: AsyncSession,
     log: LogEngine,
-    topic: TopicRef,
-    group_name: str,
-    member_id: str,
-    generation: int,
+    member: MemberRef,
     max_messages: int,
     wait_ms: int,
     heartbeat: bool = True,
@@ -233,9 +218,8 @@ async def _poll_once(
     partition_rows = PartitionRepository.from_session(session)
     lease_rows = LeaseRepository.from_session(session)
     now = now_ms()
-    view = await _caller(
-        repo, topic, group_name, member_id, generation, now, extra_ms=wait_ms, maintain=True, touch=heartbeat
-    )
+    topic, member_id = member.topic, member.member_id
+    view = await _caller(repo, member, now, extra_ms=wait_ms, maintain=True, touch=heartbeat)
     owned = await partition_rows.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
         return Polled([], ack_timeout_ms=view.ack_timeout_ms)
@@ -360,10 +344,7 @@ def validate_ids(ids: Any) -> list[Any]:
 
 async def _settle_ids(
     metadata: MetadataStore,
-    topic: TopicRef,
-    group_name: str,
-    member_id: str,
-    generation: int,
+    member: MemberRef,
     ids: list[Any],
     values_at: Any,
     *,
@@ -372,7 +353,7 @@ async def _settle_ids(
     heartbeat: bool = True,
 ) -> Settled:
     """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
-    where = [(str(message_id), *_locate(topic, message_id)) for message_id in ids]
+    where = [(str(message_id), *_locate(member.topic, message_id)) for message_id in ids]
     located = {key for _, key, _ in where if key is not None}
 
     async def work(session: AsyncSession) -> tuple[set[Key], dict[Key, str]]:
@@ -380,14 +361,14 @@ async def _settle_ids(
         partition_rows = PartitionRepository.from_session(session)
         lease_rows = LeaseRepository.from_session(session)
         now = now_ms()
-        view = await _caller(repo, topic, group_name, member_id, generation, now, touch=heartbeat)
+        view = await _caller(repo, member, now, touch=heartbeat)
         if not located:
             return set(), {}
         keys = sorted(located)
         numbers = sorted({p for p, _ in keys})
         # Locks the partitions an ack may move the committed offset of (ordered: no deadlocks).
         state = {s.partition: s for s in await partition_rows.lock_partitions(view.group_id, numbers=numbers)}
-        done = await lease_rows.settle(view.group_id, member_id, now, keys, values_at(now))
+        done = await lease_rows.settle(view.group_id, member.member_id, now, keys, values_at(now))
         rest = [k for k in keys if k not in done]
         known = await lease_rows.leases_among(view.group_id, rest)
         codes: dict[Key, str] = {}
@@ -423,23 +404,11 @@ async def _settle_ids(
     return Settled(ok, failed)
 
 
-async def ack(
-    metadata: MetadataStore,
-    topic: TopicRef,
-    group_name: str,
-    member_id: str,
-    generation: int,
-    ids: Any,
-    *,
-    heartbeat: bool = True,
-) -> Settled:
+async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat: bool = True) -> Settled:
     """Acknowledge messages; answered once the acks and the committed offset are durable."""
     return await _settle_ids(
         metadata,
-        topic,
-        group_name,
-        member_id,
-        generation,
+        member,
         validate_ids(ids),
         lambda now: {"acked": True},
         commit=True,
@@ -450,10 +419,7 @@ async def ack(
 async def nack(
     metadata: MetadataStore,
     log: LogEngine,
-    topic: TopicRef,
-    group_name: str,
-    member_id: str,
-    generation: int,
+    member: MemberRef,
     message_id: Any,
     delay_ms: int | None = None,
     reason: str | None = None,
@@ -464,6 +430,7 @@ async def nack(
     if reason is not None and "\x00" in reason:  # stored with the lease: text a database can hold
         raise InvalidRequest.field("reason", "may not contain the NUL character")
     why = (reason or dlq.NACK_REASON)[:1024]
+    topic = member.topic
 
     async def then(session: AsyncSession, view: CallerView, done: set[Key], now: int) -> None:
         policy = dlq.Policy.of(view.dead_letter)
@@ -503,10 +470,7 @@ async def nack(
 
     return await _settle_ids(
         metadata,
-        topic,
-        group_name,
-        member_id,
-        generation,
+        member,
         [message_id],
         lambda now: {"member_id": None, "deadline_ms": now + (delay_ms or 0), "reason": why},
         commit=False,
@@ -514,15 +478,7 @@ async def nack(
     )
 
 
-async def extend(
-    metadata: MetadataStore,
-    topic: TopicRef,
-    group_name: str,
-    member_id: str,
-    generation: int,
-    ids: Any,
-    seconds: float,
-) -> Settled:
+async def extend(metadata: MetadataStore, member: MemberRef, ids: Any, seconds: float) -> Settled:
     """Move the ack deadline of the caller's messages to ``seconds`` from now."""
     if (
         isinstance(seconds, bool)
@@ -532,10 +488,7 @@ async def extend(
         raise InvalidRequest.field("seconds", f"must be a number between 1 and {MAX_EXTEND_SECONDS}")
     return await _settle_ids(
         metadata,
-        topic,
-        group_name,
-        member_id,
-        generation,
+        member,
         validate_ids(ids),
         lambda now: {"deadline_ms": now + round(seconds * 1000)},
         commit=False,

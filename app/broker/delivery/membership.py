@@ -38,6 +38,18 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
+class MemberRef:
+    """Who a delivery call speaks for: one member of a group of a topic, at the generation it last saw.
+
+    Pull calls build one per request; a push member builds a new one after each rejoin (it is a value)."""
+
+    topic: TopicRef
+    group_name: str
+    member_id: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
 class Membership:
     member_id: str
     generation: int
@@ -211,28 +223,27 @@ async def join(
     return await committing_fences(metadata, work)
 
 
-async def heartbeat(
-    metadata: MetadataStore, topic: TopicRef, group_name: str, member_id: str, generation: int
-) -> Heartbeat:
+async def heartbeat(metadata: MetadataStore, member: MemberRef) -> Heartbeat:
     """Keep a member alive; says whether it must join again (the group rebalanced) and what it owns."""
+    topic, member_id = member.topic, member.member_id
 
     async def work(session: AsyncSession) -> Heartbeat:
         repo = GroupRepository.from_session(session)
         partition_rows = PartitionRepository.from_session(session)
-        group = await repo.get(topic.id, group_name, for_update=True)
+        group = await repo.get(topic.id, member.group_name, for_update=True)
         if group is None:
-            raise member_not_found(member_id, group_name)
+            raise member_not_found(member_id, member.group_name)
         now = now_ms()
-        member = await repo.get_member(group.id, member_id)
-        alive = member is not None and member.expires_at_ms > now
+        row = await repo.get_member(group.id, member_id)
+        alive = row is not None and row.expires_at_ms > now
         if alive:
-            assert member is not None
-            await repo.touch_member(group.id, member_id, now, now + member.session_timeout_ms)
+            assert row is not None
+            await repo.touch_member(group.id, member_id, now, now + row.session_timeout_ms)
         current = await settle(repo, group, topic.partitions, now)
         if not alive:
-            raise member_not_found(member_id, group_name)
+            raise member_not_found(member_id, member.group_name)
         owners = {s.partition: s.member_id for s in await partition_rows.partitions(group.id)}
-        return Heartbeat(current, generation != current, _assigned(owners, member_id))
+        return Heartbeat(current, member.generation != current, _assigned(owners, member_id))
 
     return await committing_fences(metadata, work)
 

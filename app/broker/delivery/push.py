@@ -1,5 +1,12 @@
 """Push delivery: one WebSocket connection as one group member, fed by a server-side delivery loop.
-(Its wire frames are in ``frames.py``, the loops' wake-up call in ``wakeup.py``.)
+
+This module owns the member's loops: joining and rebalancing, the delivery loop, the beat, flow control
+and the waits between passes. The rest of a push member lives beside it:
+
+- ``acks.py`` — ack settlement: the client's ``ack`` / ``nack`` / ``extend`` frames (in memory, lazy,
+  durable checkpoint, lease-row fallback);
+- ``checkpoints.py`` — the in-memory leases of a held partition and the checkpoint written of them;
+- ``frames.py`` — the wire frames; ``wakeup.py`` — the loops' wake-up call.
 
 A push member is an ordinary member of the group (``membership``), joined as ``push``: it reads new
 records of the partitions it owns itself and keeps their leases in memory (``checkpoints``), so a
@@ -15,10 +22,9 @@ first delivery and its ack cost no metadata write per message:
   ``leases.poll_once(fresh=False)``: the member's heartbeat (and how a rebalance made anywhere is
   noticed), and the redeliveries of lease rows (retries, replays, timeouts, an earlier owner's leases),
   which then follow the pull path's rules; then it reconciles.
-- **acks** — on ``exactly-once`` topics an ``acked`` answers once the checkpoint that contains the ack
-  is written (frames that arrive meanwhile share the next write); on ``at-least-once`` topics it answers
-  at once and the checkpoint follows within ``LAZY_ACK_SECONDS``. A nack or a timeout turns the lease
-  into a row (the DLQ's retry schedule works on rows); ``extend`` moves the deadline in memory.
+- **acks** — settled by ``acks.py`` (an ``acked`` answers once its checkpoint is written on
+  ``exactly-once`` topics, at once on ``at-least-once`` ones). A timeout turns the lease into a row
+  here, in the delivery pass (the DLQ's retry schedule works on rows).
 - **flow control** — the connection counts what it holds: ids delivered and neither acked, nacked,
   nor past their ack deadline. At ``maxInFlight`` the loop only heartbeats until room is made.
 - **rebalance** — a stale generation (or an eviction) seen by any call makes the member rejoin under its
@@ -41,26 +47,15 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any
 
 from app.broker import durations, message_ids, topics
 from app.broker.delivery import checkpoints, leases, membership
+from app.broker.delivery.acks import AckSettlement, RenderError, Send
 from app.broker.delivery.checkpoints import HeldPartition
-from app.broker.delivery.frames import (
-    ids_of,
-    messages_frame,
-    parse_client_frame,
-    server_frame,
-)
+from app.broker.delivery.frames import messages_frame, server_frame
+from app.broker.delivery.membership import MemberRef
 from app.broker.delivery.wakeup import Wakeup
-from app.broker.errors import (
-    CODED_ERRORS,
-    CodedError,
-    InvalidRequest,
-    MemberNotFound,
-    StaleGeneration,
-    TopicNotFound,
-)
+from app.broker.errors import CODED_ERRORS, MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.publishing import TopicRef, render_message
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
@@ -69,17 +64,11 @@ from app.stores.metadata.protocol import OwnedPartition
 
 logger = logging.getLogger("queuecore.push")
 
-_SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
 BEAT_EVERY = 0.5  # heartbeat, rebalance check and due-lease scan; below the 2 s minimum sessionTimeout
 _BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
-LAZY_ACK_SECONDS = 0.05  # at-least-once: acks answered at once are checkpointed this much later, together
 _READ_BYTES = 8 << 20
 _FRAME_MAX = 500  # messages per frame, at most
 _NEVER = 1 << 62
-
-Send = Callable[[bytes], Awaitable[None]]
-RenderError = Callable[[CodedError], bytes]
-
 
 # The push members connected to this process, per (topic id, group): told when one of them joins,
 # leaves or releases a partition, and counted by /metrics (their in-memory leases).
@@ -96,8 +85,8 @@ def in_flight_by_group() -> dict[str, int]:
     return counts
 
 
-class PushMember:
-    """One connection's membership, delivery loop and client-frame handling."""
+class PushMember(AckSettlement):
+    """One connection's membership and delivery loops; its client frames are ``AckSettlement``'s."""
 
     def __init__(
         self,
@@ -148,11 +137,8 @@ class PushMember:
         self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
         self._stopped = False
         self._last_beat = 0.0
-        self._acks: list[list[Any]] = []  # ack frames read and not yet settled: their ids
-        self._acking: asyncio.Task[None] | None = None
-        self._lazy_task: asyncio.Task[None] | None = None
         self._group_key = (topic.id, group)
-        self._durable_acks = topic.delivery != "at-least-once"
+        self._start_acks(durable=topic.delivery != "at-least-once")
 
     @property
     def in_flight(self) -> int:
@@ -161,6 +147,11 @@ class PushMember:
     @property
     def held_in_memory(self) -> int:
         return len(self._held)
+
+    @property
+    def ref(self) -> MemberRef:
+        """The member as the group knows it now (a new value after each rejoin)."""
+        return MemberRef(self._topic, self._group, self.member_id, self.generation)
 
     # membership -----------------------------------------------------------------------------------
 
@@ -409,15 +400,7 @@ class PushMember:
             self._reserved += budget  # the delivery loop leaves room for what the poll brings
             try:
                 polled = await leases.poll_once(
-                    self._metadata,
-                    self._log,
-                    self._topic,
-                    self._group,
-                    self.member_id,
-                    self.generation,
-                    budget,
-                    heartbeat=beat,
-                    fresh=False,
+                    self._metadata, self._log, self.ref, budget, heartbeat=beat, fresh=False
                 )
             finally:
                 self._reserved -= budget
@@ -434,9 +417,7 @@ class PushMember:
             if first:
                 self._nudge()  # the delivery loop starts once the group's ack timeout is known
         elif beat:
-            answer = await membership.heartbeat(
-                self._metadata, self._topic, self._group, self.member_id, self.generation
-            )
+            answer = await membership.heartbeat(self._metadata, self.ref)
             if answer.should_rejoin:
                 raise StaleGeneration("rebalanced")
         if beat:
@@ -547,272 +528,3 @@ class PushMember:
     def _nudge_beat(self) -> None:
         """Run the beat now (a rebalance nearby, a lease row that may be due)."""
         self._beat_wakeup.set()
-
-    # client frames --------------------------------------------------------------------------------
-
-    async def handle(self, text: str | bytes) -> None:
-        """One client frame: ``ack``, ``nack`` or ``extend``, answered by ``acked``; anything malformed
-        is answered by an ``error`` frame (the connection stays open)."""
-        try:
-            frame = parse_client_frame(text)
-            if frame["type"] == "ack":
-                ids = leases.validate_ids(ids_of(frame))
-                if not self._durable_acks and all(self._is_held(i) for i in ids):
-                    await self._ack_lazily(ids)
-                    return
-                # Settled by one task, several frames per checkpoint when they arrive faster than one
-                # is written; each frame still gets its own ``acked``.
-                self._acks.append(ids)
-                if self._acking is None or self._acking.done():
-                    self._acking = asyncio.ensure_future(self._settle_acks())
-                return
-            answer = await self._settle_other(frame)
-        except UnknownLog:
-            await self._send(self._render_error(TopicNotFound(self._topic.name)))
-            return
-        except CODED_ERRORS as error:
-            await self._send(self._render_error(error))
-            return
-        await self._send(server_frame("acked", ids=answer.ids, failed=answer.failed))
-
-    def _is_held(self, message_id: Any) -> bool:
-        return isinstance(message_id, str) and message_id in self._held
-
-    def _ack_in_memory(self, ids: list[Any], now: int) -> tuple[dict[str, int], dict[str, str], set[int]]:
-        """Mark in-memory leases acked: the ids done (with their partition), per-id failures (deadline
-        passed), partitions touched. Ids not held in memory are left to the lease-row path."""
-        done: dict[str, int] = {}
-        failed: dict[str, str] = {}
-        touched: set[int] = set()
-        for message_id in ids:
-            if not self._is_held(message_id):
-                continue
-            p, offset = self._held[message_id]
-            part = self._parts[p]
-            if part.in_flight[offset] <= now:
-                failed[message_id] = "ACK_EXPIRED"  # becomes a row, redelivered, at the next pass
-                continue
-            del part.in_flight[offset], self._held[message_id]
-            self._in_flight.pop(message_id, None)
-            part.acked.add(offset)
-            touched.add(p)
-            done[message_id] = p
-        if done and len(self._in_flight) + len(done) >= self._max_in_flight:
-            self._nudge()  # it was full: room to deliver again (otherwise it is not waiting on acks)
-        return done, failed, touched
-
-    async def _ack_lazily(self, ids: list[Any]) -> None:
-        """At-least-once: answered at once, checkpointed within ``LAZY_ACK_SECONDS`` (a crash meanwhile
-        may redeliver them, which at-least-once allows)."""
-        done, failed, _ = self._ack_in_memory(ids, now_ms())
-        if self._lazy_task is None or self._lazy_task.done():
-            self._lazy_task = asyncio.ensure_future(self._write_lazily())
-        await self._send(
-            server_frame("acked", ids=list(done), failed=[{"id": i, "code": c} for i, c in failed.items()])
-        )
-
-    async def _write_lazily(self) -> None:
-        while not self._stopped and any(part.acked for part in self._parts.values()):
-            await asyncio.sleep(LAZY_ACK_SECONDS)
-            # Not written: redelivered later, as at-least-once allows.
-            with contextlib.suppress(*CODED_ERRORS):
-                await self._checkpoint()
-
-    async def _checkpoint(self) -> set[int]:
-        """Write the checkpoint of every partition with acks since the last one; answers the partitions
-        whose acks were lost (the member had lost them, not released them)."""
-        async with self._writing:
-            acked, fenced = await self._write_checkpoint()
-        return await self._lost(acked, fenced)
-
-    async def _write_checkpoint(self) -> tuple[list[HeldPartition], set[int]]:
-        """Under ``_writing``: the checkpoint of the partitions with acks; those, and the fenced ones."""
-        acked = [part for part in self._parts.values() if part.acked]
-        fenced = await checkpoints.checkpoint(self._metadata, self.group_id, self.member_id, acked)
-        return acked, fenced
-
-    async def _lost(self, acked: list[HeldPartition], fenced: set[int]) -> set[int]:
-        """After a fenced checkpoint: a partition held for its new owner is released with its acks (by
-        this reconcile, or by the delivery loop's if it took the lock first), and those acks count."""
-        if not fenced:
-            return set()
-        await self._reconcile()
-        return {part.partition for part in acked if part.partition in fenced and not part.released}
-
-    async def _settle_acks(self) -> None:
-        try:
-            await self._settle_ack_frames()
-        except Exception:
-            if not self._stopped:
-                raise
-            logger.debug("acks settled after the connection closed; answers not sent", exc_info=True)
-
-    async def _settle_ack_frames(self) -> None:
-        while self._acks:
-            frames: list[list[Any]] = [self._acks.pop(0)]
-            total = len(frames[0])
-            while self._acks and total + len(self._acks[0]) <= leases.MAX_IDS:
-                total += len(self._acks[0])
-                frames.append(self._acks.pop(0))
-            ids = [i for f in frames for i in f]
-            try:
-                # Under the write lock: no release or checkpoint is half done, so each id is either
-                # an in-memory lease (written by the checkpoint below, or by the release that follows
-                # a fence) or a lease row.
-                acked: list[HeldPartition] = []
-                fenced: set[int] = set()
-                async with self._writing:
-                    done, failed, touched = self._ack_in_memory(ids, now_ms())
-                    if touched:
-                        acked, fenced = await self._write_checkpoint()
-                lost = await self._lost(acked, fenced)
-                if not self._durable_acks and lost:
-                    lost = set()  # at-least-once: redelivery is allowed
-                for message_id, partition in done.items():
-                    if partition in lost:
-                        failed[message_id] = "ACK_EXPIRED"
-                rest = [i for i in ids if not (isinstance(i, str) and (i in done or i in failed))]
-                answer = await self._settle({"type": "ack", "ids": rest}) if rest else None
-            except CODED_ERRORS as error:
-                for _ in frames:
-                    await self._send(self._render_error(error))
-                continue
-            ok = set(done) - set(failed)
-            codes = dict(failed)
-            if answer is not None:
-                ok.update(answer.ids)
-                codes.update({f["id"]: f["code"] for f in answer.failed})
-            for named in frames:
-                await self._send(self._acked(named, ok, codes))
-
-    @staticmethod
-    def _acked(named: list[Any], ok: set[str], codes: dict[str, str]) -> bytes:
-        ids = [str(i) for i in named]
-        return server_frame(
-            "acked",
-            ids=[i for i in ids if i in ok],
-            failed=[{"id": i, "code": codes.get(i, "INVALID_REQUEST")} for i in ids if i not in ok],
-        )
-
-    async def _settle_other(self, frame: dict[str, Any]) -> leases.Settled:
-        """``nack`` and ``extend``: in-memory leases are turned into rows (nack) or moved in memory
-        (extend); the rest take the lease-row path."""
-        if frame["type"] == "nack":
-            if "id" not in frame:
-                raise InvalidRequest.field("id", "required")
-            message_id = frame["id"]
-            if frame.get("delay") is not None:
-                durations.parse_delay(frame["delay"])  # refused before anything changes
-            if self._is_held(message_id):
-                p, offset = self._held[message_id]
-                part = self._parts[p]
-                if part.in_flight[offset] <= now_ms():
-                    return leases.Settled([], [{"id": message_id, "code": "ACK_EXPIRED"}])
-                async with self._writing:
-                    materialized = await checkpoints.materialize(
-                        self._metadata, self.group_id, self.member_id, part, [offset]
-                    )
-                self._held.pop(message_id, None)
-                if not materialized:
-                    self._in_flight.pop(message_id, None)
-                    await self._reconcile()
-            return await self._settle(frame)
-        ids = leases.validate_ids(ids_of(frame))
-        seconds = frame.get("seconds")
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise InvalidRequest.field(
-                "seconds", f"must be a number between 1 and {leases.MAX_EXTEND_SECONDS}"
-            )
-        if not 1 <= seconds <= leases.MAX_EXTEND_SECONDS:
-            raise InvalidRequest.field(
-                "seconds", f"must be a number between 1 and {leases.MAX_EXTEND_SECONDS}"
-            )
-        now = now_ms()
-        deadline = now + round(float(seconds) * 1000)
-        ok: set[str] = set()
-        codes: dict[str, str] = {}
-        for message_id in ids:
-            if not self._is_held(message_id):
-                continue
-            p, offset = self._held[message_id]
-            in_flight = self._parts[p].in_flight
-            if in_flight[offset] <= now:
-                codes[message_id] = "ACK_EXPIRED"
-                continue
-            in_flight[offset] = self._in_flight[message_id] = deadline
-            ok.add(message_id)
-        rest = [i for i in ids if not (isinstance(i, str) and (i in ok or i in codes))]
-        if rest:
-            answer = await self._settle({"type": "extend", "ids": rest, "seconds": seconds})
-            ok.update(answer.ids)
-            codes.update({f["id"]: f["code"] for f in answer.failed})
-        named = [str(i) for i in ids]
-        return leases.Settled(
-            [i for i in named if i in ok],
-            [{"id": i, "code": codes.get(i, "INVALID_REQUEST")} for i in named if i not in ok],
-        )
-
-    async def _settle(self, frame: dict[str, Any]) -> leases.Settled:
-        kind = frame["type"]
-        delay_ms: int | None = None
-        if kind == "nack":
-            if "id" not in frame:
-                raise InvalidRequest.field("id", "required")
-            if frame.get("delay") is not None:
-                delay_ms = durations.parse_delay(frame["delay"])
-        ids = ids_of(frame)
-        seconds: Any = frame.get("seconds")
-        for attempt in range(1, _SETTLE_ATTEMPTS + 1):  # a rebalance meanwhile: rejoin, settle again
-            generation = self.generation
-            try:
-                if kind == "ack":
-                    answer = await leases.ack(
-                        self._metadata,
-                        self._topic,
-                        self._group,
-                        self.member_id,
-                        generation,
-                        ids,
-                        heartbeat=False,  # the delivery loop renews the membership
-                    )
-                elif kind == "nack":
-                    answer = await leases.nack(
-                        self._metadata,
-                        self._log,
-                        self._topic,
-                        self._group,
-                        self.member_id,
-                        generation,
-                        frame["id"],
-                        delay_ms,
-                        frame.get("reason") if isinstance(frame.get("reason"), str) else None,
-                    )
-                else:
-                    answer = await leases.extend(
-                        self._metadata,
-                        self._topic,
-                        self._group,
-                        self.member_id,
-                        generation,
-                        ids,
-                        seconds,
-                    )
-            except (StaleGeneration, MemberNotFound) as error:
-                if attempt == _SETTLE_ATTEMPTS:
-                    raise
-                await self._rejoin(generation, evicted=isinstance(error, MemberNotFound))
-                continue
-            break
-        if kind == "extend":
-            deadline = now_ms() + round(float(seconds) * 1000)
-            for message_id in answer.ids:
-                if message_id in self._in_flight:
-                    self._in_flight[message_id] = deadline
-        else:
-            # Acked, nacked, or failed (expired, unknown): none of them is held by this connection now.
-            for message_id in answer.ids:
-                self._in_flight.pop(message_id, None)
-            for failed in answer.failed:
-                self._in_flight.pop(failed["id"], None)
-            self._nudge()
-        return answer

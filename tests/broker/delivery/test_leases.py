@@ -48,25 +48,16 @@ class TestStatementsPerCall:
     async def test_poll_and_ack_do_not_grow_with_the_batch(self, deployment, setup):
         services, scope, topic = setup
         joined = await membership.join(services.metadata, services.log, topic, "g", start_from="earliest")
+        member = membership.MemberRef(topic, "g", joined.member_id, joined.generation)
         costs = {}
         for count in (2, 400):
             await publish(services, scope, count)
             with counting(deployment.store) as polled:
-                messages = await leases.poll(
-                    services.metadata,
-                    services.log,
-                    topic,
-                    "g",
-                    joined.member_id,
-                    joined.generation,
-                    max_messages=1000,
-                )
+                messages = await leases.poll(services.metadata, services.log, member, max_messages=1000)
             assert len(messages) == count
             ids = [orjson.loads(m)["id"] for m in messages]
             with counting(deployment.store) as acked:
-                answer = await leases.ack(
-                    services.metadata, topic, "g", joined.member_id, joined.generation, ids
-                )
+                answer = await leases.ack(services.metadata, member, ids)
             assert answer.failed == [] and len(answer.ids) == count
             costs[count] = (len(polled), len(acked))
         assert costs[2] == costs[400]
