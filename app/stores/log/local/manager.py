@@ -255,7 +255,7 @@ class LogManager:
         # thread writing while we close).
         assert self._stop is not None
         self._stop.set()
-        for task in [*self._tasks, *([self._recovery] if self._recovery else [])]:
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         assert self._idle is not None

@@ -429,8 +429,8 @@ class PartitionLog:
     async def cut_to_high_watermark(self) -> int:
         """After a failure (``fail``), once no write is in flight: truncate the files to the high-watermark
         (see ``_cut``) and assign offsets from there again. Appends stay refused until ``resume``.
-        Returns the bytes cut. Raises ``OSError`` (or ``CorruptRecordError``) if the disk is not back."""
-        assert self.failed is not None, "only a failed log is cut back"
+        Returns the bytes cut. Raises ``OSError`` (or ``CorruptRecordError``) if the disk is not back.
+        (A log created while the engine failed was never failed itself: cutting it is a no-op.)"""
         await self._committer.wait_idle()
         if self.closed:
             return 0
