@@ -601,7 +601,7 @@ def write_results(results: list[dict[str, Any]], args: argparse.Namespace) -> No
     (out / "soak.json").write_text(json.dumps(results, indent=2) + "\n")
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    ).stdout.strip() or os.environ.get("SOAK_COMMIT", "?")  # run from an exported snapshot: no git there
     lines = [
         "# Crash soak",
         "",
