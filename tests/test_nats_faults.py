@@ -212,3 +212,36 @@ class TestQuorumLost:
             assert (await api.get("/v1/health")).json()["status"] == "ok"
             records = await _read_partition(api, topic, 0)
             assert records[0]["data"] == "before" and records[-1]["data"] == "after"
+
+
+class TestWholeClusterDown:
+    async def test_publishes_are_503_health_down_and_it_heals_without_a_restart(self, deployment):
+        cluster = deployment.cluster
+        api = deployment.http(0)
+        async with api:
+            topic = f"outage-{secrets.token_hex(4)}"
+            assert (await api.post("/v1/topics", json={"name": topic, "partitions": 2})).status_code == 201
+            assert (
+                await api.post(f"/v1/topics/{topic}/messages", json={"data": "before"})
+            ).status_code == 201
+            for node in range(3):
+                cluster.kill(node)
+            r = await api.post(f"/v1/topics/{topic}/messages", json={"data": "lost"})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "SERVICE_UNAVAILABLE", r.text
+            health = await api.get("/v1/health")
+            assert health.status_code == 503 and health.json()["checks"]["logEngine"] == "down", health.json()
+            # Reads answer 503 too (nothing to read from), never a 500.
+            read = await api.get(f"/v1/topics/{topic}/partitions/0/messages", params={"fromOffset": 0})
+            assert read.status_code == 503, read.text
+
+            for node in range(3):
+                await asyncio.to_thread(cluster.restart, node, False)
+            await asyncio.to_thread(cluster.wait_ready, 60.0)
+            for _ in range(120):
+                after = await api.post(f"/v1/topics/{topic}/messages", json={"data": "after"})
+                if after.status_code == 201:
+                    break
+                assert after.status_code == 503, after.text
+                await asyncio.sleep(0.5)
+            assert after.status_code == 201, "publishing did not come back with the cluster"
+            assert (await api.get("/v1/health")).json()["status"] == "ok"
