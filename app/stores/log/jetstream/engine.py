@@ -327,13 +327,9 @@ class JetStreamLogEngine:
 
     def _forget(self, topic_token: str) -> None:
         prefix = codec.STREAM_PREFIX + topic_token + "_"
-        for name in [n for n in self._known if n.startswith(prefix)]:
-            self._known.discard(name)
-            self.watermarks.forget(name)
-        # Watches registered before this node knew the stream: wake them too; they meet UnknownLog.
-        for name in list(self.watermarks._watches):
-            if name.startswith(prefix):
-                self.watermarks.forget(name)
+        self._known.difference_update([n for n in self._known if n.startswith(prefix)])
+        # Its watchers wake and meet UnknownLog when they look again.
+        self.watermarks.forget_prefix(prefix)
 
     async def topic_ids(self) -> set[str]:
         names = await self._stream_names(codec.SUBJECT_PREFIX + ">")

@@ -49,6 +49,12 @@ class Watermarks:
         self._ends.pop(stream, None)
         self.wake_all(stream)
 
+    def forget_prefix(self, prefix: str) -> None:
+        """Forget every stream whose name starts with ``prefix`` (a deleted topic's), watched or not."""
+        for name in {*self._ends, *self._watches}:
+            if name.startswith(prefix):
+                self.forget(name)
+
     def watch(self, stream: str, offset: int, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` once when ``stream`` passes ``offset`` (now, if it already has)."""
         if self._ends.get(stream, -1) > offset:
