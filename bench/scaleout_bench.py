@@ -15,7 +15,8 @@ always``, Postgres metadata, Redis limits, 3 API processes, HAProxy in front. Sa
   WebSocket consumer on API process 2 (so every delivery crosses nodes through NATS). JetStream beside it:
   ``js.publish`` and a pull consumer on an R=3 stream.
 * **(d) the curve**: HAProxy with 1, 2, then 3 API processes behind it, wrk single-message publish at
-  ``--connections`` for ``--seconds-wrk`` (a 3-partition R=3 topic).
+  ``--connections`` for ``--seconds-wrk`` (a 3-partition R=3 topic); and wrk straight at API process 1,
+  no proxy ("direct"), to show what the proxy hop costs.
 
     .venv/bin/python bench/scaleout_bench.py [--rounds 3] [--messages 20000] [--profile]
 
@@ -86,10 +87,16 @@ def qc_batch(cluster: Cluster, topic: str, seconds: int, connections: int = 6) -
     return {"msgs_per_s": got["rps"] * 1000, "p50_ms": got["p50_ms"], "p99_ms": got["p99_ms"]}
 
 
-def qc_single(cluster: Cluster, topic: str, seconds: int, connections: int) -> dict[str, float]:
+def qc_single(
+    cluster: Cluster, topic: str, seconds: int, connections: int, url: str = ""
+) -> dict[str, float]:
     body = json.dumps({"data": pb.payload()}, separators=(",", ":"))
     return pb.wrk(
-        f"{cluster.url}/v1/topics/{topic}/messages", cluster.keys["production"], body, connections, seconds
+        f"{url or cluster.url}/v1/topics/{topic}/messages",
+        cluster.keys["production"],
+        body,
+        connections,
+        seconds,
     )
 
 
@@ -326,7 +333,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         k: []
         for k in (
             "qc_batch_1p", "qc_batch_3p", "js_batch", "qc_drain", "js_drain", "qc_latency", "js_latency",
-            "curve_1", "curve_2", "curve_3", "load_average",
+            "curve_1", "curve_2", "curve_3", "curve_direct", "load_average",
         )
     }  # fmt: skip
     profiles: dict[str, str] = {}
@@ -357,7 +364,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for n in (1, 2, 3):
                 cluster.balance(n)
                 raw[f"curve_{n}"].append(qc_single(cluster, single_topic, args.seconds_wrk, args.connections))
-            print(f"round {r + 1} (d): {[raw[f'curve_{n}'][-1]['rps'] for n in (1, 2, 3)]}", flush=True)
+            raw["curve_direct"].append(
+                qc_single(cluster, single_topic, args.seconds_wrk, args.connections, url=cluster.api_urls[0])
+            )
+            print(
+                f"round {r + 1} (d): {[raw[f'curve_{n}'][-1]['rps'] for n in (1, 2, 3, 'direct')]}",
+                flush=True,
+            )
         if args.profile:
             profiles["batch"] = str(profile(cluster, "batch", lambda: qc_batch(cluster, one, 10), 10))
             profiles["single"] = str(
@@ -389,7 +402,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "jetstream_p50_ms": median([p for p, _ in raw["js_latency"]]),
             "jetstream_p99_ms": median([p for _, p in raw["js_latency"]]),
         },
-        "curve": {str(n): {f: med(f"curve_{n}", f) for f in ("rps", "p50_ms", "p99_ms")} for n in (1, 2, 3)},
+        "curve": {
+            str(n): {f: med(f"curve_{n}", f) for f in ("rps", "p50_ms", "p99_ms")}
+            for n in (1, 2, 3, "direct")
+        },
     }
     return {
         "run": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -442,6 +458,7 @@ same 2 cores as the clients. 200-byte JSON payloads; every topic and stream R=3.
             for n in ("1", "2", "3")
         )
         + f"""
+| 1, no proxy (wrk straight at API process 1) | {d["direct"]["rps"]:,.0f} | {d["direct"]["p50_ms"]:.1f} | {d["direct"]["p99_ms"]:.1f} |
 
 Batch publish p50 per request (1000 messages): {a["queuecore_1_partition_p50_ms"]:.1f} ms (1 partition),
 {a["queuecore_3_partitions_p50_ms"]:.1f} ms (3 partitions). Best QueueCore batch figure: {best:,.0f} msgs/s.
@@ -455,7 +472,8 @@ How each side is driven:
   `fetch(1000)`, `ack()` per message.
 - (c) QueueCore: `POST` to API process 1 (keep-alive raw HTTP client), the WebSocket consumer on API
   process 2; the wake-up crosses processes through NATS. JetStream: `js.publish` + pull `fetch(100)`.
-- (d) HAProxy restarted with 1, 2, 3 servers in its backend; the idle API processes stay up.
+- (d) HAProxy restarted with 1, 2, 3 servers in its backend; the idle API processes stay up. "No proxy":
+  the same wrk run straight at API process 1, HAProxy still up with all 3.
 
 Raw per-round figures: `scaleout.json`. Analysis: `bench/README.md` (Scale-out).
 """
