@@ -20,7 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from infra.nats_cluster import NatsCluster
 from tests.fixtures.database import create_database, database_url, drop_database
+from tests.fixtures.nats import free_base_port
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 from tests.test_scaleout import ScaleOut, start_scaleout
 
 pytestmark = pytest.mark.slow
@@ -245,3 +248,51 @@ class TestWholeClusterDown:
                 await asyncio.sleep(0.5)
             assert after.status_code == 201, "publishing did not come back with the cluster"
             assert (await api.get("/v1/health")).json()["status"] == "ok"
+
+
+class TestStartedWithoutNats:
+    async def test_the_api_starts_answers_503_and_serves_once_nats_answers(self, tmp_path):
+        name = f"qc_test_nonats_{secrets.token_hex(4)}"
+        await create_database(name)
+        cluster = NatsCluster(tmp_path / "nats", base_port=free_base_port())  # not started yet
+        env = server_env(
+            tmp_path / "data",
+            database_url(name),
+            QUEUECORE_LOG_ENGINE="jetstream",
+            QUEUECORE_NATS_URL=cluster.url,
+        )
+        node = ServerProcess(
+            env=env, port=free_port(), data_dir=tmp_path / "data", log_path=tmp_path / "api.log"
+        )
+        try:
+            await asyncio.to_thread(cli, env, "migrate")
+            keys = (await asyncio.to_thread(bootstrap, env, "nonats", "--tier", "pro"))["keys"]
+            node.launch()
+            async with httpx.AsyncClient(
+                base_url=node.url, headers={"Authorization": f"Bearer {keys['production']}"}, timeout=30
+            ) as api:
+                health = None
+                for _ in range(100):  # up, though no NATS server answers
+                    try:
+                        health = await api.get("/v1/health")
+                        break
+                    except httpx.TransportError:
+                        await asyncio.sleep(0.2)
+                assert health is not None and health.status_code == 503
+                assert health.json()["checks"]["logEngine"] == "down"
+                created = await api.post("/v1/topics", json={"name": "later"})
+                assert created.status_code == 503, created.text
+
+                await asyncio.to_thread(cluster.start)
+                for _ in range(120):
+                    created = await api.post("/v1/topics", json={"name": "later"})
+                    if created.status_code == 201:
+                        break
+                    await asyncio.sleep(0.5)
+                assert created.status_code == 201, created.text
+                published = await api.post("/v1/topics/later/messages", json={"data": 1})
+                assert published.status_code == 201 and published.json()["durability"] == "replicated:3"
+        finally:
+            node.stop()
+            cluster.stop()
+            await drop_database(name)

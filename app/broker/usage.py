@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from app.kit.clock import now_ms
+from app.stores.errors import StoreUnavailable
 from app.stores.log.protocol import LogEngine, RecordIn, TopicLogConfig
 
 logger = logging.getLogger("queuecore.usage")
@@ -55,10 +56,19 @@ class UsageMeter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self._log_ready = False
 
     async def start(self) -> None:
-        await self._log.create_topic(USAGE_TOPIC_ID, 1, TopicLogConfig(retention_ms=USAGE_RETENTION_MS))
+        try:
+            await self._ensure_log()
+        except StoreUnavailable:
+            # The engine is down at start (a JetStream cluster not up yet): flushes create it when it is back.
+            logger.warning("usage log not created at start: the log engine is unavailable; retrying at flush")
         self._task = asyncio.create_task(self._flush_forever(), name="usage-flush")
+
+    async def _ensure_log(self) -> None:
+        await self._log.create_topic(USAGE_TOPIC_ID, 1, TopicLogConfig(retention_ms=USAGE_RETENTION_MS))
+        self._log_ready = True
 
     def record(self, event: dict[str, Any]) -> None:
         """Queue one event; never blocks, never raises."""
@@ -87,6 +97,8 @@ class UsageMeter:
     async def flush(self) -> int:
         """Write what is buffered; returns how many events were written."""
         written = 0
+        if self._buffer and not self._log_ready:
+            await self._ensure_log()
         while self._buffer:
             values, stamps = self._buffer[: self._max_batch], self._stamps[: self._max_batch]
             del self._buffer[: len(values)], self._stamps[: len(values)]

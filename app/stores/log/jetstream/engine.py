@@ -35,9 +35,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import nats
+import nats.errors
 from nats.aio.client import Client
+from nats.js.client import JetStreamContext
 
 from app.kit.clock import now_ms
 from app.stores.log.jetstream import codec
@@ -100,6 +103,7 @@ class JetStreamLogEngine:
         self.watermarks = Watermarks()
         self._known: set[str] = set()  # streams seen to exist (a stale entry only costs a failed call)
         self._recovery: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Task[None] | None = None
         self._closing = False
 
     # -- protocol: properties -----------------------------------------------------------------------------
@@ -122,7 +126,19 @@ class JetStreamLogEngine:
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.nc = await nats.connect(
+        try:
+            await self._connect()
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            # No server answers now: start anyway (health says down, calls answer 503) and keep trying.
+            logger.warning("NATS unreachable at start (%s); calls answer 503 until it answers", exc)
+            self._connecting = asyncio.create_task(self._connect_forever(), name="jetstream-connect")
+        self._recovery = asyncio.create_task(self._recover_forever(), name="jetstream-txn-recovery")
+
+    async def _connect(self) -> None:
+        # nats-py retries its first connection as long as later ones (forever, here): only try it once some
+        # seed accepts a TCP connection, so a start without NATS does not hang the server's startup.
+        await self._reach_a_seed()
+        nc = await nats.connect(
             servers=list(self.config.servers),
             name="queuecore",
             max_reconnect_attempts=-1,
@@ -132,24 +148,49 @@ class JetStreamLogEngine:
             error_cb=self._connection_error,
             pending_size=64 * 1024 * 1024,
         )
-        self._client = JetStreamClient(self.nc, self.config.request_timeout_seconds)
-        await self._client.start()
-        await self.watermarks.listen(self.nc)
-        await self.nc.subscribe(_GONE_PREFIX + "*", cb=self._on_gone)
-        self._txns = Transactions(
-            self._client,
-            replicas=self.config.default_replicas,
-            recover_after=self.config.recover_after_seconds,
+        client = JetStreamClient(nc, self.config.request_timeout_seconds)
+        await client.start()
+        await self.watermarks.listen(nc)
+        await nc.subscribe(_GONE_PREFIX + "*", cb=self._on_gone)
+        txns = Transactions(
+            client, replicas=self.config.default_replicas, recover_after=self.config.recover_after_seconds
         )
+        self.nc, self._client, self._txns = nc, client, txns
         try:
-            await self._txns.ensure_stream(self._duplicate_window_ns(None))
+            await txns.ensure_stream(self._duplicate_window_ns(None))
         except EngineUnavailable:
             # A cluster without quorum at start: serve 503s and health "degraded" until it has one.
             logger.warning("JetStream unavailable at start; the transaction stream is checked again later")
-        self._recovery = asyncio.create_task(self._recover_forever(), name="jetstream-txn-recovery")
+
+    async def _reach_a_seed(self) -> None:
+        for seed in self.config.servers:
+            url = urlsplit(seed if "://" in seed else "nats://" + seed)
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(url.hostname or "127.0.0.1", url.port or 4222), 2.0
+                )
+            except (OSError, TimeoutError):
+                continue
+            writer.close()
+            return
+        raise OSError(f"no NATS server answers at {', '.join(self.config.servers)}")
+
+    async def _connect_forever(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(1.0)
+            try:
+                await self._connect()
+            except (nats.errors.Error, OSError, TimeoutError):
+                continue
+            logger.info("connected to NATS")
+            return
 
     async def close(self) -> None:
         self._closing = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connecting
         if self._recovery is not None:
             self._recovery.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -172,8 +213,9 @@ class JetStreamLogEngine:
     async def _recover_forever(self) -> None:
         while not self._closing:
             await asyncio.sleep(self.config.recovery_interval_seconds)
+            if self._txns is None:  # not connected yet
+                continue
             try:
-                assert self._txns is not None
                 await self._txns.ensure_stream(self._duplicate_window_ns(None))
                 await self._txns.recover(self._apply)
             except LogEngineError as exc:
@@ -183,14 +225,17 @@ class JetStreamLogEngine:
 
     def idempotency_records(self, window_seconds: float) -> JetStreamIdempotency:
         """Idempotency records every API node sees, kept ``window_seconds`` (a KV bucket of this cluster)."""
-        if self.nc is None:
-            raise EngineUnavailable("the JetStream engine is not started")
         return JetStreamIdempotency(
-            self.nc.jetstream(timeout=self.config.request_timeout_seconds),
+            self._jetstream,
             window_seconds=window_seconds,
             replicas=self.config.default_replicas,
             timeout=self.config.request_timeout_seconds,
         )
+
+    def _jetstream(self) -> JetStreamContext:
+        if self.nc is None:
+            raise EngineUnavailable("not connected to NATS")
+        return self.nc.jetstream(timeout=self.config.request_timeout_seconds)
 
     @property
     def client(self) -> JetStreamClient:

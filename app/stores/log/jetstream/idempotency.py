@@ -15,6 +15,7 @@ entry (``app.broker.idempotency`` says what it does then).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +47,10 @@ class IdempotencyEntry:
 class JetStreamIdempotency:
     """The shared idempotency records (see the module docstring)."""
 
-    def __init__(self, js: JetStreamContext, *, window_seconds: float, replicas: int, timeout: float) -> None:
-        self._js = js
+    def __init__(
+        self, js: Callable[[], JetStreamContext], *, window_seconds: float, replicas: int, timeout: float
+    ) -> None:
+        self._js = js  # answers the context once connected, raises EngineUnavailable before
         self._window_seconds = window_seconds
         self._replicas = replicas
         self._timeout = timeout
@@ -56,10 +59,11 @@ class JetStreamIdempotency:
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
             try:
+                js = self._js()
                 try:
-                    self._kv = await self._js.key_value(BUCKET)
+                    self._kv = await js.key_value(BUCKET)
                 except BucketNotFoundError:
-                    self._kv = await self._js.create_key_value(
+                    self._kv = await js.create_key_value(
                         KeyValueConfig(
                             bucket=BUCKET,
                             history=1,
