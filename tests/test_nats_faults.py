@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,7 +36,14 @@ BATCH = 10
 def deployment(tmp_path) -> Iterator[ScaleOut]:
     name = f"qc_test_faults_{secrets.token_hex(4)}"
     asyncio.run(create_database(name))
-    scaleout = start_scaleout(tmp_path, database_url(name), api_nodes=2)
+    # Commit records left by a killed API process are rolled forward after 1 s (10 s by default).
+    scaleout = start_scaleout(
+        tmp_path,
+        database_url(name),
+        api_nodes=2,
+        QUEUECORE_JETSTREAM__RECOVER_AFTER_SECONDS="1",
+        QUEUECORE_JETSTREAM__RECOVERY_INTERVAL_SECONDS="0.5",
+    )
     try:
         yield scaleout
     finally:
@@ -296,3 +304,56 @@ class TestStartedWithoutNats:
             node.stop()
             cluster.stop()
             await drop_database(name)
+
+
+class TestApiNodeKilledMidBatch:
+    async def test_every_batch_is_whole_or_absent_in_every_partition(self, deployment):
+        # Batches across three partitions go through a commit record: SIGKILL the API process while many are
+        # in flight, and the other process rolls forward whatever committed. Every batch is then in all
+        # three partitions or in none, whatever its publisher heard. Killed again until a kill has
+        # actually left a commit record behind (the survivor says it rolled one forward).
+        killed, survivor = deployment.nodes
+        assert survivor.log_path is not None
+        async with deployment.http(1) as other:
+            topic = f"midbatch-{secrets.token_hex(4)}"
+            assert (await other.post("/v1/topics", json={"name": topic, "partitions": 3})).status_code == 201
+            answered: set[int] = set()
+
+            async def publish(writer: int) -> None:
+                async with deployment.http(0) as http:
+                    for n in range(10_000):
+                        batch = writer * 100_000 + n
+                        items = [{"data": {"batch": batch, "i": i}, "partition": i % 3} for i in range(BATCH)]
+                        try:
+                            r = await http.post(
+                                f"/v1/topics/{topic}/messages/batch", json={"messages": items}
+                            )
+                        except httpx.TransportError:
+                            return  # the process is gone
+                        if r.status_code == 201:
+                            answered.add(batch)
+
+            rolled = 0
+            for cycle in range(8):
+                if cycle:
+                    await asyncio.to_thread(killed.start)
+                writers = [asyncio.create_task(publish(cycle * 10 + w)) for w in range(8)]
+                target = len(answered) + 20
+                while len(answered) < target:
+                    await asyncio.sleep(0.01)
+                killed.stop(signal.SIGKILL)  # with batches in flight on eight connections
+                await asyncio.gather(*writers)
+                await asyncio.sleep(2.5)  # recovery runs after 1 s, every 0.5 s, on the survivor
+                rolled = survivor.log_path.read_text().count("rolled forward transaction")
+                if rolled:
+                    break
+            assert rolled, "no kill left a commit record behind: the roll-forward was not exercised"
+
+            counts: dict[int, int] = {}
+            for partition in range(3):
+                for record in await _read_partition(other, topic, partition):
+                    counts[record["data"]["batch"]] = counts.get(record["data"]["batch"], 0) + 1
+            assert answered <= set(counts), "an answered batch is missing"
+            assert all(count == BATCH for count in counts.values()), {
+                b: c for b, c in counts.items() if c != BATCH
+            }

@@ -39,7 +39,7 @@ class ScaleOut:
         )
 
 
-def start_scaleout(root: Path, database: str, api_nodes: int) -> ScaleOut:
+def start_scaleout(root: Path, database: str, api_nodes: int, **env_extra: str) -> ScaleOut:
     cluster = NatsCluster(root / "nats", base_port=free_base_port()).start()
     env = server_env(
         root / "data",
@@ -48,6 +48,7 @@ def start_scaleout(root: Path, database: str, api_nodes: int) -> ScaleOut:
         QUEUECORE_NATS_URL=cluster.url,
         QUEUECORE_REDIS_URL="redis://127.0.0.1:6379/0",
         QUEUECORE_RATE_LIMIT_PREFIX=f"qc:test:{secrets.token_hex(4)}:",
+        **env_extra,
     )
     cli(env, "migrate")
     boot = bootstrap(env, "scaleout", "--tier", "pro")
