@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterator, Sequence
+from typing import Any
 
-from app.stores.log.protocol import Record, RecordIn
+from app.stores.log.protocol import Record, RecordIn, TopicLogConfig
 
 _FRAME = struct.Struct(">qii")
 _LENGTH = struct.Struct(">I")
@@ -64,6 +65,32 @@ def parse_stream_name(name: str) -> tuple[str, int] | None:
         return topic_of_token(head), int(partition)
     except ValueError:
         return None
+
+
+def stream_config(
+    topic_id: str, partition: int, replicas: int, config: TopicLogConfig, duplicate_window_ns: int
+) -> dict[str, Any]:
+    """The JetStream configuration of one partition's stream."""
+    return {
+        "name": stream_name(topic_id, partition),
+        "subjects": [subject(topic_id, partition)],
+        "num_replicas": replicas,
+        "storage": "file",
+        "retention": "limits",
+        "discard": "old",
+        "max_age": (config.retention_ms or 0) * 1_000_000,
+        "max_bytes": config.retention_bytes or -1,
+        "max_msgs": -1,
+        "allow_atomic": True,
+        "allow_direct": True,
+        "duplicate_window": duplicate_window_ns,
+    }
+
+
+def duplicate_window_ns(window_seconds: float, retention_ms: int | None) -> int:
+    """JetStream refuses a dedup window longer than max_age: the window, capped at the retention."""
+    window = int(window_seconds * 1e9)
+    return min(window, retention_ms * 1_000_000) if retention_ms else window
 
 
 def encode(record: RecordIn, timestamp_ms: int) -> bytes:

@@ -284,25 +284,12 @@ class JetStreamLogEngine:
     def _stream_config(
         self, topic_id: str, partition: int, replicas: int, config: TopicLogConfig
     ) -> dict[str, Any]:
-        return {
-            "name": codec.stream_name(topic_id, partition),
-            "subjects": [codec.subject(topic_id, partition)],
-            "num_replicas": replicas,
-            "storage": "file",
-            "retention": "limits",
-            "discard": "old",
-            "max_age": (config.retention_ms or 0) * 1_000_000,
-            "max_bytes": config.retention_bytes or -1,
-            "max_msgs": -1,
-            "allow_atomic": True,
-            "allow_direct": True,
-            "duplicate_window": self._duplicate_window_ns(config.retention_ms),
-        }
+        return codec.stream_config(
+            topic_id, partition, replicas, config, self._duplicate_window_ns(config.retention_ms)
+        )
 
     def _duplicate_window_ns(self, retention_ms: int | None) -> int:
-        # JetStream refuses a dedup window longer than max_age.
-        window = int(self.config.duplicate_window_seconds * 1e9)
-        return min(window, retention_ms * 1_000_000) if retention_ms else window
+        return codec.duplicate_window_ns(self.config.duplicate_window_seconds, retention_ms)
 
     async def _stream_info(self, topic_id: str, partition: int) -> dict[str, Any]:
         name = codec.stream_name(topic_id, partition)
