@@ -48,8 +48,6 @@ async def probe_postgres(rounds: int, seconds: float) -> dict[str, Any]:
     from app.cli import migrate
     from app.main import create_app
     from app.settings import Settings
-    from app.stores.metadata.express import ExpressWriter
-    from app.stores.metadata.partition_repositories import checkpoint_express
 
     name = f"qc_scaling_probe_{os.getpid()}"
     admin = await asyncpg.connect(ADMIN_DSN)
@@ -101,13 +99,13 @@ async def probe_postgres(rounds: int, seconds: float) -> dict[str, Any]:
             group_id, epochs = await _group_epochs(base, name, "push")
             dialect = metadata.engine.dialect
             for writers in (1, 4, 16):
-                express = [ExpressWriter(url.replace("+asyncpg", ""), dialect) for _ in range(writers)]
+                express = [commit_connection(url.replace("+asyncpg", ""), dialect) for _ in range(writers)]
 
-                async def checkpoints(ws: list[ExpressWriter] = express) -> int:
+                async def checkpoints(ws: list[Any] = express) -> int:
                     done = 0
                     stop = time.perf_counter() + seconds
 
-                    async def writer(i: int, w: ExpressWriter) -> None:
+                    async def writer(i: int, w: Any) -> None:
                         nonlocal done
                         position = 0
                         while time.perf_counter() < stop:
@@ -219,6 +217,34 @@ async def probe_postgres(rounds: int, seconds: float) -> dict[str, Any]:
         await admin.close()
         shutil.rmtree(data_dir, ignore_errors=True)
     return out
+
+
+def commit_connection(url: str, dialect: Any) -> Any:
+    """The metadata store's dedicated checkpoint connection (``CommitConnection`` in
+    ``checkpoint_writer`` since the delivery restructuring, ``ExpressWriter`` in ``express`` before it)."""
+    try:
+        from app.stores.metadata.checkpoint_writer import CommitConnection
+    except ImportError:
+        from app.stores.metadata.express import ExpressWriter  # type: ignore[import-not-found]
+
+        return ExpressWriter(url, dialect)
+    return CommitConnection(url, dialect)
+
+
+async def checkpoint_express(
+    w: Any, group_id: str, member_id: str, positions: list[tuple[int, int, int]]
+) -> set[int]:
+    """What a push checkpoint of positions only runs on that connection: one ``UPDATE`` per
+    ``(partition, epoch, position)``, one transaction; the partitions fenced."""
+    from app.stores.metadata import partition_repositories as rows
+
+    statement = getattr(rows, "CHECKPOINT", None)
+    if statement is None:
+        return set(await rows.checkpoint_express(w, group_id, member_id, positions))  # type: ignore[attr-defined]
+    counts = await w.execute_each(
+        statement, [{"g": group_id, "p": p, "m": member_id, "e": e, "pos": pos} for p, e, pos in positions]
+    )
+    return {p for (p, _, _), count in zip(positions, counts, strict=True) if not count}
 
 
 def poll_once(metadata: Any, log: Any, topic: Any, group: str, m: Any, n: int, **options: Any) -> Any:

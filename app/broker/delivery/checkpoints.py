@@ -11,7 +11,9 @@ store keeps of such a partition is a **checkpoint**:
   ``position`` after a crash skips it.
 
 Exactly-once acks are answered once their checkpoint is written (one write per partition for however
-many acks arrived meanwhile); at-least-once acks are answered at once and checkpointed shortly after.
+many acks arrived meanwhile); at-least-once acks are answered at once and checkpointed shortly after
+(``acks.py``). This module says *what* a checkpoint holds; *how* it is written (a dedicated commit
+connection when only positions move) is the metadata store's decision (``checkpoint_writer``).
 After a crash the next owner reads from the checkpoint: no acked message is delivered again, and every
 unacked one is.
 
@@ -37,9 +39,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker.publishing import TopicRef
 from app.stores.log.protocol import LogEngine
+from app.stores.metadata.checkpoint_writer import PartitionCheckpoint
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.partition_repositories import PartitionRepository, checkpoint_express
+from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import LeaseState, OwnedPartition
 
 
@@ -96,36 +99,26 @@ async def start_position(log: LogEngine, topic: TopicRef, owned: OwnedPartition)
 async def checkpoint(
     metadata: MetadataStore, group_id: str, member_id: str, parts: Iterable[HeldPartition]
 ) -> set[int]:
-    """Write the checkpoint of ``parts`` (those with acks not yet written) in one unit of work; answers
-    the partitions it was fenced from (another owner, another epoch: the member must reconcile)."""
+    """Ask the store to checkpoint ``parts`` (those with acks not yet written) in one unit of work (how
+    is the store's choice: ``checkpoint_writer``); answers the partitions it was fenced from (another
+    owner, another epoch: the member must reconcile)."""
     work = [(part, part.floor) for part in parts]
     written = {part.partition: part.pending_acks(floor) for part, floor in work}
-    if all(not written[part.partition] and part.acked_row_max < 0 for part, _ in work):
-        # Acks in order (the common case): only positions to write, on the express connection.
-        fenced = await checkpoint_express(
-            metadata.express, group_id, member_id, [(p.partition, p.epoch, floor) for p, floor in work]
-        )
-    else:
-        fenced = set()
-        async with metadata.session() as session:
-            partition_rows = PartitionRepository.from_session(session)
-            lease_rows = LeaseRepository.from_session(session)
-            for part, floor in work:
-                ok = await partition_rows.checkpoint(
-                    group_id, member_id, part.partition, part.epoch, floor, release=False
-                )
-                if not ok:
-                    fenced.add(part.partition)
-                    continue
-                rows = written[part.partition]
-                await lease_rows.put_leases(group_id, [_acked_row(part.partition, o) for o in rows])
-                if part.acked_row_max >= 0:  # earlier acked rows the floor may have passed now
-                    await lease_rows.drop_acked_below_committed(group_id, [part.partition])
-                part.acked_row_max = max([part.acked_row_max, *rows])
+    fenced = await metadata.checkpoint_writer.write(
+        group_id,
+        member_id,
+        [
+            # Acked rows written earlier may lie below the new floor: the store drops them.
+            PartitionCheckpoint(p.partition, p.epoch, floor, written[p.partition], p.acked_row_max >= 0)
+            for p, floor in work
+        ],
+    )
     for part, floor in work:
         if part.partition not in fenced:
             # Written: as rows, or below the new position. Acks that came meanwhile stay for the next one.
-            part.acked = {o for o in part.acked if o >= floor} - set(written[part.partition])
+            rows = written[part.partition]
+            part.acked_row_max = max([part.acked_row_max, *rows])
+            part.acked = {o for o in part.acked if o >= floor} - set(rows)
             if part.acked_row_max < floor:
                 part.acked_row_max = -1
     return fenced

@@ -11,7 +11,7 @@ from sqlalchemy import event, exc, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from app.stores.errors import StoreUnavailable
-from app.stores.metadata.express import ExpressWriter
+from app.stores.metadata.checkpoint_writer import CheckpointWriter
 
 # What a lost or refused database connection looks like through the driver.
 _OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.InterfaceError)
@@ -55,8 +55,9 @@ class MetadataStore:
         self._reader = async_sessionmaker(
             self.engine.execution_options(queuecore_readonly=True), expire_on_commit=False
         )
-        # A connection of its own for the hottest small write (push checkpoints), opened on first use.
-        self.express = ExpressWriter(url, self.engine.dialect)
+        # Push checkpoints: the store decides how they are written (a connection of their own, opened on
+        # first use, when only positions move).
+        self.checkpoint_writer = CheckpointWriter(self)
 
     @asynccontextmanager
     async def session(self, *, readonly: bool = False) -> AsyncIterator[AsyncSession]:
@@ -85,5 +86,5 @@ class MetadataStore:
             return False
 
     async def close(self) -> None:
-        await self.express.close()
+        await self.checkpoint_writer.close()
         await self.engine.dispose()

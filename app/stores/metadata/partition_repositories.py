@@ -18,7 +18,6 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, case, func, insert, or_, select, update
 
 from app.stores.metadata.base import Repository
-from app.stores.metadata.express import ExpressWriter
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup, GroupLease, GroupPartition, Topic
 from app.stores.metadata.protocol import OwnedPartition, PartitionState
@@ -42,7 +41,9 @@ def _committed_below(limit: Any) -> Any:
     return case((or_(lowest.is_(None), lowest > limit), limit), else_=lowest)
 
 
-_CHECKPOINT = (
+# A push member's checkpoint of one partition, not releasing (``PartitionRepository.checkpoint``); also run
+# on the store's commit connection (``checkpoint_writer``), several partitions per transaction.
+CHECKPOINT = (
     update(partitions)
     .where(
         partitions.c.group_id == bindparam("g"),
@@ -56,18 +57,6 @@ _CHECKPOINT = (
         committed=_committed_below(bindparam("pos", type_=partitions.c.position.type)),
     )
 )
-
-
-async def checkpoint_express(
-    express: ExpressWriter, group_id: str, member_id: str, positions: list[tuple[int, int, int]]
-) -> set[int]:
-    """``GroupRepository.checkpoint`` (not releasing) of several ``(partition, epoch, position)`` in
-    one transaction on the express connection; answers the partitions it was fenced from."""
-    counts = await express.execute_each(
-        _CHECKPOINT,
-        [{"g": group_id, "p": p, "m": member_id, "e": e, "pos": pos} for p, e, pos in positions],
-    )
-    return {p for (p, _, _), count in zip(positions, counts, strict=True) if not count}
 
 
 class PartitionRepository(Repository):
@@ -218,7 +207,7 @@ class PartitionRepository(Repository):
         followed ``epoch`` (no seek or reset since; then it lets go)."""
         if not release:  # every exactly-once ack frame: a statement built (and cache-keyed) once
             result = await self.session.execute(
-                _CHECKPOINT,
+                CHECKPOINT,
                 {"g": group_id, "p": partition, "m": member_id, "e": epoch, "pos": position},
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]

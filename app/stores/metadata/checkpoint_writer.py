@@ -1,29 +1,105 @@
-"""One dedicated driver connection for the hottest small write: a push member's checkpoint.
+"""How the metadata store writes a push member's checkpoint, and its dedicated commit connection.
 
-An exactly-once ack frame is answered once its checkpoint (one ``UPDATE`` per partition) is durable.
-Through the async ORM session that unit of work costs about 0.8 ms of the event loop's time on SQLite
-(pool checkout and reset, greenlet hops, one aiosqlite thread hop per cursor call); straight on the
-driver it is about 0.1 ms (``bench/README.md``). ``ExpressWriter`` runs a statement built with
-SQLAlchemy, compiled once for the store's dialect, for several parameter sets in one transaction on a
-connection of its own (aiosqlite with the same pragmas as the pool's, or asyncpg), one unit of work at
-a time. Anything else goes through ``MetadataStore.session``.
+A push member (``app/broker/delivery/push.py``) asks the store to checkpoint the partitions it has acks
+for: per partition a ``PartitionCheckpoint`` (its new position, the offsets acked above it, whether acked
+rows written earlier may now lie below it). The store decides how:
+
+- **positions only** (acks in order, the common case): one ``UPDATE`` per partition, all in one
+  transaction on the ``CommitConnection`` — one round trip per group commit, whatever the number of acks;
+- **anything else** (acks out of order, acked rows to drop): a unit of work through the ORM session,
+  with the repositories (``partition_repositories``, ``lease_repositories``).
+
+Either way every write is fenced by the partition's epoch and owner: the answer names the partitions the
+member was fenced from (it must reconcile).
+
+``CommitConnection`` is one driver connection of its own for that hottest small write. An exactly-once ack
+frame is answered once its checkpoint is durable; through the async ORM session that unit of work costs
+about 0.8 ms of the event loop's time on SQLite (pool checkout and reset, greenlet hops, one aiosqlite
+thread hop per cursor call); straight on the driver about 0.1 ms (``bench/README.md``). It runs a
+statement built with SQLAlchemy, compiled once for the store's dialect, for several parameter sets in one
+transaction (aiosqlite with the same pragmas as the pool's, or asyncpg), one unit of work at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
-from app.broker.errors import Unavailable
+from app.stores.errors import StoreUnavailable
+from app.stores.metadata.lease_repositories import LeaseRepository
+from app.stores.metadata.partition_repositories import CHECKPOINT, PartitionRepository
+from app.stores.metadata.protocol import LeaseState
+
+if TYPE_CHECKING:
+    from app.stores.metadata.database import MetadataStore
 
 _OUTAGES = (OSError, ConnectionError, TimeoutError)
 
 
-class ExpressWriter:
+@dataclass(frozen=True, slots=True)
+class PartitionCheckpoint:
+    """What a push member's checkpoint writes of one partition it owns in ``epoch``."""
+
+    partition: int
+    epoch: int
+    position: int  # the member's floor: everything below is acked or has a lease row
+    acked_above: Sequence[int] = ()  # offsets acked at or above ``position``: written as acked lease rows
+    drop_acked_below: bool = False  # acked rows written earlier may lie below ``position`` now
+
+    @property
+    def positions_only(self) -> bool:
+        return not self.acked_above and not self.drop_acked_below
+
+
+class CheckpointWriter:
+    """``write``: a push member's checkpoint of several partitions, in one unit of work."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self.connection = CommitConnection(store.url, store.engine.dialect)
+
+    async def write(
+        self, group_id: str, member_id: str, checkpoints: Sequence[PartitionCheckpoint]
+    ) -> set[int]:
+        """Write ``checkpoints`` (all or none); answers the partitions fenced (another owner or epoch:
+        nothing is written for those). Outages raise ``StoreUnavailable``."""
+        if all(c.positions_only for c in checkpoints):
+            counts = await self.connection.execute_each(
+                CHECKPOINT,
+                [
+                    {"g": group_id, "p": c.partition, "m": member_id, "e": c.epoch, "pos": c.position}
+                    for c in checkpoints
+                ],
+            )
+            return {c.partition for c, count in zip(checkpoints, counts, strict=True) if not count}
+        fenced: set[int] = set()
+        async with self._store.session() as session:
+            partition_rows = PartitionRepository.from_session(session)
+            lease_rows = LeaseRepository.from_session(session)
+            for c in checkpoints:
+                if not await partition_rows.checkpoint(
+                    group_id, member_id, c.partition, c.epoch, c.position, release=False
+                ):
+                    fenced.add(c.partition)
+                    continue
+                await lease_rows.put_leases(
+                    group_id, [LeaseState(c.partition, o, None, 1, 0, True) for o in c.acked_above]
+                )
+                if c.drop_acked_below:
+                    await lease_rows.drop_acked_below_committed(group_id, [c.partition])
+        return fenced
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+
+class CommitConnection:
     """``execute_each``: one statement, several parameter sets, one transaction, rowcounts back."""
 
     def __init__(self, url: str, dialect: Dialect) -> None:
@@ -36,7 +112,8 @@ class ExpressWriter:
 
     async def execute_each(self, statement: ClauseElement, params: list[dict[str, Any]]) -> list[int]:
         """Run ``statement`` once per parameter set, all in one committed transaction; answers the
-        rowcount of each. A lost connection is reopened on the next call; outages raise ``Unavailable``."""
+        rowcount of each. A lost connection is reopened on the next call; outages raise
+        ``StoreUnavailable``."""
         sql, names = self._compile(statement)
         rows = [tuple(p[name] for name in names) for p in params]
         async with self._lock:
@@ -48,7 +125,7 @@ class ExpressWriter:
             except Exception as error:
                 await self._drop()  # whatever it was, the next call starts on a fresh connection
                 if isinstance(error, _OUTAGES) or _is_outage(error):
-                    raise Unavailable("The metadata store is unavailable.") from error
+                    raise StoreUnavailable("The metadata store is unavailable.") from error
                 raise
 
     async def close(self) -> None:
