@@ -6,6 +6,7 @@ three ``queuecore-server`` processes sharing Postgres, Redis and the cluster.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import signal
 from collections.abc import Iterator
@@ -259,3 +260,25 @@ class TestSeekAcrossNodes:
             assert [m["offset"] for m in again][:6] == [4, 5, 6, 7, 8, 9]
         finally:
             await member.close()
+
+
+class TestRevocationAcrossNodes:
+    async def test_a_key_revoked_is_refused_by_every_node_within_a_second(self, scaleout):
+        env = scaleout.nodes[0].env
+        created = json.loads(
+            (
+                await asyncio.to_thread(
+                    cli, env, "keys", "create", "--project", "scaleout", "--environment", "staging", "--json"
+                )
+            ).stdout
+        )
+        headers = {"Authorization": f"Bearer {created['key']}"}
+        for node in scaleout.nodes:  # every node has seen (and cached) the key
+            async with httpx.AsyncClient(base_url=node.url, timeout=30) as http:
+                assert (await http.get("/v1/topics", headers=headers)).status_code == 200
+        await asyncio.to_thread(cli, env, "keys", "revoke", "--id", created["id"])
+        await asyncio.sleep(1.0)
+        for node in scaleout.nodes:
+            async with httpx.AsyncClient(base_url=node.url, timeout=30) as http:
+                refused = await http.get("/v1/topics", headers=headers)
+                assert refused.status_code == 401, (node.port, refused.text)
