@@ -43,7 +43,7 @@ def check(result: dict) -> None:
     assert counts["kills"] == KILLS
     assert counts["published (2xx)"] > 100 and counts["message checks"] >= counts["published (2xx)"]
     assert counts["batch checks"] > 0 and counts["replay checks"] > 0
-    assert min(counts["acks push"], counts["acks pull"]) >= result["messages in the log"]
+    assert min(counts["deliveries push"], counts["deliveries pull"]) >= result["messages in the log"]
     assert counts["nacks retry"] > 0 and counts["dlq entries"] >= counts["poison messages"] > 0
 
 
