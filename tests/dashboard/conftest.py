@@ -84,7 +84,8 @@ async def dashboard(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
     database_url = f"sqlite+aiosqlite:///{(data_dir / 'metadata.db').resolve()}"  # the server's default
     other = await _other_account(database_url, "other@example.com", secrets.token_urlsafe(12))
     lockout_password = secrets.token_urlsafe(12)
-    cli(env, "users", "create", "--email", "locked@example.com", "--password", lockout_password)
+    # "--password=…": a generated password may start with "-", which argparse would take for an option.
+    cli(env, "users", "create", "--email", "locked@example.com", f"--password={lockout_password}")
     proc = ServerProcess(
         env=env,
         port=free_port(),
