@@ -50,20 +50,17 @@ from typing import Any
 from app.kit.clock import now_ms
 from app.settings import LogSettings
 from app.stores.errors import StoreUnavailable
-from app.stores.log.local import files
+from app.stores.log.local import files, reads
 from app.stores.log.local.committer import GroupCommitter, Transaction
 from app.stores.log.local.records import (
     BatchHeader,
     CorruptRecordError,
     EncodedBatch,
-    decode_batch,
     encode_batch,
-    is_full,
-    iter_headers,
     read_header,
 )
 from app.stores.log.local.segment import Segment, SegmentState
-from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted, SegmentHandle
+from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentHandle
 from app.stores.log.protocol import (
     EngineUnavailable,
     LogEngineError,
@@ -81,9 +78,6 @@ def _nothing() -> None:
     """The cancel function of a watch that fired at once."""
 
 
-# A read fetches up to this much beyond ``max_bytes`` (it starts at an indexed batch before the offset).
-_READ_SLACK = 64 * 1024
-_SCAN_CHUNK = 1 << 20
 # In-memory tail per partition: a few hundred small messages, or one large batch at most.
 _TAIL_BYTES = 256 * 1024
 _MAX_RELATIVE = (1 << 31) - 1
@@ -546,76 +540,18 @@ class PartitionLog:
         return await loop.run_in_executor(self._read_executor, self._read, offset, max_records, max_bytes, hw)
 
     def _read_tail(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
-        """A read served from the in-memory tail (``offset`` is within it)."""
-        batches: list[tuple[BatchHeader, bytes]] = []
-        for header, buf in reversed(self._tail):  # readers are mostly near the end
-            batches.append((header, buf))
-            if header.base_offset <= offset:
-                break
-        out: list[Record] = []
-        size = 0
-        for header, buf in reversed(batches):
-            size, full = _take(buf, 0, header, out, offset, hw, max_records, max_bytes, size)
-            if full:
-                break
-        return out
+        return reads.read_tail(self._tail, offset, max_records, max_bytes, hw)
 
     def _read(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
-        out: list[Record] = []
-        size = 0
-        for handle in self.segments.from_offset(offset):
-            if handle.base_offset >= hw:
-                break
-            try:
-                segment = self.open_segments.acquire(handle)
-            except SegmentDeleted:
-                continue  # retention removed it meanwhile: go on from the next segment
-            try:
-                size, stop = self._read_segment(segment, offset, max_records, max_bytes, hw, out, size)
-            finally:
-                self.open_segments.release(handle)
-            if stop:
-                break
-        return out
-
-    def _read_segment(
-        self,
-        segment: Segment,
-        offset: int,
-        max_records: int,
-        max_bytes: int,
-        hw: int,
-        out: list[Record],
-        size: int,
-    ) -> tuple[int, bool]:
-        _, position = segment.position_for(offset)
-        end = segment.size
-        while position < end:
-            want = min(
-                end - position, max(max_bytes - size, 0) + self.config.index_interval_bytes + _READ_SLACK
-            )
-            buf = segment.read(position, want)
-            first = read_header(buf)
-            if first is None:
-                break
-            if first.base_offset >= hw:
-                return size, True
-            if first.size > len(buf):
-                buf = segment.read(position, first.size)
-            consumed = 0
-            for pos, header in iter_headers(buf):
-                if header.base_offset >= hw:
-                    return size, True
-                consumed = pos + header.size
-                if header.next_offset <= offset:
-                    continue
-                size, full = _take(buf, pos, header, out, offset, hw, max_records, max_bytes, size)
-                if full:
-                    return size, True
-            if consumed == 0:
-                break
-            position += consumed
-        return size, False
+        return reads.read_segments(
+            self.segments,
+            self.open_segments,
+            offset,
+            max_records,
+            max_bytes,
+            hw,
+            self.config.index_interval_bytes,
+        )
 
     async def offset_for_time(self, timestamp: int) -> int:
         hw = self.high_watermark
@@ -623,50 +559,7 @@ class PartitionLog:
         return await loop.run_in_executor(self._read_executor, self._offset_for_time, timestamp, hw)
 
     def _offset_for_time(self, timestamp: int, hw: int) -> int:
-        for handle in self.segments.values():
-            if handle.base_offset >= hw:
-                break
-            try:
-                segment = self.open_segments.acquire(handle)
-            except SegmentDeleted:
-                continue
-            try:
-                if segment.max_timestamp < timestamp:
-                    continue
-                found = self._scan_for_time(segment, timestamp, hw)
-                if found is not None:
-                    return found
-            finally:
-                self.open_segments.release(handle)
-        return hw
-
-    def _scan_for_time(self, segment: Segment, timestamp: int, hw: int) -> int | None:
-        start = segment.offset_for_timestamp_hint(timestamp)
-        _, position = segment.position_for(start)
-        end = segment.size
-        while position < end:
-            buf = segment.read(position, min(end - position, _SCAN_CHUNK))
-            first = read_header(buf)
-            if first is None:
-                return None
-            if first.size > len(buf):
-                buf = segment.read(position, first.size)
-            consumed = 0
-            for pos, header in iter_headers(buf):
-                if header.base_offset >= hw:
-                    return hw
-                consumed = pos + header.size
-                if header.max_timestamp < timestamp:
-                    continue
-                records: list[Record] = []
-                decode_batch(buf, pos, header, records, end_offset=hw)
-                for record in records:
-                    if record.timestamp_ms >= timestamp:
-                        return record.offset
-            if consumed == 0:
-                return None
-            position += consumed
-        return None
+        return reads.offset_for_time(self.segments, self.open_segments, timestamp, hw)
 
     # -- state ---------------------------------------------------------------------------------------------------
 
@@ -701,29 +594,3 @@ class PartitionLog:
         """Forget every segment (the directory is about to be removed)."""
         for handle in self.segments.values():
             self.open_segments.discard(handle)
-
-
-def _take(
-    buf: bytes,
-    position: int,
-    header: BatchHeader,
-    out: list[Record],
-    offset: int,
-    hw: int,
-    max_records: int,
-    max_bytes: int,
-    size: int,
-) -> tuple[int, bool]:
-    """Decode a batch's records in ``[offset, hw)`` into ``out``: the new size, and whether the read is full."""
-    size = decode_batch(
-        buf,
-        position,
-        header,
-        out,
-        start_offset=offset,
-        end_offset=hw,
-        max_records=max_records,
-        max_bytes=max_bytes,
-        size=size,
-    )
-    return size, is_full(size) or len(out) >= max_records
