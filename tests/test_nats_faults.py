@@ -69,6 +69,17 @@ async def _read_partition(http: httpx.AsyncClient, topic: str, partition: int) -
         offset = body["data"][-1]["offset"] + 1
 
 
+async def _published_again(api: httpx.AsyncClient, topic: str, failure: str) -> None:
+    """Publish ``"after"`` until it is stored (503 meanwhile, never another answer), a bounded number of tries."""
+    for _ in range(120):
+        after = await api.post(f"/v1/topics/{topic}/messages", json={"data": "after"})
+        if after.status_code == 201:
+            return
+        assert after.status_code == 503, after.text
+        await asyncio.sleep(0.5)
+    pytest.fail(failure)
+
+
 class TestOneNodeKilled:
     async def test_nothing_acknowledged_is_lost_and_no_batch_is_partial(self, deployment):
         cluster = deployment.cluster
@@ -222,13 +233,7 @@ class TestQuorumLost:
 
             await asyncio.to_thread(cluster.restart, 1)
             await asyncio.to_thread(cluster.restart, 2)
-            for _ in range(120):
-                after = await api.post(f"/v1/topics/{topic}/messages", json={"data": "after"})
-                if after.status_code == 201:
-                    break
-                assert after.status_code == 503, after.text
-                await asyncio.sleep(0.5)
-            assert after.status_code == 201, "publishing did not come back when quorum did"
+            await _published_again(api, topic, "publishing did not come back when quorum did")
             assert (await api.get("/v1/health")).json()["status"] == "ok"
             records = await _read_partition(api, topic, 0)
             assert records[0]["data"] == "before" and records[-1]["data"] == "after"
@@ -257,13 +262,7 @@ class TestWholeClusterDown:
             for node in range(3):
                 await asyncio.to_thread(cluster.restart, node, False)
             await asyncio.to_thread(cluster.wait_ready, 60.0)
-            for _ in range(120):
-                after = await api.post(f"/v1/topics/{topic}/messages", json={"data": "after"})
-                if after.status_code == 201:
-                    break
-                assert after.status_code == 503, after.text
-                await asyncio.sleep(0.5)
-            assert after.status_code == 201, "publishing did not come back with the cluster"
+            await _published_again(api, topic, "publishing did not come back with the cluster")
             assert (await api.get("/v1/health")).json()["status"] == "ok"
 
 
