@@ -28,15 +28,9 @@ _SKEW_MS = 5_000  # clocks of API nodes differ; a scan starts this much before t
 _WAIT_STEP = 0.05
 
 
-class Entry(Protocol):
-    """An idempotency record as read: ``won`` (this claim made it), ``pending``, ``placed`` or ``unknown``."""
+class Placement(Protocol):
+    """Where a message landed, and the answer's latency (``publishing.Placed``)."""
 
-    @property
-    def state(self) -> str: ...
-    @property
-    def revision(self) -> int: ...
-    @property
-    def at_ms(self) -> int: ...
     @property
     def partition(self) -> int: ...
     @property
@@ -45,6 +39,18 @@ class Entry(Protocol):
     def timestamp_ms(self) -> int: ...
     @property
     def latency_ms(self) -> int: ...
+
+
+class Entry(Placement, Protocol):
+    """An idempotency record as read: ``won`` (this claim made it), ``pending``, ``placed`` or ``unknown``;
+    where its message landed once ``placed``."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def at_ms(self) -> int: ...
 
 
 class IdempotencyRecords(Protocol):
@@ -57,17 +63,6 @@ class IdempotencyRecords(Protocol):
     ) -> None: ...
     async def abandon(self, topic_id: str, key: str, now_ms: int) -> None: ...
     async def take_over(self, topic_id: str, key: str, revision: int, now_ms: int) -> bool: ...
-
-
-class Placement(Protocol):
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ms(self) -> int: ...
-    @property
-    def latency_ms(self) -> int: ...
 
 
 P = TypeVar("P", bound=Placement)
