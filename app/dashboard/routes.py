@@ -274,7 +274,13 @@ async def _topic_rows(ctx: Ctx) -> list[dict[str, Any]]:
 @router.get("/p/{project_id}/{env}/topics")
 async def topics_page(request: Request, project_id: str, env: str) -> Response:
     ctx = await _ctx(request, project_id, env)
-    return ctx.render("topics.html", rows=await _topic_rows(ctx))
+    log = _services(request).log
+    return ctx.render(
+        "topics.html",
+        rows=await _topic_rows(ctx),
+        replica_choices=log.replica_choices,
+        default_replicas=log.default_replicas,
+    )
 
 
 @router.get("/p/{project_id}/{env}/topics-table")
@@ -291,6 +297,7 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
     name = form.get("name", "").strip()
     try:
         partitions = int(form.get("partitions") or 3)
+        replicas = int(form["replicas"]) if form.get("replicas") else None
         async with services.metadata.session() as session:
             await topics.create_topic(
                 session,
@@ -300,9 +307,10 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
                 retention=form.get("retention") or "7d",
                 delivery=form.get("delivery") or "exactly-once",
                 partitions=partitions,
+                replicas=replicas,
             )
     except ValueError:
-        return ctx.back("/topics", error="Partitions must be a whole number.")
+        return ctx.back("/topics", error="Partitions and replicas must be whole numbers.")
     except CODED_ERRORS as e:
         return ctx.back("/topics", error=_message(e))
     services.publisher.topics.forget(ctx.scope, name)

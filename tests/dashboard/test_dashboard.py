@@ -118,8 +118,14 @@ class TestTopics:
         await page.goto(dashboard.project_url() + "/topics")
         await page.get_by_label("Name").fill("orders.created")
         await page.get_by_label("Partitions").fill("2")
+        await expect(page.get_by_label("Replicas")).to_have_value(
+            "1"
+        )  # the only count the local engine offers
         await page.get_by_role("button", name="Create topic").click()
         await expect(page.get_by_role("heading", level=1)).to_have_text("Topic orders.created")
+        await expect(page.locator("p.meta")).to_contain_text(
+            "2 partitions · 1 replica ·"
+        )  # the local engine's
         await page.get_by_label("Key (optional)").fill("customer-7")
         await page.get_by_label("Headers (JSON object, optional)").fill('{"source": "dashboard-test"}')
         await page.get_by_label("Data (JSON)").fill('{"order": 4242, "items": ["tea", "cake"]}')
