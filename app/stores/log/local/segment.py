@@ -177,7 +177,11 @@ class Segment:
             return
         first = read_header(self._log.read(0, HEADER_SIZE))
         if first is None:
-            raise CorruptRecordError(f"{self.name}: no complete batch header at 0")
+            # A write torn inside the first header (a power loss just after a roll): not a cleanly
+            # written segment; its state is rebuilt as empty and recovery cuts the bytes.
+            logger.warning("%s: no complete batch header at 0; rebuilding its indexes", self.name)
+            self.rebuild_indexes()
+            return
         state.rolling_timestamp = first.max_timestamp
         last = self.offset_index.last_entry() or (self.base_offset, 0)
         position = last[1]

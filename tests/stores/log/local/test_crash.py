@@ -8,7 +8,9 @@
 * SIGKILL: a child process appends continuously (single records, batches, multi-partition atomic
   appends, from several tasks) and prints what was acknowledged; the parent kills it at random moments
   and restarts it on the same directory; after each restart every acknowledged record must be there,
-  byte-identical, and no multi-partition append may be visible in part.
+  byte-identical, and no multi-partition append may be visible in part. The kills must have caught
+  transactions before their commit record (cut at restart), and every third restart finds a torn write
+  at a partition's tail (what a power loss leaves; a SIGKILL leaves whole writes) and must cut it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -90,6 +93,23 @@ class TestCorruptTail:
             assert f"recovery cut {batch - 40} bytes from {path} at position {size - batch}" in caplog.text
             assert path.stat().st_size == size - batch
             assert await engine.append("top_x", {0: [RecordIn(value=b"next")] * 2}) == {0: 27}
+        finally:
+            await engine.close()
+
+    async def test_write_torn_inside_the_first_header_of_a_segment_is_cut(self, tmp_path, caplog):
+        # A power loss just after a roll leaves the new segment with less than one batch header.
+        engine = await filled(tmp_path, segment_bytes=1 << 20)
+        await engine.manager.log("top_x", 0).roll()
+        crash(engine)
+        path = active_log(tmp_path, "top_x", 0)
+        assert path.name == f"{30:020d}.log" and path.stat().st_size == 0
+        append_bytes(path, encode_batch([RecordIn(value=b"torn")], 30, now_ms=1).header[:7])
+        engine = await open_local(tmp_path, segment_bytes=1 << 20)
+        try:
+            assert f"recovery cut 7 bytes from {path} at position 0" in caplog.text
+            assert path.stat().st_size == 0
+            assert await engine.append("top_x", {0: [RecordIn(value=b"next")]}) == {0: 30}
+            assert [r.value for r in await engine.read("top_x", 0, 29)] == [b"9.2" * 30, b"next"]
         finally:
             await engine.close()
 
@@ -209,8 +229,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, hashlib, os, random, sys
     from pathlib import Path
-    from app.settings import LogSettings
-    from app.stores.log.local import LocalLogEngine
+    from app.stores.log.local import LocalLogConfig, LocalLogEngine
     from app.stores.log.protocol import RecordIn, TopicLogConfig
 
     root, dump, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
@@ -257,8 +276,8 @@ CHILD = textwrap.dedent(
             n += 1
 
     async def main():
-        settings = LogSettings(segment_bytes=64 * 1024, index_interval_bytes=2048, max_open_segments=8)
-        engine = LocalLogEngine(root, settings)
+        config = LocalLogConfig(segment_bytes=64 * 1024, index_interval_bytes=2048, max_open_segments=8)
+        engine = LocalLogEngine(root, config)
         await engine.start()
         await engine.create_topic(TOPIC, PARTS, TopicLogConfig())
         lines = []
@@ -309,6 +328,32 @@ def check_dump(dump: Path, acked: dict[tuple[int, int], str]) -> dict[int, int]:
     return latest
 
 
+_CUT = re.compile(r"recovery cut (\d+) bytes from (\S+) at position (\d+): (.*)")
+
+
+def recovery_cuts(err: str) -> list[tuple[int, str, int, str]]:
+    """The cuts a child's recovery reported: (bytes, segment path, position, reason)."""
+    return [(int(b), path, int(at), why) for b, path, at, why in _CUT.findall(err)]
+
+
+def tear_a_tail(root: Path, rng: random.Random, next_offsets: dict[int, int]) -> tuple[str, int, int]:
+    """Leave a torn write at the end of a partition's active segment: what a power loss leaves behind
+    mid-write. (A SIGKILL alone leaves whole writes in the page cache; its cuts are batches of
+    transactions that died before their commit record.) Returns (path, size before, bytes added)."""
+    partition = rng.randrange(4)
+    path = active_log(root, "top_crash", partition)
+    batch = encode_batch(
+        [RecordIn(value=b"torn" * rng.randrange(1, 50)) for _ in range(rng.randrange(1, 5))],
+        next_offsets[partition],
+        now_ms=1,
+    )
+    data = batch.header + batch.body
+    torn = data[: rng.randrange(1, len(data))]
+    size = path.stat().st_size
+    append_bytes(path, torn)
+    return str(path), size, len(torn)
+
+
 @pytest.mark.slow
 class TestSigkill:
     def test_acknowledged_appends_survive_random_kills(self, tmp_path):
@@ -321,7 +366,9 @@ class TestSigkill:
         acked: dict[tuple[int, int], str] = {}
         kills = 0
         rounds = 0
-        cuts = 0
+        uncommitted = 0  # cuts of transactions the kill caught before their commit record
+        torn: tuple[str, int, int] | None = None  # the tail torn before this round's restart
+        torn_cut = 0
         while kills < 22 or rounds < 23:
             rounds += 1
             child = subprocess.Popen(
@@ -338,15 +385,28 @@ class TestSigkill:
             latest = check_dump(dump, acked)
             if kills >= 22:
                 child.send_signal(signal.SIGTERM)
-                child.wait(10)
+                out, err = child.communicate(timeout=10)
+            else:
+                time.sleep(rng.uniform(0.05, 0.4))
+                child.send_signal(signal.SIGKILL)
+                out, err = child.communicate(timeout=10)
+                kills += 1
+                assert child.returncode == -signal.SIGKILL, err.decode()[-2000:]
+            cuts = recovery_cuts(err.decode())
+            uncommitted += sum("uncommitted transaction" in why for *_, why in cuts)
+            if torn is not None:
+                # This round's start found the torn tail and cut all of it (the cut may begin earlier, at a
+                # batch of a transaction the kill left without its commit record).
+                path, size, added = torn
+                assert any(p == path and at <= size and n >= added for n, p, at, _ in cuts), (
+                    f"the torn tail of {path} ({added} bytes at {size}) was not cut: {cuts}"
+                )
+                torn_cut += 1
+                torn = None
+            if child.returncode != -signal.SIGKILL:
                 break
-            time.sleep(rng.uniform(0.05, 0.4))
-            child.send_signal(signal.SIGKILL)
-            out, err = child.communicate(timeout=10)
-            kills += 1
-            assert child.returncode == -signal.SIGKILL, err.decode()[-2000:]
-            cuts += err.decode().count("recovery cut")
             new = 0
+            ends = dict(latest)  # past the last acknowledged record of each partition
             for line in out.decode().splitlines():
                 if not line.startswith("A ") or not line.endswith(tuple("0123456789abcdef")):
                     continue  # a line torn by the kill
@@ -356,11 +416,21 @@ class TestSigkill:
                 key = (int(parts[1]), int(parts[2]))
                 assert key[1] >= latest[key[0]], f"offset {key} acknowledged twice"
                 acked[key] = parts[3]
+                ends[key[0]] = max(ends[key[0]], key[1] + 1)
                 new += 1
             assert new > 0 or rounds == 1, "no append was acknowledged after a restart"
-        print(f"{kills} kills, {len(acked)} acknowledged records, {cuts} torn tails cut at restart")
+            if kills % 3 == 0:
+                torn = tear_a_tail(root, rng, ends)
+        print(
+            f"{kills} kills, {len(acked)} acknowledged records, {uncommitted} uncommitted transactions "
+            f"and {torn_cut} torn tails cut at restart"
+        )
         assert kills >= 20
         assert len(acked) > 1000
+        # The kills did catch appends mid-way (else this test would prove nothing about recovery), and
+        # every torn tail was found and cut.
+        assert uncommitted > 0
+        assert torn_cut == 22 // 3
 
 
 def sha(value: bytes) -> str:
