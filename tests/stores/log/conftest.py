@@ -8,21 +8,21 @@ and, to test restarts, ``log_backend.reopen()``: close the engine and open a new
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
-from app.settings import LogSettings
 from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
-from app.stores.log.local import LocalLogEngine
+from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.protocol import LogEngine
 
 BACKENDS = ["local", "jetstream"]
 
 # Small segments so that rolls and retention happen with little data.
-LOCAL_SETTINGS = LogSettings(
+LOCAL_CONFIG = LocalLogConfig(
     segment_bytes=16 * 1024,
     segment_ms=7 * 24 * 3600 * 1000,
     index_interval_bytes=1024,
@@ -42,7 +42,7 @@ class LogBackend:
 
     def _make(self) -> LogEngine:
         if self.kind == "local":
-            return LocalLogEngine(self.root, LOCAL_SETTINGS)
+            return LocalLogEngine(self.root, LOCAL_CONFIG)
         if self.kind == "jetstream":
             return JetStreamLogEngine(JetStreamConfig(servers=tuple(self.nats_url.split(","))))
         raise ValueError(self.kind)
@@ -87,13 +87,13 @@ def topic_id() -> Callable[[], str]:
     return lambda: f"top_{secrets.token_hex(6)}"
 
 
-def local_settings(**overrides: object) -> LogSettings:
-    """``LOCAL_SETTINGS`` with some knobs changed."""
-    return LOCAL_SETTINGS.model_copy(update=overrides)
+def local_config(**overrides: int) -> LocalLogConfig:
+    """``LOCAL_CONFIG`` with some knobs changed."""
+    return dataclasses.replace(LOCAL_CONFIG, **overrides)
 
 
-async def open_local(root: Path, **overrides: object) -> LocalLogEngine:
-    engine = LocalLogEngine(root, local_settings(**overrides))
+async def open_local(root: Path, **overrides: int) -> LocalLogEngine:
+    engine = LocalLogEngine(root, local_config(**overrides))
     await engine.start()
     return engine
 

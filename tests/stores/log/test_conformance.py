@@ -8,7 +8,6 @@ segments or files; backend-specific behaviour is tested beside each backend.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -273,6 +272,11 @@ class TestOffsetForTime:
         assert await engine.offset_for_time(topic, 0, 123) == 0
 
 
+# A wait that only a record can end, and how long a test may take before it fails instead of hanging.
+_FOREVER = 3600.0
+_HANG_GUARD = 60.0
+
+
 @every_engine
 class TestWaitFor:
     async def test_returns_at_once_when_committed(self, engine, topic_id):
@@ -284,24 +288,38 @@ class TestWaitFor:
     async def test_times_out(self, engine, topic_id):
         topic = topic_id()
         await engine.create_topic(topic, 1, TopicLogConfig())
-        started = time.monotonic()
         assert await engine.wait_for(topic, 0, 0, 0.1) is False
-        assert 0.08 <= time.monotonic() - started < 2.0
+        # False told the truth: record 0 does not exist. (That a waiter waits out its timeout rather than
+        # answering at once: a waiter still waiting when the record arrives answers True, below.)
+        assert (await engine.partition_info(topic, 0)).latest_offset == 0
+        await engine.append(topic, {0: batch("a", 1)})
+        assert await engine.wait_for(topic, 0, 0, 0.1) is True
 
     async def test_waiters_wake_when_data_commits(self, engine, topic_id):
         topic = topic_id()
         await engine.create_topic(topic, 2, TopicLogConfig())
-        waiters = [asyncio.create_task(engine.wait_for(topic, 0, 0, 10.0)) for _ in range(5)]
-        later = asyncio.create_task(engine.wait_for(topic, 0, 3, 0.5))
-        other = asyncio.create_task(engine.wait_for(topic, 1, 0, 0.5))
-        await asyncio.sleep(0.05)
-        assert not any(w.done() for w in waiters)
-        started = time.monotonic()
-        await engine.append(topic, {0: batch("a", 2)})
-        assert await asyncio.gather(*waiters) == [True] * 5
-        assert time.monotonic() - started < 1.0
-        assert await later is False
-        assert await other is False
+        # Timeouts no test outlives: a waiter that answers True was woken by its record, never by its
+        # timeout, and one still pending has not given up early.
+        waiters = [asyncio.create_task(engine.wait_for(topic, 0, 0, _FOREVER)) for _ in range(5)]
+        later = asyncio.create_task(engine.wait_for(topic, 0, 3, _FOREVER))
+        other = asyncio.create_task(engine.wait_for(topic, 1, 0, _FOREVER))
+        everyone = [*waiters, later, other]
+        try:
+            async with asyncio.timeout(_HANG_GUARD):
+                await asyncio.sleep(0.05)
+                assert not any(w.done() for w in everyone)
+                await engine.append(topic, {0: batch("a", 2)})
+                assert await asyncio.gather(*waiters) == [True] * 5
+                # Offsets 0 and 1 committed: the waiter for offset 3 and the other partition's wait on.
+                assert not later.done() and not other.done()
+                await engine.append(topic, {1: batch("b", 1)})
+                assert await other is True
+                assert not later.done()
+                await engine.append(topic, {0: batch("c", 2)})
+                assert await later is True
+        finally:
+            for waiter in everyone:
+                waiter.cancel()
 
 
 @every_engine

@@ -16,8 +16,10 @@ How the pieces fit (each module's docstring has the details)::
               index                  OffsetIndex, TimeIndex
         committer.TransactionLog     commit records of multi-partition appends (__txn/)
         loader                       start-up recovery of one partition
+        log_dir                      the root on disk: partition dirs, checkpoint file, marker, probe
         retention                    whole-segment deletion by time and size
       files                          names and positioned file I/O
+      config.LocalLogConfig          the engine's knobs, frozen, built by whoever builds the engine
 
 Errors: ``UnknownLog`` (no such topic/partition), ``EngineUnavailable`` (``LogOffline``: a write or fsync
 failed and the disk has not recovered yet - the engine comes back by itself once it has, see ``manager``),
@@ -32,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from app.settings import LogSettings
+from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.manager import LogManager
 from app.stores.log.local.partition_log import OffsetOutOfRange
 from app.stores.log.protocol import (
@@ -46,10 +48,10 @@ from app.stores.log.protocol import (
 class LocalLogEngine:
     """The local, fsync-durable log engine (see the module docstring)."""
 
-    def __init__(self, root: Path, settings: LogSettings | None = None) -> None:
+    def __init__(self, root: Path, config: LocalLogConfig | None = None) -> None:
         self.root = Path(root)
-        self.settings = settings or LogSettings()
-        self.manager = LogManager(self.root, self.settings)
+        self.config = config or LocalLogConfig()
+        self.manager = LogManager(self.root, self.config)
 
     @property
     def durability(self) -> str:

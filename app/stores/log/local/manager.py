@@ -35,18 +35,15 @@ A step that fails (the disk is still full, read-only or failing) leaves the engi
 next try; every step can be repeated. A restart still works as before: recovery from disk.
 
 Topic config lives in each partition directory's ``partition.metadata`` (JSON), so a restart needs
-nothing but the root directory.
+nothing but the root directory. The file work on the root itself - partition directories, the
+checkpoint file, the marker, the disk probe - is ``log_dir``'s; this module decides when it happens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
-import secrets
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -54,9 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.kit.clock import now_ms
-from app.settings import LogSettings
-from app.stores.log.local import files, retention
+from app.stores.log.local import files, log_dir, retention
 from app.stores.log.local.committer import Transaction, TransactionLog
+from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.loader import load_partition
 from app.stores.log.local.partition_log import LogConfig, LogOffline, PartitionLog
 from app.stores.log.local.segments import LogSegments, OpenSegments
@@ -86,59 +83,13 @@ class _Topic:
     partitions: dict[int, PartitionLog] = field(default_factory=dict)
 
 
-def _read_metadata(directory: Path) -> TopicLogConfig:
-    path = directory / files.PARTITION_METADATA
-    try:
-        data = json.loads(path.read_bytes())
-        return TopicLogConfig(
-            retention_ms=data.get("retention_ms"), retention_bytes=data.get("retention_bytes")
-        )
-    except (OSError, ValueError, AttributeError):
-        logger.warning("%s is missing or unreadable; the partition keeps data forever until configured", path)
-        return TopicLogConfig()
-
-
-def _metadata_bytes(topic_id: str, partition: int, config: TopicLogConfig) -> bytes:
-    return json.dumps(
-        {
-            "version": 1,
-            "topic_id": topic_id,
-            "partition": partition,
-            "retention_ms": config.retention_ms,
-            "retention_bytes": config.retention_bytes,
-        }
-    ).encode()
-
-
-def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """``{(topic_id, partition): recovery_point}`` from a recovery-point checkpoint file (Kafka's text
-    format: a version line, a count line, then ``<topic_id> <partition> <offset>`` lines)."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    if len(lines) < 2 or lines[0].strip() != "0" or int(lines[1]) != len(lines) - 2:
-        logger.warning("ignoring malformed checkpoint %s", path)
-        return {}
-    points: dict[tuple[str, int], int] = {}
-    for line in lines[2:]:
-        topic_id, partition, offset = line.split()
-        points[(topic_id, int(partition))] = int(offset)
-    return points
-
-
-def write_checkpoint(path: Path, points: Mapping[tuple[str, int], int]) -> None:
-    lines = ["0", str(len(points))] + [f"{t} {p} {o}" for (t, p), o in sorted(points.items())]
-    files.write_atomic(path, ("\n".join(lines) + "\n").encode())
-
-
 class LogManager:
     """All partition logs under one root; see the module docstring."""
 
-    def __init__(self, root: Path, settings: LogSettings) -> None:
+    def __init__(self, root: Path, config: LocalLogConfig) -> None:
         self.root = Path(root)
-        self.settings = settings
-        self.open_segments = OpenSegments(settings.max_open_segments)
+        self.config = config
+        self.open_segments = OpenSegments(config.max_open_segments)
         self._write_executor = ThreadPoolExecutor(_WRITE_THREADS, thread_name_prefix="log-writer")
         self._read_executor = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="log-reader")
         self.txn_log = TransactionLog(self.root / files.TXN_DIR, self._write_executor)
@@ -189,27 +140,18 @@ class LogManager:
     def _load_all(self) -> list[tuple[PartitionLog, TopicLogConfig]]:
         root = self.root
         root.mkdir(parents=True, exist_ok=True)
-        for entry in root.iterdir():
-            if entry.name.startswith(files.DELETING_PREFIX) or (
-                entry.name.startswith(".") and entry.name.endswith(files.TMP_SUFFIX)
-            ):
-                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-        marker = root / files.CLEAN_SHUTDOWN
-        clean = marker.exists()
-        points = read_checkpoint(root / files.RECOVERY_POINT_CHECKPOINT)
+        log_dir.clear_leftovers(root)
+        clean = log_dir.was_clean(root)
+        points = log_dir.read_checkpoint(root / files.RECOVERY_POINT_CHECKPOINT)
         committed = self.txn_log.load()
         loaded: list[tuple[PartitionLog, TopicLogConfig]] = []
-        for entry in sorted(root.iterdir()):
-            parsed = files.parse_partition_dir(entry.name)
-            if parsed is None or not entry.is_dir():
-                continue
-            topic_id, partition = parsed
-            config = _read_metadata(entry)
+        for topic_id, partition, entry in log_dir.partition_dirs(root):
+            config = log_dir.read_topic_config(entry)
             point = points.get((topic_id, partition))
             result = load_partition(
                 entry,
                 self.open_segments,
-                index_interval_bytes=self.settings.index_interval_bytes,
+                index_interval_bytes=self.config.index_interval_bytes,
                 recovery_point=point,
                 clean=clean,
                 committed_txns=committed,
@@ -222,8 +164,7 @@ class LogManager:
             log.recovery_point = point if point is not None and result.scanned_segments == 0 else 0
             loaded.append((log, config))
         if clean:
-            marker.unlink()
-            files.fsync_dir(root)
+            log_dir.remove_clean_marker(root)
         return loaded
 
     def _build_log(
@@ -232,7 +173,7 @@ class LogManager:
         return PartitionLog(
             tp,
             directory,
-            LogConfig.of(self.settings, config),
+            LogConfig.of(self.config, config),
             segments,
             self.open_segments,
             write_executor=self._write_executor,
@@ -270,14 +211,11 @@ class LogManager:
         loop = asyncio.get_running_loop()
         if self.failed is None:
             await self._checkpoint(final=True)
-            await loop.run_in_executor(self._read_executor, self._write_clean_marker)
+            await loop.run_in_executor(self._read_executor, log_dir.write_clean_marker, self.root)
         await self.txn_log.close()
         self._write_executor.shutdown(wait=True)
         self._read_executor.shutdown(wait=True)
         self.started = False
-
-    def _write_clean_marker(self) -> None:
-        files.write_atomic(self.root / files.CLEAN_SHUTDOWN, b'{"version": 1}\n')
 
     # -- lookups -----------------------------------------------------------------------------------------------
 
@@ -355,18 +293,12 @@ class LogManager:
             raise failure
 
     def _create_partition(self, topic_id: str, partition: int, config: TopicLogConfig) -> PartitionLog:
-        name = files.partition_dir_name(topic_id, partition)
-        final = self.root / name
-        if not final.exists():
-            tmp = self.root / f".{name}{files.TMP_SUFFIX}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            files.write_atomic(tmp / files.PARTITION_METADATA, _metadata_bytes(topic_id, partition, config))
-            os.rename(tmp, final)  # the root is fsync'd once for all the partitions created (``_add``)
+        # The root is fsync'd once for all the partitions created (``_add``).
+        final = log_dir.create_partition_dir(self.root, topic_id, partition, config)
         result = load_partition(
             final,
             self.open_segments,
-            index_interval_bytes=self.settings.index_interval_bytes,
+            index_interval_bytes=self.config.index_interval_bytes,
             recovery_point=None,
             clean=False,
         )
@@ -379,14 +311,11 @@ class LogManager:
         topic.config = config
         logs = list(topic.partitions.values())
         for log in logs:
-            log.config = LogConfig.of(self.settings, config)
+            log.config = LogConfig.of(self.config, config)
 
         def persist() -> None:
             for log in logs:
-                files.write_atomic(
-                    log.directory / files.PARTITION_METADATA,
-                    _metadata_bytes(topic_id, log.tp.partition, config),
-                )
+                log_dir.write_topic_config(log.directory, topic_id, log.tp.partition, config)
 
         try:
             await asyncio.get_running_loop().run_in_executor(self._read_executor, persist)
@@ -400,24 +329,10 @@ class LogManager:
             await log.close(UnknownLog(f"topic {topic_id} was deleted"))
             log.discard_files()
         directories = [log.directory for log in logs]
-
-        def remove() -> None:
-            # Directories of this topic not loaded (left over from a crash) go too.
-            for entry in self.root.iterdir():
-                parsed = files.parse_partition_dir(entry.name)
-                if parsed is not None and parsed[0] == topic_id and entry not in directories:
-                    directories.append(entry)
-            for directory in directories:
-                trash = self.root / f"{files.DELETING_PREFIX}{directory.name}-{secrets.token_hex(4)}"
-                try:
-                    os.rename(directory, trash)
-                except FileNotFoundError:
-                    continue
-                shutil.rmtree(trash, ignore_errors=True)
-            files.fsync_dir(self.root)
-
         try:
-            await asyncio.get_running_loop().run_in_executor(None, remove)
+            await asyncio.get_running_loop().run_in_executor(
+                None, log_dir.remove_topic_dirs, self.root, topic_id, directories
+            )
         except OSError as exc:
             # The logs are closed and forgotten; the next start's orphan sweep removes what is left.
             logger.warning("could not remove the files of topic %s: %r", topic_id, exc)
@@ -530,7 +445,7 @@ class LogManager:
             for log in self.logs():
                 await log.wait_idle()
             await self.txn_log.wait_idle()
-            await loop.run_in_executor(self._read_executor, self._probe, _PROBE_BYTES, True)
+            await loop.run_in_executor(self._read_executor, log_dir.probe, self.root, _PROBE_BYTES, True)
             await loop.run_in_executor(self._read_executor, self.txn_log.cut_unflushed)
             removed = 0
             for log in self.logs():
@@ -566,7 +481,7 @@ class LogManager:
         return not self._stop.is_set()
 
     async def _retention_loop(self) -> None:
-        interval = self.settings.retention_check_interval_ms / 1000
+        interval = self.config.retention_check_interval_ms / 1000
         never = asyncio.Event()
         while await self._sleep(never, interval):
             try:
@@ -600,7 +515,7 @@ class LogManager:
             points = {(log.tp.topic_id, log.tp.partition): log.high_watermark for log in logs}
             loop = asyncio.get_running_loop()
             path = self.root / files.RECOVERY_POINT_CHECKPOINT
-            await loop.run_in_executor(self._read_executor, write_checkpoint, path, points)
+            await loop.run_in_executor(self._read_executor, log_dir.write_checkpoint, path, points)
             candidates = [self.txn_log.next_txn_id, *self._open_txns]
             for log in logs:
                 point = points[(log.tp.topic_id, log.tp.partition)]
@@ -622,22 +537,9 @@ class LogManager:
 
         def probe() -> bool:
             try:
-                self._probe(2, False)
+                log_dir.probe(self.root, 2, False)
                 return True
             except OSError:
                 return False
 
         return await asyncio.get_running_loop().run_in_executor(None, probe)
-
-    def _probe(self, size: int, durable: bool) -> None:
-        """Create, write ``size`` bytes to (and fdatasync if ``durable``), and remove a file in the root."""
-        path = self.root / f".probe-{secrets.token_hex(4)}{files.TMP_SUFFIX}"
-        try:
-            with open(path, "wb") as f:
-                f.write(b"\0" * size)
-                f.flush()
-                if durable:
-                    os.fdatasync(f.fileno())
-        finally:
-            with contextlib.suppress(OSError):
-                path.unlink()

@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from app.kit.clock import now_ms
-from app.settings import LogSettings
 from app.stores.errors import StoreUnavailable
 from app.stores.log.local import files, reads
 from app.stores.log.local.committer import GroupCommitter, Transaction
+from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.records import (
     BatchHeader,
     CorruptRecordError,
@@ -111,11 +111,12 @@ class LogConfig:
     retention_bytes: int | None = None
 
     @classmethod
-    def of(cls, settings: LogSettings, topic: TopicLogConfig) -> LogConfig:
+    def of(cls, engine: LocalLogConfig, topic: TopicLogConfig) -> LogConfig:
+        """The engine's knobs with the topic's retention."""
         return cls(
-            segment_bytes=settings.segment_bytes,
-            segment_ms=settings.segment_ms,
-            index_interval_bytes=settings.index_interval_bytes,
+            segment_bytes=engine.segment_bytes,
+            segment_ms=engine.segment_ms,
+            index_interval_bytes=engine.index_interval_bytes,
             retention_ms=topic.retention_ms,
             retention_bytes=topic.retention_bytes,
         )
@@ -150,7 +151,7 @@ class RollRequest:
 
     __slots__ = ("future",)
 
-    def __init__(self, future: asyncio.Future[bool]) -> None:
+    def __init__(self, future: asyncio.Future[None]) -> None:
         self.future = future
 
 
@@ -248,12 +249,12 @@ class PartitionLog:
         """Until no write is queued or in flight."""
         await self._committer.wait_idle()
 
-    async def roll(self) -> bool:
+    async def roll(self) -> None:
         """Roll the active segment through the writer (a no-op if it is empty); returns once done."""
         self.check_writable()
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._committer.submit(RollRequest(future))
-        return await future
+        await future
 
     # -- writing (worker thread) ------------------------------------------------------------------------
 
@@ -352,7 +353,7 @@ class PartitionLog:
         for item in items:
             if isinstance(item, RollRequest):
                 if not item.future.done():
-                    item.future.set_result(True)
+                    item.future.set_result(None)
             else:
                 item.durable = True
         if rolled:

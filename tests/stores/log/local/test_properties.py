@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from app.stores.log.local import LocalLogEngine
 from app.stores.log.protocol import RecordIn, TopicLogConfig
-from tests.stores.log.conftest import crash, local_settings
+from tests.stores.log.conftest import crash, local_config
 
 PARTITIONS = 3
 TOPIC = "top_prop"
@@ -37,8 +37,8 @@ ops = st.lists(st.one_of(append_op, append_op, read_op, time_op, restart_op), mi
 common = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def settings_for(segment_bytes: int):
-    return local_settings(segment_bytes=segment_bytes, index_interval_bytes=128, max_open_segments=4)
+def config_for(segment_bytes: int):
+    return local_config(segment_bytes=segment_bytes, index_interval_bytes=128, max_open_segments=4)
 
 
 def as_tuple(r):
@@ -46,7 +46,7 @@ def as_tuple(r):
 
 
 async def run_ops(root: Path, segment_bytes: int, operations) -> None:
-    engine = LocalLogEngine(root, settings_for(segment_bytes))
+    engine = LocalLogEngine(root, config_for(segment_bytes))
     await engine.start()
     await engine.create_topic(TOPIC, PARTITIONS, TopicLogConfig())
     model: dict[int, list[tuple]] = {p: [] for p in range(PARTITIONS)}
@@ -72,7 +72,7 @@ async def run_ops(root: Path, segment_bytes: int, operations) -> None:
                     await engine.close()
                 else:
                     crash(engine)
-                engine = LocalLogEngine(root, settings_for(segment_bytes))
+                engine = LocalLogEngine(root, config_for(segment_bytes))
                 await engine.start()
         for p in range(PARTITIONS):
             info = await engine.partition_info(TOPIC, p)
@@ -91,7 +91,7 @@ def test_engine_matches_a_model(operations, segment_bytes):
 
 
 async def run_retention(root: Path, batches, retention_ms: int, now: int) -> None:
-    engine = LocalLogEngine(root, settings_for(512))
+    engine = LocalLogEngine(root, config_for(512))
     await engine.start()
     try:
         await engine.create_topic(TOPIC, 1, TopicLogConfig(retention_ms=retention_ms))

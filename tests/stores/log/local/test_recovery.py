@@ -78,7 +78,7 @@ def break_fsync(
 
 async def reopen_after_crash(engine: LocalLogEngine, root: Path) -> LocalLogEngine:
     crash(engine)
-    return await open_local(root, segment_bytes=engine.settings.segment_bytes)
+    return await open_local(root, segment_bytes=engine.config.segment_bytes)
 
 
 async def test_an_fsync_error_pauses_appends_until_the_disk_recovers(tmp_path, monkeypatch):
