@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import nats.errors
 import orjson
@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 from app.stores.log.protocol import EngineUnavailable, LogEngineError, UnknownLog
 
 STREAM_NOT_FOUND = 10059
+NO_LEADER_RETRIES = 8  # about 1.8 s of waiting in all
 BATCH_DUPLICATE_ID = 10201  # an atomic batch whose Nats-Msg-Id was seen: applied already
 _NOT_FOUND_STATUS = "404"
 _END_OF_BATCH_STATUS = "204"
@@ -235,3 +236,26 @@ def _error(error: dict[str, Any], stream: str) -> LogEngineError:
     if code in (408, 503) or code >= 500:
         return EngineUnavailable(description)
     return JetStreamError(code, err_code, description)
+
+
+T = TypeVar("T")
+
+
+async def while_leaderless(
+    call: Callable[[], Awaitable[T]],
+    leaderless: type[BaseException],
+    *,
+    between: Callable[[], Awaitable[Any]] | None = None,
+) -> T:
+    """``call()``, tried again while it fails with ``leaderless``: nothing received the request, so nothing
+    was stored, and a stream or bucket just created, or electing a leader, answers in moments. ``between``
+    runs after each such failure (to tell "no leader yet" from "gone"). The last try's error is the
+    caller's."""
+    for attempt in range(NO_LEADER_RETRIES):
+        try:
+            return await call()
+        except leaderless:
+            if between is not None:
+                await between()
+            await asyncio.sleep(0.05 * (attempt + 1))
+    return await call()

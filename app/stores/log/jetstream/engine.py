@@ -50,6 +50,7 @@ from app.stores.log.jetstream.client import (
     JetStreamError,
     NoStream,
     StoredAt,
+    while_leaderless,
 )
 from app.stores.log.jetstream.idempotency import JetStreamIdempotency
 from app.stores.log.jetstream.transactions import Transactions
@@ -71,7 +72,6 @@ _GONE_PREFIX = "qc.gone."  # a topic's streams were deleted (subject token: the 
 _REPLICA_CHOICES = (1, 3, 5)
 _MESSAGE_OVERHEAD = 256  # subject, batch headers and framing JetStream counts in a read's max_bytes
 _LAG_RETRIES = 20
-_NO_LEADER_RETRIES = 8  # about 1.8 s of waiting in all
 _CREATE_CONCURRENCY = 8
 _ADMIN_TIMEOUT = 30.0  # creating or deleting a stream is a Raft group's birth or death: not the hot path
 _NO_PLACEMENT = 10005  # a replica answering a read may trail the leader by a few milliseconds
@@ -410,19 +410,18 @@ class JetStreamLogEngine:
     ) -> StoredAt:
         name = codec.stream_name(topic_id, partition)
         try:
-            for attempt in range(_NO_LEADER_RETRIES + 1):
-                try:
-                    stored = await self.client.append(
-                        codec.subject(topic_id, partition), frames, msg_id=msg_id, stream=name
-                    )
-                    break
-                except NoStream:
-                    # Nothing received it, so nothing was stored: a stream just created, or electing a
-                    # leader, answers again in moments. Gone altogether, it is UnknownLog.
-                    await self._stream_info(topic_id, partition)
-                    if attempt == _NO_LEADER_RETRIES:
-                        raise EngineUnavailable(f"stream {name} has no leader right now") from None
-                    await asyncio.sleep(0.05 * (attempt + 1))
+            # A stream just created, or electing a leader, answers again in moments; gone altogether
+            # (``_stream_info`` after each try), it is UnknownLog.
+            stored = await while_leaderless(
+                lambda: self.client.append(
+                    codec.subject(topic_id, partition), frames, msg_id=msg_id, stream=name
+                ),
+                NoStream,
+                between=lambda: self._stream_info(topic_id, partition),
+            )
+        except NoStream:
+            await self._stream_info(topic_id, partition)
+            raise EngineUnavailable(f"stream {name} has no leader right now") from None
         except AlreadyApplied:
             if recovering:
                 return StoredAt(0, 0)

@@ -10,25 +10,40 @@ key's message is::
 
 A claim is a create-if-absent: of two nodes claiming one key at once, exactly one wins; the other reads the
 entry (``app.broker.idempotency`` says what it does then).
+
+A bucket without a leader (just created, or electing one after a server died) has no responders: nothing
+received the request, so nothing was written, and each call is retried for about 2 s before it is
+``EngineUnavailable`` (as the engine does for its partition streams). Without that, the first keyed
+publishes on a new cluster answered 503 (the crash soak found it: the bucket's stream existed, its leader
+not yet).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.errors
 import orjson
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.client import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoStreamResponseError,
+)
 from nats.js.kv import KeyValue
 
+from app.stores.log.jetstream.client import while_leaderless
 from app.stores.log.protocol import EngineUnavailable
 
 BUCKET = "QC_IDEMPOTENCY"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,40 +63,53 @@ class JetStreamIdempotency:
     """The shared idempotency records (see the module docstring)."""
 
     def __init__(
-        self, js: Callable[[], JetStreamContext], *, window_seconds: float, replicas: int, timeout: float
+        self,
+        js: Callable[[], JetStreamContext],
+        *,
+        window_seconds: float,
+        replicas: int,
+        timeout: float,
+        bucket: str = BUCKET,
     ) -> None:
         self._js = js  # answers the context once connected, raises EngineUnavailable before
         self._window_seconds = window_seconds
         self._replicas = replicas
         self._timeout = timeout
+        self._bucket_name = bucket
         self._kv: KeyValue | None = None
+        self._opening = asyncio.Lock()  # one lookup (or creation) of the bucket, not one per caller
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
-            try:
-                js = self._js()
-                try:
-                    self._kv = await js.key_value(BUCKET)
-                except BucketNotFoundError:
-                    self._kv = await js.create_key_value(
-                        KeyValueConfig(
-                            bucket=BUCKET,
-                            history=1,
-                            ttl=self._window_seconds,
-                            replicas=self._replicas,
-                            storage=StorageType.FILE,
-                        )
-                    )
-            except (nats.errors.Error, TimeoutError) as exc:
-                raise EngineUnavailable(f"idempotency records unavailable: {type(exc).__name__}") from exc
+            async with self._opening:
+                if self._kv is None:
+                    self._kv = await self._open()
         return self._kv
+
+    async def _open(self) -> KeyValue:
+        try:
+            js = self._js()
+            try:
+                return await js.key_value(self._bucket_name)
+            except BucketNotFoundError:
+                return await js.create_key_value(
+                    KeyValueConfig(
+                        bucket=self._bucket_name,
+                        history=1,
+                        ttl=self._window_seconds,
+                        replicas=self._replicas,
+                        storage=StorageType.FILE,
+                    )
+                )
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise EngineUnavailable(f"idempotency records unavailable: {type(exc).__name__}") from exc
 
     async def claim(self, topic_id: str, key: str, now_ms: int) -> IdempotencyEntry:
         """Create the key's entry as ``pending`` (state ``won``), or read the entry another made first."""
         kv = await self._bucket()
         name = _name(topic_id, key)
         try:
-            revision = await kv.create(name, orjson.dumps({"s": "pending", "at": now_ms}))
+            revision = await _answered(lambda: kv.create(name, orjson.dumps({"s": "pending", "at": now_ms})))
             return IdempotencyEntry("won", revision, at_ms=now_ms)
         except KeyWrongLastSequenceError:
             pass
@@ -95,7 +123,7 @@ class JetStreamIdempotency:
     async def get(self, topic_id: str, key: str) -> IdempotencyEntry | None:
         kv = await self._bucket()
         try:
-            entry = await kv.get(_name(topic_id, key))
+            entry = await _answered(lambda: kv.get(_name(topic_id, key)))
         except KeyNotFoundError:
             return None
         except (nats.errors.Error, TimeoutError) as exc:
@@ -127,7 +155,8 @@ class JetStreamIdempotency:
         """Make a stale entry ours (``pending`` again), if nobody changed it since ``revision``."""
         kv = await self._bucket()
         try:
-            await kv.update(_name(topic_id, key), orjson.dumps({"s": "pending", "at": now_ms}), last=revision)
+            value = orjson.dumps({"s": "pending", "at": now_ms})
+            await _answered(lambda: kv.update(_name(topic_id, key), value, last=revision))
             return True
         except KeyWrongLastSequenceError:
             return False
@@ -137,9 +166,15 @@ class JetStreamIdempotency:
     async def _put(self, topic_id: str, key: str, value: dict[str, Any]) -> None:
         kv = await self._bucket()
         try:
-            await kv.put(_name(topic_id, key), orjson.dumps(value))
+            await _answered(lambda: kv.put(_name(topic_id, key), orjson.dumps(value)))
         except (nats.errors.Error, TimeoutError) as exc:
             raise EngineUnavailable(f"idempotency record not written: {type(exc).__name__}") from exc
+
+
+async def _answered(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, again while the bucket has no leader to answer it; the last try's
+    ``NoStreamResponseError`` is the caller's ``EngineUnavailable``."""
+    return await while_leaderless(call, NoStreamResponseError)
 
 
 def _name(topic_id: str, key: str) -> str:
