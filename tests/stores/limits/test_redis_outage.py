@@ -1,7 +1,8 @@
 """A Redis outage degrades limits to per-process counting, is logged once, and heals by itself.
 
 Each test runs its own throwaway ``redis-server`` on a free port and really kills, stops or starts it:
-no mocks. Probes run every second (the default), so a test spends a second or two waiting to heal.
+no mocks. Probes run every second (the default), so a test spends a second or two waiting to heal;
+it waits by a bounded number of looks, never asserting how long healing took.
 """
 
 from __future__ import annotations
@@ -96,13 +97,15 @@ def messages(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRec
     return [r for r in caplog.records if r.name == "queuecore.limits" and text in r.getMessage()]
 
 
-async def wait_for_status(limiter: RedisRateLimiter, status: str, timeout: float = 5.0) -> float:
-    """Poll ``status()`` until it answers ``status``; returns how long that took."""
-    start = time.monotonic()
-    while (current := await limiter.status()) != status:
-        assert time.monotonic() - start < timeout, f"status still {current!r} after {timeout} s"
+async def wait_for_status(limiter: RedisRateLimiter, status: str, tries: int = 100) -> None:
+    """Ask ``status()`` until it answers ``status``, at most ``tries`` times 50 ms apart (probes run every
+    second: five of them). A bounded number of looks, not a clock: how soon is the benchmarks' business."""
+    current = None
+    for _ in range(tries):
+        if (current := await limiter.status()) == status:
+            return
         await asyncio.sleep(0.05)
-    return time.monotonic() - start
+    pytest.fail(f"status still {current!r} after {tries} looks")
 
 
 async def zcard(url: str, key: str) -> int:
@@ -133,20 +136,20 @@ class TestRedisKilled:
 
             redis_server.kill()
             # Decisions keep coming, per process, for longer than a probe interval; the limit still holds.
+            # (At least 60 of them, however slow the machine: how many a second is not a test's business.)
             decisions = []
             end = time.monotonic() + 1.5
-            while time.monotonic() < end:
+            while time.monotonic() < end or len(decisions) < 60:
                 decisions.append(await limiter.acquire("during", 5, 5000))
                 assert await limiter.status() == "degraded"
                 await asyncio.sleep(0.01)
-            assert len(decisions) > 50
             assert sum(d.allowed for d in decisions) == 5
             assert all(d.at_us is None for d in decisions)
             assert len(messages(limits_log, OUTAGE)) == 1
             assert messages(limits_log, OUTAGE)[0].levelno == logging.WARNING
 
             redis_server.start()  # same port, empty, no scripts loaded
-            assert await wait_for_status(limiter, "ok") < 2.5
+            await wait_for_status(limiter, "ok")
             after = await limiter.acquire("after", 3)
             assert after.allowed and after.at_us is not None
             assert await zcard(redis_server.url, "qc:outage:after") == 1
