@@ -15,15 +15,15 @@ from pydantic import Field
 from app.api.deps import SessionDep
 from app.api.routing import JsonRoute
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import CustomLimits, TierName
 from app.broker import tenancy
 from app.broker.rate_limits import Category, limit_for
 from app.errors import ApiError, responses
-from app.stores.metadata.models import Project as ProjectRow
 
 
 class TierUpdate(RequestBody):
-    tier: str = Field(examples=["enterprise"], description="developer, pro or enterprise")
-    limits: dict[str, int] | None = Field(
+    tier: TierName = Field(examples=["enterprise"], description="developer, pro or enterprise")
+    limits: CustomLimits | None = Field(
         None,
         examples=[{"publish": 5000, "consume": 2000, "admin": 100}],
         description="Requests per second per category; enterprise only.",
@@ -52,13 +52,13 @@ Operator = Annotated[None, Depends(operator)]
 router = APIRouter(prefix="/v1/admin/projects", tags=["admin"], route_class=JsonRoute)
 
 
-def _project(row: ProjectRow) -> Project:
+def _project(view: tenancy.ProjectView) -> Project:
     return Project(
-        id=row.id,
-        name=row.name,
-        tier=row.tier,
-        customLimits=row.custom_limits,
-        limits={c.value: limit_for(row.tier, row.custom_limits, c) for c in Category},
+        id=view.id,
+        name=view.name,
+        tier=view.tier,
+        customLimits=view.custom_limits,
+        limits={c.value: limit_for(view.tier, view.custom_limits, c) for c in Category},
     )
 
 
@@ -67,7 +67,7 @@ def _project(row: ProjectRow) -> Project:
 )
 async def get_project(project: str, _: Operator, session: SessionDep) -> Project:
     """A project (by id or name) with its tier and effective limits."""
-    return _project(await tenancy.get_project(session, project))
+    return _project(await tenancy.describe_project(session, project))
 
 
 @router.put(
@@ -80,5 +80,4 @@ async def set_tier(project: str, body: TierUpdate, _: Operator, session: Session
     limits = None
     if body.limits is not None:
         limits = tenancy.parse_custom_limits(",".join(f"{k}={v}" for k, v in body.limits.items()))
-    row = await tenancy.set_tier(session, project, tenancy.parse_tier(body.tier), limits)
-    return _project(row)
+    return _project(await tenancy.set_tier(session, project, tenancy.parse_tier(body.tier), limits))

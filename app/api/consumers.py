@@ -11,8 +11,9 @@ import asyncio
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.api.deps import ConsumeKey, ServicesDep, scope_of
+from app.api.deps import ConsumeTopics, ServicesDep
 from app.api.routing import JsonRoute
+from app.api.schemas.constraints import GroupNamePath, MemberIdPath, TopicNamePath
 from app.api.schemas.consumers import (
     AckIn,
     ExtendIn,
@@ -43,9 +44,11 @@ def _settled(result: leases.Settled) -> Settled:
 @router.post(
     "/members", response_model=Joined, responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND")
 )
-async def join(name: str, group: str, body: JoinIn, key: ConsumeKey, services: ServicesDep) -> Joined:
+async def join(
+    name: TopicNamePath, group: GroupNamePath, body: JoinIn, topics: ConsumeTopics, services: ServicesDep
+) -> Joined:
     """Join a group (created if needed), or rejoin with ``memberId``; answers the member's partitions."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     joined = await membership.join(
         services.metadata,
         services.log,
@@ -69,10 +72,15 @@ async def join(name: str, group: str, body: JoinIn, key: ConsumeKey, services: S
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "MEMBER_NOT_FOUND"),
 )
 async def heartbeat(
-    name: str, group: str, member_id: str, body: HeartbeatIn, key: ConsumeKey, services: ServicesDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    member_id: MemberIdPath,
+    body: HeartbeatIn,
+    topics: ConsumeTopics,
+    services: ServicesDep,
 ) -> HeartbeatOut:
     """Keep the member alive; ``shouldRejoin`` after a rebalance (join again with the same memberId)."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     beat = await membership.heartbeat(
         services.metadata, MemberRef(topic, group, member_id, body.generationId)
     )
@@ -86,9 +94,15 @@ async def heartbeat(
     status_code=204,
     responses=responses(*_AUTH, "TOPIC_NOT_FOUND", "MEMBER_NOT_FOUND"),
 )
-async def leave(name: str, group: str, member_id: str, key: ConsumeKey, services: ServicesDep) -> Response:
+async def leave(
+    name: TopicNamePath,
+    group: GroupNamePath,
+    member_id: MemberIdPath,
+    topics: ConsumeTopics,
+    services: ServicesDep,
+) -> Response:
     """Leave the group: its partitions and unacked messages go to the other members at once."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     await membership.leave(services.metadata, topic, group, member_id)
     return Response(status_code=204)
 
@@ -106,11 +120,16 @@ async def _hang_up(request: Request, abandoned: asyncio.Event) -> None:
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
 async def poll(
-    name: str, group: str, body: PollIn, key: ConsumeKey, services: ServicesDep, request: Request
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: PollIn,
+    topics: ConsumeTopics,
+    services: ServicesDep,
+    request: Request,
 ) -> Response:
     """Up to ``maxMessages`` messages of the member's partitions, in offset order per partition; waits
     up to ``waitSeconds`` for the first. Counts as a heartbeat. A client that hangs up ends the wait."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     abandoned = asyncio.Event()
     listener = asyncio.ensure_future(_hang_up(request, abandoned)) if body.waitSeconds > 0 else None
     try:
@@ -133,10 +152,12 @@ async def poll(
     response_model=Settled,
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
-async def ack(name: str, group: str, body: AckIn, key: ConsumeKey, services: ServicesDep) -> Settled:
+async def ack(
+    name: TopicNamePath, group: GroupNamePath, body: AckIn, topics: ConsumeTopics, services: ServicesDep
+) -> Settled:
     """Acknowledge messages; answered once durable. Per id: ``ACK_EXPIRED`` after the deadline,
     ``MESSAGE_NOT_FOUND`` or ``INVALID_REQUEST`` for ids that were not delivered or are malformed."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
     return _settled(await leases.ack(services.metadata, member, body.ids))
 
@@ -146,10 +167,12 @@ async def ack(name: str, group: str, body: AckIn, key: ConsumeKey, services: Ser
     response_model=Settled,
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
-async def nack(name: str, group: str, body: NackIn, key: ConsumeKey, services: ServicesDep) -> Settled:
+async def nack(
+    name: TopicNamePath, group: GroupNamePath, body: NackIn, topics: ConsumeTopics, services: ServicesDep
+) -> Settled:
     """Give a message back for redelivery, at once or after ``delay``; later messages are not held up."""
     delay_ms = durations.parse_delay(body.delay) if body.delay is not None else None
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
     return _settled(
         await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
@@ -161,8 +184,10 @@ async def nack(name: str, group: str, body: NackIn, key: ConsumeKey, services: S
     response_model=Settled,
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
-async def extend(name: str, group: str, body: ExtendIn, key: ConsumeKey, services: ServicesDep) -> Settled:
+async def extend(
+    name: TopicNamePath, group: GroupNamePath, body: ExtendIn, topics: ConsumeTopics, services: ServicesDep
+) -> Settled:
     """Move the ack deadline of messages to ``seconds`` from now."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
     return _settled(await leases.extend(services.metadata, member, body.ids, body.seconds))

@@ -1,4 +1,4 @@
-"""What routes depend on: the services built in lifespan, the caller's key, a metadata session."""
+"""What routes depend on: the services built in lifespan, the caller's key and topics, a metadata session."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from app.broker.alerts import AlertDispatcher
 from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
 from app.broker.rate_limits import Category, limit_for
-from app.broker.topics import Scope
+from app.broker.topics import Scope, TopicDirectory, TopicRef
 from app.broker.usage import UsageMeter
 from app.errors import ApiError
 from app.settings import Settings
@@ -130,3 +130,39 @@ ConsumeKey = Annotated[Principal, Depends(api_key(Category.consume))]
 
 def scope_of(principal: Principal) -> Scope:
     return Scope(principal.project_id, principal.environment)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTopics:
+    """The topics of the calling key's project environment, by name.
+
+    A route asks for its topic when it needs it (``await topics.get(name)``) rather than FastAPI
+    resolving it before the route runs: FastAPI calls dependencies before it reports a bad body or query,
+    so a topic resolved there would answer 404 where the route answers 400 today (a bad body for a topic
+    that does not exist), and before the checks some routes make first.
+    """
+
+    directory: TopicDirectory
+    scope: Scope
+
+    async def get(self, name: str) -> TopicRef:
+        """The topic, through the directory's brief cache; ``TopicNotFound`` if the environment has none."""
+        return await self.directory.resolve(self.scope, name)
+
+
+def topics_of(services: Services, principal: Principal) -> KeyTopics:
+    """The topics ``principal`` may use (for callers authenticated outside ``AdminKey``/``ConsumeKey``)."""
+    return KeyTopics(services.publisher.topics, scope_of(principal))
+
+
+async def admin_topics(key: AdminKey, services: ServicesDep) -> KeyTopics:
+    return topics_of(services, key)
+
+
+async def consume_topics(key: ConsumeKey, services: ServicesDep) -> KeyTopics:
+    return topics_of(services, key)
+
+
+# The key is authenticated (and charged) once per request, whether the route also takes it or not.
+AdminTopics = Annotated[KeyTopics, Depends(admin_topics)]
+ConsumeTopics = Annotated[KeyTopics, Depends(consume_topics)]

@@ -8,12 +8,13 @@ import orjson
 from fastapi import APIRouter, Body, Query
 from starlette.responses import Response
 
-from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.deps import AdminKey, AdminTopics, ServicesDep, SessionDep
 from app.api.routing import JsonRoute
+from app.api.schemas.constraints import GroupNamePath, MessageIdPath, TopicNamePath
 from app.api.schemas.dlq import AuditPage, DeadLetterPage, ReplayAllIn, Replayed, ReplayedAll, ReplayIn
 from app.broker import dlq
 from app.broker.keys import Principal
-from app.errors import responses
+from app.errors import ApiError, responses
 
 router = APIRouter(prefix="/v1/topics/{name}/groups/{group}/dlq", tags=["dlq"], route_class=JsonRoute)
 
@@ -27,9 +28,9 @@ def _actor(key: Principal) -> dlq.Actor:
 
 @router.get("", response_model=DeadLetterPage, responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND))
 async def inspect(
-    name: str,
-    group: str,
-    key: AdminKey,
+    name: TopicNamePath,
+    group: GroupNamePath,
+    topics: AdminTopics,
     services: ServicesDep,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=dlq.MAX_PAGE)] = 50,
@@ -37,7 +38,7 @@ async def inspect(
 ) -> Response:
     """The group's dead letters, oldest first, with the original message and why it failed; ``total``
     is the DLQ's depth. A group without a DLQ lists an empty one."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     page = await dlq.inspect(session, services.log, topic, group, limit=limit, cursor=cursor)
     return Response(page.render(), media_type="application/json")
 
@@ -47,10 +48,17 @@ async def inspect(
     response_model=Replayed,
     responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND, "MESSAGE_NOT_FOUND"),
 )
-async def replay(name: str, group: str, body: ReplayIn, key: AdminKey, services: ServicesDep) -> Replayed:
+async def replay(
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: ReplayIn,
+    key: AdminKey,
+    topics: AdminTopics,
+    services: ServicesDep,
+) -> Replayed:
     """Send one dead letter back to this group (only), under its original id, partition and offset, with
     ``attempt`` back at 1 and a fresh retry budget."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     message_id = await dlq.replay(services.metadata, topic, group, body.messageId, _actor(key))
     return Replayed(messageId=message_id, replayed=True)
 
@@ -59,15 +67,16 @@ async def replay(name: str, group: str, body: ReplayIn, key: AdminKey, services:
     "/replay-all", response_model=ReplayedAll, responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND)
 )
 async def replay_all(
-    name: str,
-    group: str,
+    name: TopicNamePath,
+    group: GroupNamePath,
     key: AdminKey,
+    topics: AdminTopics,
     services: ServicesDep,
     body: Annotated[ReplayAllIn | None, Body()] = None,
 ) -> ReplayedAll:
     """Send every dead letter back to this group, streamed in chunks, at most ``rate`` per second when
     given; answers the count once done."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     rate = dlq.validate_rate(body.rate if body else None)
     count = await dlq.replay_all(services.metadata, topic, group, _actor(key), rate=rate)
     return ReplayedAll(replayed=count)
@@ -75,16 +84,16 @@ async def replay_all(
 
 @router.get("/audit", response_model=AuditPage, responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND))
 async def audit(
-    name: str,
-    group: str,
-    key: AdminKey,
+    name: TopicNamePath,
+    group: GroupNamePath,
+    topics: AdminTopics,
     services: ServicesDep,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=dlq.MAX_PAGE)] = 50,
     cursor: str | None = None,
 ) -> Response:
     """Every replay and delete of this DLQ: who (key or dashboard user), what, when; newest first."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     page = await dlq.audit(session, topic, group, limit=limit, cursor=cursor)
     # Rendered as is: ``messageId`` and ``count`` are left out where they do not apply.
     return Response(
@@ -92,13 +101,31 @@ async def audit(
     )
 
 
+# The DLQ's other paths, and what they serve: DELETE on them is a method they lack, not a dead letter.
+_SIBLINGS = {"audit": "GET", "replay": "POST", "replay-all": "POST"}
+
+
 @router.delete(
     "/{message_id}",
     status_code=204,
     responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND, "MESSAGE_NOT_FOUND"),
 )
-async def delete(name: str, group: str, message_id: str, key: AdminKey, services: ServicesDep) -> Response:
+async def delete(
+    name: TopicNamePath,
+    group: GroupNamePath,
+    message_id: MessageIdPath,
+    key: AdminKey,
+    topics: AdminTopics,
+    services: ServicesDep,
+) -> Response:
     """Remove one dead letter for good."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    if message_id in _SIBLINGS:  # /dlq/audit, /dlq/replay…: a path of its own, not a message id
+        raise ApiError(
+            "METHOD_NOT_ALLOWED",
+            f"DELETE is not allowed on /dlq/{message_id}.",
+            405,
+            headers={"Allow": _SIBLINGS[message_id]},
+        )
+    topic = await topics.get(name)
     await dlq.delete(services.metadata, topic, group, message_id, _actor(key))
     return Response(status_code=204)

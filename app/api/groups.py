@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.deps import AdminTopics, ServicesDep, SessionDep
 from app.api.routing import JsonRoute
+from app.api.schemas.constraints import GroupNamePath, TopicNamePath
 from app.api.schemas.groups import (
     Group,
     GroupConfigUpdate,
@@ -45,9 +46,11 @@ def positions(moved: list[offsets.Position]) -> Positions:
 
 
 @router.get("", response_model=GroupList, responses=responses(*_AUTH, "TOPIC_NOT_FOUND"))
-async def list_groups(name: str, key: AdminKey, services: ServicesDep, session: SessionDep) -> GroupList:
+async def list_groups(
+    name: TopicNamePath, topics: AdminTopics, services: ServicesDep, session: SessionDep
+) -> GroupList:
     """The topic's consumer groups with their live member count and total lag."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     rows = await groups.list_groups(session, services.log, topic)
     return GroupList(data=[GroupSummary(name=g.name, consumers=g.consumers, lag=g.lag) for g in rows])
 
@@ -56,10 +59,10 @@ async def list_groups(name: str, key: AdminKey, services: ServicesDep, session: 
     "/{group}", response_model=Group, responses=responses(*_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND")
 )
 async def describe_group(
-    name: str, group: str, key: AdminKey, services: ServicesDep, session: SessionDep
+    name: TopicNamePath, group: GroupNamePath, topics: AdminTopics, services: ServicesDep, session: SessionDep
 ) -> Group:
     """A group: per partition its consumer, committed offset and lag; and its config."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     return _group(await groups.describe_group(session, services.log, topic, group))
 
 
@@ -67,10 +70,15 @@ async def describe_group(
     "/{group}", response_model=Group, responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND")
 )
 async def upsert_group(
-    name: str, group: str, body: GroupConfigUpdate, key: AdminKey, services: ServicesDep, session: SessionDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: GroupConfigUpdate,
+    topics: AdminTopics,
+    services: ServicesDep,
+    session: SessionDep,
 ) -> Group:
     """Create the group or merge the given config fields (``deadLetter: null`` removes the DLQ)."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     extra = {}
     if "deadLetter" in body.model_fields_set:
         extra["dead_letter"] = body.deadLetter.model_dump(exclude_unset=True) if body.deadLetter else None
@@ -85,9 +93,11 @@ async def upsert_group(
     status_code=204,
     responses=responses(*_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND", "GROUP_ACTIVE"),
 )
-async def delete_group(name: str, group: str, key: AdminKey, services: ServicesDep) -> Response:
+async def delete_group(
+    name: TopicNamePath, group: GroupNamePath, topics: AdminTopics, services: ServicesDep
+) -> Response:
     """Delete a group with its offsets; 409 ``GROUP_ACTIVE`` while members are connected."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     await groups.delete_group_and_dlq(services.metadata, services.log, topic, group)
     return Response(status_code=204)
 
@@ -98,9 +108,14 @@ async def delete_group(name: str, group: str, key: AdminKey, services: ServicesD
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND", "GROUP_ACTIVE"),
 )
 async def reset_offsets(
-    name: str, group: str, body: ResetOffsetsIn, key: AdminKey, services: ServicesDep, session: SessionDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: ResetOffsetsIn,
+    topics: AdminTopics,
+    services: ServicesDep,
+    session: SessionDep,
 ) -> Positions:
     """Move every partition of a stopped group to earliest, latest or an offset (clamped to what is
     retained); 409 ``GROUP_ACTIVE`` while members are connected."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     return positions(await offsets.reset_stopped(session, services.log, topic, group, body.to))

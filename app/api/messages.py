@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from app.api.deps import (
-    AdminKey,
-    ConsumeKey,
+    AdminTopics,
+    ConsumeTopics,
     PublishKey,
     Services,
     ServicesDep,
@@ -20,6 +20,13 @@ from app.api.deps import (
     scope_of,
 )
 from app.api.routing import JsonRoute
+from app.api.schemas.constraints import (
+    IDEMPOTENCY_KEY_PATTERN,
+    MessageIdPath,
+    PartitionPath,
+    Timestamp,
+    TopicNamePath,
+)
 from app.api.schemas.messages import BatchIn, BatchPublished, Message, MessageIn, MessagePage, Published
 from app.broker import publishing, reading
 from app.broker.keys import Principal
@@ -64,7 +71,9 @@ _IDEMPOTENCY_HEADER = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": "Idempotency-Key"},
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN, "title": "Idempotency-Key"},
+    "description": "1 to 256 printable characters (the contract names the ASCII ones); one namespace with "
+    "a batch item's idempotencyKey.",
 }
 
 
@@ -77,7 +86,7 @@ _IDEMPOTENCY_HEADER = {
         "INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "PAYLOAD_TOO_LARGE", "SERVICE_UNAVAILABLE"
     ),
 )
-async def publish(name: str, request: Request) -> Response:
+async def publish(name: TopicNamePath, request: Request) -> Response:
     """Publish one message; answers once it is durable. A repeated ``Idempotency-Key`` answers the
     original result with ``Idempotent-Replayed: true``."""
     # Served by ``publish_lane`` in practice; this is the same call through the router.
@@ -122,7 +131,9 @@ async def publish_one(
         "INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "PAYLOAD_TOO_LARGE", "SERVICE_UNAVAILABLE"
     ),
 )
-async def publish_batch(name: str, request: Request, key: PublishKey, services: ServicesDep) -> Response:
+async def publish_batch(
+    name: TopicNamePath, request: Request, key: PublishKey, services: ServicesDep
+) -> Response:
     """Publish 1–1000 messages atomically: all are written or none. Items whose ``idempotencyKey`` was
     seen answer ``replayed: true`` and are not written again."""
     # Served by ``publish_lane`` in practice; this is the same call through the router.
@@ -188,13 +199,15 @@ async def _publish_plain(
     response_model=Message,
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "MESSAGE_NOT_FOUND"),
 )
-async def get_message(name: str, message_id: str, key: AdminKey, services: ServicesDep) -> Response:
+async def get_message(
+    name: TopicNamePath, message_id: MessageIdPath, topics: AdminTopics, services: ServicesDep
+) -> Response:
     """One message by id (ids encode topic, partition and offset)."""
     if message_id == "batch":
         raise ApiError(
             "METHOD_NOT_ALLOWED", "GET is not allowed on /messages/batch.", 405, headers={"Allow": "POST"}
         )
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     return _json(await reading.get_message(services.log, topic, message_id))
 
 
@@ -204,16 +217,16 @@ async def get_message(name: str, message_id: str, key: AdminKey, services: Servi
     responses=responses("INVALID_REQUEST", "OFFSET_OUT_OF_RANGE", *_AUTH, "TOPIC_NOT_FOUND"),
 )
 async def read_partition(
-    name: str,
-    partition: int,
-    key: ConsumeKey,
+    name: TopicNamePath,
+    partition: PartitionPath,
+    topics: ConsumeTopics,
     services: ServicesDep,
     fromOffset: Annotated[int | None, Query(ge=0)] = None,
-    fromTimestamp: str | None = None,
+    fromTimestamp: Annotated[Timestamp | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     """Messages of one partition by offset or time, without a consumer group (browse, replay, Spark)."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     page = await reading.read_partition(
         services.log, topic, partition, from_offset=fromOffset, from_timestamp=fromTimestamp, limit=limit
     )

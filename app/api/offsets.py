@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.deps import AdminTopics, ServicesDep, SessionDep
 from app.api.groups import positions
 from app.api.routing import JsonRoute
+from app.api.schemas.constraints import GroupNamePath, TopicNamePath
 from app.api.schemas.groups import Positions
 from app.api.schemas.offsets import Offset, OffsetList, OffsetResetIn, PartitionOffset, Seeked, SeekIn
 from app.broker import offsets
@@ -22,15 +23,15 @@ _ERRORS = responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOU
 
 @router.get("", response_model=Offset | OffsetList, responses=_ERRORS)
 async def get_offsets(
-    name: str,
-    group: str,
-    key: AdminKey,
+    name: TopicNamePath,
+    group: GroupNamePath,
+    topics: AdminTopics,
     services: ServicesDep,
     session: SessionDep,
     partition: Annotated[int | None, Query(ge=0)] = None,
 ) -> Offset | OffsetList:
     """``{current, latest, lag}`` of one partition; without ``partition``, one entry per partition."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     lags = await offsets.get_offsets(session, services.log, topic, group, partition)
     if partition is not None:
         (one,) = lags
@@ -45,11 +46,16 @@ async def get_offsets(
 
 @router.post("/seek", response_model=Seeked, responses=_ERRORS)
 async def seek(
-    name: str, group: str, body: SeekIn, key: AdminKey, services: ServicesDep, session: SessionDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: SeekIn,
+    topics: AdminTopics,
+    services: ServicesDep,
+    session: SessionDep,
 ) -> Seeked:
     """Move one partition to an offset or a time, also while consuming: in-flight messages of the
     partition are dropped and delivery resumes there."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     moved = await offsets.seek(
         session, services.log, topic, group, body.partition, offset=body.offset, timestamp=body.timestamp
     )
@@ -58,8 +64,13 @@ async def seek(
 
 @router.post("/reset", response_model=Positions, responses=_ERRORS)
 async def reset(
-    name: str, group: str, body: OffsetResetIn, key: AdminKey, services: ServicesDep, session: SessionDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: OffsetResetIn,
+    topics: AdminTopics,
+    services: ServicesDep,
+    session: SessionDep,
 ) -> Positions:
     """Move every partition (or one) to earliest or latest, also while consuming."""
-    topic = await services.publisher.topics.resolve(scope_of(key), name)
+    topic = await topics.get(name)
     return positions(await offsets.reset_live(session, services.log, topic, group, body.to, body.partition))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import AdminKey, ServicesDep, scope_of
+from app.api.deps import AdminKey, AdminTopics, ServicesDep
 from app.api.routing import JsonRoute
 from app.api.schemas.tokens import WebSocketToken, WebSocketTokenCreate
 from app.broker import groups, tokens
@@ -34,10 +34,10 @@ See docs/consuming.md."""
     responses=responses("INVALID_REQUEST", "INVALID_API_KEY", "RATE_LIMIT_EXCEEDED", "TOPIC_NOT_FOUND"),
 )
 async def create_websocket_token(
-    body: WebSocketTokenCreate, key: AdminKey, services: ServicesDep
+    body: WebSocketTokenCreate, key: AdminKey, topics: AdminTopics, services: ServicesDep
 ) -> WebSocketToken:
     """Issue a WebSocket token for one topic (and group)."""
-    topic = await services.publisher.topics.resolve(scope_of(key), body.topic)
+    topic = await topics.get(body.topic)
     if body.group is not None:
         groups.validate_name(body.group)
     issued = tokens.issue(

@@ -8,27 +8,27 @@ from fastapi import APIRouter, Query, Response
 
 from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
 from app.api.routing import JsonRoute
+from app.api.schemas.constraints import TopicNamePath
 from app.api.schemas.topics import PartitionDetail, Topic, TopicCreate, TopicDetail, TopicList, TopicUpdate
 from app.broker import topics
 from app.errors import responses
 from app.kit.clock import isoformat_ms
-from app.stores.metadata import models
 
 router = APIRouter(prefix="/v1/topics", tags=["topics"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 
 
-def _topic(row: models.Topic) -> Topic:
+def _topic(view: topics.TopicView) -> Topic:
     return Topic(
-        id=row.id,
-        name=row.name,
-        partitions=row.partitions,
-        retention=row.retention,
-        delivery=row.delivery,
-        replicas=row.replicas,
-        status=row.status,
-        createdAt=isoformat_ms(row.created_at),
+        id=view.id,
+        name=view.name,
+        partitions=view.partitions,
+        retention=view.retention,
+        delivery=view.delivery,
+        replicas=view.replicas,
+        status=view.status,
+        createdAt=isoformat_ms(view.created_at),
     )
 
 
@@ -67,7 +67,9 @@ async def list_topics(
 
 
 @router.get("/{name}", response_model=TopicDetail, responses=responses(*_AUTH, "TOPIC_NOT_FOUND"))
-async def describe_topic(name: str, key: AdminKey, services: ServicesDep, session: SessionDep) -> TopicDetail:
+async def describe_topic(
+    name: TopicNamePath, key: AdminKey, services: ServicesDep, session: SessionDep
+) -> TopicDetail:
     """A topic with per-partition offsets and sizes."""
     row = await topics.get_topic(session, scope_of(key), name)
     details = await topics.partition_details(services.log, row)
@@ -90,7 +92,7 @@ async def describe_topic(name: str, key: AdminKey, services: ServicesDep, sessio
     "/{name}", response_model=Topic, responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND")
 )
 async def update_topic(
-    name: str, body: TopicUpdate, key: AdminKey, services: ServicesDep, session: SessionDep
+    name: TopicNamePath, body: TopicUpdate, key: AdminKey, services: ServicesDep, session: SessionDep
 ) -> Topic:
     """Increase partitions and/or change retention."""
     row = await topics.update_topic(
@@ -101,7 +103,7 @@ async def update_topic(
 
 
 @router.delete("/{name}", status_code=204, responses=responses(*_AUTH, "TOPIC_NOT_FOUND"))
-async def delete_topic(name: str, key: AdminKey, services: ServicesDep) -> Response:
+async def delete_topic(name: TopicNamePath, key: AdminKey, services: ServicesDep) -> Response:
     """Delete a topic with its messages, groups and dead-letter queues."""
     topic_id = await topics.delete_topic(services.metadata, services.log, scope_of(key), name)
     services.publisher.topics.forget(scope_of(key), name)

@@ -19,7 +19,7 @@ import orjson
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from app.api.deps import Services, charge, scope_of
+from app.api.deps import Services, charge, topics_of
 from app.api.routing import JsonRoute
 from app.broker import groups, tokens
 from app.broker.delivery import membership
@@ -116,7 +116,7 @@ async def consume(websocket: WebSocket, name: str) -> None:
                     "open on this server already; close one first.",
                     headers={"Retry-After": "1"},
                 )
-            topic = await services.publisher.topics.resolve(scope_of(principal), name)
+            topic = await topics_of(services, principal).get(name)
             if bound_topic_id is not None and bound_topic_id != topic.id:
                 # The name was deleted and re-created since the token was issued: another topic.
                 raise ApiError(

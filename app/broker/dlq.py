@@ -34,8 +34,8 @@ from app.broker import alerts, durations, message_ids
 from app.broker.dead_letter_logs import log_id
 from app.broker.errors import InvalidRequest, MessageNotFound
 from app.broker.groups import get_group
-from app.broker.publishing import TopicRef, decode_headers
-from app.broker.topics import decode_cursor, encode_cursor
+from app.broker.messages import decode_headers
+from app.broker.topics import TopicRef, decode_cursor, encode_cursor
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.digits import is_ascii_digits
 from app.stores.log.protocol import LogEngine, Record, RecordIn, TopicLogConfig

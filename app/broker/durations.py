@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from app.broker.errors import InvalidRequest
 
 _DURATION = re.compile(r"^([0-9]{1,9})(ms|s|m|h|d)$")
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ NACK_DELAY = Range(0, 12 * 3_600_000, "between 0s and 12h")
 def parse(value: object, field: str, span: Range) -> int:
     """A ``<n>ms|s|m|h|d`` string within ``span`` → milliseconds; 400 naming ``field`` otherwise."""
     match = _DURATION.fullmatch(value) if isinstance(value, str) else None
-    ms = int(match.group(1)) * _UNIT_MS[match.group(2)] if match else -1
+    ms = int(match.group(1)) * UNIT_MS[match.group(2)] if match else -1
     if not match or not span.min_ms <= ms <= span.max_ms:
         raise InvalidRequest.field(field, f'expected a duration like "30s" or "500ms", {span.text}')
     return ms

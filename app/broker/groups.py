@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import dead_letter_logs, durations
 from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
-from app.broker.publishing import TopicRef
+from app.broker.topics import TopicRef
 from app.kit.clock import now_ms, utcnow
 from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine, LogEngineError
@@ -31,7 +31,7 @@ from app.stores.metadata.protocol import PartitionState
 DEFAULT_ACK_TIMEOUT = "30s"
 DEFAULT_SESSION_TIMEOUT = "10s"
 DEAD_LETTER_DEFAULTS: dict[str, Any] = {"maxRetries": 5, "retryDelay": "30s", "alertThreshold": 100}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$")
 _UNSET: Any = object()
 
 
@@ -64,7 +64,7 @@ class GroupDetail:
 
 
 def validate_name(name: str) -> str:
-    if not _NAME.fullmatch(name):
+    if not NAME.fullmatch(name):
         raise InvalidRequest.field(
             "group", "1–249 chars of letters, digits, '.', '_' or '-', starting with a letter or digit"
         )

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import tenancy
 from app.broker.groups import get_group, partition_lags
-from app.broker.publishing import TopicRef
+from app.broker.topics import TopicRef
 from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.dlq_repositories import DeadLetterRepository

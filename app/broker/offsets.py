@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import groups
 from app.broker.errors import InvalidRequest
-from app.broker.publishing import TopicRef
 from app.broker.reading import check_partition, parse_timestamp
+from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
@@ -101,7 +101,7 @@ async def seek(
         if type(timestamp) is int and timestamp >= 0:
             at_ms = timestamp
         elif isinstance(timestamp, str):
-            at_ms = parse_timestamp(timestamp)
+            at_ms = parse_timestamp(timestamp, field="timestamp")
         else:
             raise InvalidRequest.field("timestamp", "expected ISO-8601 or epoch milliseconds")
         target = await log.offset_for_time(topic.id, partition, at_ms)

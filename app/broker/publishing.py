@@ -4,10 +4,8 @@ The hot path never builds ORM or pydantic objects per message: the body is parse
 each message's ``data`` is kept as JSON bytes, and one ``LogEngine.append`` carries a whole request
 (atomic across partitions, durable before it returns).
 
-Record layout in the engine (the engine sees bytes only):
-    value    the message's ``data`` as JSON bytes
-    key      the message key, UTF-8, or None
-    headers  None, or JSON ``{"h": {header map} | null, "i": "<idempotency key>" | null}``
+Records are laid out as ``app/broker/messages.py`` says (``data`` as the value, the key, and the user
+headers and idempotency key together in the headers); topics are resolved by ``topics.TopicDirectory``.
 
 Idempotency. A key (the ``Idempotency-Key`` header or a batch item's ``idempotencyKey``; one namespace
 per topic) seen within the dedup window answers the original result and appends nothing. The index is
@@ -21,22 +19,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
 from app.broker import message_ids
-from app.broker.errors import InvalidRequest, PayloadTooLarge, TopicNotFound
+from app.broker.errors import InvalidRequest, PayloadTooLarge
 from app.broker.idempotency import SharedIdempotency
+from app.broker.messages import decode_headers, encode_headers
 from app.broker.partitioner import Partitioner
-from app.broker.topics import Scope
+from app.broker.topics import Scope, TopicDirectory, TopicRef
 from app.kit.clock import isoformat_ms, now_ms
-from app.kit.singleflight import SingleFlight
-from app.stores.log.protocol import LogEngine, Record, RecordIn, ValueRecords
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.topic_repositories import TopicRepository
+from app.stores.log.protocol import LogEngine, RecordIn, ValueRecords
 
 MAX_MESSAGE_BYTES = 256 * 1024
 MAX_BATCH = 1000
@@ -46,62 +41,6 @@ _SINGLE_FIELDS = frozenset({"data", "key", "headers", "partition"})
 # Per-message tuples are built with tuple.__new__: half the cost of a NamedTuple's generated __new__.
 _new = tuple.__new__
 _BATCH_FIELDS = _SINGLE_FIELDS | {"idempotencyKey"}
-
-
-@dataclass(frozen=True, slots=True)
-class TopicRef:
-    """What the hot path needs of a topic, cached briefly."""
-
-    id: str
-    name: str
-    partitions: int
-    delivery: str
-    id_prefix: bytes
-    replicas: int  # copies the engine keeps: what a publish answer's ``durability`` promises
-
-
-class TopicDirectory:
-    """Resolves a topic name in a scope without a metadata read per request.
-
-    Answers are cached for ``ttl`` seconds (a partition increase or delete made by another process is
-    seen within that time) and dropped at once when this process changes the topic.
-    """
-
-    def __init__(self, metadata: MetadataStore, ttl: float = 1.0) -> None:
-        self._metadata = metadata
-        self._ttl = ttl
-        self._cache: dict[tuple[str, str, str], tuple[float, TopicRef | None]] = {}
-        # One metadata read per topic per TTL, however many requests arrive together.
-        self._loading: SingleFlight[tuple[str, str, str], TopicRef | None] = SingleFlight()
-
-    async def resolve(self, scope: Scope, name: str) -> TopicRef:
-        key = (scope.project_id, scope.environment, name)
-        hit = self._cache.get(key)
-        if hit is not None and hit[0] > time.monotonic():
-            ref = hit[1]
-        else:
-            ref = await self._loading.do(key, lambda: self._refresh(key))
-        if ref is None:
-            raise TopicNotFound(name)
-        return ref
-
-    async def _refresh(self, key: tuple[str, str, str]) -> TopicRef | None:
-        async with self._metadata.session(readonly=True) as session:
-            row = await TopicRepository.from_session(session).get_by_name(*key)
-        ref = (
-            TopicRef(
-                row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id), row.replicas
-            )
-            if row
-            else None
-        )
-        if len(self._cache) > 50_000:
-            self._cache.clear()
-        self._cache[key] = (time.monotonic() + self._ttl, ref)
-        return ref
-
-    def forget(self, scope: Scope, name: str) -> None:
-        self._cache.pop((scope.project_id, scope.environment, name), None)
 
 
 class Outgoing(NamedTuple):
@@ -219,20 +158,6 @@ def plain_batch(body: Any) -> list[bytes] | None:
         return None
     values = list(map(orjson.dumps, datas))
     return values if max(map(len, values)) <= MAX_MESSAGE_BYTES else None
-
-
-def _encode_headers(headers: dict[str, str] | None, idem: str | None) -> bytes | None:
-    if headers is None and idem is None:
-        return None
-    return orjson.dumps({"h": headers, "i": idem})
-
-
-def decode_headers(raw: bytes | None) -> tuple[dict[str, str], str | None]:
-    """The user headers (``{}`` when none) and the idempotency key of a stored record."""
-    if not raw:
-        return {}, None
-    meta = orjson.loads(raw)
-    return meta.get("h") or {}, meta.get("i")
 
 
 class _DedupIndex:
@@ -439,7 +364,7 @@ class Publisher:
                 records.append(_new(RecordIn, (m.data, None, None, timestamp)))
             else:
                 key = m.key.encode() if m.key is not None else None
-                headers = _encode_headers(m.headers, m.idempotency_key)
+                headers = encode_headers(m.headers, m.idempotency_key)
                 records.append(_new(RecordIn, (m.data, key, headers, timestamp)))
         bases = await self.log.append(topic.id, by_partition)
         latency = round((time.perf_counter() - started) * 1000)
@@ -482,30 +407,3 @@ class Publisher:
 
     def forget_topic(self, topic_id: str) -> None:
         self._dedup.pop(topic_id, None)
-
-
-def render_message(
-    topic_name: str,
-    topic: TopicRef | None,
-    topic_id: str,
-    partition: int,
-    record: Record,
-    extra: Mapping[str, Any] | None = None,
-    *,
-    message_id: str | None = None,
-) -> bytes:
-    """A stored message as the wire shows it, with ``data`` spliced in as the JSON bytes it was stored as."""
-    headers, _ = decode_headers(record.headers)
-    head = {
-        "id": message_id
-        or message_ids.encode(topic_id, partition, record.offset, prefix=topic.id_prefix if topic else None),
-        "topic": topic_name,
-        "partition": partition,
-        "offset": record.offset,
-        "key": record.key.decode() if record.key is not None else None,
-        "headers": headers,
-        "timestamp": isoformat_ms(record.timestamp_ms),
-        **(extra or {}),
-    }
-    encoded = orjson.dumps(head)
-    return encoded[:-1] + b',"data":' + record.value + b"}"

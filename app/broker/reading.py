@@ -7,7 +7,8 @@ from datetime import datetime
 
 from app.broker import message_ids
 from app.broker.errors import InvalidRequest, MessageNotFound, OffsetOutOfRange
-from app.broker.publishing import TopicRef, render_message
+from app.broker.messages import render_message
+from app.broker.topics import TopicRef
 from app.kit.digits import is_ascii_digits
 from app.stores.log.protocol import LogEngine
 
@@ -26,16 +27,16 @@ def check_partition(topic: TopicRef, partition: int) -> None:
         raise InvalidRequest.field("partition", f"the topic has partitions 0–{topic.partitions - 1}")
 
 
-def parse_timestamp(value: str) -> int:
-    """ISO-8601 or epoch milliseconds → epoch milliseconds."""
+def parse_timestamp(value: str, field: str = "fromTimestamp") -> int:
+    """ISO-8601 or epoch milliseconds → epoch milliseconds; a refusal names ``field`` (the caller's)."""
     if is_ascii_digits(value):
         return int(value)
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise InvalidRequest.field("fromTimestamp", "expected ISO-8601 or epoch milliseconds") from None
+        raise InvalidRequest.field(field, "expected ISO-8601 or epoch milliseconds") from None
     if parsed.tzinfo is None:
-        raise InvalidRequest.field("fromTimestamp", "an ISO-8601 timestamp needs a time zone (e.g. Z)")
+        raise InvalidRequest.field(field, "an ISO-8601 timestamp needs a time zone (e.g. Z)")
     return int(parsed.timestamp() * 1000)
 
 

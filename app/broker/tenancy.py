@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from argon2 import PasswordHasher
@@ -33,6 +34,21 @@ class EnvironmentName(enum.StrEnum):
 
 
 ENVIRONMENTS: tuple[str, ...] = tuple(e.value for e in EnvironmentName)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectView:
+    """A project and its plan as callers outside the domain see it: read once, detached from the session."""
+
+    id: str
+    name: str
+    tier: str
+    custom_limits: dict[str, int] | None
+
+    @classmethod
+    def of(cls, project: Project) -> ProjectView:
+        limits = project.custom_limits
+        return cls(project.id, project.name, project.tier, dict(limits) if limits is not None else None)
 
 
 def parse_environment(value: str) -> str:
@@ -121,13 +137,18 @@ async def get_project(session: AsyncSession, ref: str, *, for_update: bool = Fal
     return project
 
 
+async def describe_project(session: AsyncSession, ref: str) -> ProjectView:
+    """A project by id or name, as a view."""
+    return ProjectView.of(await get_project(session, ref))
+
+
 async def list_projects(session: AsyncSession) -> Sequence[Project]:
     return await ProjectRepository.from_session(session).list()
 
 
 async def set_tier(
     session: AsyncSession, ref: str, tier: Tier, custom_limits: dict[str, int] | None = None
-) -> Project:
+) -> ProjectView:
     """Change a project's tier; custom limits apply to the enterprise tier only."""
     if custom_limits and tier is not Tier.enterprise:
         raise InvalidRequest.field("limits", "custom limits apply to the enterprise tier only")
@@ -135,10 +156,10 @@ async def set_tier(
     project.tier = tier.value
     project.custom_limits = dict(custom_limits) if custom_limits else None
     await session.flush()
-    return project
+    return ProjectView.of(project)
 
 
-def project_view(project: Project) -> dict[str, Any]:
+def project_view(project: Project | ProjectView) -> dict[str, Any]:
     return {
         "id": project.id,
         "name": project.name,

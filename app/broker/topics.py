@@ -3,6 +3,10 @@
 The metadata row is the truth about a topic; its messages live in the log engine under the topic's id.
 Creation writes the engine's logs before the row commits, and deletion removes the row before the logs,
 so a failure in between leaves at worst orphan files (swept at startup), never a topic without a log.
+
+Callers outside the domain see a topic as one of two frozen values, never the row: a ``TopicView``
+(what the topic calls answer and the dashboard shows) or a ``TopicRef`` (what publishing, reading and
+delivery need, resolved by name through the ``TopicDirectory`` without a metadata read per request).
 """
 
 from __future__ import annotations
@@ -12,16 +16,18 @@ import binascii
 import contextlib
 import enum
 import re
-from collections.abc import Sequence
+import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import dead_letter_logs
+from app.broker import dead_letter_logs, message_ids
 from app.broker.errors import InvalidRequest, TopicAlreadyExists, TopicNotFound
 from app.kit.clock import utcnow
 from app.kit.ids import new_id
+from app.kit.singleflight import SingleFlight
 from app.stores.log.protocol import (
     LogEngine,
     LogEngineError,
@@ -38,11 +44,11 @@ MAX_PARTITIONS = 256
 # Replica counts a topic may ask for (a quorum of an odd count survives losing a minority); the engine
 # in use may offer fewer (``LogEngine.replica_choices``).
 REPLICA_COUNTS = (1, 3, 5)
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,248}$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,248}$")
 _RETENTION = re.compile(r"^([1-9][0-9]{0,6})(m|h|d)$")
-_UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_RETENTION_MIN_MS = 60_000
-_RETENTION_MAX_MS = 365 * 86_400_000
+UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
+RETENTION_MIN_MS = 60_000
+RETENTION_MAX_MS = 365 * 86_400_000
 
 
 class Delivery(enum.StrEnum):
@@ -58,8 +64,95 @@ class Scope:
     environment: str
 
 
+@dataclass(frozen=True, slots=True)
+class TopicRef:
+    """What the hot path needs of a topic, cached briefly."""
+
+    id: str
+    name: str
+    partitions: int
+    delivery: str
+    id_prefix: bytes
+    replicas: int  # copies the engine keeps: what a publish answer's ``durability`` promises
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """A topic as its calls answer it: the row's fields, read once, detached from the session."""
+
+    id: str
+    name: str
+    partitions: int
+    retention: str
+    retention_ms: int
+    delivery: str
+    replicas: int
+    status: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: Topic) -> TopicView:
+        return cls(
+            row.id,
+            row.name,
+            row.partitions,
+            row.retention,
+            row.retention_ms,
+            row.delivery,
+            row.replicas,
+            row.status,
+            row.created_at,
+            row.updated_at,
+        )
+
+
+class TopicDirectory:
+    """Resolves a topic name in a scope without a metadata read per request.
+
+    Answers are cached for ``ttl`` seconds (a partition increase or delete made by another process is
+    seen within that time) and dropped at once when this process changes the topic.
+    """
+
+    def __init__(self, metadata: MetadataStore, ttl: float = 1.0) -> None:
+        self._metadata = metadata
+        self._ttl = ttl
+        self._cache: dict[tuple[str, str, str], tuple[float, TopicRef | None]] = {}
+        # One metadata read per topic per TTL, however many requests arrive together.
+        self._loading: SingleFlight[tuple[str, str, str], TopicRef | None] = SingleFlight()
+
+    async def resolve(self, scope: Scope, name: str) -> TopicRef:
+        key = (scope.project_id, scope.environment, name)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            ref = hit[1]
+        else:
+            ref = await self._loading.do(key, lambda: self._refresh(key))
+        if ref is None:
+            raise TopicNotFound(name)
+        return ref
+
+    async def _refresh(self, key: tuple[str, str, str]) -> TopicRef | None:
+        async with self._metadata.session(readonly=True) as session:
+            row = await TopicRepository.from_session(session).get_by_name(*key)
+        ref = (
+            TopicRef(
+                row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id), row.replicas
+            )
+            if row
+            else None
+        )
+        if len(self._cache) > 50_000:
+            self._cache.clear()
+        self._cache[key] = (time.monotonic() + self._ttl, ref)
+        return ref
+
+    def forget(self, scope: Scope, name: str) -> None:
+        self._cache.pop((scope.project_id, scope.environment, name), None)
+
+
 def validate_name(name: str) -> str:
-    if not _NAME.fullmatch(name):
+    if not NAME.fullmatch(name):
         raise InvalidRequest.field(
             "name", "1–249 chars of a-z, 0-9, '.', '_' or '-', starting with a letter or digit"
         )
@@ -69,8 +162,8 @@ def validate_name(name: str) -> str:
 def parse_retention(value: str) -> int:
     """``<n>m|h|d`` between 1m and 365d → milliseconds."""
     match = _RETENTION.fullmatch(value)
-    ms = int(match.group(1)) * _UNIT_MS[match.group(2)] if match else 0
-    if not match or not _RETENTION_MIN_MS <= ms <= _RETENTION_MAX_MS:
+    ms = int(match.group(1)) * UNIT_MS[match.group(2)] if match else 0
+    if not match or not RETENTION_MIN_MS <= ms <= RETENTION_MAX_MS:
         raise InvalidRequest.field("retention", 'expected <n>m, <n>h or <n>d between 1m and 365d, e.g. "7d"')
     return ms
 
@@ -114,7 +207,7 @@ def decode_cursor(cursor: str) -> str:
         name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise InvalidRequest.field("cursor", "not a cursor returned by this API") from None
-    if not _NAME.fullmatch(name):
+    if not NAME.fullmatch(name):
         raise InvalidRequest.field("cursor", "not a cursor returned by this API")
     return name
 
@@ -133,7 +226,7 @@ async def create_topic(
     delivery: str = "exactly-once",
     partitions: int = 3,
     replicas: int | None = None,
-) -> Topic:
+) -> TopicView:
     """Create a topic and its empty partition logs; 409 if the name is taken in this environment.
 
     ``replicas`` left out takes the engine's default (``LogEngine.default_replicas``)."""
@@ -169,10 +262,15 @@ async def create_topic(
         await log.create_topic(topic.id, partitions, log_config(topic))
     except ReplicasUnavailable as exc:  # offered in general, but not by this cluster (too few servers)
         raise InvalidRequest.field("replicas", str(exc)) from None
-    return topic
+    return TopicView.of(topic)
 
 
-async def get_topic(session: AsyncSession, scope: Scope, name: str) -> Topic:
+async def get_topic(session: AsyncSession, scope: Scope, name: str) -> TopicView:
+    """The topic of this name in the scope; ``TopicNotFound`` if there is none."""
+    return TopicView.of(await _get_row(session, scope, name))
+
+
+async def _get_row(session: AsyncSession, scope: Scope, name: str) -> Topic:
     topic = await TopicRepository.from_session(session).get_by_name(scope.project_id, scope.environment, name)
     if topic is None:
         raise TopicNotFound(name)
@@ -181,7 +279,7 @@ async def get_topic(session: AsyncSession, scope: Scope, name: str) -> Topic:
 
 async def list_topics(
     session: AsyncSession, scope: Scope, *, limit: int = 50, cursor: str | None = None
-) -> tuple[Sequence[Topic], str | None]:
+) -> tuple[list[TopicView], str | None]:
     """One page of topics by name, and the cursor of the next page (None on the last)."""
     if not 1 <= limit <= 1000:
         raise InvalidRequest.field("limit", "must be between 1 and 1000")
@@ -189,11 +287,11 @@ async def list_topics(
     rows = await TopicRepository.from_session(session).page(
         scope.project_id, scope.environment, after, limit + 1
     )
-    page = list(rows[:limit])
+    page = [TopicView.of(row) for row in rows[:limit]]
     return page, encode_cursor(page[-1].name) if len(rows) > limit else None
 
 
-async def partition_details(log: LogEngine, topic: Topic) -> list[PartitionInfo]:
+async def partition_details(log: LogEngine, topic: TopicView | TopicRef) -> list[PartitionInfo]:
     """Per-partition offsets and sizes, straight from the engine."""
     return [await log.partition_info(topic.id, p) for p in range(topic.partitions)]
 
@@ -206,9 +304,9 @@ async def update_topic(
     *,
     partitions: int | None = None,
     retention: str | None = None,
-) -> Topic:
+) -> TopicView:
     """Grow partitions (never shrink) and/or change retention."""
-    topic = await get_topic(session, scope, name)
+    topic = await _get_row(session, scope, name)
     if partitions is not None:
         validate_partitions(partitions)
         if partitions < topic.partitions:
@@ -225,13 +323,13 @@ async def update_topic(
         await log.update_config(topic.id, log_config(topic))
     topic.updated_at = utcnow()
     await session.flush()
-    return topic
+    return TopicView.of(topic)
 
 
 async def delete_topic(metadata: MetadataStore, log: LogEngine, scope: Scope, name: str) -> str:
     """Delete a topic: the row first (committed), then its logs, groups and DLQs with it; returns its id."""
     async with metadata.session() as session:
-        topic = await get_topic(session, scope, name)
+        topic = await _get_row(session, scope, name)
         group_ids = [g.id for g in await GroupRepository.from_session(session).list_for_topic(topic.id)]
         await TopicRepository.from_session(session).remove(topic.id)
     await log.delete_topic(topic.id)

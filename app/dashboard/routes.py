@@ -18,7 +18,7 @@ from starlette.templating import Jinja2Templates
 
 from app.broker import groups, inspection, offsets, publishing, reading, tenancy, topics
 from app.broker.errors import CODED_ERRORS, CodedError
-from app.broker.publishing import TopicRef
+from app.broker.topics import TopicRef
 from app.dashboard import auth
 from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits

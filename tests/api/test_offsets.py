@@ -89,6 +89,16 @@ class TestSeek:
             assert_envelope(
                 await client.post(f"{BASE}/seek", json=body, headers=prod), 400, "INVALID_REQUEST"
             )
+        # A time that cannot be read is refused naming the body's own field.
+        for timestamp in ("yesterday", "2026-01-01T00:00:00"):
+            error = assert_envelope(
+                await client.post(
+                    f"{BASE}/seek", json={"partition": 0, "timestamp": timestamp}, headers=prod
+                ),
+                400,
+                "INVALID_REQUEST",
+            )
+            assert "timestamp" in error["message"] and "fromTimestamp" not in error["message"], error
 
 
 class TestReset:

@@ -262,18 +262,19 @@ class TestAssignment:
         assert all(redelivered[m["id"]] == 2 for m in a_batch)
         assert len(got) == 12
 
-    async def test_expired_member_loses_its_partitions_within_session_timeout(self, client, prod, topic):
+    async def test_expired_member_loses_its_partitions_after_the_session_timeout(self, client, prod, topic):
         await configure(client, prod, topic, "workers", sessionTimeout="2s")
         a = await join(client, prod)
         b = await join(client, prod)
         await settle_members([a, b])
-        started = time.monotonic()
-        while True:  # only b heartbeats
-            beat = (await b.heartbeat()).json()
-            if beat["shouldRejoin"]:
+        # Only b heartbeats; a's silence ends its membership (checked by state, a bounded number of beats
+        # 0.2 s apart, the 2 s session timeout five times over; how soon is the benchmarks' business).
+        for _ in range(50):
+            if (await b.heartbeat()).json()["shouldRejoin"]:
                 break
-            assert time.monotonic() - started < 3.0
             await asyncio.sleep(0.2)
+        else:
+            pytest.fail("the silent member was never expired")
         await b.rejoin()
         assert b.assignments == [0, 1, 2]
         assert_envelope(await a.poll(expect=404), 404, "MEMBER_NOT_FOUND")
@@ -283,10 +284,12 @@ class TestAssignment:
         r = await client.patch("/v1/topics/orders", json={"partitions": 4}, headers=prod)
         assert r.status_code == 200
         await publish(client, prod, count=1, partition=3)
-        deadline = time.monotonic() + 3
-        while not (await a.heartbeat()).json()["shouldRejoin"]:  # the topic cache holds up to 1 s
-            assert time.monotonic() < deadline
+        for _ in range(50):  # the topic cache holds up to 1 s: beats 0.1 s apart, five times over
+            if (await a.heartbeat()).json()["shouldRejoin"]:
+                break
             await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the added partition never reached the group")
         await a.rejoin()
         assert a.assignments == [0, 1, 2, 3]
         # A partition added later is read from its start, not from "latest".
@@ -338,16 +341,14 @@ class TestLeases:
         )
         assert r.status_code == 200 and r.json() == {"ids": [ids[0]], "failed": []}
         later = await member.poll()
-        assert [m["id"] for m in later] == ids[1:]
+        assert [m["id"] for m in later] == ids[1:]  # not the nacked one: its delay holds it back
         await member.ack(ids[1:])
         current = (
             await client.get("/v1/topics/orders/groups/workers/offsets?partition=0", headers=prod)
         ).json()
         assert current["current"] == 0  # the nacked message still holds the committed offset
-        started = time.monotonic()
-        (retry,) = await member.poll(wait=5)
+        (retry,) = await member.poll(wait=5)  # redelivered once its delay is out: the long poll ends with it
         assert retry["id"] == ids[0] and retry["attempt"] == 2
-        assert 0.5 < time.monotonic() - started < 2.5
         await member.ack([ids[0]])
         current = (
             await client.get("/v1/topics/orders/groups/workers/offsets?partition=0", headers=prod)
@@ -419,18 +420,23 @@ class TestLeases:
 class TestLongPoll:
     async def test_woken_by_a_publish(self, client, prod, topic):
         member = await join(client, prod)
-        started = time.monotonic()
-        poll = asyncio.create_task(member.poll(wait=10))
+        poll = asyncio.create_task(member.poll(wait=30))
         await asyncio.sleep(0.3)
+        assert not poll.done()  # nothing to answer: it waits
         await publish(client, prod, partition=2)
-        messages = await poll
-        assert len(messages) == 1 and time.monotonic() - started < 2.0
+        # Woken, it answers long before its own 30 s wait is out (a poll that missed the publish would
+        # answer the same message, but only at the end of its wait): half of it is the bound, not a speed.
+        done, _ = await asyncio.wait({poll}, timeout=15)
+        if not done:
+            poll.cancel()
+            pytest.fail("the publish did not wake the long poll")
+        assert len(poll.result()) == 1
 
     async def test_times_out_empty(self, client, prod, topic):
         member = await join(client, prod)
         started = time.monotonic()
         assert await member.poll(wait=0.5) == []
-        assert 0.45 < time.monotonic() - started < 2.0
+        assert time.monotonic() - started >= 0.45  # it waited its time (how much longer is not a test's)
 
     async def test_a_poll_keeps_the_member_alive(self, client, prod, topic):
         await configure(client, prod, topic, "workers", sessionTimeout="2s")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from app.broker import dlq, publishing, topics
+from app.broker import dlq, messages, publishing, topics
 from app.broker.topics import Scope
 from app.stores.log.protocol import Record, RecordIn, TopicLogConfig
 
@@ -37,7 +37,7 @@ async def test_a_replay_whose_original_is_gone_is_read_from_its_copy(deployment)
     assert found[(0, 0)].value == b"1"  # still in the topic's log: read from there
     replayed = found[(0, 41)]
     assert (replayed.offset, replayed.value, replayed.key) == (41, b'{"n":41}', b"k")
-    assert publishing.decode_headers(replayed.headers)[0] == {"a": "b"}
+    assert messages.decode_headers(replayed.headers)[0] == {"a": "b"}
     meta = orjson.loads(replayed.headers)["dlq"]
     assert (meta["partition"], meta["offset"], meta["reason"], meta["retryCount"]) == (0, 41, "boom", 2)
     await services.log.delete_topic(dlq.log_id(group_id))

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.broker import message_ids, publishing
-from app.broker.publishing import Publisher, TopicRef
-from app.settings import LogSettings
-from app.stores.log.local import LocalLogEngine
+from app.broker.publishing import Publisher
+from app.broker.topics import TopicRef
+from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.protocol import TopicLogConfig
 
 TOPIC = "top_00000000plainbat"
@@ -28,7 +28,7 @@ class _FixedDirectory:
 
 
 async def _publisher(stack: AsyncExitStack, root, partitions: int) -> tuple[Publisher, LocalLogEngine]:
-    engine = LocalLogEngine(root, LogSettings())
+    engine = LocalLogEngine(root, LocalLogConfig())
     await engine.start()
     stack.push_async_callback(engine.close)
     await engine.create_topic(TOPIC, partitions, TopicLogConfig())

@@ -9,9 +9,9 @@ import pytest
 
 from app.broker import message_ids, publishing
 from app.broker.errors import InvalidRequest, PayloadTooLarge
-from app.broker.publishing import Outgoing, Publisher, TopicRef
-from app.settings import LogSettings
-from app.stores.log.local import LocalLogEngine
+from app.broker.publishing import Outgoing, Publisher
+from app.broker.topics import TopicRef
+from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.protocol import TopicLogConfig, UnknownLog
 
 TOPIC = "top_0000000000publ1sh"[:20]
@@ -29,7 +29,7 @@ class _FixedDirectory:
 
 @asynccontextmanager
 async def running(root, window_ms: int = 86_400_000):
-    engine = LocalLogEngine(root, LogSettings())
+    engine = LocalLogEngine(root, LocalLogConfig())
     await engine.start()
     await engine.create_topic(TOPIC, 3, TopicLogConfig())
     ref = TopicRef(TOPIC, "t", 3, "exactly-once", message_ids.topic_prefix(TOPIC), 1)

@@ -1,13 +1,16 @@
-"""Topics' replica counts: the default and the choices come from the log engine in use, and the count a
-topic was created with reaches the engine and the publish path."""
+"""Topics: what callers get back (frozen views, never the row), the directory the hot path resolves names
+through, and replica counts (the default and the choices come from the log engine in use, and the count a
+topic was created with reaches the engine and the publish path)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from app.broker import topics
-from app.broker.errors import InvalidRequest
-from app.broker.topics import Scope
+from app.broker import message_ids, topics
+from app.broker.errors import InvalidRequest, TopicNotFound
+from app.broker.topics import Scope, TopicDirectory, TopicRef, TopicView
 from app.stores.log.local import LocalLogEngine
 from app.stores.log.protocol import TopicLogConfig
 
@@ -110,3 +113,69 @@ def test_the_refusal_says_what_the_engine_offers(count, offered, issue):
 def test_an_offered_count_is_accepted():
     assert topics.validate_replicas(5, (3, 5)) == 5
     assert topics.validate_replicas(1, (1,)) == 1
+
+
+class TestViews:
+    async def test_calls_answer_frozen_views_that_outlive_the_session(self, deployment, scope):
+        services = deployment.app.state.services
+        async with services.metadata.session() as session:
+            created = await topics.create_topic(session, services.log, scope, "viewed", partitions=2)
+        async with services.metadata.session() as session:
+            grown = await topics.update_topic(session, services.log, scope, "viewed", partitions=3)
+        async with services.metadata.session(readonly=True) as session:
+            got = await topics.get_topic(session, scope, "viewed")
+            (listed,), cursor = await topics.list_topics(session, scope)
+        try:
+            assert all(type(v) is TopicView for v in (created, grown, got, listed)) and cursor is None
+            # Read after their sessions closed: plain values, nothing left to load.
+            assert (created.partitions, grown.partitions, got.partitions, listed.partitions) == (2, 3, 3, 3)
+            assert got == listed and got.id == created.id and got.retention == "7d"
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                got.partitions = 9  # type: ignore[misc]
+            assert len(await topics.partition_details(services.log, got)) == 3
+        finally:
+            await topics.delete_topic(services.metadata, services.log, scope, "viewed")
+
+
+class TestDirectory:
+    async def test_resolves_a_name_to_what_the_hot_path_needs(self, deployment, scope):
+        services = deployment.app.state.services
+        async with services.metadata.session() as session:
+            view = await topics.create_topic(session, services.log, scope, "resolved", partitions=2)
+        try:
+            ref = await TopicDirectory(services.metadata).resolve(scope, "resolved")
+            prefix = message_ids.topic_prefix(view.id)
+            assert ref == TopicRef(view.id, "resolved", 2, "exactly-once", prefix, view.replicas)
+        finally:
+            await topics.delete_topic(services.metadata, services.log, scope, "resolved")
+
+    async def test_an_unknown_name_or_another_environment_is_not_found(self, deployment, scope):
+        services = deployment.app.state.services
+        async with services.metadata.session() as session:
+            await topics.create_topic(session, services.log, scope, "here", partitions=1)
+        directory = TopicDirectory(services.metadata)
+        try:
+            with pytest.raises(TopicNotFound):
+                await directory.resolve(scope, "elsewhere")
+            with pytest.raises(TopicNotFound):
+                await directory.resolve(Scope(scope.project_id, "staging"), "here")
+        finally:
+            await topics.delete_topic(services.metadata, services.log, scope, "here")
+
+    async def test_answers_are_cached_until_this_process_forgets_them(self, deployment, scope):
+        services = deployment.app.state.services
+        directory = TopicDirectory(services.metadata, ttl=3600)  # nothing expires during the test
+        async with services.metadata.session() as session:
+            await topics.create_topic(session, services.log, scope, "cached", partitions=1)
+        try:
+            assert (await directory.resolve(scope, "cached")).partitions == 1
+            async with services.metadata.session() as session:
+                await topics.update_topic(session, services.log, scope, "cached", partitions=2)
+            assert (await directory.resolve(scope, "cached")).partitions == 1
+            directory.forget(scope, "cached")
+            assert (await directory.resolve(scope, "cached")).partitions == 2
+        finally:
+            await topics.delete_topic(services.metadata, services.log, scope, "cached")
+        directory.forget(scope, "cached")  # as the delete route does
+        with pytest.raises(TopicNotFound):
+            await directory.resolve(scope, "cached")

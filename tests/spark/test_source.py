@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from pyspark.errors import PySparkException
 
 from tests.spark.support import Api, Server
 
@@ -98,17 +99,19 @@ class TestBatchRead:
     def test_service_errors_fail_the_job_with_code_and_message(
         self, api: Api, reader, spark, qc_server: Server
     ) -> None:  # type: ignore[no-untyped-def]
-        with pytest.raises(Exception, match=r"QueueCoreError: TOPIC_NOT_FOUND: The topic 'no\.such\.topic'"):
+        with pytest.raises(
+            PySparkException, match=r"QueueCoreError: TOPIC_NOT_FOUND: The topic 'no\.such\.topic'"
+        ):
             reader("no.such.topic").load().collect()
         topic = api.create_topic(partitions=1)
         bad_key = "pq_test_sk_" + "x" * 32
-        with pytest.raises(Exception, match=r"QueueCoreError: INVALID_API_KEY"):
+        with pytest.raises(PySparkException, match=r"QueueCoreError: INVALID_API_KEY"):
             spark.read.format("queuecore").option("topic", topic).option("apiKey", bad_key).option(
                 "baseUrl", qc_server.url
             ).load().collect()
-        with pytest.raises(Exception, match=r"QueueCoreError: INVALID_OPTION: 'startingOffsets'"):
+        with pytest.raises(PySparkException, match=r"QueueCoreError: INVALID_OPTION: 'startingOffsets'"):
             reader(topic).option("startingOffsets", "yesterday").load().collect()
-        with pytest.raises(Exception, match=r"INVALID_OPTION: The option 'topic' is required"):
+        with pytest.raises(PySparkException, match=r"INVALID_OPTION: The option 'topic' is required"):
             spark.read.format("queuecore").option("apiKey", bad_key).load().collect()
 
 
@@ -252,7 +255,9 @@ class TestWrite:
     ) -> None:  # type: ignore[no-untyped-def]
         topic = api.create_topic(partitions=1)
         df = spark.createDataFrame([("x",)], "payload string")
-        with pytest.raises(Exception, match=r"INVALID_OPTION: Writing to QueueCore needs a 'data' column"):
+        with pytest.raises(
+            PySparkException, match=r"INVALID_OPTION: Writing to QueueCore needs a 'data' column"
+        ):
             df.write.format("queuecore").option("topic", topic).option("apiKey", key).option(
                 "baseUrl", qc_server.url
             ).mode("append").save()

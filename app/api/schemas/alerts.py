@@ -7,11 +7,17 @@ from typing import Literal
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import Text
 
 
 class EndpointIn(RequestBody):
-    url: str = Field(examples=["https://hooks.example.com/queuecore"], max_length=2048)
-    secret: str | None = Field(
+    url: Text = Field(
+        examples=["https://hooks.example.com/queuecore"],
+        max_length=2048,
+        description="An http:// or https:// URL whose host resolves (to a public address unless the "
+        "operator allows internal ones); no credentials in it.",
+    )
+    secret: Text | None = Field(
         None,
         min_length=16,
         max_length=255,

@@ -5,15 +5,32 @@ from __future__ import annotations
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import (
+    ExtendSeconds,
+    Generation,
+    MaxMessages,
+    MemberId,
+    MessageIds,
+    NackDelaySeconds,
+    NackDelayText,
+    SessionTimeout,
+    StartFrom,
+    Text,
+    WaitSeconds,
+)
 from app.api.schemas.messages import Message
 
 
 class JoinIn(RequestBody):
-    memberId: str | None = Field(None, description="Rejoin as this member (after shouldRejoin or eviction).")
-    startFrom: str = Field(
+    memberId: MemberId | None = Field(
+        None, description="Rejoin as this member (after shouldRejoin or eviction)."
+    )
+    startFrom: StartFrom = Field(
         "latest", description="earliest or latest; applies while the group has no committed offset"
     )
-    sessionTimeout: str | None = Field(None, examples=["10s"], description="2s to 5m; default: the group's")
+    sessionTimeout: SessionTimeout | None = Field(
+        None, examples=["10s"], description="2s to 5m; default: the group's"
+    )
 
 
 class Joined(ResponseBody):
@@ -24,7 +41,7 @@ class Joined(ResponseBody):
 
 
 class HeartbeatIn(RequestBody):
-    generationId: int
+    generationId: Generation
 
 
 class HeartbeatOut(ResponseBody):
@@ -34,10 +51,10 @@ class HeartbeatOut(ResponseBody):
 
 
 class PollIn(RequestBody):
-    memberId: str
-    generationId: int
-    maxMessages: int = Field(100, description="1 to 1000")
-    waitSeconds: float = Field(0, description="0 to 30: long poll until a message arrives")
+    memberId: Text
+    generationId: Generation
+    maxMessages: MaxMessages = Field(100, description="1 to 1000")
+    waitSeconds: WaitSeconds = Field(0, description="0 to 30: long poll until a message arrives")
 
 
 class DeliveredMessage(Message):
@@ -50,26 +67,26 @@ class Polled(ResponseBody):
 
 
 class AckIn(RequestBody):
-    memberId: str
-    generationId: int
-    ids: list[str] = Field(description="1 to 1000 message ids")
+    memberId: Text
+    generationId: Generation
+    ids: MessageIds = Field(description="1 to 1000 message ids")
 
 
 class NackIn(RequestBody):
-    memberId: str
-    generationId: int
-    id: str
-    reason: str | None = Field(None, max_length=1024)
-    delay: str | float | None = Field(
+    memberId: Text
+    generationId: Generation
+    id: Text
+    reason: Text | None = Field(None, max_length=1024)
+    delay: NackDelayText | NackDelaySeconds | None = Field(
         None, examples=["30s"], description="Redeliver after this: a duration string or seconds (default 0)"
     )
 
 
 class ExtendIn(RequestBody):
-    memberId: str
-    generationId: int
-    ids: list[str] = Field(description="1 to 1000 message ids")
-    seconds: float = Field(description="The new deadline, from now: 1 to 43200")
+    memberId: Text
+    generationId: Generation
+    ids: MessageIds = Field(description="1 to 1000 message ids")
+    seconds: ExtendSeconds = Field(description="The new deadline, from now: 1 to 43200")
 
 
 class FailedId(ResponseBody):

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import MessageId
 
 
 class DeadLetterEntry(ResponseBody):
@@ -28,7 +29,7 @@ class DeadLetterPage(ResponseBody):
 
 
 class ReplayIn(RequestBody):
-    messageId: str
+    messageId: MessageId
 
 
 class Replayed(ResponseBody):

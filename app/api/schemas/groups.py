@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import AckTimeout, LogOffset, RetryDelay, SessionTimeout, schema
+
+Reset = Annotated[str, schema(enum=["earliest", "latest"])]
 
 
 class DeadLetterIn(RequestBody):
-    maxRetries: int | None = Field(None, description="0 to 100; default 5")
-    retryDelay: str | None = Field(None, description="0s to 1h; default 30s")
-    alertThreshold: int | None = Field(None, description="default 100")
+    maxRetries: Annotated[int, schema(minimum=0, maximum=100)] | None = Field(
+        None, description="0 to 100; default 5"
+    )
+    retryDelay: RetryDelay | None = Field(None, description="0s to 1h; default 30s")
+    alertThreshold: Annotated[int, schema(minimum=1, maximum=1_000_000)] | None = Field(
+        None, description="1 to 1000000; default 100"
+    )
 
 
 class GroupConfigUpdate(RequestBody):
-    ackTimeout: str | None = Field(None, examples=["30s"], description="1s to 12h")
-    sessionTimeout: str | None = Field(None, examples=["10s"], description="2s to 5m")
+    ackTimeout: AckTimeout | None = Field(None, examples=["30s"], description="1s to 12h")
+    sessionTimeout: SessionTimeout | None = Field(None, examples=["10s"], description="2s to 5m")
     deadLetter: DeadLetterIn | None = Field(None, description="null removes the dead-letter queue")
 
 
@@ -57,7 +66,7 @@ class Group(ResponseBody):
 
 
 class ResetOffsetsIn(RequestBody):
-    to: str | int = Field(examples=["earliest"], description="earliest, latest or an offset")
+    to: Reset | LogOffset = Field(examples=["earliest"], description="earliest, latest or an offset")
 
 
 class PartitionPosition(ResponseBody):

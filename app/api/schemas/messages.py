@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import IdempotencyKey, MessageKey, Partition
 
 
 class MessageIn(RequestBody):
@@ -15,16 +16,20 @@ class MessageIn(RequestBody):
         description="Any JSON value (null included), at most 256 KiB serialized.",
         examples=[{"type": "order.created", "orderId": "ord_92jf8x", "amount": 9900}],
     )
-    key: str | None = Field(
-        None, description="Messages with one key land on one partition (Kafka's murmur2)."
+    key: MessageKey | None = Field(
+        None,
+        description="Messages with one key land on one partition (Kafka's murmur2). At most 4096 bytes "
+        "of UTF-8.",
     )
     headers: dict[str, str] | None = None
-    partition: int | None = Field(None, description="Explicit partition; overrides the key.")
+    partition: Partition | None = Field(
+        None, description="Explicit partition (below the topic's count); overrides the key."
+    )
 
 
 class BatchMessageIn(MessageIn):
-    idempotencyKey: str | None = Field(
-        None, description="Shares one namespace with the Idempotency-Key header."
+    idempotencyKey: IdempotencyKey | None = Field(
+        None, description="1 to 256 printable characters; one namespace with the Idempotency-Key header."
     )
 
 

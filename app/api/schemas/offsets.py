@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import LogOffset, Partition, Timestamp, schema
 
 
 class Offset(ResponseBody):
@@ -22,9 +25,9 @@ class OffsetList(ResponseBody):
 
 
 class SeekIn(RequestBody):
-    partition: int
-    offset: int | None = Field(None, examples=[4800])
-    timestamp: str | int | None = Field(None, description="ISO-8601 or epoch milliseconds")
+    partition: Partition
+    offset: LogOffset | None = Field(None, examples=[4800], description="Give this or timestamp")
+    timestamp: Timestamp | LogOffset | None = Field(None, description="ISO-8601 or epoch milliseconds")
 
 
 class Seeked(ResponseBody):
@@ -33,5 +36,7 @@ class Seeked(ResponseBody):
 
 
 class OffsetResetIn(RequestBody):
-    to: str = Field(examples=["earliest"], description="earliest or latest")
-    partition: int | None = Field(None, description="One partition; all when omitted")
+    to: Annotated[str, schema(enum=["earliest", "latest"])] = Field(
+        examples=["earliest"], description="earliest or latest"
+    )
+    partition: Partition | None = Field(None, description="One partition; all when omitted")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import GroupName, TopicName
 
 
 class WebSocketTokenCreate(RequestBody):
-    topic: str = Field(description="The topic the token may consume.", examples=["order.events"])
-    group: str | None = Field(None, description="Bind the token to this consumer group too.")
+    topic: TopicName = Field(description="The topic the token may consume.", examples=["order.events"])
+    group: GroupName | None = Field(None, description="Bind the token to this consumer group too.")
 
 
 class WebSocketToken(ResponseBody):

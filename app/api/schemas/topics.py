@@ -8,19 +8,23 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.api.schemas.common import RequestBody, ResponseBody
+from app.api.schemas.constraints import Partitions, Retention, TopicName, schema
 
 # The contract's allowed values; the broker refuses others (and those the engine does not offer) with 400.
 _REPLICAS = {"enum": [1, 3, 5]}
 Replicas = Annotated[int, Field(json_schema_extra=_REPLICAS)]
 
 
+Delivery = Annotated[str, schema(enum=["exactly-once", "at-least-once"])]
+
+
 class TopicCreate(RequestBody):
-    name: str = Field(examples=["order.events"])
-    retention: str = Field("7d", examples=["30d"], description="<n>m, <n>h or <n>d, from 1m to 365d")
-    delivery: str = Field(
+    name: TopicName = Field(examples=["order.events"])
+    retention: Retention = Field("7d", examples=["30d"], description="<n>m, <n>h or <n>d, from 1m to 365d")
+    delivery: Delivery = Field(
         "exactly-once", examples=["exactly-once"], description="exactly-once or at-least-once"
     )
-    partitions: int = Field(3, examples=[6], description="1 to 256")
+    partitions: Partitions = Field(3, examples=[6], description="1 to 256")
     replicas: Replicas | None = Field(
         None,
         examples=[3],
@@ -38,8 +42,8 @@ _FIXED = {
 
 
 class TopicUpdate(RequestBody):
-    partitions: int | None = Field(None, description="increase only")
-    retention: str | None = None
+    partitions: Partitions | None = Field(None, description="increase only")
+    retention: Retention | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -39,7 +39,7 @@ from app.broker.errors import (
     StaleGeneration,
     TopicNotFound,
 )
-from app.broker.publishing import TopicRef
+from app.broker.topics import TopicRef
 from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker.publishing import TopicRef
+from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.checkpoint_writer import PartitionCheckpoint
 from app.stores.metadata.database import MetadataStore

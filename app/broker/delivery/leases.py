@@ -38,7 +38,8 @@ from app.broker import dlq, message_ids
 from app.broker.delivery import membership
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest
-from app.broker.publishing import TopicRef, render_message
+from app.broker.messages import render_message
+from app.broker.topics import TopicRef
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, LogEngineError, Record
 from app.stores.metadata.database import MetadataStore

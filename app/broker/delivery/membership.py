@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.broker import durations, groups
 from app.broker.delivery.assignment import assign
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
-from app.broker.publishing import TopicRef
+from app.broker.topics import TopicRef
 from app.kit.clock import now_ms, utcnow
 from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine
@@ -33,7 +33,7 @@ from app.stores.metadata.models import ConsumerGroup, GroupMember
 from app.stores.metadata.partition_repositories import PartitionRepository
 
 START_FROM = ("earliest", "latest")
-_MEMBER_ID = re.compile(r"^csr_[A-Za-z0-9]{1,28}$")
+MEMBER_ID = re.compile(r"^csr_[A-Za-z0-9]{1,28}$")
 T = TypeVar("T")
 
 
@@ -178,7 +178,7 @@ async def join(
         if session_timeout is not None
         else None
     )
-    if member_id is not None and not _MEMBER_ID.fullmatch(member_id):
+    if member_id is not None and not MEMBER_ID.fullmatch(member_id):
         raise InvalidRequest.field("memberId", "not a member id issued by QueueCore (csr_…)")
 
     async def work(session: AsyncSession) -> Membership:

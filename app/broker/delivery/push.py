@@ -56,7 +56,8 @@ from app.broker.delivery.frames import messages_frame, server_frame
 from app.broker.delivery.membership import MemberRef
 from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import CODED_ERRORS, MemberNotFound, StaleGeneration, TopicNotFound
-from app.broker.publishing import TopicRef, render_message
+from app.broker.messages import render_message
+from app.broker.topics import TopicRef
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore

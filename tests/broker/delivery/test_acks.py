@@ -6,91 +6,22 @@ ids that are not in-memory leases take the lease-row path. (The wire contract is
 from __future__ import annotations
 
 import asyncio
-import secrets
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
 
-from app.broker import publishing, topics
-from app.broker.delivery.push import PushMember
-from app.broker.topics import Scope
 from app.kit.clock import now_ms
-from app.stores.metadata.partition_repositories import PartitionRepository
-
-
-class Connection:
-    """A push member with the frames it sent, as the WebSocket edge would run it."""
-
-    def __init__(self, services: Any, topic: Any) -> None:
-        self.frames: list[dict[str, Any]] = []
-        self.arrived = asyncio.Event()
-        self.services = services
-        self.member = PushMember(
-            services.metadata,
-            services.log,
-            topic,
-            "g",
-            start_from="earliest",
-            max_in_flight=100,
-            send=self._send,
-            render_error=lambda error: orjson.dumps({"type": "error", "code": error.code}),
-        )
-        self.delivery: asyncio.Task[None] | None = None
-
-    async def _send(self, frame: bytes) -> None:
-        self.frames.append(orjson.loads(frame))
-        self.arrived.set()
-
-    async def start(self) -> None:
-        await self._send(await self.member.join())
-        self.delivery = asyncio.create_task(self.member.deliver())
-
-    async def close(self) -> None:
-        self.member.stop()
-        if self.delivery is not None:
-            await asyncio.gather(self.delivery, return_exceptions=True)
-        await self.member.leave()
-
-    async def wait_for(self, kind: str, count: int = 1) -> list[dict[str, Any]]:
-        async with asyncio.timeout(20):
-            while len(found := [f for f in self.frames if f["type"] == kind]) < count:
-                self.arrived.clear()
-                await self.arrived.wait()
-        return found
-
-    async def delivered(self, count: int) -> list[str]:
-        ids: list[str] = []
-        async with asyncio.timeout(20):
-            while len(ids) < count:
-                ids = []
-                for frame in self.frames:
-                    if frame["type"] == "message":
-                        ids.append(frame["id"])
-                    elif frame["type"] == "messages":
-                        ids.extend(m["id"] for m in frame["messages"])
-                if len(ids) < count:
-                    self.arrived.clear()
-                    await self.arrived.wait()
-        return ids
-
-    async def committed(self) -> int | None:
-        async with self.services.metadata.session(readonly=True) as session:
-            (state,) = await PartitionRepository.from_session(session).partitions(self.member.group_id)
-        return state.committed
+from tests.broker.delivery.conftest import MakeTopic
+from tests.broker.delivery.conftest import PushConnection as Connection
 
 
 @pytest.fixture(params=["exactly-once", "at-least-once"])
-async def connection(request, deployment):
-    services = deployment.app.state.services
-    project = await deployment.project()
-    scope = Scope(project.project_id, "production")
-    name = f"acks-{secrets.token_hex(3)}"
-    async with services.metadata.session() as session:
-        await topics.create_topic(session, services.log, scope, name, partitions=1, delivery=request.param)
-    batch = publishing.parse_batch({"messages": [{"data": i} for i in range(6)]})
-    await services.publisher.publish_batch(scope, name, batch)
-    conn = Connection(services, await services.publisher.topics.resolve(scope, name))
+async def connection(request, make_topic: MakeTopic) -> AsyncIterator[Connection]:
+    topic = await make_topic(partitions=1, delivery=request.param)
+    await topic.publish(6)
+    conn = Connection(topic.services, topic.ref)
     await conn.start()
     yield conn
     await conn.close()

@@ -1,0 +1,196 @@
+"""A push member's loops (``app/broker/delivery/push.py``): join and ``welcome``, the delivery loop and
+its flow control, rebalances between members, leaving, stopping, and a topic deleted underneath, on the
+real metadata store and log engine of each deployment. (Ack settlement is ``test_acks.py``; the wire
+contract over a real WebSocket is ``tests/api/test_ws.py``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from app.broker import topics
+from app.broker.delivery import push
+from app.broker.errors import TopicNotFound
+from tests.broker.delivery.conftest import HANG_GUARD, MakeTopic, PushConnection
+
+Connect = Callable[..., Awaitable[PushConnection]]
+
+
+async def settle(times: int = 20) -> None:
+    """Let the member's loops run a while (a bounded number of turns, for checks that nothing happens)."""
+    for _ in range(times):
+        await asyncio.sleep(0.005)
+
+
+async def acked(connection: PushConnection, ids: list[str]) -> None:
+    """Ack ``ids`` and wait for the answer."""
+    before = len([f for f in connection.frames if f["type"] == "acked"])
+    await connection.ack(ids)
+    (*_, answer) = await connection.wait_for("acked", before + 1)
+    assert answer["ids"] == ids and answer["failed"] == []
+
+
+class TestJoin:
+    async def test_welcome_names_the_member_its_generation_and_every_partition(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=3)
+        connection = await push_connections(topic)
+        (welcome,) = await connection.wait_for("welcome")
+        member = connection.member
+        assert welcome == {
+            "type": "welcome",
+            "memberId": member.member_id,
+            "generationId": member.generation,
+            "assignments": [0, 1, 2],
+        }
+        assert member.member_id.startswith("csr_") and member.group_id == await topic.group_id("g")
+
+
+class TestDelivery:
+    async def test_every_message_once_in_offset_order_per_partition_as_a_first_attempt(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=2)
+        for partition in (0, 1):
+            await topic.publish(5, partition=partition)
+        connection = await push_connections(topic)
+        await connection.delivered(10)
+        messages = connection.messages()
+        for partition in (0, 1):
+            assert [m["offset"] for m in messages if m["partition"] == partition] == [0, 1, 2, 3, 4]
+        assert len({m["id"] for m in messages}) == 10
+        assert {m["attempt"] for m in messages} == {1}
+        assert all(m["ackDeadline"] for m in messages)
+
+    async def test_records_published_while_it_waits_are_delivered(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=1)
+        connection = await push_connections(topic)
+        await settle()
+        assert connection.messages() == []
+        await topic.publish(3)
+        await connection.delivered(3)
+        assert [m["data"] for m in connection.messages()] == [0, 1, 2]
+
+    async def test_no_more_than_max_in_flight_unacked_and_acks_make_room(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=1)
+        await topic.publish(10)
+        connection = await push_connections(topic, max_in_flight=4)
+        ids = await connection.delivered(4)
+        await settle()
+        assert len(connection.messages()) == 4 and connection.member.in_flight == 4
+        await acked(connection, ids[:3])
+        await connection.delivered(7)
+        await settle()
+        assert len(connection.messages()) == 7 and connection.member.in_flight == 4
+        assert [m["data"] for m in connection.messages()] == list(range(7))
+
+    async def test_a_frame_carries_at_most_half_the_window(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=1)
+        await topic.publish(10)
+        connection = await push_connections(topic, max_in_flight=10)
+        await connection.delivered(10)
+        sizes = [
+            len(f["messages"]) if f["type"] == "messages" else 1
+            for f in connection.frames
+            if "message" in f["type"]
+        ]
+        assert sum(sizes) == 10 and max(sizes) <= 5
+
+    async def test_its_in_memory_leases_are_counted_for_its_group(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=1)
+        await topic.publish(6)
+        connection = await push_connections(topic)
+        ids = await connection.delivered(6)
+        group_id = connection.member.group_id
+        assert push.in_flight_by_group()[group_id] == 6 == connection.member.held_in_memory
+        await acked(connection, ids[:2])
+        assert push.in_flight_by_group()[group_id] == 4
+        await connection.close()
+        assert group_id not in push.in_flight_by_group()
+
+
+class TestRebalance:
+    async def test_a_second_member_takes_a_partition_and_they_never_share_a_message(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=2)
+        first = await push_connections(topic)
+        second = await push_connections(topic)
+        (rebalance,) = await first.wait_for("rebalance")
+        (welcome,) = await second.wait_for("welcome")
+        assert rebalance["generationId"] == welcome["generationId"] == first.member.generation
+        assert sorted(rebalance["assignments"] + welcome["assignments"]) == [0, 1]
+        assert len(rebalance["assignments"]) == len(welcome["assignments"]) == 1
+        for partition in (0, 1):
+            await topic.publish(4, partition=partition)
+        await wait_until(lambda: len(first.messages()) + len(second.messages()) >= 8)
+        for connection, owned in ((first, rebalance["assignments"]), (second, welcome["assignments"])):
+            assert [(m["partition"], m["offset"]) for m in connection.messages()] == [
+                (owned[0], o) for o in range(4)
+            ]
+
+    async def test_leaving_hands_partitions_and_unacked_messages_to_the_others_at_once(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=1)
+        await topic.publish(5)
+        leaving = await push_connections(topic)
+        ids = await leaving.delivered(5)
+        await acked(leaving, ids[:2])
+        staying = await push_connections(topic)
+        (welcome,) = await staying.wait_for("welcome")
+        assert welcome["assignments"] == []  # sticky: the partition stays with its owner
+        await leaving.close()
+        (rebalance,) = await staying.wait_for("rebalance")
+        assert rebalance["assignments"] == [0]
+        # The three unacked ones, long before their 30 s ack deadline: the second attempt.
+        again = await staying.delivered(3)
+        assert sorted(again) == sorted(ids[2:])
+        assert {m["attempt"] for m in staying.messages()} == {2}
+
+
+class TestStop:
+    async def test_stop_ends_the_delivery_loop(self, make_topic: MakeTopic, push_connections: Connect):
+        topic = await make_topic(partitions=1)
+        connection = await push_connections(topic)
+        assert connection.delivery is not None
+        await settle()
+        assert not connection.delivery.done()
+        connection.member.stop()
+        async with asyncio.timeout(HANG_GUARD):
+            await connection.delivery
+        assert connection.member.stopped
+        await connection.member.leave()
+
+    async def test_a_deleted_topic_ends_delivery_with_topic_not_found(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        topic = await make_topic(partitions=1)
+        await topic.publish(2)
+        connection = await push_connections(topic)
+        await connection.delivered(2)
+        await topics.delete_topic(topic.services.metadata, topic.services.log, topic.scope, topic.name)
+        assert connection.delivery is not None
+        with pytest.raises(TopicNotFound):
+            async with asyncio.timeout(HANG_GUARD):
+                await connection.delivery
+        await connection.close()  # leaving a group that is gone with its topic: nothing to answer
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    """Until ``condition()`` holds, failing (not hanging) after ``HANG_GUARD``."""
+    async with asyncio.timeout(HANG_GUARD):
+        while not condition():
+            await asyncio.sleep(0.01)
