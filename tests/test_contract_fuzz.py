@@ -1,6 +1,8 @@
 """The API fuzzed from its contract, bounded: schemathesis over ``openapi.yaml`` against a real server, every
-phase, a fixed seed (``bench/fuzz_contract.py``; ``make fuzz`` runs the long version). No 5xx, every status
-documented, every answer matching its schema and content type: every non-2xx is the envelope."""
+phase (the coverage phase included), a fixed seed (``bench/fuzz_contract.py``; ``make fuzz`` runs the long
+version). No 5xx, every status documented, every answer matching its schema and content type (every non-2xx
+is the envelope); every request the contract calls valid is accepted, less the rejections it cannot express
+(``bench/fuzz_contract_checks.py``, each with its reason); a call without its credential is 401."""
 
 from __future__ import annotations
 

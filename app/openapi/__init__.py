@@ -2,8 +2,9 @@
 openapi``); a test fails on drift. The app installs the document from here (``install``); the command that
 writes it lives in ``__main__.py``, the one module that builds an app, so nothing here imports ``app.main``.
 
-FastAPI's generated schema is adjusted in one place: its 422 answers become our 400 envelope, the
-bearer-key security scheme is declared, and every authenticated route says so.
+FastAPI's generated schema is adjusted in one place: its 422 answers become our 400 envelope, the two
+bearer security schemes are declared (a project's API key; the operators' admin token, for the admin API
+only), and every authenticated route says which it takes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from app.errors import ErrorEnvelope, responses
 
 _PUBLIC = {"/v1/health"}
+_ADMIN_PREFIX = "/v1/admin/"  # app/api/admin.py: QUEUECORE_ADMIN_TOKEN, not a project key
 
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:
@@ -24,11 +26,22 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     schema["servers"] = [{"url": "http://127.0.0.1:8080", "description": "local (make run)"}]
     components = schema.setdefault("components", {})
-    components.setdefault("securitySchemes", {})["ApiKey"] = {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "A project API key: pq_live_sk_… (production) or pq_test_sk_… (development, staging).",
-    }
+    components.setdefault("securitySchemes", {}).update(
+        {
+            "ApiKey": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "A project API key: pq_live_sk_… (production) or pq_test_sk_… (development, "
+                "staging).",
+            },
+            "AdminToken": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "The operators' token (QUEUECORE_ADMIN_TOKEN); the admin API is disabled (403) "
+                "when none is set.",
+            },
+        }
+    )
     schemas = components.setdefault("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
@@ -45,14 +58,34 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                     "description": bad_request["description"],
                     "content": {"application/json": {"schema": envelope_ref, **_examples(bad_request)}},
                 }
-            if path not in _PUBLIC:
+            if path.startswith(_ADMIN_PREFIX):
+                operation["security"] = [{"AdminToken": []}]
+            elif path not in _PUBLIC:
                 operation["security"] = [{"ApiKey": []}]
             # Request bodies given as whole schemas (openapi_extra) keep their nested models under
             # ``$defs`` while pointing at components: hoist them there, so every $ref resolves.
             body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
             for name, definition in body.get("schema", {}).pop("$defs", {}).items():
                 schemas.setdefault(name, definition)
+    _integral_bounds(schema)
     return schema
+
+
+_BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+
+
+def _integral_bounds(node: Any) -> None:
+    """FastAPI's OpenAPI model reads every bound as a float (``maximum: 255.0``): whole ones are integers
+    again, as the models declare them."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _BOUNDS and isinstance(value, float) and value.is_integer():
+                node[key] = int(value)
+            else:
+                _integral_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _integral_bounds(value)
 
 
 def _examples(entry: dict[str, Any]) -> dict[str, Any]:

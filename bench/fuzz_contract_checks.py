@@ -1,0 +1,117 @@
+"""schemathesis hooks of the contract fuzzing (``bench/fuzz_contract.py`` loads them with
+``SCHEMATHESIS_HOOKS``): the positive-data check (ST202, "schema-valid request rejected") with the
+rejections the contract cannot express, each named with its reason.
+
+``openapi.yaml`` carries every rule of a single value the server enforces (patterns, lengths, ranges,
+enums: ``app/api/schemas/constraints.py``). What is left depends on state or on several fields at once, so
+no schema can say it; a 400 for one of these fields (the envelope's ``details[].field``) on its operation
+is allowed, any other 400 is still a failure. Everything else of schemathesis's check is unchanged.
+
+One rejection holds on every operation: an integer written with a fraction (``3.0``). JSON Schema's
+``integer`` includes it; the server reads request bodies strictly (``app/api/schemas/common.py``: wrong
+JSON types are refused, never coerced) and takes an integer only as one. A 400 naming a field whose value
+in the request is such a number is allowed for that field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import schemathesis
+from schemathesis.openapi.checks import RejectedPositiveData
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+_PARTITION = "a partition number below the topic's partition count (the topic's state, not its schema)"
+_CURSOR = "an opaque cursor: only one this API returned is taken"
+_MESSAGE_ID = "a message id that decodes to a place in this topic (one this API issued), not just its form"
+
+# operation -> {field as the error names it ("messages[].x" for every item): why the contract cannot say it}
+EXCLUSIONS: dict[str, dict[str, str]] = {
+    "POST /v1/topics": {
+        "replicas": "the counts the log engine in use offers (the local engine: 1 only; JetStream: 1, 3, 5 "
+        "and no more than its servers)",
+    },
+    "PATCH /v1/topics/{name}": {"partitions": "only an increase over the topic's current count"},
+    "GET /v1/topics": {"cursor": _CURSOR},
+    "GET /v1/topics/{name}/groups/{group}/dlq": {"cursor": _CURSOR},
+    "GET /v1/topics/{name}/groups/{group}/dlq/audit": {"cursor": _CURSOR},
+    "GET /v1/alerts/deliveries": {"cursor": _CURSOR},
+    "GET /v1/topics/{name}/partitions/{partition}/messages": {
+        "partition": _PARTITION,
+        "fromOffset": "at most the partition's latest offset (the log's state)",
+    },
+    "GET /v1/topics/{name}/groups/{group}/offsets": {"partition": _PARTITION},
+    "POST /v1/topics/{name}/groups/{group}/offsets/seek": {
+        "partition": _PARTITION,
+        "offset": "exactly one of offset and timestamp (a rule across two fields)",
+    },
+    "POST /v1/topics/{name}/groups/{group}/offsets/reset": {"partition": _PARTITION},
+    "POST /v1/topics/{name}/messages": {
+        "partition": _PARTITION,
+        "key": "at most 4096 bytes of UTF-8 (JSON Schema counts characters)",
+    },
+    "POST /v1/topics/{name}/messages/batch": {
+        "messages[].partition": _PARTITION,
+        "messages[].key": "at most 4096 bytes of UTF-8 (JSON Schema counts characters)",
+    },
+    "GET /v1/topics/{name}/messages/{message_id}": {"messageId": _MESSAGE_ID},
+    "POST /v1/topics/{name}/groups/{group}/dlq/replay": {"messageId": _MESSAGE_ID},
+    "DELETE /v1/topics/{name}/groups/{group}/dlq/{message_id}": {"messageId": _MESSAGE_ID},
+    "PUT /v1/alerts/endpoint": {
+        "url": "a URL whose host resolves, to a public address unless the operator allows internal ones",
+    },
+    "PUT /v1/admin/projects/{project}/tier": {
+        "limits": "custom limits for the enterprise tier only (a rule across two fields)",
+    },
+}
+
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def excused(operation: str, status: int, answer: bytes | str | None, request_body: Any = None) -> bool:
+    """Whether a 400 answer refused only what the contract cannot say: fields of ``EXCLUSIONS`` on
+    ``operation``, and integers written with a fraction in ``request_body``."""
+    if status != 400 or not answer:
+        return False
+    try:
+        details = json.loads(answer)["error"].get("details") or []
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    allowed = EXCLUSIONS.get(operation, {})
+    fields = set()
+    for detail in details:
+        field = str(detail.get("field", "")) if isinstance(detail, dict) else ""
+        if not _integral_float(request_body, field):
+            fields.add(_INDEX.sub("[]", field))
+    return bool(details) and fields <= allowed.keys()
+
+
+_UNION_MEMBER = re.compile(r"\.(str|int|float|bool)$")
+
+
+def _integral_float(body: Any, field: str) -> bool:
+    """Whether ``field`` ("a.b", "a[2].b", "to.str": pydantic names a union's member) holds a number like
+    3.0 in ``body``."""
+    node = body
+    for part in re.findall(r"[^.\[\]]+", _UNION_MEMBER.sub("", field)):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return isinstance(node, float) and node.is_integer()
+
+
+@schemathesis.check
+def positive_data_acceptance_documented(ctx: Any, response: Any, case: Any) -> bool | None:
+    """schemathesis's ``positive_data_acceptance``, less the rejections in ``EXCLUSIONS``."""
+    try:
+        return positive_data_acceptance(ctx, response, case)
+    except RejectedPositiveData:
+        operation = f"{case.operation.method.upper()} {case.operation.path}"
+        if excused(operation, response.status_code, response.content, case.body):
+            return None
+        raise
