@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap pipeline test test-sdk test-sdk-wheel services lint typecheck openapi bench fuzz clean install-js test-js bench-js cluster
+.PHONY: install lock run serve migrate bootstrap pipeline test audit test-sdk test-sdk-wheel services lint typecheck openapi bench fuzz clean install-js test-js bench-js cluster
 
 # The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
 # git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
@@ -77,7 +77,7 @@ pipeline: install
 	bash spark/scripts/pipeline.sh
 
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services lint typecheck $(CHROMIUM) $(HAPROXY)
+test: install services lint typecheck audit $(CHROMIUM) $(HAPROXY)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go
@@ -97,6 +97,10 @@ typecheck: install
 	$(BIN)/mypy
 	$(BIN)/mypy --config-file sdk/pyproject.toml sdk/src/queuecore
 	cd spark && ../$(BIN)/mypy
+
+# pip-audit against PyPI's advisory data; accepted findings are listed in infra/audit-accepted.txt.
+audit: install
+	$(BIN)/python -m infra.audit
 
 openapi: install
 	$(BIN)/python -m app.openapi > openapi.yaml
@@ -163,12 +167,15 @@ bench-go: go-deps
 fuzz: install
 	$(BIN)/python bench/fuzz_contract.py --max-examples 400
 
-# The crash soak: 100 SIGKILLs of a real server under mixed load per configuration (local engine x SQLite and
-# Postgres), every promise checked after every restart; figures to bench/results/soak.md, any violation
-# fails it. make test runs a short version (tests/test_crash_soak.py). docs/reliability.md explains it.
+# The crash soak: 100 SIGKILLs of a real API server under mixed load per configuration (the local and the
+# JetStream engine - a 3-node NATS cluster of its own - x SQLite and Postgres), every promise checked after
+# every restart; figures to bench/results/soak.md, any violation fails it. One engine at a time (both stores
+# side by side): four configurations at once would starve this 2-CPU machine. make test runs a short
+# version (tests/test_crash_soak.py). docs/reliability.md explains it.
 .PHONY: soak
 soak: install services
 	$(BIN)/python bench/soak.py --kills 100 --stores sqlite,postgres --engines local
+	$(BIN)/python bench/soak.py --kills 100 --stores sqlite,postgres --engines jetstream
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .cluster
