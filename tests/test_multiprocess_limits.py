@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from app.broker.usage import read_usage
-from app.settings import LogSettings
-from app.stores.log.local import LocalLogEngine
+from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 LIMIT = 20
@@ -59,22 +58,34 @@ def pair(tmp_path, postgres_database):
         s.stop()
 
 
-async def _hammer(urls: list[str], key: str, seconds: float) -> list[int]:
+async def _hammer(urls: list[str], key: str, seconds: float, most: int = 5000) -> list[int]:
+    """Four workers per server, for at least ``seconds`` and until more than two windows' worth were
+    accepted and one was refused, however slow the machine (at most ``most`` requests)."""
     headers = {"Authorization": f"Bearer {key}"}
     statuses: list[int] = []
+    accepted = refused = 0
     deadline = time.monotonic() + seconds
+
+    def done() -> bool:
+        enough = accepted >= LIMIT * 2 and refused > 0
+        return (enough and time.monotonic() >= deadline) or len(statuses) >= most
+
     async with httpx.AsyncClient(timeout=5) as http:
 
         async def worker(url: str) -> None:
-            while time.monotonic() < deadline:
-                statuses.append((await http.get(url + "/v1/topics", headers=headers)).status_code)
+            nonlocal accepted, refused
+            while not done():
+                status = (await http.get(url + "/v1/topics", headers=headers)).status_code
+                statuses.append(status)
+                accepted += status == 200
+                refused += status == 429
 
         await asyncio.gather(*(worker(u) for u in urls for _ in range(4)))
     return statuses
 
 
 async def _accepted_times(server: ServerProcess, key_id_prefix: str = "key_") -> list[int]:
-    engine = LocalLogEngine(server.data_dir / "log", LogSettings())
+    engine = LocalLogEngine(server.data_dir / "log", LocalLogConfig())
     await engine.start()
     try:
         return [
@@ -130,11 +141,18 @@ class TestSharedLimits:
                 "--limits",
                 "publish=1000,consume=1000,admin=77",
             )
-            changed = time.monotonic()
+            # Each process holds a key's limits for at most its key cache TTL (0.5 s): the new limit
+            # reaches both without a restart. How soon is the benchmarks' business, not a test's.
             for s in servers:
-                while (await http.get(s.url + "/v1/topics", headers=headers)).headers[
-                    "RateLimit-Limit"
-                ] != "77":
-                    assert time.monotonic() - changed < 1.0
-                    await asyncio.sleep(0.05)
-            assert time.monotonic() - changed < 1.0
+                assert await _limit_seen(http, s.url, headers, "77"), f"{s.url} still has the old limit"
+
+
+async def _limit_seen(
+    http: httpx.AsyncClient, url: str, headers: dict[str, str], limit: str, tries: int = 100
+) -> bool:
+    """Whether a server answers with ``RateLimit-Limit: limit`` within ``tries`` looks, 50 ms apart."""
+    for _ in range(tries):
+        if (await http.get(url + "/v1/topics", headers=headers)).headers["RateLimit-Limit"] == limit:
+            return True
+        await asyncio.sleep(0.05)
+    return False
