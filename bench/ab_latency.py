@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import consume_bench as cb
+from bench_server import BenchServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +44,7 @@ def worktree(rev: str) -> Path:
     return path
 
 
-async def one_round(args: argparse.Namespace, server: cb.Server, seconds: float) -> tuple[float, float]:
+async def one_round(args: argparse.Namespace, server: BenchServer, seconds: float) -> tuple[float, float]:
     """(p50 ms, p99 ms) of publish→deliver, or with ``--drain`` (msgs/s, msgs/s)."""
     if args.drain:
         topic = await cb.qc_topic(server, 1, args.drain)
@@ -54,11 +55,11 @@ async def one_round(args: argparse.Namespace, server: cb.Server, seconds: float)
 
 async def run(args: argparse.Namespace, tree: Path) -> None:
     sides = {args.rev: {"PYTHONPATH": str(tree)}, "working tree": {}}
-    servers: dict[str, cb.Server] = {}
+    servers: dict[str, BenchServer] = {}
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     try:
         for name, env in sides.items():
-            server = cb.Server()
+            server = cb.new_server()
             server.env.update(env)
             server.start()
             servers[name] = server

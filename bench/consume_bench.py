@@ -19,7 +19,7 @@ The QueueCore server is a real ``queuecore-server serve`` (embedded SQLite metad
 topics, usage metering on) on a temporary data dir, with an enterprise project whose publish limit is
 raised for the latency run.
 
-    .venv/bin/python bench/consume_bench.py [--messages 20000] [--rounds 3] [--seconds 5]
+    .venv/bin/python bench/consume_bench.py [--messages 20000] [--rounds 3] [--seconds 5] [--no-write]
 
 Writes bench/results/consume.md and consume.json. A drain that does not see every ack answered within
 ``BENCH_DRAIN_TIMEOUT`` seconds (300) fails the run.
@@ -30,13 +30,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import secrets
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,241 +40,89 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import rawhttp
+from bench_server import BenchServer
+from support import (
+    Acks,
+    fill,
+    jetstream_drain,
+    jetstream_latency,
+    machine,
+    p50_p99_ms,
+    paced,
+    push_drain,
+    push_latency,
+    stamped,
+    write_results,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-RESULTS = ROOT / "bench" / "results"
 NATS_URL = "nats://127.0.0.1:4222"
 REDIS_URL = "redis://127.0.0.1:6379/0"
+# Enterprise, limits raised so that they never shape a figure (the latency run publishes at 1,000/s).
+LIMITS = "publish=100000,consume=100000,admin=1000"
 
 
 def payload(i: int) -> dict[str, Any]:
     return {"type": "order.created", "orderId": f"ord_{i:08d}", "amount": 9900, "note": "x" * 120}
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+def new_server() -> BenchServer:
+    """The QueueCore server of a consume run (not started)."""
+    return BenchServer("consume-bench", LIMITS)
 
 
 # --- QueueCore ---------------------------------------------------------------------------------------
 
 
-class Server:
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="qc-consume-bench-"))
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
-        self.env.update({"QUEUECORE_DATA_DIR": str(self.dir), "QUEUECORE_LOG_LEVEL": "WARNING"})
-        self.port = 18000 + secrets.randbelow(2000)
-        self.process: subprocess.Popen[bytes] | None = None
-        self.key = ""
-
-    def cli(self, *args: str) -> str:
-        done = subprocess.run(
-            [str(BIN / "queuecore-server"), *args], env=self.env, capture_output=True, text=True, check=True
-        )
-        return done.stdout
-
-    def start(self) -> None:
-        self.cli("migrate")
-        boot = json.loads(self.cli("bootstrap", "--project", "bench", "--tier", "pro", "--json"))
-        self.cli(
-            "projects", "set-tier", "--project", "bench", "--tier", "enterprise",
-            "--limits", "publish=100000,consume=100000,admin=1000",
-        )  # fmt: skip
-        self.key = boot["keys"]["production"]
-        self.process = subprocess.Popen(
-            [str(BIN / "queuecore-server"), "serve", "--port", str(self.port)],
-            env=self.env,
-            stdout=(self.dir / "server.log").open("ab"),
-            stderr=subprocess.STDOUT,
-        )
-        for _ in range(300):
-            try:
-                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("server did not start")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.process:
-            self.process.terminate()
-            self.process.wait(30)
-
-
-async def qc_topic(server: Server, partitions: int, count: int, delivery: str = "exactly-once") -> str:
+async def qc_topic(server: BenchServer, partitions: int, count: int, delivery: str = "exactly-once") -> str:
     name = f"bench-{secrets.token_hex(4)}"
     headers = {"Authorization": f"Bearer {server.key}"}
     async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as http:
         r = await http.post("/v1/topics", json={"name": name, "partitions": partitions, "delivery": delivery})
         r.raise_for_status()
-        for start in range(0, count, 1000):
-            body = {"messages": [{"data": payload(i)} for i in range(start, min(count, start + 1000))]}
-            (await http.post(f"/v1/topics/{name}/messages/batch", json=body)).raise_for_status()
+    if count:
+        await fill(server.url, server.key, name, count, payload)
     return name
 
 
-async def qc_drain(server: Server, topic: str, consumers: int, count: int) -> float:
-    from websockets.asyncio.client import connect
-
-    url = (
-        f"ws://127.0.0.1:{server.port}/v1/topics/{topic}/consume?group=g&startFrom=earliest&maxInFlight=1000"
-    )
-    headers = {"Authorization": f"Bearer {server.key}"}
-    acked = 0
-    done = asyncio.Event()
-    started: list[float] = []
-
-    async def one(ws: Any) -> None:
-        nonlocal acked
-        async for raw in ws:
-            frame = json.loads(raw)
-            kind = frame["type"]
-            if kind in ("message", "messages"):
-                if not started:
-                    started.append(time.perf_counter())
-                batch = frame["messages"] if kind == "messages" else [frame]
-                await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
-            elif kind == "acked":
-                acked += len(frame["ids"])
-                if acked >= count:
-                    done.set()
-
-    sockets = [await connect(url, additional_headers=headers, max_size=None) for _ in range(consumers)]
-    for ws in sockets:
-        json.loads(await ws.recv())  # welcome
-    tasks = [asyncio.create_task(one(ws)) for ws in sockets]
-    await asyncio.wait_for(done.wait(), float(os.environ.get("BENCH_DRAIN_TIMEOUT", "300")))
-    elapsed = time.perf_counter() - started[0]
-    for t in tasks:
-        t.cancel()
-    for ws in sockets:
-        await ws.close()
-    return count / elapsed
+async def qc_drain(server: BenchServer, topic: str, consumers: int, count: int) -> float:
+    return await push_drain(server.port, server.key, topic, consumers, count)
 
 
 async def qc_latency_run(
-    server: Server,
+    server: BenchServer,
     seconds: float,
     rate: int,
     *,
     delivery: str = "exactly-once",
-    acks: str | None = "per frame",
+    acks: Acks | None = "per frame",
 ) -> tuple[list[float], list[float]]:
     """Publish one message at a time at ``rate`` for ``seconds`` through HTTP, with one WebSocket
     consumer on a fresh 1-partition topic (none when ``acks`` is None); the consumer acks ``"per frame"``,
     ``"every 20 ms"`` or ``"none"`` (then with ``maxInFlight`` 10,000). Returns the publish→deliver
     latencies (empty without a consumer) and the publish answers' latencies, in seconds."""
-    from websockets.asyncio.client import connect
-
     topic = await qc_topic(server, 1, 0, delivery)
-    headers = {"Authorization": f"Bearer {server.key}"}
-    total = int(seconds * rate)
-    delivered: list[float] = []
-    answered: list[float] = []
-    ws: Any = None
-    tasks: list[asyncio.Task[None]] = []
-    if acks is not None:
-        max_in_flight = 10_000 if acks == "none" else 1000
-        url = (
-            f"ws://127.0.0.1:{server.port}/v1/topics/{topic}/consume"
-            f"?group=g&startFrom=latest&maxInFlight={max_in_flight}"
-        )
-        ws = await connect(url, additional_headers=headers)
-        json.loads(await ws.recv())  # welcome
-        unacked: list[str] = []
-
-        async def consume() -> None:
-            async for raw in ws:
-                frame = json.loads(raw)
-                if frame["type"] not in ("message", "messages"):
-                    continue
-                now = time.perf_counter()
-                batch = frame["messages"] if frame["type"] == "messages" else [frame]
-                delivered.extend(now - m["data"]["sentAt"] for m in batch)
-                if acks == "per frame":
-                    await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
-                elif acks == "every 20 ms":
-                    unacked.extend(m["id"] for m in batch)
-                if len(delivered) >= total:
-                    return
-
-        async def ack_every_20_ms() -> None:
-            while True:
-                await asyncio.sleep(0.02)
-                if unacked:
-                    ids = unacked[:]
-                    unacked.clear()
-                    await ws.send(json.dumps({"type": "ack", "ids": ids}))
-
-        tasks.append(asyncio.create_task(consume()))
-        if acks == "every 20 ms":
-            tasks.append(asyncio.create_task(ack_every_20_ms()))
-    pool = rawhttp.Pool("127.0.0.1", server.port, headers)
-    path = f"/v1/topics/{topic}/messages"
-
-    async def publish(i: int) -> None:
-        sent = time.perf_counter()
-        status = await pool.post(path, json.dumps({"data": stamp(i)}).encode())
-        assert status == 201, status
-        answered.append(time.perf_counter() - sent)
-
-    await paced(rate, total, publish)
-    await pool.close()
-    if tasks:
-        await asyncio.wait_for(tasks[0], 60)
-    for task in tasks[1:]:
-        task.cancel()
-    if ws is not None:
-        await ws.close()
-    return delivered, answered
+    return await push_latency(
+        server.key,
+        topic,
+        seconds,
+        rate,
+        payload,
+        publish_port=server.port,
+        consume_port=None if acks is None else server.port,
+        acks=acks or "per frame",
+    )
 
 
-async def qc_latency(server: Server, seconds: float, rate: int) -> tuple[float, float]:
+async def qc_latency(server: BenchServer, seconds: float, rate: int) -> tuple[float, float]:
     """publish→deliver p50/p99 in ms: one consumer acking every frame, exactly-once topic."""
     delivered, _ = await qc_latency_run(server, seconds, rate)
-    return percentile(delivered, 0.5) * 1000, percentile(delivered, 0.99) * 1000
+    return p50_p99_ms(delivered)
 
 
-async def qc_publish_latency(server: Server, seconds: float, rate: int) -> tuple[float, float]:
+async def qc_publish_latency(server: BenchServer, seconds: float, rate: int) -> tuple[float, float]:
     """The floor under publish→deliver: the publish answer alone (fsync'd append), same rate, no consumer."""
     _, answered = await qc_latency_run(server, seconds, rate, acks=None)
-    return percentile(answered, 0.5) * 1000, percentile(answered, 0.99) * 1000
-
-
-def stamp(i: int) -> dict[str, Any]:
-    return {**payload(i), "sentAt": time.perf_counter()}
-
-
-async def paced(rate: int, total: int, send: Any, in_flight: int = 100) -> None:
-    """Start one send every 1/rate s (not waiting for answers, at most ``in_flight`` outstanding: a
-    system that cannot keep up falls behind the rate instead of queueing without bound), then wait."""
-    start = time.perf_counter()
-    pending: set[asyncio.Future[Any]] = set()
-    room = asyncio.Semaphore(in_flight)
-
-    async def one(i: int) -> None:
-        try:
-            await send(i)
-        finally:
-            room.release()
-
-    for i in range(total):
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        await room.acquire()
-        task = asyncio.ensure_future(one(i))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-    await asyncio.gather(*pending)
+    return p50_p99_ms(answered)
 
 
 # --- NATS JetStream ----------------------------------------------------------------------------------
@@ -286,7 +130,7 @@ async def paced(rate: int, total: int, send: Any, in_flight: int = 100) -> None:
 
 async def js_drain(consumers: int, count: int) -> float:
     import nats
-    from nats.js.api import ConsumerConfig, StorageType
+    from nats.js.api import StorageType
 
     nc = await nats.connect(NATS_URL)
     js = nc.jetstream()
@@ -300,26 +144,7 @@ async def js_drain(consumers: int, count: int) -> float:
                 await asyncio.gather(*acks)
                 acks = []
         await asyncio.gather(*acks)
-        config = ConsumerConfig(ack_wait=30, max_ack_pending=10_000)
-        subs = [await js.pull_subscribe(f"{stream}.>", "workers", config=config) for _ in range(consumers)]
-        done = 0
-        started = time.perf_counter()
-
-        async def one(sub: Any) -> None:
-            nonlocal done
-            while done < count:
-                try:
-                    msgs = await sub.fetch(1000, timeout=1)
-                except nats.errors.TimeoutError:
-                    continue
-                for m in msgs:
-                    json.loads(m.data)
-                    await m.ack()
-                done += len(msgs)
-
-        await asyncio.gather(*(one(s) for s in subs))
-        await nc.flush()
-        return count / (time.perf_counter() - started)
+        return await jetstream_drain(nc, js, stream, consumers, count)
     finally:
         await js.delete_stream(stream)
         await nc.close()
@@ -333,26 +158,8 @@ async def js_latency(seconds: float, rate: int) -> tuple[float, float]:
     js = nc.jetstream()
     stream = f"LAT{secrets.token_hex(3).upper()}"
     await js.add_stream(name=stream, subjects=[f"{stream}.>"], storage=StorageType.FILE)
-    total = int(seconds * rate)
-    latencies: list[float] = []
     try:
-        sub = await js.pull_subscribe(f"{stream}.>", "lat")
-
-        async def consume() -> None:
-            while len(latencies) < total:
-                try:
-                    msgs = await sub.fetch(100, timeout=0.5)
-                except nats.errors.TimeoutError:
-                    continue
-                now = time.perf_counter()
-                for m in msgs:
-                    latencies.append(now - json.loads(m.data)["sentAt"])
-                    await m.ack()
-
-        reader = asyncio.create_task(consume())
-        await paced(rate, total, lambda i: js.publish(f"{stream}.a", json.dumps(stamp(i)).encode()))
-        await asyncio.wait_for(reader, 60)
-        return percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
+        return await jetstream_latency(js, stream, seconds, rate, payload)
     finally:
         await js.delete_stream(stream)
         await nc.close()
@@ -416,9 +223,9 @@ async def redis_latency(seconds: float, rate: int) -> tuple[float, float]:
                 await client.xack(key, "g", *[entry_id for entry_id, _ in entries])
 
         reader = asyncio.create_task(consume())
-        await paced(rate, total, lambda i: client.xadd(key, {"d": json.dumps(stamp(i))}))
+        await paced(rate, total, lambda i: client.xadd(key, {"d": json.dumps(stamped(payload(i)))}))
         await asyncio.wait_for(reader, 60)
-        return percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
+        return p50_p99_ms(latencies)
     finally:
         await client.delete(key)
         await client.aclose()
@@ -428,7 +235,7 @@ async def redis_latency(seconds: float, rate: int) -> tuple[float, float]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    server = Server()
+    server = new_server()
     server.start()
     results: dict[str, dict[str, list[Any]]] = {
         system: {"one": [], "four": [], "latency": []} for system in ("queuecore", "jetstream", "redis")
@@ -467,7 +274,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     summary["queuecore"]["publish_only_p50_ms"] = round(statistics.median(p for p, _ in publish_only), 2)
     summary["queuecore"]["publish_only_p99_ms"] = round(statistics.median(p for _, p in publish_only), 2)
     return {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine(),
         "messages": args.messages,
         "rounds": args.rounds,
         "latency_rate_per_s": args.rate,
@@ -478,8 +285,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def write(report: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "consume.json").write_text(json.dumps(report, indent=2) + "\n")
     m = report["median"]
     rows = "\n".join(
         f"| {name} | {m[key]['one_consumer_msgs_per_s']:,} | {m[key]['four_consumers_msgs_per_s']:,} | "
@@ -490,7 +295,9 @@ def write(report: dict[str, Any]) -> None:
             ("redis", "Redis Streams"),
         )
     )
-    (RESULTS / "consume.md").write_text(
+    write_results(
+        "consume",
+        report,
         f"""# Consume benchmark
 
 `.venv/bin/python bench/consume_bench.py --messages {report["messages"]} --rounds {report["rounds"]} \\
@@ -522,7 +329,7 @@ Caveats:
 - Small message counts and few rounds: treat differences under ~10% as noise. The machine has few CPUs;
   the server, the client and Postgres/NATS/Redis share them.
 - JetStream and Redis have no partitions here: "four consumers" is four consumers sharing one stream.
-"""
+""",
     )
 
 
@@ -532,9 +339,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--no-write", action="store_true", help="print only (trial runs)")
     args = parser.parse_args()
     report = asyncio.run(run(args))
-    write(report)
+    if not args.no_write:
+        write(report)
     print(json.dumps(report["median"], indent=2))
 
 

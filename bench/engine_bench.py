@@ -33,22 +33,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from app.settings import LogSettings
-from app.stores.log.local import LocalLogEngine
+import support
+from support import RESULTS
+
+from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.protocol import RecordIn, TopicLogConfig
 
-RESULTS = ROOT / "bench" / "results"
 BATCHES = (1, 100, 1000)
 WRITERS = (1, 16)
 
 
 def payload(i: int = 0) -> bytes:
-    """A 200-byte JSON message."""
-    base = {"type": "order.created", "orderId": f"ord_{i:08d}", "amount": 9900, "currency": "usd", "note": ""}
-    size = len(json.dumps(base, separators=(",", ":")))
-    base["note"] = "x" * (200 - size)
-    data = json.dumps(base, separators=(",", ":")).encode()
+    """A 200-byte JSON message (``support.payload``), encoded."""
+    data = json.dumps(support.payload(i), separators=(",", ":")).encode()
     assert len(data) == 200
     return data
 
@@ -72,7 +71,7 @@ async def drive(writers: int, seconds: float, one_batch: Callable[[int], Awaitab
 
 async def local_run(batch: int, writers: int, seconds: float, directory: Path) -> float:
     root = Path(tempfile.mkdtemp(prefix="engine-bench-", dir=directory))
-    engine = LocalLogEngine(root, LogSettings())
+    engine = LocalLogEngine(root, LocalLogConfig())
     await engine.start()
     try:
         await engine.create_topic("top_bench", 1, TopicLogConfig())

@@ -15,7 +15,7 @@ Each round is ``consume_bench.qc_latency_run``: ``--rate`` msgs/s for ``--second
 shapes rotate their order every round. For each it reports publish→deliver (client clock, one process) and the publish
 answer, medians over rounds, beside the server's CPU: its main thread (the event loop) and all threads.
 
-    .venv/bin/python bench/latency_breakdown.py [--rounds 6] [--seconds 2] [--rate 1000]
+    .venv/bin/python bench/latency_breakdown.py [--rounds 6] [--seconds 2] [--rate 1000] [--no-write]
 
 Writes bench/results/latency_breakdown.md and .json.
 """
@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -35,11 +34,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import consume_bench as cb
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from bench_server import BenchServer
+from support import Acks, machine, percentile, write_results
 
 # name -> (topic delivery, consumer: None | acks: "none" | "every 20 ms" | "per frame")
-SHAPES: dict[str, tuple[str, str | None]] = {
+SHAPES: dict[str, tuple[str, Acks | None]] = {
     "publish only": ("exactly-once", None),
     "consumer, no acks": ("exactly-once", "none"),
     "consumer, acks every 20 ms": ("exactly-once", "every 20 ms"),
@@ -72,25 +71,25 @@ class Cpu:
         return round((end[2] - start[2]) / wall * 100), round((end[1] - start[1]) / wall * 100)
 
 
-async def one_round(server: cb.Server, cpu: Cpu, shape: str, seconds: float, rate: int) -> dict[str, float]:
+async def one_round(server: BenchServer, cpu: Cpu, shape: str, seconds: float, rate: int) -> dict[str, float]:
     delivery, acks = SHAPES[shape]
     start = cpu.sample()  # the topic's creation and the connection count too: a few ms of the round
     delivered, answered = await cb.qc_latency_run(server, seconds, rate, delivery=delivery, acks=acks)
     main, process = Cpu.percent(start, cpu.sample())
     figures = {
-        "answer_p50_ms": cb.percentile(answered, 0.5) * 1000,
-        "answer_p99_ms": cb.percentile(answered, 0.99) * 1000,
+        "answer_p50_ms": percentile(answered, 0.5) * 1000,
+        "answer_p99_ms": percentile(answered, 0.99) * 1000,
         "main_thread_cpu_pct": main,
         "process_cpu_pct": process,
     }
     if delivered:
-        figures["deliver_p50_ms"] = cb.percentile(delivered, 0.5) * 1000
-        figures["deliver_p99_ms"] = cb.percentile(delivered, 0.99) * 1000
+        figures["deliver_p50_ms"] = percentile(delivered, 0.5) * 1000
+        figures["deliver_p99_ms"] = percentile(delivered, 0.99) * 1000
     return figures
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    server = cb.Server()
+    server = cb.new_server()
     server.start()
     assert server.process is not None
     cpu = Cpu(server.process.pid)
@@ -111,7 +110,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for shape, results in rounds.items()
     }
     return {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine(),
         "rounds": args.rounds,
         "seconds": args.seconds,
         "rate_per_s": args.rate,
@@ -121,8 +120,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def write(report: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "latency_breakdown.json").write_text(json.dumps(report, indent=2) + "\n")
     m = report["median"]
 
     def cell(figures: dict[str, float], key: str) -> str:
@@ -133,7 +130,9 @@ def write(report: dict[str, Any]) -> None:
         f"{cell(f, 'answer_p99_ms')} | {f['main_thread_cpu_pct']:.0f} | {f['process_cpu_pct']:.0f} |"
         for shape, f in m.items()
     )
-    (RESULTS / "latency_breakdown.md").write_text(
+    write_results(
+        "latency_breakdown",
+        report,
         f"""# Latency breakdown
 
 `.venv/bin/python bench/latency_breakdown.py --rounds {report["rounds"]} --seconds {report["seconds"]} \\
@@ -149,7 +148,7 @@ Reading it: the publish answer with no consumer is the floor (an fsync'd append 
 consumer's deliveries and acks add to the server's event loop, and the publish answers slow down with
 it: publish→deliver tracks the publish answer (a commit wakes the consumer before it answers the
 publishers). `bench/README.md` discusses the figures.
-"""
+""",
     )
 
 
@@ -158,9 +157,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rate", type=int, default=1000)
-    report = asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--no-write", action="store_true", help="print only (trial runs)")
+    args = parser.parse_args()
+    report = asyncio.run(run(args))
     print(json.dumps(report["median"], indent=2))
-    write(report)
+    if not args.no_write:
+        write(report)
 
 
 if __name__ == "__main__":

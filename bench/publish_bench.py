@@ -6,7 +6,7 @@ JetStream and Redis Streams are driven from Python, as their users would (nats-p
 acks, redis-py pipelined XADD). The single publish is also set against a bare FastAPI POST
 (``bare_fastapi.py``) driven by the same wrk settings in the same rounds.
 
-    .venv/bin/python bench/publish_bench.py [--seconds 10] [--rounds 3] [--port 18110]
+    .venv/bin/python bench/publish_bench.py [--seconds 10] [--rounds 3] [--port 18110] [--no-write]
 
 ``--port`` serves the three HTTP servers on that port and the next two (default: free ports).
 Prints a table and writes bench/results/publish.md and publish.json (medians over ``--rounds``, and
@@ -19,85 +19,30 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-RESULTS = ROOT / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_server import BenchServer, free_port
+from support import BIN, ROOT, payload, percentile, write_results, wrk
+
+# Enterprise, limits far above what one process can publish: they never shape a figure.
+LIMITS = "publish=10000000,consume=10000000,admin=10000000"
 
 
-def payload(i: int = 0) -> dict:
-    """A 200-byte JSON message."""
-    base = {"type": "order.created", "orderId": f"ord_{i:08d}", "amount": 9900, "currency": "usd", "note": ""}
-    size = len(json.dumps(base, separators=(",", ":")))
-    base["note"] = "x" * (200 - size)
-    return base
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    def __init__(self, data_dir: Path, port: int | None = None, **extra_env: str) -> None:
-        self.port = port or free_port()
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
-        self.env.update(QUEUECORE_DATA_DIR=str(data_dir), QUEUECORE_LOG_LEVEL="WARNING", **extra_env)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def cli(self, *args: str) -> str:
-        return subprocess.run(
-            [str(BIN / "queuecore-server"), *args], env=self.env, check=True, capture_output=True, text=True
-        ).stdout
-
-    def start(self) -> dict:
-        self.cli("migrate")
-        boot = json.loads(self.cli("bootstrap", "--project", "bench", "--tier", "enterprise", "--json"))
-        self.cli(
-            "projects",
-            "set-tier",
-            "--project",
-            "bench",
-            "--tier",
-            "enterprise",
-            "--limits",
-            "publish=10000000,consume=10000000,admin=10000000",
-        )
-        self.proc = subprocess.Popen(
-            [str(BIN / "queuecore-server"), "serve", "--port", str(self.port)],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(300):
-            try:
-                if httpx.get(f"{self.url}/v1/health", timeout=1).status_code == 200:
-                    return boot
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError("server did not start")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
+def queuecore(name: str, port: int | None = None, **extra_env: str) -> BenchServer:
+    """A QueueCore server for this benchmark (not started), on ``port`` if given."""
+    server = BenchServer(name, LIMITS)
+    server.port = port or server.port
+    server.env.update(extra_env)
+    return server
 
 
 class BareFastAPI:
@@ -145,37 +90,6 @@ class BareFastAPI:
             self.proc.wait(30)
 
 
-WRK_SCRIPT = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer {key}"
-wrk.body = [==[{body}]==]
-"""
-
-
-def wrk(url: str, key: str, body: str, connections: int, seconds: int, threads: int = 2) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(WRK_SCRIPT.format(key=key, body=body))
-        script = f.name
-    out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    os.unlink(script)
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    if non2xx:
-        raise RuntimeError(f"wrk saw {non2xx.group(1)} non-2xx answers:\n{out}")
-
-    def pct(name: str) -> float:
-        value, unit = re.search(rf"\s{name}%\s+([\d.]+)(us|ms|s)", out).groups()
-        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-
-    return {"rps": rps, "p50_ms": pct("50"), "p99_ms": pct("99")}
-
-
 async def jetstream_batch(batch: int, seconds: float) -> float:
     import nats
 
@@ -212,11 +126,10 @@ async def measure_concurrent(concurrency: int, seconds: float, call) -> dict:
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
-    latencies.sort()
     return {
         "rps": len(latencies) / elapsed,
-        "p50_ms": latencies[len(latencies) // 2],
-        "p99_ms": latencies[int(len(latencies) * 0.99)],
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
     }
 
 
@@ -282,23 +195,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--port", type=int, default=None, help="first of three ports (default: free ports)")
+    parser.add_argument("--no-write", action="store_true", help="print only (trial runs)")
     args = parser.parse_args()
     ports = [args.port, args.port + 1, args.port + 2] if args.port else [None, None, None]
     if not shutil.which("wrk"):
         sys.exit("wrk is needed: apt-get install -y wrk (make bench does it)")
 
-    data_dir = Path(tempfile.mkdtemp(prefix="qc-bench-"))
-    server = Server(data_dir, ports[0])
-    boot = server.start()
-    key = boot["keys"]["production"]
+    server = queuecore("publish-bench", ports[0])
+    server.start()
+    key = server.key
     headers = {"Authorization": f"Bearer {key}"}
     httpx.post(
         f"{server.url}/v1/topics", json={"name": "bench", "partitions": 3}, headers=headers
     ).raise_for_status()
     # The same service without usage metering, measured in the same rounds: what metering costs.
-    bare_dir = Path(tempfile.mkdtemp(prefix="qc-bench-bare-"))
-    bare = Server(bare_dir, ports[1], QUEUECORE_USAGE_METERING="false")
-    bare_key = bare.start()["keys"]["production"]
+    bare = queuecore("publish-bench-unmetered", ports[1], QUEUECORE_USAGE_METERING="false")
+    bare.start()
+    bare_key = bare.key
     httpx.post(
         f"{bare.url}/v1/topics",
         json={"name": "bench", "partitions": 3},
@@ -364,8 +277,6 @@ def main() -> None:
         server.stop()
         bare.stop()
         fastapi.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
-        shutil.rmtree(bare_dir, ignore_errors=True)
 
     qb, jb, rb = results["queuecore_batch"], results["jetstream_batch"], results["redis_batch"]
     qs, js, rs = results["queuecore_single"], results["jetstream_single"], results["redis_single"]
@@ -428,9 +339,8 @@ def main() -> None:
     ]
     text = "\n".join(lines)
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "publish.md").write_text(text)
-    (RESULTS / "publish.json").write_text(json.dumps({**results, "rounds": rounds}, indent=2) + "\n")
+    if not args.no_write:
+        write_results("publish", {**results, "rounds": rounds}, text)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The deployment is ``make cluster``'s (``infra/cluster.py``): 3 nats-server 2.15 nodes with ``sync_interval:
 always``, Postgres metadata, Redis limits, 3 API processes, HAProxy in front. Same 200-byte JSON payloads
-(``publish_bench.payload``) everywhere. Each round runs every shape once; figures are medians of
+(``support.payload``) everywhere. Each round runs every shape once; figures are medians of
 ``--rounds``.
 
 * **(a) batch publish**: wrk POSTs batches of 1000 through the front address (6 connections) to a
@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import secrets
 import shutil
 import statistics
@@ -47,17 +46,26 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
-import consume_bench as cb
-import publish_bench as pb
-import rawhttp
+from support import (
+    BIN,
+    RESULTS,
+    fill,
+    jetstream_drain,
+    jetstream_latency,
+    machine,
+    p50_p99_ms,
+    payload,
+    push_drain,
+    push_latency,
+    write_results,
+    wrk,
+)
 
 from infra.cluster import Cluster
 
-RESULTS = ROOT / "bench" / "results"
-BIN = Path(sys.executable).parent
 NATS_PORT, FRONT_PORT = 23111, 23400
 LIMITS = "publish=10000000,consume=10000000,admin=100000"
-PAYLOAD = json.dumps(pb.payload(), separators=(",", ":")).encode()
+PAYLOAD = json.dumps(payload(), separators=(",", ":")).encode()
 
 
 # --- QueueCore ---------------------------------------------------------------------------------------
@@ -76,8 +84,8 @@ def qc_topic(cluster: Cluster, partitions: int, replicas: int = 3) -> str:
 
 
 def qc_batch(cluster: Cluster, topic: str, seconds: int, connections: int = 6) -> dict[str, float]:
-    body = json.dumps({"messages": [{"data": pb.payload(i)} for i in range(1000)]}, separators=(",", ":"))
-    got = pb.wrk(
+    body = json.dumps({"messages": [{"data": payload(i)} for i in range(1000)]}, separators=(",", ":"))
+    got = wrk(
         f"{cluster.url}/v1/topics/{topic}/messages/batch",
         cluster.keys["production"],
         body,
@@ -90,8 +98,8 @@ def qc_batch(cluster: Cluster, topic: str, seconds: int, connections: int = 6) -
 def qc_single(
     cluster: Cluster, topic: str, seconds: int, connections: int, url: str = ""
 ) -> dict[str, float]:
-    body = json.dumps({"data": pb.payload()}, separators=(",", ":"))
-    return pb.wrk(
+    body = json.dumps({"data": payload()}, separators=(",", ":"))
+    return wrk(
         f"{url or cluster.url}/v1/topics/{topic}/messages",
         cluster.keys["production"],
         body,
@@ -101,80 +109,28 @@ def qc_single(
 
 
 async def qc_fill(cluster: Cluster, topic: str, count: int) -> None:
-    headers = {"Authorization": f"Bearer {cluster.keys['production']}"}
-    async with httpx.AsyncClient(base_url=cluster.url, headers=headers, timeout=60) as http:
-        for start in range(0, count, 1000):
-            body = {"messages": [{"data": pb.payload(i)} for i in range(start, min(count, start + 1000))]}
-            (await http.post(f"/v1/topics/{topic}/messages/batch", json=body)).raise_for_status()
+    await fill(cluster.url, cluster.keys["production"], topic, count, payload)
 
 
 async def qc_drain(cluster: Cluster, topic: str, count: int) -> float:
     """One WebSocket consumer through the front address; msgs/s from the first frame to the last ``acked``."""
-    from websockets.asyncio.client import connect
-
-    url = f"ws://127.0.0.1:{cluster.front_port}/v1/topics/{topic}/consume?group=g&startFrom=earliest&maxInFlight=1000"
-    acked = 0
-    started = 0.0
-    async with connect(
-        url, additional_headers={"Authorization": f"Bearer {cluster.keys['production']}"}, max_size=None
-    ) as ws:
-        json.loads(await ws.recv())  # welcome
-        async for raw in ws:
-            frame = json.loads(raw)
-            kind = frame["type"]
-            if kind in ("message", "messages"):
-                if not started:
-                    started = time.perf_counter()
-                batch = frame["messages"] if kind == "messages" else [frame]
-                await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
-            elif kind == "acked":
-                acked += len(frame["ids"])
-                if acked >= count:
-                    break
-    return count / (time.perf_counter() - started)
+    return await push_drain(cluster.front_port, cluster.keys["production"], topic, 1, count)
 
 
 async def qc_latency(cluster: Cluster, seconds: float, rate: int) -> tuple[float, float]:
     """Publish on API process 1, consume on API process 2: publish→deliver p50/p99 in ms."""
-    from websockets.asyncio.client import connect
-
     topic = qc_topic(cluster, 1)
-    headers = {"Authorization": f"Bearer {cluster.keys['production']}"}
     pub_port, sub_port = cluster.api_ports[0], cluster.api_ports[1]
-    total = int(seconds * rate)
-    delivered: list[float] = []
-    url = f"ws://127.0.0.1:{sub_port}/v1/topics/{topic}/consume?group=g&startFrom=latest&maxInFlight=1000"
-    async with connect(url, additional_headers=headers) as ws:
-        json.loads(await ws.recv())  # welcome
-
-        async def consume() -> None:
-            async for raw in ws:
-                frame = json.loads(raw)
-                if frame["type"] not in ("message", "messages"):
-                    continue
-                now = time.perf_counter()
-                batch = frame["messages"] if frame["type"] == "messages" else [frame]
-                delivered.extend(now - m["data"]["sentAt"] for m in batch)
-                await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
-                if len(delivered) >= total:
-                    return
-
-        reader = asyncio.create_task(consume())
-        pool = rawhttp.Pool("127.0.0.1", pub_port, headers)
-        path = f"/v1/topics/{topic}/messages"
-
-        async def publish(i: int) -> None:
-            status = await pool.post(path, json.dumps({"data": stamp(i)}).encode())
-            assert status == 201, status
-
-        await cb.paced(rate, total, publish)
-        await pool.close()
-        await asyncio.wait_for(reader, 60)
-    return cb.percentile(delivered, 0.5) * 1000, cb.percentile(delivered, 0.99) * 1000
-
-
-def stamp(i: int) -> dict[str, Any]:
-    return {**pb.payload(i), "sentAt": time.perf_counter()}
+    delivered, _ = await push_latency(
+        cluster.keys["production"],
+        topic,
+        seconds,
+        rate,
+        payload,
+        publish_port=pub_port,
+        consume_port=sub_port,
+    )
+    return p50_p99_ms(delivered)
 
 
 # --- nats-py straight into JetStream (R=3 streams of the same cluster) -------------------------------
@@ -207,9 +163,6 @@ async def js_batch(url: str, seconds: float, window: int = 1000) -> float:
 
 
 async def js_drain(url: str, count: int) -> float:
-    import nats
-    from nats.js.api import ConsumerConfig
-
     nc, js, stream = await _stream(url)
     try:
         for start in range(0, count, 1000):
@@ -219,51 +172,16 @@ async def js_drain(url: str, count: int) -> float:
                     for _ in range(start, min(count, start + 1000))
                 ]
             )
-        sub = await js.pull_subscribe(
-            f"{stream}.>", "workers", config=ConsumerConfig(ack_wait=30, max_ack_pending=10_000)
-        )
-        done = 0
-        started = time.perf_counter()
-        while done < count:
-            try:
-                msgs = await sub.fetch(1000, timeout=1)
-            except nats.errors.TimeoutError:
-                continue
-            for m in msgs:
-                json.loads(m.data)
-                await m.ack()
-            done += len(msgs)
-        await nc.flush()
-        return count / (time.perf_counter() - started)
+        return await jetstream_drain(nc, js, stream, 1, count)
     finally:
         await js.delete_stream(stream)
         await nc.close()
 
 
 async def js_latency(url: str, seconds: float, rate: int) -> tuple[float, float]:
-    import nats
-
     nc, js, stream = await _stream(url)
-    total = int(seconds * rate)
-    latencies: list[float] = []
     try:
-        sub = await js.pull_subscribe(f"{stream}.>", "lat")
-
-        async def consume() -> None:
-            while len(latencies) < total:
-                try:
-                    msgs = await sub.fetch(100, timeout=0.5)
-                except nats.errors.TimeoutError:
-                    continue
-                now = time.perf_counter()
-                for m in msgs:
-                    latencies.append(now - json.loads(m.data)["sentAt"])
-                    await m.ack()
-
-        reader = asyncio.create_task(consume())
-        await cb.paced(rate, total, lambda i: js.publish(f"{stream}.a", json.dumps(stamp(i)).encode()))
-        await asyncio.wait_for(reader, 60)
-        return cb.percentile(latencies, 0.5) * 1000, cb.percentile(latencies, 0.99) * 1000
+        return await jetstream_latency(js, stream, seconds, rate, payload)
     finally:
         await js.delete_stream(stream)
         await nc.close()
@@ -409,7 +327,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     return {
         "run": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine(),
         "args": vars(args),
         "raw": raw,
         "median": summary,
@@ -425,8 +343,6 @@ async def _drop(cluster: Cluster) -> None:
 
 
 def write(report: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scaleout.json").write_text(json.dumps(report, indent=2) + "\n")
     m = report["median"]
     a, b, c, d = m["batch_publish"], m["consume"], m["latency"], m["curve"]
     best = max(a["queuecore_1_partition_msgs_per_s"], a["queuecore_3_partitions_msgs_per_s"])
@@ -478,7 +394,7 @@ How each side is driven:
 Raw per-round figures: `scaleout.json`. Analysis: `bench/README.md` (Scale-out).
 """
     )
-    (RESULTS / "scaleout.md").write_text(text)
+    write_results("scaleout", report, text)
 
 
 def main() -> None:

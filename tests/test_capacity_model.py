@@ -1,6 +1,6 @@
-"""The capacity model (``bench/capacity_model.py``): its answers move the right way with the load, the worked
-example in ``docs/scaling.md`` is what the model prints, its defaults are the committed probe figures, and
-input it cannot answer for is refused."""
+"""The capacity model (``bench/capacity_model.py``, fed by ``bench/capacity_inputs.py``): its answers move the
+right way with the load, the worked example in ``docs/scaling.md`` is what the model prints, its defaults are
+the committed probe figures, and input it cannot answer for is refused."""
 
 from __future__ import annotations
 
@@ -12,23 +12,33 @@ import math
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_capacity_model", ROOT / "bench" / "capacity_model.py")
-assert _spec is not None and _spec.loader is not None
-cm = sys.modules["bench_capacity_model"] = importlib.util.module_from_spec(_spec)  # dataclasses look it up
-_spec.loader.exec_module(cm)
 
-EXAMPLE = cm.Load(msgs_in_per_s=1_000_000, topics=100_000, consumers=100_000)
+
+def _bench_module(name: str) -> ModuleType:
+    """``bench/<name>.py`` under its own name, as the model imports its inputs when run as a script."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+inputs = _bench_module("capacity_inputs")
+cm = _bench_module("capacity_model")
+
+EXAMPLE = inputs.Load(msgs_in_per_s=1_000_000, topics=100_000, consumers=100_000)
 
 
 def test_units_never_fall_as_the_message_rate_grows() -> None:
     for shape in (
         EXAMPLE,
-        cm.Load(msgs_in_per_s=1, ack_mode="pull"),
-        cm.Load(msgs_in_per_s=1, publish_batch=1),
+        inputs.Load(msgs_in_per_s=1, ack_mode="pull"),
+        inputs.Load(msgs_in_per_s=1, publish_batch=1),
     ):
         previous = cm.plan(shape.scaled(0.0)).units
         for rate in (1e2, 1e3, 1e4, 1e5, 1e6, 1e7):
@@ -39,7 +49,7 @@ def test_units_never_fall_as_the_message_rate_grows() -> None:
 
 
 def test_more_topics_need_more_nats_and_bigger_batches_need_no_more_of_anything() -> None:
-    base = cm.Load(msgs_in_per_s=100_000)
+    base = inputs.Load(msgs_in_per_s=100_000)
     nats = [cm.plan(dataclasses.replace(base, topics=t)).units["nats"] for t in (1, 1_000, 10_000, 100_000)]
     assert nats == sorted(nats) and nats[-1] > nats[0]
     for field in ("publish_batch", "ack_batch"):
@@ -52,16 +62,18 @@ def test_more_topics_need_more_nats_and_bigger_batches_need_no_more_of_anything(
 
 
 def test_replicas_set_the_smallest_nats_cluster_and_cost_more() -> None:
-    assert cm.plan(cm.Load(msgs_in_per_s=10, replicas=5)).units["nats"] == 5
-    assert cm.plan(cm.Load(msgs_in_per_s=10, replicas=1)).units["nats"] == 3  # the meta group still wants 3
-    heavy = cm.Load(msgs_in_per_s=2_000_000, topics=1_000, partitions_per_topic=4)
+    assert cm.plan(inputs.Load(msgs_in_per_s=10, replicas=5)).units["nats"] == 5
+    assert (
+        cm.plan(inputs.Load(msgs_in_per_s=10, replicas=1)).units["nats"] == 3
+    )  # the meta group still wants 3
+    heavy = inputs.Load(msgs_in_per_s=2_000_000, topics=1_000, partitions_per_topic=4)
     r1, r3, r5 = (cm.plan(dataclasses.replace(heavy, replicas=r)) for r in (1, 3, 5))
     assert r1.components["nats"].demand["cores"] < r3.components["nats"].demand["cores"]
     assert r3.components["nats"].demand["cores"] < r5.components["nats"].demand["cores"]
 
 
 def test_every_sized_resource_stays_under_the_utilisation_target() -> None:
-    for load in (EXAMPLE, cm.Load(msgs_in_per_s=300_000, ack_mode="pull", consumers=50)):
+    for load in (EXAMPLE, inputs.Load(msgs_in_per_s=300_000, ack_mode="pull", consumers=50)):
         result = cm.plan(load)
         for component in result.components.values():
             for resource, share in component.utilisation.items():
@@ -69,7 +81,7 @@ def test_every_sized_resource_stays_under_the_utilisation_target() -> None:
 
 
 def test_saturation_is_where_the_reference_fleet_stops_being_enough() -> None:
-    load = cm.Load(msgs_in_per_s=1_000, topics=20, partitions_per_topic=4, consumers=20)
+    load = inputs.Load(msgs_in_per_s=1_000, topics=20, partitions_per_topic=4, consumers=20)
     result = cm.plan(load)
     first = result.first_to_saturate
     rate = result.saturation[first]
@@ -90,10 +102,10 @@ def test_what_saturates_first_depends_on_the_shape() -> None:
     assert example.idle_share["api"] > example.idle_share["postgres"] > 1
     assert example.idle_share["nats"] > 1
     # The same topics before anyone consumes: only the streams weigh, on NATS.
-    quiet = cm.plan(cm.Load(msgs_in_per_s=1_000, msgs_out_per_s=0, topics=100_000, consumers=0))
+    quiet = cm.plan(inputs.Load(msgs_in_per_s=1_000, msgs_out_per_s=0, topics=100_000, consumers=0))
     assert quiet.first_to_saturate == "nats"
     # One topic, pull consumers: one API process is the first thing to run out, at a positive rate.
-    single = cm.plan(cm.Load(msgs_in_per_s=1_000, ack_mode="pull"))
+    single = cm.plan(inputs.Load(msgs_in_per_s=1_000, ack_mode="pull"))
     assert single.first_to_saturate == "api"
     assert 0 < single.saturation["api"] < single.saturation["nats"]
 
@@ -132,12 +144,12 @@ def test_the_documented_example_is_one_million_messages_over_100k_topics(
 
 def test_defaults_are_the_committed_probe_figures() -> None:
     probes = json.loads((ROOT / "bench" / "results" / "scaling_probes.json").read_text())
-    measured = cm.Capacities.from_probes(probes)
-    defaults = cm.Capacities()
+    measured = inputs.Capacities.from_probes(probes)
+    defaults = inputs.Capacities()
     # Defaults are the measured figures rounded to two significant digits.
     moved = {
         name: f"default {getattr(defaults, name):.2g}, measured {getattr(measured, name):.2g}"
-        for name in cm.MEASURED_BY_PROBES
+        for name in inputs.MEASURED_BY_PROBES
         if getattr(defaults, name) != pytest.approx(getattr(measured, name), rel=0.05)
     }
     assert not moved, moved
@@ -161,8 +173,8 @@ def test_defaults_are_the_committed_probe_figures() -> None:
     ],
 )
 def test_bad_loads_are_refused(change: dict[str, object], message: str) -> None:
-    with pytest.raises(cm.InvalidInput, match=message):
-        cm.plan(dataclasses.replace(cm.Load(msgs_in_per_s=1000), **change))
+    with pytest.raises(inputs.InvalidInput, match=message):
+        cm.plan(dataclasses.replace(inputs.Load(msgs_in_per_s=1000), **change))
 
 
 @pytest.mark.parametrize(
@@ -176,8 +188,8 @@ def test_bad_loads_are_refused(change: dict[str, object], message: str) -> None:
     ],
 )
 def test_bad_capacities_are_refused(change: dict[str, object]) -> None:
-    with pytest.raises(cm.InvalidInput):
-        cm.plan(cm.Load(msgs_in_per_s=1000), dataclasses.replace(cm.Capacities(), **change))
+    with pytest.raises(inputs.InvalidInput):
+        cm.plan(inputs.Load(msgs_in_per_s=1000), dataclasses.replace(inputs.Capacities(), **change))
 
 
 def test_the_cli_refuses_bad_input_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:

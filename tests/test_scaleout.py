@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from infra.nats_cluster import NatsCluster
-from tests.api.test_ws import Api, Consumer
+from tests.api.ws_client import Api, Consumer
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.nats import free_base_port
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
