@@ -246,12 +246,13 @@ async def while_leaderless(
     leaderless: type[BaseException],
     *,
     between: Callable[[], Awaitable[Any]] | None = None,
+    tries: int = NO_LEADER_RETRIES,
 ) -> T:
     """``call()``, tried again while it fails with ``leaderless``: nothing received the request, so nothing
     was stored, and a stream or bucket just created, or electing a leader, answers in moments. ``between``
-    runs after each such failure (to tell "no leader yet" from "gone"). The last try's error is the
-    caller's."""
-    for attempt in range(NO_LEADER_RETRIES):
+    runs after each such failure (to tell "no leader yet" from "gone"). ``tries`` waits of 50 ms, 100 ms, …
+    come before the last try, whose error is the caller's."""
+    for attempt in range(tries):
         try:
             return await call()
         except leaderless:

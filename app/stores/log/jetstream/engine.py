@@ -74,7 +74,12 @@ _MESSAGE_OVERHEAD = 256  # subject, batch headers and framing JetStream counts i
 _LAG_RETRIES = 20
 _CREATE_CONCURRENCY = 8
 _ADMIN_TIMEOUT = 30.0  # creating or deleting a stream is a Raft group's birth or death: not the hot path
-_NO_PLACEMENT = 10005  # a replica answering a read may trail the leader by a few milliseconds
+_NO_PLACEMENT = 10005  # "no suitable peers for placement": too few servers up for the replicas asked
+_PLACEMENT_RETRIES = 12  # about 3.9 s: a creation is not the hot path, and a peer may take that to report
+
+
+class _Unplaced(Exception):
+    """JetStream found no servers to place a stream's replicas on (``_NO_PLACEMENT``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,15 +276,25 @@ class JetStreamLogEngine:
     ) -> None:
         name = codec.stream_name(topic_id, partition)
         body = self._stream_config(topic_id, partition, replicas, config)
+
+        async def create() -> None:
+            try:
+                await self.client.api(f"STREAM.CREATE.{name}", body, stream=name, timeout=_ADMIN_TIMEOUT)
+            except JetStreamError as exc:
+                if exc.err_code == _NO_PLACEMENT:
+                    raise _Unplaced from None
+                if "already in use" not in str(exc):
+                    raise
+
         try:
-            await self.client.api(f"STREAM.CREATE.{name}", body, stream=name, timeout=_ADMIN_TIMEOUT)
-        except JetStreamError as exc:
-            if exc.err_code == _NO_PLACEMENT:
-                raise ReplicasUnavailable(
-                    f"the cluster cannot place {replicas} replicas (it has fewer servers than that)"
-                ) from None
-            if "already in use" not in str(exc):
-                raise
+            # A cluster just started, or with a server rejoining, places nothing for a moment (its meta
+            # leader has not heard from every peer yet; the suite met it under load): tried again briefly,
+            # as an append without a leader is, before the count is refused.
+            await while_leaderless(create, _Unplaced, tries=_PLACEMENT_RETRIES)
+        except _Unplaced:
+            raise ReplicasUnavailable(
+                f"the cluster cannot place {replicas} replicas (fewer of its servers than that are up)"
+            ) from None
         self._known.add(name)
 
     def _stream_config(
