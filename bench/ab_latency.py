@@ -1,4 +1,5 @@
-"""Paired A/B of publish→deliver latency: a git revision against the working tree, in one run.
+"""Paired A/B of publish→deliver latency (or drain, or single publish): a git revision against the working
+tree, in one run.
 
 The machine is shared and its speed swings by 2x within minutes, so two separate runs of
 ``consume_bench.py`` cannot tell a 1 ms change from noise. This script starts one real
@@ -13,6 +14,10 @@ adjacent round of the other; the figure is how many pairs the working tree wins,
 With ``--drain N``, each round is instead the one-consumer drain of ``consume_bench.py`` (N messages
 pre-published, one WebSocket consumer acking every frame, exactly-once topic), and the figure is msgs/s.
 
+With ``--single C``, each round is ``wrk`` at C connections publishing single 200-byte messages to a
+3-partition topic (as ``publish_bench.py``), and the figures are req/s and the server's CPU per request
+(all its threads, from ``/proc``): the second tells a change in cost from a change in the machine.
+
 Prints the per-round figures and the medians; writes nothing. 12 wins of 16 or more is unlikely by
 chance (one-sided sign test, p ≈ 0.04).
 """
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,7 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import consume_bench as cb
+import httpx
 from bench_server import BenchServer
+from support import payload, wrk
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,8 +53,27 @@ def worktree(rev: str) -> Path:
     return path
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid``, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def single_round(args: argparse.Namespace, server: BenchServer, seconds: float) -> tuple[float, float]:
+    """(req/s, server CPU µs per request) of ``wrk`` single publishes."""
+    assert server.process is not None
+    body = json.dumps({"data": payload()}, separators=(",", ":"))
+    before = cpu_seconds(server.process.pid)
+    result = wrk(f"{server.url}/v1/topics/ab/messages", server.key, body, args.single, max(1, round(seconds)))
+    used = cpu_seconds(server.process.pid) - before
+    return result["rps"], used / (result["rps"] * seconds) * 1e6
+
+
 async def one_round(args: argparse.Namespace, server: BenchServer, seconds: float) -> tuple[float, float]:
-    """(p50 ms, p99 ms) of publish→deliver, or with ``--drain`` (msgs/s, msgs/s)."""
+    """(p50 ms, p99 ms) of publish→deliver, with ``--drain`` (msgs/s, msgs/s), with ``--single``
+    (req/s, CPU µs per request)."""
+    if args.single:
+        return await asyncio.to_thread(single_round, args, server, seconds)
     if args.drain:
         topic = await cb.qc_topic(server, 1, args.drain)
         rate = await cb.qc_drain(server, topic, 1, args.drain)
@@ -63,13 +91,29 @@ async def run(args: argparse.Namespace, tree: Path) -> None:
             server.env.update(env)
             server.start()
             servers[name] = server
+            if args.single:
+                async with httpx.AsyncClient(base_url=server.url) as http:
+                    created = await http.post(
+                        "/v1/topics",
+                        json={"name": "ab", "partitions": 3},
+                        headers={"Authorization": f"Bearer {server.key}"},
+                    )
+                    created.raise_for_status()
         for server in servers.values():
             await one_round(args, server, 1)  # warm-up, not counted
         for i in range(args.rounds):
             order = list(servers.items()) if i % 2 == 0 else list(servers.items())[::-1]
             for name, server in order:
                 results[name].append(await one_round(args, server, args.seconds))
-            if args.drain:
+            if args.single:
+                print(
+                    f"round {i + 1}: "
+                    + ", ".join(
+                        f"{n} {results[n][-1][0]:,.0f} req/s {results[n][-1][1]:.0f} µs" for n in sides
+                    ),
+                    flush=True,
+                )
+            elif args.drain:
                 print(f"round {i + 1}: " + ", ".join(f"{n} {results[n][-1][0]:,.0f} msgs/s" for n in sides))
             else:
                 print(
@@ -81,6 +125,16 @@ async def run(args: argparse.Namespace, tree: Path) -> None:
         for server in servers.values():
             server.stop()
     base, cand = list(sides)
+    if args.single:
+        pairs = list(zip(results[base], results[cand], strict=True))
+        faster = sum(c[0] > b[0] for b, c in pairs)
+        cheaper = sum(c[1] < b[1] for b, c in pairs)
+        for name, rounds in results.items():
+            rps = statistics.median(r for r, _ in rounds)
+            cpu = statistics.median(c for _, c in rounds)
+            print(f"{name}: single publish median {rps:,.0f} req/s, {cpu:.0f} µs of server CPU per request")
+        print(f"working tree faster in {faster}/{args.rounds} pairs, cheaper in {cheaper}/{args.rounds}")
+        return
     if args.drain:
         wins = sum(c[0] > b[0] for b, c in zip(results[base], results[cand], strict=True))
         for name, rounds in results.items():
@@ -105,6 +159,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--drain", type=int, default=0, help="messages per drain round (0: latency rounds)")
+    parser.add_argument("--single", type=int, default=0, help="wrk connections for single-publish rounds")
     args = parser.parse_args()
     tree = worktree(args.rev)
     try:
