@@ -129,7 +129,7 @@ def medians(runs: list[dict[str, float]]) -> dict[str, Any]:
 async def probe_jetstream(cluster: Any, rounds: int) -> dict[str, Any]:
     import nats
 
-    from app.stores.log.jetstream.engine import JetStreamConfig, JetStreamLogEngine
+    from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
     from app.stores.log.protocol import TopicLogConfig, ValueRecords
 
     pids = [n.process.pid for n in cluster.nodes]
@@ -220,7 +220,7 @@ async def probe_jetstream(cluster: Any, rounds: int) -> dict[str, Any]:
 
 
 async def probe_streams(cluster: Any, count: int) -> dict[str, Any]:
-    from app.stores.log.jetstream.engine import JetStreamConfig, JetStreamLogEngine
+    from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
     from app.stores.log.protocol import TopicLogConfig
 
     pids = [n.process.pid for n in cluster.nodes]

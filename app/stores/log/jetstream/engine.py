@@ -33,7 +33,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,6 +51,7 @@ from app.stores.log.jetstream.client import (
     StoredAt,
     while_leaderless,
 )
+from app.stores.log.jetstream.config import JetStreamConfig
 from app.stores.log.jetstream.idempotency import JetStreamIdempotency
 from app.stores.log.jetstream.transactions import Transactions
 from app.stores.log.jetstream.watermarks import Watermarks
@@ -80,20 +80,6 @@ _PLACEMENT_RETRIES = 12  # about 3.9 s: a creation is not the hot path, and a pe
 
 class _Unplaced(Exception):
     """JetStream found no servers to place a stream's replicas on (``_NO_PLACEMENT``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class JetStreamConfig:
-    """What the engine needs, built once from the settings (``app.main``)."""
-
-    servers: tuple[str, ...]
-    default_replicas: int = 3
-    request_timeout_seconds: float = 5.0
-    # A commit record older than this is rolled forward by any node (its publisher is presumed gone).
-    recover_after_seconds: float = 10.0
-    recovery_interval_seconds: float = 2.0
-    # JetStream's dedup window on partition streams: what makes a roll-forward apply each part once.
-    duplicate_window_seconds: float = 3600.0
 
 
 class JetStreamLogEngine:
