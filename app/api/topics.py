@@ -50,7 +50,7 @@ async def create_topic(body: TopicCreate, key: AdminKey, services: ServicesDep, 
         partitions=body.partitions,
         replicas=body.replicas,
     )
-    services.publisher.topics.forget(scope_of(key), body.name)
+    services.publisher.topic_changed(scope_of(key), body.name)
     return _topic(row)
 
 
@@ -98,7 +98,7 @@ async def update_topic(
     row = await topics.update_topic(
         session, services.log, scope_of(key), name, partitions=body.partitions, retention=body.retention
     )
-    services.publisher.topics.forget(scope_of(key), name)
+    services.publisher.topic_changed(scope_of(key), name)
     return _topic(row)
 
 
@@ -106,6 +106,5 @@ async def update_topic(
 async def delete_topic(name: TopicNamePath, key: AdminKey, services: ServicesDep) -> Response:
     """Delete a topic with its messages, groups and dead-letter queues."""
     topic_id = await topics.delete_topic(services.metadata, services.log, scope_of(key), name)
-    services.publisher.topics.forget(scope_of(key), name)
-    services.publisher.forget_topic(topic_id)
+    services.publisher.topic_deleted(scope_of(key), name, topic_id)
     return Response(status_code=204)

@@ -405,5 +405,12 @@ class Publisher:
         for _, key, placed in sorted(found, key=lambda f: f[0]):
             index.entries.setdefault(key, placed)
 
-    def forget_topic(self, topic_id: str) -> None:
+    def topic_changed(self, scope: Scope, name: str) -> None:
+        """Forget this process's cached answer for ``name`` after it was created or changed here (others see
+        the change within the directory's TTL)."""
+        self.topics.forget(scope, name)
+
+    def topic_deleted(self, scope: Scope, name: str, topic_id: str) -> None:
+        """Forget all this process holds of a topic deleted here: its name's answer and its dedup index."""
+        self.topics.forget(scope, name)
         self._dedup.pop(topic_id, None)

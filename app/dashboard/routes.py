@@ -313,7 +313,7 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
         return ctx.back("/topics", error="Partitions and replicas must be whole numbers.")
     except CODED_ERRORS as e:
         return ctx.back("/topics", error=_message(e))
-    services.publisher.topics.forget(ctx.scope, name)
+    services.publisher.topic_changed(ctx.scope, name)
     return ctx.back("/topics/" + quote(name, safe=""), notice=f"Topic {name} created.")
 
 
@@ -426,8 +426,7 @@ async def delete_topic(request: Request, project_id: str, env: str, name: str) -
         topic_id = await topics.delete_topic(services.metadata, services.log, ctx.scope, name)
     except CODED_ERRORS as e:
         return ctx.back("/topics", error=_message(e))
-    services.publisher.topics.forget(ctx.scope, name)
-    services.publisher.forget_topic(topic_id)
+    services.publisher.topic_deleted(ctx.scope, name, topic_id)
     return ctx.back("/topics", notice=f"Topic {name} deleted.")
 
 

@@ -277,7 +277,7 @@ class TestResetStopped:
         await upsert(topic)
         async with topic.services.metadata.session() as session:
             await topics.update_topic(session, topic.services.log, topic.scope, topic.name, partitions=2)
-        topic.services.publisher.topics.forget(topic.scope, topic.name)  # as the route does
+        topic.services.publisher.topic_changed(topic.scope, topic.name)  # as the route does
         topic.ref = await topic.services.publisher.topics.resolve(topic.scope, topic.name)
         assert [s.partition for s in await topic.partitions("g")] == [0]
         await topic.publish(2, partition=1)

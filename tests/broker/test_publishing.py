@@ -26,6 +26,9 @@ class _FixedDirectory:
     async def resolve(self, scope, name):
         return self.topic
 
+    def forget(self, scope, name):
+        pass
+
 
 @asynccontextmanager
 async def running(root, window_ms: int = 86_400_000):
@@ -68,6 +71,15 @@ class TestIdempotency:
                 await publisher.publish(None, "t", message(), "k2")
             await engine.create_topic(TOPIC, 3, TopicLogConfig())
             _, placed, replayed = await publisher.publish(None, "t", message(), "k2")
+            assert not replayed and placed.offset == 0
+
+    async def test_a_topic_deleted_here_takes_its_keys_with_it(self, tmp_path):
+        async with running(tmp_path) as (publisher, engine):
+            await publisher.publish(None, "t", message(), "k3")
+            await engine.delete_topic(TOPIC)
+            await engine.create_topic(TOPIC, 3, TopicLogConfig())
+            publisher.topic_deleted(None, "t", TOPIC)  # type: ignore[arg-type]
+            _, placed, replayed = await publisher.publish(None, "t", message(), "k3")
             assert not replayed and placed.offset == 0
 
 
