@@ -175,7 +175,11 @@ def _recover(
     if cut_from is not None:
         dropped = to_scan[cut_from:]
         for handle in dropped:
-            logger.warning("recovery deleted segment %s (after a cut)", handle)
+            logger.warning(
+                "recovery deleted segment %s (%d bytes after a cut)",
+                files.log_file(directory, handle.base_offset),
+                handle.size,
+            )
             segments.remove(handle)
             open_segments.discard(handle)
             for path in handle.paths():

@@ -126,6 +126,27 @@ class TestCorruptTail:
         finally:
             await engine.close()
 
+    async def test_a_cut_in_an_earlier_segment_deletes_the_later_ones_and_names_them(self, tmp_path, caplog):
+        engine = await filled(tmp_path, segment_bytes=1 << 20)
+        await engine.manager.log("top_x", 0).roll()
+        await engine.append("top_x", {0: [RecordIn(value=b"after the roll")]})
+        crash(engine)
+        first, second = sorted((tmp_path / "top_x-0").glob("*.log"))
+        second_size = second.stat().st_size
+        # Without a recovery point, recovery scans from the first segment on.
+        (tmp_path / files.RECOVERY_POINT_CHECKPOINT).unlink()
+        data = bytearray(first.read_bytes())
+        data[-5] ^= 0x01  # the first segment's last batch
+        first.write_bytes(bytes(data))
+        engine = await open_local(tmp_path, segment_bytes=1 << 20)
+        try:
+            assert f"recovery cut {len(data) // 10} bytes from {first}" in caplog.text
+            assert f"recovery deleted segment {second} ({second_size} bytes after a cut)" in caplog.text
+            assert not second.exists()
+            assert await engine.append("top_x", {0: [RecordIn(value=b"next")]}) == {0: 27}
+        finally:
+            await engine.close()
+
     async def test_corruption_after_a_clean_close_is_found_too(self, tmp_path, caplog):
         engine = await filled(tmp_path, segment_bytes=1 << 20)
         await engine.close()
@@ -329,11 +350,17 @@ def check_dump(dump: Path, acked: dict[tuple[int, int], str]) -> dict[int, int]:
 
 
 _CUT = re.compile(r"recovery cut (\d+) bytes from (\S+) at position (\d+): (.*)")
+_DELETED = re.compile(r"recovery deleted segment (\S+) \(\d+ bytes after a cut\)")
 
 
 def recovery_cuts(err: str) -> list[tuple[int, str, int, str]]:
     """The cuts a child's recovery reported: (bytes, segment path, position, reason)."""
     return [(int(b), path, int(at), why) for b, path, at, why in _CUT.findall(err)]
+
+
+def recovery_deletions(err: str) -> set[str]:
+    """The segments a child's recovery deleted whole, being after a cut in an earlier segment."""
+    return set(_DELETED.findall(err))
 
 
 def tear_a_tail(root: Path, rng: random.Random, next_offsets: dict[int, int]) -> tuple[str, int, int]:
@@ -396,11 +423,13 @@ class TestSigkill:
             uncommitted += sum("uncommitted transaction" in why for *_, why in cuts)
             if torn is not None:
                 # This round's start found the torn tail and cut all of it (the cut may begin earlier, at a
-                # batch of a transaction the kill left without its commit record).
+                # batch of a transaction the kill left without its commit record, even in an earlier
+                # segment: then the torn one is deleted whole).
                 path, size, added = torn
-                assert any(p == path and at <= size and n >= added for n, p, at, _ in cuts), (
-                    f"the torn tail of {path} ({added} bytes at {size}) was not cut: {cuts}"
-                )
+                deleted = recovery_deletions(err.decode())
+                assert path in deleted or any(
+                    p == path and at <= size and n >= added for n, p, at, _ in cuts
+                ), f"the torn tail of {path} ({added} bytes at {size}) was not cut: {cuts}, deleted {deleted}"
                 torn_cut += 1
                 torn = None
             if child.returncode != -signal.SIGKILL:
