@@ -53,28 +53,11 @@ def build_limiter(settings: Settings) -> RateLimiter:
 def build_log_engine(settings: Settings) -> LogEngine:
     """The log engine the settings choose, given a frozen config of its own (it never reads Settings)."""
     if settings.log_engine is LogEngineKind.jetstream:
-        knobs = settings.jetstream
+        # The settings' sub-models name their knobs as the configs do (tests/stores/log/*/test_config.py).
         return JetStreamLogEngine(
-            JetStreamConfig(
-                servers=settings.nats_servers(),
-                default_replicas=knobs.default_replicas,
-                request_timeout_seconds=knobs.request_timeout_seconds,
-                recover_after_seconds=knobs.recover_after_seconds,
-                recovery_interval_seconds=knobs.recovery_interval_seconds,
-                duplicate_window_seconds=knobs.duplicate_window_seconds,
-            )
+            JetStreamConfig(servers=settings.nats_servers(), **settings.jetstream.model_dump())
         )
-    local = settings.log
-    return LocalLogEngine(
-        settings.log_dir,
-        LocalLogConfig(
-            segment_bytes=local.segment_bytes,
-            segment_ms=local.segment_ms,
-            index_interval_bytes=local.index_interval_bytes,
-            max_open_segments=local.max_open_segments,
-            retention_check_interval_ms=local.retention_check_interval_ms,
-        ),
-    )
+    return LocalLogEngine(settings.log_dir, LocalLogConfig(**settings.log.model_dump()))
 
 
 def shared_idempotency(log: LogEngine, settings: Settings) -> SharedIdempotency | None:
