@@ -241,21 +241,22 @@ def _error(error: dict[str, Any], stream: str) -> LogEngineError:
 T = TypeVar("T")
 
 
-async def while_leaderless(
+async def while_unsettled(
     call: Callable[[], Awaitable[T]],
-    leaderless: type[BaseException],
+    unsettled: type[BaseException],
     *,
     between: Callable[[], Awaitable[Any]] | None = None,
     tries: int = NO_LEADER_RETRIES,
 ) -> T:
-    """``call()``, tried again while it fails with ``leaderless``: nothing received the request, so nothing
-    was stored, and a stream or bucket just created, or electing a leader, answers in moments. ``between``
-    runs after each such failure (to tell "no leader yet" from "gone"). ``tries`` waits of 50 ms, 100 ms, …
-    come before the last try, whose error is the caller's."""
+    """``call()``, tried again while it fails with ``unsettled``: an error after which nothing was stored,
+    that a cluster still settling gives for a moment (a stream or bucket just created or electing a leader
+    has no responder; a peer not yet heard from cannot be placed on). ``between`` runs after each such
+    failure (to tell "no leader yet" from "gone"). ``tries`` waits of 50 ms, 100 ms, … come before the last
+    try, whose error is the caller's."""
     for attempt in range(tries):
         try:
             return await call()
-        except leaderless:
+        except unsettled:
             if between is not None:
                 await between()
             await asyncio.sleep(0.05 * (attempt + 1))

@@ -49,7 +49,7 @@ from app.stores.log.jetstream.client import (
     JetStreamError,
     NoStream,
     StoredAt,
-    while_leaderless,
+    while_unsettled,
 )
 from app.stores.log.jetstream.config import JetStreamConfig
 from app.stores.log.jetstream.idempotency import JetStreamIdempotency
@@ -276,7 +276,7 @@ class JetStreamLogEngine:
             # A cluster just started, or with a server rejoining, places nothing for a moment (its meta
             # leader has not heard from every peer yet; the suite met it under load): tried again briefly,
             # as an append without a leader is, before the count is refused.
-            await while_leaderless(create, _Unplaced, tries=_PLACEMENT_RETRIES)
+            await while_unsettled(create, _Unplaced, tries=_PLACEMENT_RETRIES)
         except _Unplaced:
             raise ReplicasUnavailable(
                 f"the cluster cannot place {replicas} replicas (fewer of its servers than that are up)"
@@ -413,7 +413,7 @@ class JetStreamLogEngine:
         try:
             # A stream just created, or electing a leader, answers again in moments; gone altogether
             # (``_stream_info`` after each try), it is UnknownLog.
-            stored = await while_leaderless(
+            stored = await while_unsettled(
                 lambda: self.client.append(
                     codec.subject(topic_id, partition), frames, msg_id=msg_id, stream=name
                 ),

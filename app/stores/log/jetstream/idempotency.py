@@ -38,7 +38,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from app.stores.log.jetstream.client import while_leaderless
+from app.stores.log.jetstream.client import while_unsettled
 from app.stores.log.protocol import EngineUnavailable
 
 BUCKET = "QC_IDEMPOTENCY"
@@ -174,7 +174,7 @@ class JetStreamIdempotency:
 async def _answered(call: Callable[[], Awaitable[T]]) -> T:
     """``call()``, again while the bucket has no leader to answer it; the last try's
     ``NoStreamResponseError`` is the caller's ``EngineUnavailable``."""
-    return await while_leaderless(call, NoStreamResponseError)
+    return await while_unsettled(call, NoStreamResponseError)
 
 
 def _name(topic_id: str, key: str) -> str:
