@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -31,7 +31,7 @@ from app.broker.messages import decode_headers, encode_headers
 from app.broker.partitioner import Partitioner
 from app.broker.topics import Scope, TopicDirectory, TopicRef
 from app.kit.clock import isoformat_ms, now_ms
-from app.stores.log.protocol import LogEngine, RecordIn, ValueRecords
+from app.stores.log.protocol import LogEngine, RecordIn, RecordTooLarge, ValueRecords
 
 MAX_MESSAGE_BYTES = 256 * 1024
 MAX_BATCH = 1000
@@ -266,7 +266,7 @@ class Publisher:
         runs = [
             ((first + k) % partitions, values[k::partitions]) for k in range(min(partitions, len(values)))
         ]
-        bases = await self.log.append(topic.id, {p: ValueRecords(run, timestamp) for p, run in runs})
+        bases = await self._log_append(topic.id, {p: ValueRecords(run, timestamp) for p, run in runs})
         stamp = isoformat_ms(timestamp).encode()
         items: list[bytes] = [b""] * len(values)
         for k, (p, run) in enumerate(runs):
@@ -366,9 +366,15 @@ class Publisher:
                 key = m.key.encode() if m.key is not None else None
                 headers = encode_headers(m.headers, m.idempotency_key)
                 records.append(_new(RecordIn, (m.data, key, headers, timestamp)))
-        bases = await self.log.append(topic.id, by_partition)
+        bases = await self._log_append(topic.id, by_partition)
         latency = round((time.perf_counter() - started) * 1000)
         return [_new(Placed, (p, bases[p] + i, timestamp, latency)) for p, i in slots]
+
+    async def _log_append(self, topic_id: str, records: Mapping[int, Sequence[RecordIn]]) -> dict[int, int]:
+        try:
+            return await self.log.append(topic_id, records)
+        except RecordTooLarge as exc:  # headers past what the engine stores; nothing was appended
+            raise PayloadTooLarge(f"A message is larger than the log stores ({exc}).") from None
 
     async def _index(self, topic: TopicRef) -> _DedupIndex:
         index = self._dedup.get(topic.id)

@@ -110,6 +110,24 @@ class UnknownLog(LogEngineError):
     """The topic or partition has no log in this engine."""
 
 
+class RecordTooLarge(LogEngineError):
+    """A record (key + headers + value) larger than the engine stores (``LogEngine.max_record_bytes``).
+    Refused before anything of the append is written: the append fails whole, and alone."""
+
+
+def record_size(record: RecordIn) -> int:
+    """Bytes a record counts against ``LogEngine.max_record_bytes``: its key, headers and value."""
+    return len(record.value) + len(record.key or b"") + len(record.headers or b"")
+
+
+def check_record_sizes(records: Sequence[RecordIn], limit: int) -> None:
+    """``RecordTooLarge`` if one of ``records`` is over ``limit`` bytes (callers first check the batch's total,
+    which is cheap; a record can be too large only when the whole batch is)."""
+    for record in records:
+        if (size := record_size(record)) > limit:
+            raise RecordTooLarge(f"a record of {size} bytes is over the {limit} bytes a record may hold")
+
+
 class ReplicasUnavailable(LogEngineError):
     """The engine cannot keep as many replicas as a topic asks for (answered as 400)."""
 
@@ -140,6 +158,13 @@ class LogEngine(Protocol):
     @property
     def replica_choices(self) -> tuple[int, ...]:
         """The replica counts a topic may ask for here (``(1,)`` on the local engine)."""
+        ...
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record (key + headers + value) an append takes; a larger one is ``RecordTooLarge``
+        and fails its append alone, before anything is written (never another caller's append that
+        the engine writes together with it)."""
         ...
 
     async def start(self) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from app.stores.log.protocol import Record, RecordIn, TopicLogConfig
 
 _FRAME = struct.Struct(">qii")
+FRAME_BYTES = _FRAME.size  # a frame's head: what a record's frame adds to its key, headers and value
 _LENGTH = struct.Struct(">I")
 _CHUNK_HEAD = struct.Struct(">I I")
 _SAFE = re.compile(r"[A-Za-z0-9_]+")

@@ -32,7 +32,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,6 +56,7 @@ from app.stores.log.jetstream.config import JetStreamConfig
 from app.stores.log.jetstream.idempotency import JetStreamIdempotency
 from app.stores.log.jetstream.transactions import Transactions
 from app.stores.log.jetstream.watermarks import Watermarks
+from app.stores.log.jetstream.writer import PartitionWriter
 from app.stores.log.protocol import (
     EngineUnavailable,
     LogEngineError,
@@ -64,6 +66,7 @@ from app.stores.log.protocol import (
     ReplicasUnavailable,
     TopicLogConfig,
     UnknownLog,
+    check_record_sizes,
 )
 
 logger = logging.getLogger(__name__)
@@ -75,6 +78,8 @@ _LAG_RETRIES = 20
 _CREATE_CONCURRENCY = 8
 _ADMIN_TIMEOUT = 30.0  # creating or deleting a stream is a Raft group's birth or death: not the hot path
 _NO_PLACEMENT = 10005  # "no suitable peers for placement": too few servers up for the replicas asked
+_DEFAULT_MAX_PAYLOAD = 1024 * 1024  # NATS's default, until the server says (INFO)
+_HEADER_ALLOWANCE = 512  # batch or message-id headers, and a commit-record chunk's head
 _PLACEMENT_RETRIES = 12  # about 3.9 s: a creation is not the hot path, and a peer may take that to report
 
 
@@ -94,6 +99,7 @@ class JetStreamLogEngine:
         self._txns: Transactions | None = None
         self.watermarks = Watermarks()
         self._known: set[str] = set()  # streams seen to exist (a stale entry only costs a failed call)
+        self._writers: dict[str, PartitionWriter] = {}  # group commit, per partition stream
         self._recovery: asyncio.Task[None] | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._closing = False
@@ -114,6 +120,12 @@ class JetStreamLogEngine:
     @property
     def replica_choices(self) -> tuple[int, ...]:
         return _REPLICA_CHOICES
+
+    @property
+    def max_record_bytes(self) -> int:
+        # A record travels as one message: the server's max_payload, less our frame and NATS headers.
+        max_payload = self.nc.max_payload if self.nc is not None else _DEFAULT_MAX_PAYLOAD
+        return max_payload - codec.FRAME_BYTES - _HEADER_ALLOWANCE
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -362,6 +374,8 @@ class JetStreamLogEngine:
     def _forget(self, topic_token: str) -> None:
         prefix = codec.STREAM_PREFIX + topic_token + "_"
         self._known.difference_update([n for n in self._known if n.startswith(prefix)])
+        for name in [n for n, writer in self._writers.items() if n.startswith(prefix) and writer.idle]:
+            del self._writers[name]
         # Its watchers wake and meet UnknownLog when they look again.
         self.watermarks.forget_prefix(prefix)
 
@@ -382,6 +396,11 @@ class JetStreamLogEngine:
                 await self._stream_info(topic_id, partition)
         stamp = now_ms()
         frames = {p: [codec.encode(r, stamp) for r in rs] for p, rs in parts.items()}
+        # Refused here, before a writer coalesces it with others' records, which NATS would refuse with it.
+        limit = self.max_record_bytes
+        for p, part in frames.items():
+            if max(map(len, part)) - codec.FRAME_BYTES > limit:
+                check_record_sizes(parts[p], limit)
         if len(frames) == 1:
             [(partition, part)] = frames.items()
             stored = await self._store(topic_id, partition, part, None)
@@ -410,15 +429,18 @@ class JetStreamLogEngine:
         recovering: bool = False,
     ) -> StoredAt:
         name = codec.stream_name(topic_id, partition)
+        call: Callable[[], Awaitable[StoredAt]]
+        if msg_id is None:
+            writer = self._writers.get(name) or self._writer(topic_id, partition)
+            call = partial(writer.append, frames)
+        else:
+            call = partial(self._append_with_id, topic_id, partition, frames, msg_id)
+
         try:
             # A stream just created, or electing a leader, answers again in moments; gone altogether
-            # (``_stream_info`` after each try), it is UnknownLog.
-            stored = await while_unsettled(
-                lambda: self.client.append(
-                    codec.subject(topic_id, partition), frames, msg_id=msg_id, stream=name
-                ),
-                NoStream,
-                between=lambda: self._stream_info(topic_id, partition),
+            # (``_stream_info`` after each try), it is UnknownLog. Nothing was stored by a NoStream.
+            return await while_unsettled(
+                call, NoStream, between=lambda: self._stream_info(topic_id, partition)
             )
         except NoStream:
             await self._stream_info(topic_id, partition)
@@ -429,9 +451,33 @@ class JetStreamLogEngine:
             # Recovery applied this part first (only after recover_after seconds): the batch is committed,
             # but where it landed is not known here.
             raise EngineUnavailable("the append was committed, but its offsets are unknown") from None
+
+    async def _append_with_id(
+        self, topic_id: str, partition: int, frames: Sequence[bytes], msg_id: str
+    ) -> StoredAt:
+        """An append JetStream deduplicates by ``msg_id`` (a transaction's part): alone, never coalesced."""
+        name = codec.stream_name(topic_id, partition)
+        stored = await self.client.append(
+            codec.subject(topic_id, partition), frames, msg_id=msg_id, stream=name
+        )
+        await self._announce(name, stored)
+        return stored
+
+    def _writer(self, topic_id: str, partition: int) -> PartitionWriter:
+        """The partition's group committer: one JetStream publish (and one notice) per coalesced write."""
+        name, subject = codec.stream_name(topic_id, partition), codec.subject(topic_id, partition)
+
+        async def send(frames: Sequence[bytes]) -> StoredAt:
+            stored = await self.client.append(subject, frames, stream=name)
+            await self._announce(name, stored)
+            return stored
+
+        writer = self._writers[name] = PartitionWriter(send)
+        return writer
+
+    async def _announce(self, name: str, stored: StoredAt) -> None:
         assert self.nc is not None
         await self.watermarks.announce(self.nc, name, stored.last_seq)
-        return stored
 
     async def _apply(self, topic_id: str, partition: int, frames: Sequence[bytes], msg_id: str) -> StoredAt:
         """Recovery's apply: an already-applied part, or a deleted topic's, is done."""

@@ -37,6 +37,7 @@ from pathlib import Path
 from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.manager import LogManager
 from app.stores.log.local.partition_log import OffsetOutOfRange
+from app.stores.log.local.records import MAX_RECORD_BYTES
 from app.stores.log.protocol import (
     PartitionInfo,
     Record,
@@ -68,6 +69,10 @@ class LocalLogEngine:
     def replica_choices(self) -> tuple[int, ...]:
         # One machine, one copy: a topic asking for more is refused rather than silently under-replicated.
         return (1,)
+
+    @property
+    def max_record_bytes(self) -> int:
+        return MAX_RECORD_BYTES
 
     async def start(self) -> None:
         await self.manager.start()

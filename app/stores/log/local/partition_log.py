@@ -53,6 +53,7 @@ from app.stores.log.local import files, reads
 from app.stores.log.local.committer import GroupCommitter, Transaction
 from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.records import (
+    MAX_RECORD_BYTES,
     BatchHeader,
     CorruptRecordError,
     EncodedBatch,
@@ -69,6 +70,7 @@ from app.stores.log.protocol import (
     RecordIn,
     TopicLogConfig,
     TopicPartition,
+    check_record_sizes,
 )
 
 logger = logging.getLogger("queuecore.log")
@@ -224,7 +226,12 @@ class PartitionLog:
     def encode(self, records: Sequence[RecordIn], *, txn_id: int = 0, now: int | None = None) -> EncodedBatch:
         """Encode ``records`` as the next batch (nothing is assigned until ``enqueue``)."""
         self.check_writable()
-        return encode_batch(records, self.next_offset, txn_id=txn_id, now_ms=now_ms() if now is None else now)
+        batch = encode_batch(
+            records, self.next_offset, txn_id=txn_id, now_ms=now_ms() if now is None else now
+        )
+        if len(batch.body) > MAX_RECORD_BYTES:  # a record can be too large only when the whole batch is
+            check_record_sizes(records, MAX_RECORD_BYTES)
+        return batch
 
     def enqueue(self, batch: EncodedBatch, txn: Transaction | None = None) -> PendingBatch:
         """Assign the batch its offsets and queue it for the writer (synchronous: call right after

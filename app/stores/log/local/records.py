@@ -59,6 +59,9 @@ RECORD = struct.Struct("<iiiii")
 RECORD_ABS = struct.Struct("<iqiii")
 # A batch longer than this is treated as corrupt (a flipped length bit must not make us read 2 GiB).
 MAX_BATCH_BYTES = 1 << 30
+# The largest record (key + headers + value) the local engine takes: far above the API's message limit,
+# far below a batch's.
+MAX_RECORD_BYTES = 8 << 20
 
 _INT32_MAX = (1 << 31) - 1
 
