@@ -47,13 +47,13 @@ from app.stores.log.jetstream import codec
 from app.stores.log.jetstream.client import (
     AlreadyApplied,
     JetStreamClient,
-    JetStreamError,
     NoStream,
     StoredAt,
     while_unsettled,
 )
 from app.stores.log.jetstream.config import JetStreamConfig
 from app.stores.log.jetstream.idempotency import JetStreamIdempotency
+from app.stores.log.jetstream.streams import Streams
 from app.stores.log.jetstream.transactions import Transactions
 from app.stores.log.jetstream.watermarks import Watermarks
 from app.stores.log.jetstream.writer import PartitionWriter
@@ -63,7 +63,6 @@ from app.stores.log.protocol import (
     PartitionInfo,
     Record,
     RecordIn,
-    ReplicasUnavailable,
     TopicLogConfig,
     UnknownLog,
     check_record_sizes,
@@ -75,16 +74,8 @@ _GONE_PREFIX = "qc.gone."  # a topic's streams were deleted (subject token: the 
 _REPLICA_CHOICES = (1, 3, 5)
 _MESSAGE_OVERHEAD = 256  # subject, batch headers and framing JetStream counts in a read's max_bytes
 _LAG_RETRIES = 20
-_CREATE_CONCURRENCY = 8
-_ADMIN_TIMEOUT = 30.0  # creating or deleting a stream is a Raft group's birth or death: not the hot path
-_NO_PLACEMENT = 10005  # "no suitable peers for placement": too few servers up for the replicas asked
 _DEFAULT_MAX_PAYLOAD = 1024 * 1024  # NATS's default, until the server says (INFO)
 _HEADER_ALLOWANCE = 512  # batch or message-id headers, and a commit-record chunk's head
-_PLACEMENT_RETRIES = 12  # about 3.9 s: a creation is not the hot path, and a peer may take that to report
-
-
-class _Unplaced(Exception):
-    """JetStream found no servers to place a stream's replicas on (``_NO_PLACEMENT``)."""
 
 
 class JetStreamLogEngine:
@@ -99,6 +90,7 @@ class JetStreamLogEngine:
         self._txns: Transactions | None = None
         self.watermarks = Watermarks()
         self._known: set[str] = set()  # streams seen to exist (a stale entry only costs a failed call)
+        self.streams = Streams(lambda: self.client, config, self._known)
         self._writers: dict[str, PartitionWriter] = {}  # group commit, per partition stream
         self._recovery: asyncio.Task[None] | None = None
         self._connecting: asyncio.Task[None] | None = None
@@ -161,7 +153,7 @@ class JetStreamLogEngine:
         )
         self.nc, self._client, self._txns = nc, client, txns
         try:
-            await txns.ensure_stream(self._duplicate_window_ns(None))
+            await txns.ensure_stream(self.streams.duplicate_window_ns(None))
         except EngineUnavailable:
             # A cluster without quorum at start: serve 503s and health "degraded" until it has one.
             logger.warning("JetStream unavailable at start; the transaction stream is checked again later")
@@ -220,7 +212,7 @@ class JetStreamLogEngine:
             if self._txns is None:  # not connected yet
                 continue
             try:
-                await self._txns.ensure_stream(self._duplicate_window_ns(None))
+                await self._txns.ensure_stream(self.streams.duplicate_window_ns(None))
                 await self._txns.recover(self._apply)
             except LogEngineError as exc:
                 logger.info("transaction recovery skipped this round: %s", exc)
@@ -255,118 +247,23 @@ class JetStreamLogEngine:
         replicas = config.replicas or self.config.default_replicas
         if replicas not in _REPLICA_CHOICES:
             raise ValueError(f"replicas must be one of {_REPLICA_CHOICES}, got {replicas}")
-        await self._create_streams(topic_id, range(partitions), replicas, config)
-
-    async def _create_streams(
-        self, topic_id: str, partitions: range, replicas: int, config: TopicLogConfig
-    ) -> None:
-        # Each stream is a Raft group of its own: create a few at a time, not hundreds at once.
-        gate = asyncio.Semaphore(_CREATE_CONCURRENCY)
-
-        async def create(partition: int) -> None:
-            async with gate:
-                await self._create_stream(topic_id, partition, replicas, config)
-
-        await asyncio.gather(*(create(p) for p in partitions))
-
-    async def _create_stream(
-        self, topic_id: str, partition: int, replicas: int, config: TopicLogConfig
-    ) -> None:
-        name = codec.stream_name(topic_id, partition)
-        body = self._stream_config(topic_id, partition, replicas, config)
-
-        async def create() -> None:
-            try:
-                await self.client.api(f"STREAM.CREATE.{name}", body, stream=name, timeout=_ADMIN_TIMEOUT)
-            except JetStreamError as exc:
-                if exc.err_code == _NO_PLACEMENT:
-                    raise _Unplaced from None
-                if "already in use" not in str(exc):
-                    raise
-
-        try:
-            # A cluster just started, or with a server rejoining, places nothing for a moment (its meta
-            # leader has not heard from every peer yet; the suite met it under load): tried again briefly,
-            # as an append without a leader is, before the count is refused.
-            await while_unsettled(create, _Unplaced, tries=_PLACEMENT_RETRIES)
-        except _Unplaced:
-            raise ReplicasUnavailable(
-                f"the cluster cannot place {replicas} replicas (fewer of its servers than that are up)"
-            ) from None
-        self._known.add(name)
-
-    def _stream_config(
-        self, topic_id: str, partition: int, replicas: int, config: TopicLogConfig
-    ) -> dict[str, Any]:
-        return codec.stream_config(
-            topic_id, partition, replicas, config, self._duplicate_window_ns(config.retention_ms)
-        )
-
-    def _duplicate_window_ns(self, retention_ms: int | None) -> int:
-        return codec.duplicate_window_ns(self.config.duplicate_window_seconds, retention_ms)
-
-    async def _stream_info(self, topic_id: str, partition: int) -> dict[str, Any]:
-        name = codec.stream_name(topic_id, partition)
-        try:
-            info = await self.client.api(f"STREAM.INFO.{name}", stream=name)
-        except UnknownLog:
-            self._known.discard(name)
-            raise UnknownLog(f"no log for {topic_id}/{partition}") from None
-        self._known.add(name)
-        return info
-
-    async def _partitions(self, topic_id: str) -> list[int]:
-        """The partitions of a topic that have streams, in order."""
-        names = await self._stream_names(codec.SUBJECT_PREFIX + codec.token(topic_id) + ".*")
-        found = sorted(
-            p for name in names if (parsed := codec.parse_stream_name(name)) and (p := parsed[1]) >= 0
-        )
-        return found
-
-    async def _stream_names(self, subject_filter: str) -> list[str]:
-        names: list[str] = []
-        while True:
-            page = await self.client.api("STREAM.NAMES", {"offset": len(names), "subject": subject_filter})
-            batch = page.get("streams") or []
-            names.extend(batch)
-            if not batch or len(names) >= int(page.get("total", 0)):
-                return names
+        await self.streams.create(topic_id, range(partitions), replicas, config)
 
     async def add_partitions(self, topic_id: str, partitions: int) -> None:
-        first = await self._stream_info(topic_id, 0)
-        existing = await self._partitions(topic_id)
-        config = first["config"]
-        retention_ms = int(config.get("max_age", 0)) // 1_000_000 or None
-        max_bytes = int(config.get("max_bytes", -1))
-        topic_config = TopicLogConfig(
-            retention_ms=retention_ms,
-            retention_bytes=max_bytes if max_bytes > 0 else None,
-            replicas=int(config.get("num_replicas", self.config.default_replicas)),
-        )
-        await self._create_streams(
-            topic_id, range(len(existing), partitions), topic_config.replicas or 1, topic_config
-        )
+        await self.streams.add(topic_id, partitions)
 
     async def update_config(self, topic_id: str, config: TopicLogConfig) -> None:
-        await self._stream_info(topic_id, 0)
-        for partition in await self._partitions(topic_id):
-            info = await self._stream_info(topic_id, partition)
-            body = dict(info["config"])
-            body["max_age"] = (config.retention_ms or 0) * 1_000_000
-            body["max_bytes"] = config.retention_bytes or -1
-            body["duplicate_window"] = self._duplicate_window_ns(config.retention_ms)
-            name = codec.stream_name(topic_id, partition)
-            await self.client.api(f"STREAM.UPDATE.{name}", body, stream=name)
+        await self.streams.update(topic_id, config)
 
     async def delete_topic(self, topic_id: str) -> None:
-        for partition in await self._partitions(topic_id):
-            name = codec.stream_name(topic_id, partition)
-            with contextlib.suppress(UnknownLog):
-                await self.client.api(f"STREAM.DELETE.{name}", stream=name, timeout=_ADMIN_TIMEOUT)
+        await self.streams.delete(topic_id)
         self._forget(codec.token(topic_id))
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.publish(_GONE_PREFIX + codec.token(topic_id), b"")
+
+    async def _stream_info(self, topic_id: str, partition: int) -> dict[str, Any]:
+        return await self.streams.info(topic_id, partition)
 
     async def _on_gone(self, msg: Any) -> None:
         self._forget(msg.subject[len(_GONE_PREFIX) :])
@@ -380,7 +277,7 @@ class JetStreamLogEngine:
         self.watermarks.forget_prefix(prefix)
 
     async def topic_ids(self) -> set[str]:
-        names = await self._stream_names(codec.SUBJECT_PREFIX + ">")
+        names = await self.streams.names(codec.SUBJECT_PREFIX + ">")
         return {parsed[0] for name in names if (parsed := codec.parse_stream_name(name)) is not None}
 
     # -- append --------------------------------------------------------------------------------------------
@@ -602,7 +499,7 @@ class JetStreamLogEngine:
         """Purge records older than their topic's retention by record timestamp (JetStream's own max_age
         goes by the time a record was stored; both hold)."""
         purged = 0
-        for name in await self._stream_names(codec.SUBJECT_PREFIX + ">"):
+        for name in await self.streams.names(codec.SUBJECT_PREFIX + ">"):
             parsed = codec.parse_stream_name(name)
             if parsed is None:
                 continue

@@ -1,0 +1,64 @@
+"""A topic's streams on the session's real 3-node cluster: created all at once, and rolled back whole when
+one of them cannot be; deleted all at once."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine, codec
+from app.stores.log.jetstream.client import JetStreamError
+from app.stores.log.protocol import RecordIn, TopicLogConfig, UnknownLog
+
+
+@pytest.fixture
+async def engine(nats_cluster):
+    engine = JetStreamLogEngine(JetStreamConfig(servers=tuple(nats_cluster.url.split(","))))
+    await engine.start()
+    yield engine
+    await engine.close()
+
+
+async def test_a_failed_creation_leaves_none_of_the_streams_it_made(engine):
+    topic = f"top_{secrets.token_hex(6)}"
+    # Another stream already takes partition 5's subject: its stream cannot be created.
+    squatter = f"QCTEST{secrets.token_hex(4).upper()}"
+    await engine.client.api(
+        f"STREAM.CREATE.{squatter}",
+        {"name": squatter, "subjects": [codec.subject(topic, 5)], "num_replicas": 1},
+        timeout=30,
+    )
+    try:
+        with pytest.raises(JetStreamError):
+            await engine.create_topic(topic, 12, TopicLogConfig(replicas=3))
+        assert topic not in await engine.topic_ids()
+        assert await engine.streams.partitions(topic) == []
+        with pytest.raises(UnknownLog):
+            await engine.append(topic, {0: [RecordIn(b"x")]})
+    finally:
+        await engine.client.api(f"STREAM.DELETE.{squatter}", stream=squatter, timeout=30)
+    # The same topic can be made once the subject is free.
+    await engine.create_topic(topic, 12, TopicLogConfig(replicas=3))
+    assert await engine.streams.partitions(topic) == list(range(12))
+    await engine.delete_topic(topic)
+
+
+async def test_creating_again_keeps_the_streams_and_their_records(engine):
+    # Streams that exist are not "made" by a second creation, so a later failure would not delete them.
+    topic = f"top_{secrets.token_hex(6)}"
+    await engine.create_topic(topic, 2, TopicLogConfig(replicas=3))
+    await engine.append(topic, {1: [RecordIn(b"kept")]})
+    await engine.create_topic(topic, 2, TopicLogConfig(replicas=3))
+    assert [r.value for r in await engine.read(topic, 1, 0)] == [b"kept"]
+    await engine.delete_topic(topic)
+
+
+async def test_many_partitions_are_created_and_deleted_whole(engine):
+    topic = f"top_{secrets.token_hex(6)}"
+    await engine.create_topic(topic, 48, TopicLogConfig(replicas=3))
+    assert await engine.streams.partitions(topic) == list(range(48))
+    await engine.append(topic, {47: [RecordIn(b"last")]})
+    await engine.delete_topic(topic)
+    assert await engine.streams.partitions(topic) == []
+    assert topic not in await engine.topic_ids()
