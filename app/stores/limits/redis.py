@@ -6,12 +6,19 @@ double until the year 2255); the member is that time plus a per-call token (limi
 sequence number), so two requests in the same microsecond are two members. The key's TTL is the window,
 renewed at every acceptance, so an idle bucket vanishes once its last request has left the window.
 
-One decision is one ``EVALSHA`` of ``_SCRIPT`` (one round trip; ``SCRIPT LOAD`` and a second try only
-after ``NOSCRIPT``, i.e. after Redis restarted). The script reads the clock with ``TIME``, trims
-members at or before ``now - window``, counts, and adds ``now`` when fewer than ``limit`` remain. Redis
-runs a script atomically, so concurrent decisions from any number of processes are serialised: no
-read-modify-write race, and the API hosts' clocks are never used. Refused requests write nothing.
-Requires Redis 5 or later (scripts replicate their effects, so ``TIME`` before a write is allowed).
+One ``EVALSHA`` of ``_SCRIPT`` decides every request of a bucket that is waiting (one round trip;
+``SCRIPT LOAD`` and a second try only after ``NOSCRIPT``, i.e. after Redis restarted). The script reads
+the clock with ``TIME``, trims members at or before ``now - window``, counts, and accepts as many of the
+``n`` requests as there is room for, adding one member each at ``now``. Redis runs a script atomically,
+so concurrent decisions from any number of processes are serialised: no read-modify-write race, and the
+API hosts' clocks are never used. Refused requests write nothing. Requires Redis 5 or later (scripts
+replicate their effects, so ``TIME`` before a write is allowed).
+
+Group commit, as the log engines do it: while a bucket's call is in flight, further requests for it
+wait, and the next call decides all of them at once (the first ones accepted while there is room, in
+arrival order). No wait is added to a bucket with nothing in flight. Every API request is one decision
+of its key's bucket, so under load this takes a Redis round trip (and its share of the API process's
+CPU) off most requests: at 50 concurrent publishes of one key, one call decided ~25 of them.
 
 Connections: at most ``max_connections`` calls are in flight at once (a semaphore in front of a pool of
 that size); more callers queue for a slot rather than make the pool refuse them.
@@ -50,27 +57,35 @@ from app.stores.limits.protocol import Decision, ceil_seconds, check_arguments
 
 logger = logging.getLogger("queuecore.limits")
 
-# KEYS[1] the bucket's sorted set; ARGV[1] limit; ARGV[2] window in ms; ARGV[3] a token unique per call.
-# Returns {accepted 0|1, count after the decision, now_us, room_at_us, empty_at_us}: when a refused
-# bucket has room again, and when every counted request will have left the window.
+# KEYS[1] the bucket's sorted set; ARGV[1] limit; ARGV[2] window in ms; ARGV[3] a token unique per call;
+# ARGV[4] how many requests to decide. Returns {accepted (the first ones), count after the decision, now_us,
+# room_at_us, empty_at_us}: when a refused request would find room, and when every counted request will
+# have left the window.
 _SCRIPT = """
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
+local n = tonumber(ARGV[4])
 local window_us = window_ms * 1000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window_us))
 local count = redis.call('ZCARD', key)
-if count < limit then
+local take = math.max(0, math.min(n, limit - count))
+if take > 0 then
   local stamp = string.format('%d', now)
-  redis.call('ZADD', key, stamp, stamp .. ':' .. ARGV[3])
+  for i = 1, take do
+    redis.call('ZADD', key, stamp, stamp .. ':' .. ARGV[3] .. ':' .. i)
+  end
   redis.call('PEXPIRE', key, window_ms)
-  return {1, count + 1, now, 0, now + window_us}
+  count = count + take
+end
+if take == n then
+  return {take, count, now, 0, now + window_us}
 end
 local room = redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-return {0, count, now, tonumber(room[2]) + window_us, tonumber(newest[2]) + window_us}
+return {take, count, now, tonumber(room[2]) + window_us, tonumber(newest[2]) + window_us}
 """
 _SHA = hashlib.sha1(_SCRIPT.encode()).hexdigest()
 
@@ -112,6 +127,10 @@ class RedisRateLimiter:
         # sequence number.
         self._instance = secrets.token_hex(6)
         self._sequence = itertools.count()
+        # Per bucket with a call in flight: the requests waiting for the next one (see the docstring).
+        self._waiting: dict[tuple[str, int, int], list[asyncio.Future[Decision]]] = {}
+        self._calls: set[asyncio.Task[None]] = set()
+        self.calls = 0  # script calls made (for tests and metrics)
         self._degraded = False
         self._degraded_since = 0.0
         self._heal_task: asyncio.Task[None] | None = None
@@ -129,14 +148,58 @@ class RedisRateLimiter:
     async def acquire(self, bucket: str, limit: int, window_ms: int = 1000) -> Decision:
         """Accept and count one request if ``bucket`` took fewer than ``limit`` in the last ``window_ms``."""
         check_arguments(limit, window_ms)
+        if self._degraded:
+            return self._fall_back(bucket, limit, window_ms)
+        group = (bucket, limit, window_ms)
+        waiting = self._waiting.get(group)
+        if waiting is not None:  # a call for this bucket is in flight: ride on the next one
+            future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+            waiting.append(future)
+            return await future
+        self._waiting[group] = []
+        try:
+            return (await self._decide_or_fall_back(group, 1))[0]
+        finally:
+            self._next_call(group)
+
+    def _next_call(self, group: tuple[str, int, int]) -> None:
+        """The bucket's call is answered: decide those that waited for it in one more, or close the group."""
+        waiting = self._waiting.get(group)
+        if not waiting:
+            self._waiting.pop(group, None)
+            return
+        self._waiting[group] = []
+        task = asyncio.get_running_loop().create_task(self._answer(group, waiting))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _answer(self, group: tuple[str, int, int], futures: list[asyncio.Future[Decision]]) -> None:
+        try:
+            decisions = await self._decide_or_fall_back(group, len(futures))
+        except BaseException as exc:
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
+            raise
+        finally:
+            self._next_call(group)
+        for future, decision in zip(futures, decisions, strict=True):
+            if not future.done():
+                future.set_result(decision)
+
+    async def _decide_or_fall_back(self, group: tuple[str, int, int], n: int) -> list[Decision]:
+        bucket, limit, window_ms = group
         if not self._degraded:
             async with self._slots:
                 # Re-checked: Redis may have been found dead while this call waited for a slot.
                 if not self._degraded:
                     try:
-                        return await self._decide(self._prefix + bucket, limit, window_ms)
+                        return await self._decide(self._prefix + bucket, limit, window_ms, n)
                     except _OUTAGE as exc:
                         self._enter_degraded(exc)
+        return [self._fall_back(bucket, limit, window_ms) for _ in range(n)]
+
+    def _fall_back(self, bucket: str, limit: int, window_ms: int) -> Decision:
         # The fallback's monotonic clock is not comparable with Redis time: no ``at_us``.
         return replace(self._fallback.decide(bucket, limit, window_ms), at_us=None)
 
@@ -163,23 +226,28 @@ class RedisRateLimiter:
         await self._client.aclose()
         await self._fallback.close()
 
-    async def _decide(self, key: str, limit: int, window_ms: int) -> Decision:
+    async def _decide(self, key: str, limit: int, window_ms: int, n: int = 1) -> list[Decision]:
+        """``n`` requests of one bucket, in one script call: the first ones accepted while there is room."""
         token = f"{self._instance}.{next(self._sequence)}"
+        self.calls += 1
         try:
-            reply: Any = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token)
+            reply: Any = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, n)
         except NoScriptError:
             # Redis lost its script cache (a restart): load once, then the one decision.
             await self._client.script_load(_SCRIPT)
-            reply = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token)
+            reply = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, n)
         accepted, count, now, room_at, empty_at = (int(v) for v in reply)
-        return Decision(
-            allowed=bool(accepted),
-            limit=limit,
-            remaining=max(0, limit - count),
-            reset_seconds=ceil_seconds(empty_at - now),
-            retry_after_seconds=0 if accepted else max(1, ceil_seconds(room_at - now)),
-            at_us=now,
-        )
+        reset = ceil_seconds(empty_at - now)
+        before = count - accepted  # counted before this call's acceptances
+        decisions = [
+            Decision(True, limit, max(0, limit - before - i), reset, 0, now) for i in range(1, accepted + 1)
+        ]
+        if accepted < n:
+            refused = Decision(
+                False, limit, max(0, limit - count), reset, max(1, ceil_seconds(room_at - now)), now
+            )
+            decisions.extend([refused] * (n - accepted))
+        return decisions
 
     def _enter_degraded(self, exc: BaseException) -> None:
         if self._degraded or self._closed:

@@ -186,6 +186,12 @@ class TestConcurrentAcquires:
         assert sorted(d.remaining for d in accepted) == list(range(limit))
         assert all(d.remaining == 0 and d.retry_after_seconds >= 1 for d in decisions if not d.allowed)
 
+    async def test_gathered_acquires_are_decided_in_arrival_order(self, limiter, bucket):
+        name = bucket()
+        decisions = await asyncio.gather(*(limiter.acquire(name, 4, 5000) for _ in range(9)))
+        assert [d.allowed for d in decisions] == [True] * 4 + [False] * 5
+        assert [d.remaining for d in decisions] == [3, 2, 1, 0, 0, 0, 0, 0, 0]
+
     async def test_gathered_across_buckets(self, limiter, bucket):
         names = [bucket() for _ in range(8)]
         calls = [limiter.acquire(name, 6, 5000) for name in names for _ in range(15)]
@@ -285,6 +291,18 @@ class TestRedisLimiter:
         assert 0 < await redis_client.pttl(key) <= 300
         await asyncio.sleep(0.4)
         assert await redis_client.exists(key) == 0
+
+    async def test_requests_waiting_for_a_bucket_are_decided_in_one_call(
+        self, redis_limiter, redis_client, bucket
+    ):
+        # Group commit: 100 gathered requests are the first request's call and one more for the other 99.
+        name = bucket()
+        before = redis_limiter.calls
+        decisions = await asyncio.gather(*(redis_limiter.acquire(name, 60, 5000) for _ in range(100)))
+        assert redis_limiter.calls - before == 2
+        assert sum(d.allowed for d in decisions) == 60
+        assert await redis_client.zcard(redis_limiter.key_prefix + name) == 60
+        assert len({d.at_us for d in decisions}) == 2  # two decisions, two Redis clock readings
 
     async def test_two_instances_share_a_bucket(self, redis_limiter, bucket):
         other = RedisRateLimiter(REDIS_URL, key_prefix=redis_limiter.key_prefix)
