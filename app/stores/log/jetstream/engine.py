@@ -143,6 +143,8 @@ class JetStreamLogEngine:
             reconnected_cb=self._reconnected,
             error_cb=self._connection_error,
             pending_size=64 * 1024 * 1024,
+            # Our own commit notices need not come back: ``announce`` advances this node's watermark itself.
+            no_echo=True,
         )
         client = JetStreamClient(nc, self.config.request_timeout_seconds)
         await client.start()

@@ -10,7 +10,7 @@ import secrets
 import pytest
 
 from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine, codec
-from app.stores.log.protocol import RecordIn, TopicLogConfig, UnknownLog
+from app.stores.log.protocol import EngineUnavailable, RecordIn, TopicLogConfig, UnknownLog
 
 
 @pytest.fixture
@@ -66,5 +66,7 @@ async def test_a_failed_write_fails_every_append_in_it_and_stores_none(engine, n
     results = await asyncio.gather(
         *(engine.append(topic, {0: [RecordIn(b"%d" % i)] * 3}) for i in range(20)), return_exceptions=True
     )
-    assert all(isinstance(r, UnknownLog) for r in results), results
+    # Each hears it as UnknownLog (the stream is gone), or as 503 when JetStream did not answer its look.
+    assert all(isinstance(r, UnknownLog | EngineUnavailable) for r in results), results
+    assert any(isinstance(r, UnknownLog) for r in results), results
     assert topic not in await engine.topic_ids()
