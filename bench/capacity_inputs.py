@@ -43,6 +43,9 @@ class Load:
     ack_batch: int = 100  # ids per ack frame / ack call; for pull also messages per poll
     # Share of publish requests whose messages span several partitions (they add the commit record).
     cross_partition_share: float = 0.0
+    # Appends per JetStream write: the group commit's coalescing (1: every append its own Raft round, the
+    # engine before #28; under load about half the appends in flight on a partition, bench/results/cluster.md).
+    group_commit: float = 1.0
 
     @property
     def out_per_s(self) -> float:
@@ -174,6 +177,7 @@ def validate(load: Load, caps: Capacities) -> None:
         "msgs_in_per_s": load.msgs_in_per_s,
         "msgs_out_per_s": load.out_per_s,
         "cross_partition_share": load.cross_partition_share,
+        "group_commit": load.group_commit,
     }
     for name, value in numbers.items():
         if (
@@ -205,6 +209,8 @@ def validate(load: Load, caps: Capacities) -> None:
         raise InvalidInput(f"ack_mode must be one of {', '.join(ACK_MODES)}, got {load.ack_mode!r}")
     if load.cross_partition_share > 1:
         raise InvalidInput("cross_partition_share is a share: 0 to 1")
+    if load.group_commit < 1:
+        raise InvalidInput(f"group_commit is appends per write: at least 1, got {load.group_commit!r}")
     for f in dataclasses.fields(caps):
         value = getattr(caps, f.name)
         if (

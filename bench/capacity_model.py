@@ -110,6 +110,8 @@ def demand(load: Load, caps: Capacities) -> dict[str, dict[str, float]]:
     spread = min(load.partitions_per_topic, load.publish_batch)
     appends_per_request = 1 + load.cross_partition_share * spread  # ``spread`` parts + 1 record - 1
     appends = publish_requests * appends_per_request
+    # What each Raft round costs is paid per write: the group commit puts ``group_commit`` appends in one.
+    writes = appends / load.group_commit
     stored_msgs = n_in * (1 + load.cross_partition_share)  # the commit record holds the batch once more
 
     if load.ack_mode == "pull":
@@ -137,7 +139,7 @@ def demand(load: Load, caps: Capacities) -> dict[str, dict[str, float]]:
     api_cores = (
         publish_requests * caps.api_cpu_per_request
         + n_in * caps.api_cpu_per_published_msg
-        + appends * caps.api_cpu_per_js_append
+        + writes * caps.api_cpu_per_js_append
         + stored_msgs * caps.api_cpu_per_js_appended_msg
         + api_consume
         + n_out * caps.api_cpu_per_js_read_msg
@@ -145,7 +147,7 @@ def demand(load: Load, caps: Capacities) -> dict[str, dict[str, float]]:
     )
     stream_replicas = load.streams * r
     nats_cores = (
-        appends * r * caps.nats_cpu_per_append_replica
+        writes * r * caps.nats_cpu_per_append_replica
         + stored_msgs * r * caps.nats_cpu_per_msg_replica
         + n_out * caps.nats_cpu_per_read_msg
         + stream_replicas * caps.nats_idle_cpu_per_stream_replica
@@ -156,7 +158,7 @@ def demand(load: Load, caps: Capacities) -> dict[str, dict[str, float]]:
         "nats": {
             "cores": nats_cores,
             "memory": stream_replicas * caps.nats_rss_per_stream_replica,
-            "fsyncs": appends * r,
+            "fsyncs": writes * r,
             # in from publishers, out to followers (r - 1 copies), out to readers
             "network": stored_msgs * wire * r + n_out * wire,
         },
@@ -322,6 +324,7 @@ def render(result: Plan) -> str:
             f"{load.topics:,} topics x {load.partitions_per_topic} partitions (R={load.replicas}, "
             f"{load.streams:,} streams), {load.consumers:,} consumers, {load.ack_mode}, "
             f"publish batch {load.publish_batch}, ack batch {load.ack_batch}"
+            + (f", group commit {load.group_commit:g} appends per write" if load.group_commit != 1 else "")
         ),
         "",
         f"{'component':<10} {'units':>6}  {'set by':<9} demand (utilisation at that count)",
@@ -376,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ack-mode", default="push-exactly-once", choices=ACK_MODES)
     parser.add_argument("--publish-batch", type=int, default=100)
     parser.add_argument("--ack-batch", type=int, default=100)
+    parser.add_argument(
+        "--group-commit", type=float, default=1.0, help="appends per JetStream write (1: none coalesced)"
+    )
     parser.add_argument("--cross-partition-share", type=float, default=0.0)
     parser.add_argument(
         "--from-probes",
@@ -410,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         ack_mode=args.ack_mode,
         publish_batch=args.publish_batch,
         ack_batch=args.ack_batch,
+        group_commit=args.group_commit,
         cross_partition_share=args.cross_partition_share,
     )
     try:

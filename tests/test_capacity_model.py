@@ -197,3 +197,21 @@ def test_the_cli_refuses_bad_input_with_a_message(capsys: pytest.CaptureFixture[
     assert "replicas must be 1, 3 or 5" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cm.main(["--in", "1000", "--set", "warp_drive=9"])
+
+
+def test_group_commit_takes_the_raft_rounds_off_single_publishes() -> None:
+    # 1M single publishes/s: coalescing 25 appends per write needs fewer NATS servers, never more of anything.
+    alone = cm.plan(inputs.Load(msgs_in_per_s=1_000_000, publish_batch=1, topics=1000, consumers=1000))
+    grouped = cm.plan(
+        inputs.Load(msgs_in_per_s=1_000_000, publish_batch=1, topics=1000, consumers=1000, group_commit=25)
+    )
+    assert grouped.units["nats"] < alone.units["nats"]
+    assert all(grouped.units[c] <= alone.units[c] for c in grouped.units)
+    assert grouped.components["nats"].demand["fsyncs"] == pytest.approx(
+        alone.components["nats"].demand["fsyncs"] / 25
+    )
+
+
+def test_group_commit_below_one_is_refused() -> None:
+    with pytest.raises(inputs.InvalidInput, match="group_commit"):
+        cm.plan(inputs.Load(msgs_in_per_s=1000, group_commit=0.5))

@@ -144,6 +144,34 @@ class JetStreamClient:
             raise NoStream(f"nothing stores {subject}") from None
         except _UNAVAILABLE as exc:
             raise EngineUnavailable(f"JetStream did not acknowledge an append: {type(exc).__name__}") from exc
+        return self._stored(reply, len(payloads), msg_id, subject, stream)
+
+    async def publish(self, messages: Sequence[Message], *, stream: str) -> StoredAt:
+        """Store ``messages`` (each ``(subject, payload, headers)``, subjects of one stream) all or nothing,
+        in this order, contiguously: one message, or an atomic batch. A message's own headers (an expected
+        last sequence, say) are checked for the whole batch: one that fails refuses all of it."""
+        try:
+            if len(messages) == 1:
+                subject, payload, headers = messages[0]
+                reply = await self.nc.request(subject, payload, timeout=self.timeout, headers=headers)
+            else:
+                batch = f"{self._batch_prefix}{next(self._batch_ids)}"
+                last = len(messages) - 1
+                for i, (subject, payload, headers) in enumerate(messages):
+                    marks = {**(headers or {}), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
+                    if i < last:
+                        await self.nc.publish(subject, payload, headers=marks)
+                    else:
+                        marks["Nats-Batch-Commit"] = "1"
+                        reply = await self.nc.request(subject, payload, timeout=self.timeout, headers=marks)
+        except nats.errors.NoRespondersError:
+            raise NoStream(f"nothing stores {messages[0][0]}") from None
+        except _UNAVAILABLE as exc:
+            raise EngineUnavailable(f"JetStream did not acknowledge a write: {type(exc).__name__}") from exc
+        return self._stored(reply, len(messages), None, messages[0][0], stream)
+
+    def _stored(self, reply: Msg, count: int, msg_id: str | None, subject: str, stream: str) -> StoredAt:
+        """Where an append landed, from its (last message's) ack; the matching error otherwise."""
         if not reply.data:  # a status with no body: no stream listens on the subject
             raise NoStream(f"nothing stores {subject}")
         ack: dict[str, Any] = orjson.loads(reply.data)
@@ -154,7 +182,7 @@ class JetStreamClient:
             raise _error(error, stream)
         if ack.get("duplicate"):
             raise AlreadyApplied(msg_id or "")
-        return StoredAt(int(ack["seq"]), len(payloads))
+        return StoredAt(int(ack["seq"]), count)
 
     async def direct_get(
         self,
@@ -239,6 +267,8 @@ def _error(error: dict[str, Any], stream: str) -> LogEngineError:
 
 
 T = TypeVar("T")
+# One message of ``JetStreamClient.publish``: its subject, payload and headers.
+Message = tuple[str, bytes, dict[str, str] | None]
 
 
 async def while_unsettled(

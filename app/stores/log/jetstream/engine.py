@@ -56,7 +56,7 @@ from app.stores.log.jetstream.idempotency import JetStreamIdempotency
 from app.stores.log.jetstream.streams import Streams
 from app.stores.log.jetstream.transactions import Transactions
 from app.stores.log.jetstream.watermarks import Watermarks
-from app.stores.log.jetstream.writer import PartitionWriter
+from app.stores.log.jetstream.writer import StreamWriter
 from app.stores.log.protocol import (
     EngineUnavailable,
     LogEngineError,
@@ -91,7 +91,7 @@ class JetStreamLogEngine:
         self.watermarks = Watermarks()
         self._known: set[str] = set()  # streams seen to exist (a stale entry only costs a failed call)
         self.streams = Streams(lambda: self.client, config, self._known)
-        self._writers: dict[str, PartitionWriter] = {}  # group commit, per partition stream
+        self._writers: dict[str, StreamWriter[bytes]] = {}  # group commit, per partition stream
         self._recovery: asyncio.Task[None] | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._closing = False
@@ -225,6 +225,7 @@ class JetStreamLogEngine:
         """Idempotency records every API node sees, kept ``window_seconds`` (a KV bucket of this cluster)."""
         return JetStreamIdempotency(
             self._jetstream,
+            lambda: self.client,
             window_seconds=window_seconds,
             replicas=self.config.default_replicas,
             timeout=self.config.request_timeout_seconds,
@@ -362,7 +363,7 @@ class JetStreamLogEngine:
         await self._announce(name, stored)
         return stored
 
-    def _writer(self, topic_id: str, partition: int) -> PartitionWriter:
+    def _writer(self, topic_id: str, partition: int) -> StreamWriter[bytes]:
         """The partition's group committer: one JetStream publish (and one notice) per coalesced write."""
         name, subject = codec.stream_name(topic_id, partition), codec.subject(topic_id, partition)
 
@@ -371,7 +372,7 @@ class JetStreamLogEngine:
             await self._announce(name, stored)
             return stored
 
-        writer = self._writers[name] = PartitionWriter(send)
+        writer = self._writers[name] = StreamWriter(send)
         return writer
 
     async def _announce(self, name: str, stored: StoredAt) -> None:

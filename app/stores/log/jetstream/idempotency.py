@@ -11,6 +11,13 @@ key's message is::
 A claim is a create-if-absent: of two nodes claiming one key at once, exactly one wins; the other reads the
 entry (``app.broker.idempotency`` says what it does then).
 
+Claims and puts are group-committed (``writer.StreamWriter``, as partition appends are): the claims that
+arrive while a claim write is in flight go together in the next one, as one atomic batch whose every
+message expects its key to be new (``Nats-Expected-Last-Subject-Sequence: 0``); puts likewise, in a
+writer of their own. A claim batch is refused whole when one of its keys exists (a retry of a key
+already claimed, which is rare): each of its claims is then made alone, which says exactly which won.
+So a keyed publish costs two small shares of Raft rounds beside its append, not two rounds of its own.
+
 A bucket without a leader (just created, or electing one after a server died) has no responders: nothing
 received the request, so nothing was written, and each call is retried for about 2 s before it is
 ``EngineUnavailable`` (as the engine does for its partition streams). Without that, the first keyed
@@ -22,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,10 +45,19 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from app.stores.log.jetstream.client import while_unsettled
-from app.stores.log.protocol import EngineUnavailable
+from app.stores.log.jetstream.client import (
+    JetStreamClient,
+    JetStreamError,
+    Message,
+    NoStream,
+    StoredAt,
+    while_unsettled,
+)
+from app.stores.log.jetstream.writer import StreamWriter
+from app.stores.log.protocol import EngineUnavailable, LogEngineError
 
 BUCKET = "QC_IDEMPOTENCY"
+_NEW = {"Nats-Expected-Last-Subject-Sequence": "0"}
 
 T = TypeVar("T")
 
@@ -65,6 +81,7 @@ class JetStreamIdempotency:
     def __init__(
         self,
         js: Callable[[], JetStreamContext],
+        client: Callable[[], JetStreamClient],
         *,
         window_seconds: float,
         replicas: int,
@@ -72,12 +89,16 @@ class JetStreamIdempotency:
         bucket: str = BUCKET,
     ) -> None:
         self._js = js  # answers the context once connected, raises EngineUnavailable before
+        self._client = client  # likewise, the engine's client (the group-committed writes)
         self._window_seconds = window_seconds
         self._replicas = replicas
         self._timeout = timeout
         self._bucket_name = bucket
         self._kv: KeyValue | None = None
         self._opening = asyncio.Lock()  # one lookup (or creation) of the bucket, not one per caller
+        self._stream = "KV_" + bucket
+        self._claims: StreamWriter[Message] = StreamWriter(self._write, size=_message_size)
+        self._puts: StreamWriter[Message] = StreamWriter(self._write, size=_message_size)
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
@@ -87,6 +108,19 @@ class JetStreamIdempotency:
         return self._kv
 
     async def _open(self) -> KeyValue:
+        kv = await self._open_bucket()
+        # Group-committed writes are atomic batches, which a stream takes only when it allows them.
+        client = self._client()
+        info = await client.api(f"STREAM.INFO.{self._stream}", stream=self._stream)
+        if not info["config"].get("allow_atomic"):
+            config = {**info["config"], "allow_atomic": True}
+            await client.api(f"STREAM.UPDATE.{self._stream}", config, stream=self._stream)
+        return kv
+
+    async def _write(self, messages: Sequence[Message]) -> StoredAt:
+        return await self._client().publish(messages, stream=self._stream)
+
+    async def _open_bucket(self) -> KeyValue:
         try:
             js = self._js()
             try:
@@ -108,8 +142,15 @@ class JetStreamIdempotency:
         """Create the key's entry as ``pending`` (state ``won``), or read the entry another made first."""
         kv = await self._bucket()
         name = _name(topic_id, key)
+        value = orjson.dumps({"s": "pending", "at": now_ms})
         try:
-            revision = await _answered(lambda: kv.create(name, orjson.dumps({"s": "pending", "at": now_ms})))
+            claim = [(self._subject(name), value, _NEW)]
+            stored = await while_unsettled(lambda: self._claims.append(claim), NoStream)
+            return IdempotencyEntry("won", stored.last_seq, at_ms=now_ms)
+        except JetStreamError:
+            pass  # this key, or another of its batch, exists: claimed alone below, which says which
+        try:
+            revision = await _answered(lambda: kv.create(name, value))
             return IdempotencyEntry("won", revision, at_ms=now_ms)
         except KeyWrongLastSequenceError:
             pass
@@ -164,17 +205,27 @@ class JetStreamIdempotency:
             raise EngineUnavailable(f"idempotency record not taken over: {type(exc).__name__}") from exc
 
     async def _put(self, topic_id: str, key: str, value: dict[str, Any]) -> None:
-        kv = await self._bucket()
+        await self._bucket()
+        put = [(self._subject(_name(topic_id, key)), orjson.dumps(value), None)]
         try:
-            await _answered(lambda: kv.put(_name(topic_id, key), orjson.dumps(value)))
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise EngineUnavailable(f"idempotency record not written: {type(exc).__name__}") from exc
+            await while_unsettled(lambda: self._puts.append(put), NoStream)
+        except LogEngineError as exc:
+            if isinstance(exc, EngineUnavailable):
+                raise
+            raise EngineUnavailable(f"idempotency record not written: {exc}") from exc
+
+    def _subject(self, name: str) -> str:
+        return f"$KV.{self._bucket_name}.{name}"
 
 
 async def _answered(call: Callable[[], Awaitable[T]]) -> T:
     """``call()``, again while the bucket has no leader to answer it; the last try's
     ``NoStreamResponseError`` is the caller's ``EngineUnavailable``."""
     return await while_unsettled(call, NoStreamResponseError)
+
+
+def _message_size(message: Message) -> int:
+    return len(message[0]) + len(message[1])
 
 
 def _name(topic_id: str, key: str) -> str:

@@ -1,6 +1,6 @@
-"""Group commit on JetStream: the appends that reach one partition while a write to it is in flight are
-coalesced into the next write, as the local engine's committer coalesces them into one ``pwritev`` and one
-fsync.
+"""Group commit on JetStream: the appends that reach one stream (a partition's, or the idempotency
+bucket's) while a write to it is in flight are coalesced into the next write, as the local engine's
+committer coalesces them into one ``pwritev`` and one fsync.
 
 A write is one JetStream publish: a single message when one append of one record is all there is, else an
 atomic batch (ADR-50), which the stream stores as one Raft entry, fsync'd once on each replica. Each such
@@ -32,32 +32,42 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from app.stores.log.jetstream.client import StoredAt
 
-# send(frames) -> where the last of them landed; stores all of them or none (one publish or atomic batch).
-Send = Callable[[Sequence[bytes]], Awaitable[StoredAt]]
+T = TypeVar("T")  # what one message is made of (a record's frame; a bucket's subject, value and headers)
 
 
-class _Append:
-    """One caller's records and the future its ``StoredAt`` is set on."""
+class _Append(Generic[T]):
+    """One caller's messages and the future its ``StoredAt`` is set on."""
 
     __slots__ = ("frames", "future", "size")
 
-    def __init__(self, frames: Sequence[bytes], future: asyncio.Future[StoredAt]) -> None:
+    def __init__(self, frames: Sequence[T], future: asyncio.Future[StoredAt], size: int) -> None:
         self.frames = frames
         self.future = future
-        self.size = sum(map(len, frames))
+        self.size = size
 
 
-class PartitionWriter:
-    """Coalesces the appends to one partition's stream (see the module docstring)."""
+class StreamWriter(Generic[T]):
+    """Coalesces the appends to one stream (see the module docstring). ``send(messages)`` stores all of them
+    or none (one publish, or an atomic batch) and answers where the last landed; ``size`` is a message's
+    bytes."""
 
-    def __init__(self, send: Send, *, max_messages: int = 1000, max_bytes: int = 8 << 20) -> None:
+    def __init__(
+        self,
+        send: Callable[[Sequence[T]], Awaitable[StoredAt]],
+        *,
+        size: Callable[[Any], int] = len,
+        max_messages: int = 1000,
+        max_bytes: int = 8 << 20,
+    ) -> None:
         self._send = send
+        self._size = size
         self._max_messages = max_messages
         self._max_bytes = max_bytes
-        self._queue: list[_Append] = []
+        self._queue: list[_Append[T]] = []
         self._writing: asyncio.Task[None] | None = None
         self.writes = 0  # JetStream publishes sent (batches, and single messages): for tests and metrics
 
@@ -66,11 +76,11 @@ class PartitionWriter:
         """Nothing queued and nothing in flight (the engine drops idle writers)."""
         return self._writing is None and not self._queue
 
-    def append(self, frames: Sequence[bytes]) -> asyncio.Future[StoredAt]:
+    def append(self, frames: Sequence[T]) -> asyncio.Future[StoredAt]:
         """Queue ``frames`` for the next write (starting it now if none is in flight); the future answers
         where the last of them landed, and how many there were."""
         future: asyncio.Future[StoredAt] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Append(frames, future))
+        self._queue.append(_Append(frames, future, sum(map(self._size, frames))))
         if self._writing is None:
             self._start()
         return future
@@ -85,7 +95,7 @@ class PartitionWriter:
         if self._queue:
             self._start()
 
-    async def _write(self, appends: list[_Append]) -> None:
+    async def _write(self, appends: list[_Append[T]]) -> None:
         batches = self._pack(appends)
         self.writes += len(batches)
         if len(batches) == 1:
@@ -93,10 +103,10 @@ class PartitionWriter:
         else:
             await asyncio.gather(*(self._write_batch(batch) for batch in batches))
 
-    def _pack(self, appends: list[_Append]) -> list[list[_Append]]:
+    def _pack(self, appends: list[_Append[T]]) -> list[list[_Append[T]]]:
         """Whole appends into batches of at most ``max_messages`` records and about ``max_bytes``."""
-        batches: list[list[_Append]] = []
-        batch: list[_Append] = []
+        batches: list[list[_Append[T]]] = []
+        batch: list[_Append[T]] = []
         count = size = 0
         for item in appends:
             n = len(item.frames)
@@ -110,7 +120,7 @@ class PartitionWriter:
             batches.append(batch)
         return batches
 
-    async def _write_batch(self, batch: list[_Append]) -> None:
+    async def _write_batch(self, batch: list[_Append[T]]) -> None:
         frames = batch[0].frames if len(batch) == 1 else [f for item in batch for f in item.frames]
         try:
             stored = await self._send(frames)

@@ -7,7 +7,9 @@ import contextlib
 import secrets
 
 import nats
+import pytest
 
+from app.stores.log.jetstream.client import JetStreamClient
 from app.stores.log.jetstream.idempotency import JetStreamIdempotency
 
 
@@ -18,11 +20,13 @@ class TestAFreshBucket:
         before, 9 of 12 such claims failed (the crash soak's first keyed publishes on JetStream)."""
         nc = await nats.connect(servers=nats_cluster.url.split(","))
         js = nc.jetstream()
+        client = JetStreamClient(nc, 5)
+        await client.start()
         buckets = [f"QC_TEST_{secrets.token_hex(4)}" for _ in range(3)]
         try:
             for bucket in buckets:
                 records = JetStreamIdempotency(
-                    lambda: js, window_seconds=60, replicas=3, timeout=5, bucket=bucket
+                    lambda: js, lambda: client, window_seconds=60, replicas=3, timeout=5, bucket=bucket
                 )
                 claims = await asyncio.gather(*(records.claim("topic", f"k{i}", 1) for i in range(4)))
                 assert [c.state for c in claims] == ["won"] * 4
@@ -32,3 +36,54 @@ class TestAFreshBucket:
                 with contextlib.suppress(nats.errors.Error):
                     await js.delete_key_value(bucket)
             await nc.close()
+
+
+@pytest.fixture
+async def records(nats_cluster):
+    nc = await nats.connect(servers=nats_cluster.url.split(","))
+    js = nc.jetstream()
+    client = JetStreamClient(nc, 5)
+    await client.start()
+    bucket = f"QC_TEST_{secrets.token_hex(4)}"
+    try:
+        yield JetStreamIdempotency(
+            lambda: js, lambda: client, window_seconds=60, replicas=3, timeout=5, bucket=bucket
+        )
+    finally:
+        with contextlib.suppress(nats.errors.Error):
+            await js.delete_key_value(bucket)
+        await nc.close()
+
+
+class TestGroupCommittedRecords:
+    async def test_concurrent_claims_and_places_share_writes(self, records):
+        await records.claim("t", "warm-up", 1)  # the bucket exists and allows atomic batches
+        claims_before, puts_before = records._claims.writes, records._puts.writes
+        claims = await asyncio.gather(*(records.claim("t", f"k{i}", 1) for i in range(100)))
+        assert [c.state for c in claims] == ["won"] * 100
+        assert len({c.revision for c in claims}) == 100
+        assert records._claims.writes - claims_before <= 3
+        await asyncio.gather(*(records.place("t", f"k{i}", i % 3, i, 7, 1) for i in range(100)))
+        assert records._puts.writes - puts_before <= 3
+        for i in (0, 42, 99):
+            entry = await records.get("t", f"k{i}")
+            assert entry is not None and (entry.state, entry.partition, entry.offset) == ("placed", i % 3, i)
+
+    async def test_a_taken_key_in_a_batch_of_claims_loses_alone(self, records):
+        first = await records.claim("t", "taken", 1)
+        await records.place("t", "taken", 2, 40, 7, 1)
+        assert first.state == "won"
+        # Gathered with fresh keys: they share a batch, which the taken key makes JetStream refuse whole.
+        claims = await asyncio.gather(
+            *(records.claim("t", f"fresh{i}", 1) for i in range(5)),
+            records.claim("t", "taken", 2),
+            *(records.claim("t", f"fresh{i}", 1) for i in range(5, 10)),
+        )
+        states = [c.state for c in claims]
+        assert states[5] == "placed" and (claims[5].partition, claims[5].offset) == (2, 40)
+        assert states[:5] + states[6:] == ["won"] * 10
+
+    async def test_the_same_key_claimed_twice_at_once_is_won_once(self, records):
+        await records.claim("t", "warm-up", 1)
+        claims = await asyncio.gather(*(records.claim("t", "twice", 1) for _ in range(6)))
+        assert sorted(c.state for c in claims) == ["pending"] * 5 + ["won"]

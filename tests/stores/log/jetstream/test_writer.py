@@ -1,4 +1,4 @@
-"""Group commit on JetStream (``writer.PartitionWriter``), on the session's real 3-node cluster: appends that
+"""Group commit on JetStream (``writer.StreamWriter``), on the session's real 3-node cluster: appends that
 meet at a partition share JetStream publishes, each caller still hears its own offsets, and a write that
 fails is heard by every caller in it (and by nobody else)."""
 
