@@ -370,3 +370,58 @@ class TestApiNodeKilledMidBatch:
             assert all(count == BATCH for count in counts.values()), {
                 b: c for b, c in counts.items() if c != BATCH
             }
+
+
+class TestApiNodeKilledMidGroupCommit:
+    async def test_every_answered_publish_is_stored_where_it_was_answered_and_no_batch_is_cut(
+        self, deployment
+    ):
+        # Forty connections publish to one partition at once, so the killed process's writes are coalesced
+        # (several callers' records in one atomic batch): singles, and batches of 5 to the same partition.
+        # SIGKILL it mid-stream, three times. Afterwards every 2xx is readable at the offset it answered,
+        # with its data; every 5-message batch is there whole or not at all.
+        killed = deployment.nodes[0]
+        async with deployment.http(1) as other:
+            topic = f"groupcommit-{secrets.token_hex(4)}"
+            assert (await other.post("/v1/topics", json={"name": topic, "partitions": 1})).status_code == 201
+            answered: dict[int, Any] = {}  # offset -> data
+
+            async def publish(writer: int) -> None:
+                async with deployment.http(0) as http:
+                    for n in range(100_000):
+                        tag = f"{writer}-{n}"
+                        try:
+                            if n % 3:
+                                r = await http.post(f"/v1/topics/{topic}/messages", json={"data": tag})
+                                if r.status_code == 201:
+                                    answered[r.json()["offset"]] = tag
+                            else:
+                                items = [{"data": f"{tag}/{i}"} for i in range(5)]
+                                r = await http.post(
+                                    f"/v1/topics/{topic}/messages/batch", json={"messages": items}
+                                )
+                                if r.status_code == 201:
+                                    for result, item in zip(r.json()["messages"], items, strict=True):
+                                        answered[result["offset"]] = item["data"]
+                        except httpx.TransportError:
+                            return  # the process is gone
+
+            for cycle in range(3):
+                if cycle:
+                    await asyncio.to_thread(killed.start)
+                writers = [asyncio.create_task(publish(cycle * 100 + w)) for w in range(40)]
+                target = len(answered) + 300
+                while len(answered) < target:
+                    await asyncio.sleep(0.01)
+                killed.stop(signal.SIGKILL)
+                await asyncio.gather(*writers)
+
+            stored = {r["offset"]: r["data"] for r in await _read_partition(other, topic, 0)}
+            assert sorted(stored) == list(range(len(stored))), "offsets are not dense"
+            for offset, data in answered.items():
+                assert stored.get(offset) == data, (offset, data, stored.get(offset))
+            batches: dict[str, int] = {}
+            for data in stored.values():
+                if "/" in data:
+                    batches[data.split("/")[0]] = batches.get(data.split("/")[0], 0) + 1
+            assert all(count == 5 for count in batches.values()), {b: c for b, c in batches.items() if c != 5}
