@@ -102,10 +102,13 @@ wrk.body = [==[{body}]==]
 """
 
 
-def wrk(url: str, key: str, body: str, connections: int, seconds: int, threads: int = 2) -> dict[str, float]:
-    """POST ``body`` to ``url`` with wrk: requests/s and the p50/p99 in ms. Any non-2xx answer fails."""
+def wrk(
+    url: str, key: str, body: str, connections: int, seconds: int, threads: int = 2, extra: str = ""
+) -> dict[str, float]:
+    """POST ``body`` to ``url`` with wrk: requests/s and the p50/p99 in ms. Any non-2xx answer fails.
+    ``extra``: more Lua for the script (a ``request`` function that sets per-request headers, say)."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(WRK_SCRIPT.format(key=key, body=body))
+        f.write(WRK_SCRIPT.format(key=key, body=body) + extra)
         script = f.name
     out = subprocess.run(
         ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script, url],

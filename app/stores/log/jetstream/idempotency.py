@@ -58,6 +58,7 @@ from app.stores.log.protocol import EngineUnavailable, LogEngineError
 
 BUCKET = "QC_IDEMPOTENCY"
 _NEW = {"Nats-Expected-Last-Subject-Sequence": "0"}
+_CLAIM_TRIES = 40  # about 4 s of a key contended without an entry to read: longer is an outage
 
 T = TypeVar("T")
 
@@ -143,23 +144,35 @@ class JetStreamIdempotency:
         kv = await self._bucket()
         name = _name(topic_id, key)
         value = orjson.dumps({"s": "pending", "at": now_ms})
+        for attempt in range(_CLAIM_TRIES):
+            revision = await self._create(kv, name, value, batched=attempt == 0)
+            if revision is not None:
+                return IdempotencyEntry("won", revision, at_ms=now_ms)
+            found = await self.get(topic_id, key)
+            if found is not None:
+                return found
+            # Refused, yet nothing to read: another claim of the key is being stored this instant (JetStream
+            # refuses a second expectation on a subject in flight), or the entry expired between the calls.
+            await asyncio.sleep(0.005 * (attempt + 1))
+        raise EngineUnavailable("idempotency record not claimed: the key stayed contended")
+
+    async def _create(self, kv: KeyValue, name: str, value: bytes, *, batched: bool) -> int | None:
+        """The new entry's revision; None when JetStream refused it (the key exists, or is being claimed)."""
+        if batched:
+            try:
+                claim = [(self._subject(name), value, _NEW)]
+                stored = await while_unsettled(lambda: self._claims.append(claim), NoStream)
+                return stored.last_seq
+            except JetStreamError:
+                pass  # this key, or another of its batch, exists: claimed alone below, which says which
         try:
-            claim = [(self._subject(name), value, _NEW)]
-            stored = await while_unsettled(lambda: self._claims.append(claim), NoStream)
-            return IdempotencyEntry("won", stored.last_seq, at_ms=now_ms)
-        except JetStreamError:
-            pass  # this key, or another of its batch, exists: claimed alone below, which says which
-        try:
-            revision = await _answered(lambda: kv.create(name, value))
-            return IdempotencyEntry("won", revision, at_ms=now_ms)
-        except KeyWrongLastSequenceError:
-            pass
+            return await _answered(lambda: kv.create(name, value))
+        except (KeyWrongLastSequenceError, KeyNotFoundError):
+            # nats-py reads the entry after a refusal (for a deleted key's marker): nothing there yet means
+            # another claim of this key is in flight.
+            return None
         except (nats.errors.Error, TimeoutError) as exc:
             raise EngineUnavailable(f"idempotency record not claimed: {type(exc).__name__}") from exc
-        found = await self.get(topic_id, key)
-        if found is None:  # deleted (expired) between the two calls: claim again
-            return await self.claim(topic_id, key, now_ms)
-        return found
 
     async def get(self, topic_id: str, key: str) -> IdempotencyEntry | None:
         kv = await self._bucket()

@@ -87,3 +87,13 @@ class TestGroupCommittedRecords:
         await records.claim("t", "warm-up", 1)
         claims = await asyncio.gather(*(records.claim("t", "twice", 1) for _ in range(6)))
         assert sorted(c.state for c in claims) == ["pending"] * 5 + ["won"]
+
+    async def test_a_key_claimed_while_its_claim_is_in_flight_waits_for_it(self, records):
+        # JetStream refuses a second expectation on a subject whose write is in flight, before anything is
+        # there to read: such a claim looks again instead of answering 503 (the bench's duplicate keys did).
+        await records.claim("t", "warm-up", 1)
+        for round_ in range(5):
+            keys = [f"r{round_}k{i}" for i in range(30)]
+            claims = await asyncio.gather(*(records.claim("t", k, 1) for k in keys for _ in range(4)))
+            for i in range(30):
+                assert sorted(c.state for c in claims[4 * i : 4 * i + 4]) == ["pending"] * 3 + ["won"]

@@ -8,17 +8,14 @@ import secrets
 
 import pytest
 
-from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine, codec
+from app.stores.log.jetstream import JetStreamLogEngine, codec
 from app.stores.log.jetstream.client import JetStreamError
 from app.stores.log.protocol import RecordIn, TopicLogConfig, UnknownLog
 
 
 @pytest.fixture
-async def engine(nats_cluster):
-    engine = JetStreamLogEngine(JetStreamConfig(servers=tuple(nats_cluster.url.split(","))))
-    await engine.start()
-    yield engine
-    await engine.close()
+def engine(js_engine: JetStreamLogEngine) -> JetStreamLogEngine:
+    return js_engine
 
 
 async def streams_left(engine: JetStreamLogEngine, topic: str) -> list[int]:

@@ -14,11 +14,8 @@ from app.stores.log.protocol import EngineUnavailable, RecordIn, TopicLogConfig,
 
 
 @pytest.fixture
-async def engine(nats_cluster):
-    engine = JetStreamLogEngine(JetStreamConfig(servers=tuple(nats_cluster.url.split(","))))
-    await engine.start()
-    yield engine
-    await engine.close()
+def engine(js_engine: JetStreamLogEngine) -> JetStreamLogEngine:
+    return js_engine
 
 
 def topic_id() -> str:
