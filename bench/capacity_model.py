@@ -29,6 +29,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Run as a script or imported as ``bench.capacity_model``: its inputs module sits beside it.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,6 +55,7 @@ __all__ = [
     "plan",
     "render",
     "saturation",
+    "single_publish_fleet",
     "size",
     "unit_figures",
     "validate",
@@ -303,6 +305,27 @@ def plan(load: Load, caps: Capacities | None = None, reference: dict[str, int] |
     )
 
 
+def single_publish_fleet(
+    rate: float, cluster_bench: dict[str, Any], caps: Capacities | None = None
+) -> dict[str, dict[str, int]]:
+    """API processes and NATS servers (R=3) for ``rate`` single publishes/s from what the cluster benchmark
+    (``bench/results/cluster.json``) measured per publish on one partition, now and, when it ran with a
+    baseline, before: the whole publish's CPU on the API process (HTTP, auth, limiter, engine client) and on
+    the three NATS servers together. Each at most ``utilisation`` busy; NATS servers in threes."""
+    caps = caps or Capacities()
+    out: dict[str, dict[str, int]] = {}
+    for side, figures in cluster_bench["median"].items():
+        shape = figures["cluster_1p"]
+        api_cores = rate * shape["api_cpu_ms"] / 1000
+        nats_cores = rate * shape["nats_cpu_ms"] / 1000
+        servers = math.ceil(nats_cores / (caps.nats_cores * caps.utilisation))
+        out[side] = {
+            "api": math.ceil(api_cores / caps.utilisation),
+            "nats": 3 * max(1, math.ceil(servers / 3)),
+        }
+    return out
+
+
 # -- CLI ---------------------------------------------------------------------------------------------------
 
 
@@ -393,6 +416,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--set", type=_capacity_override, action="append", default=[], metavar="CAPACITY=VALUE"
     )
+    parser.add_argument(
+        "--single-publishes",
+        type=Path,
+        metavar="CLUSTER_JSON",
+        help="size API and NATS for --in single publishes/s from a cluster_bench.py result",
+    )
     args = parser.parse_args(argv)
     if args.msgs_in is None and not args.per_unit:
         parser.error("--in is required (or --per-unit)")
@@ -404,6 +433,13 @@ def main(argv: list[str] | None = None) -> int:
         caps = dataclasses.replace(caps, **{name: int(value) if isinstance(current, int) else value})
     if args.per_unit:
         print(render_unit_figures(caps))
+        return 0
+    if args.single_publishes:
+        fleet = single_publish_fleet(args.msgs_in, json.loads(args.single_publishes.read_text()), caps)
+        for side, units in fleet.items():
+            print(
+                f"{side}: {units['api']:,} API processes, {units['nats']:,} NATS servers ({caps.nats_cores} cores)"
+            )
         return 0
     load = Load(
         msgs_in_per_s=args.msgs_in,

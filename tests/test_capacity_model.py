@@ -215,3 +215,23 @@ def test_group_commit_takes_the_raft_rounds_off_single_publishes() -> None:
 def test_group_commit_below_one_is_refused() -> None:
     with pytest.raises(inputs.InvalidInput, match="group_commit"):
         cm.plan(inputs.Load(msgs_in_per_s=1000, group_commit=0.5))
+
+
+def test_single_publishes_are_sized_from_the_cluster_benchmark() -> None:
+    # 1M single publishes/s at 0.12 ms of API CPU and 0.09 ms of NATS CPU (three servers) per publish:
+    # 120 API cores at 60 % is 200 processes; 90 NATS cores at 60 % of 8 is 19 servers, in threes 21.
+    bench = {
+        "median": {
+            "new": {"cluster_1p": {"api_cpu_ms": 0.12, "nats_cpu_ms": 0.09}},
+            "base": {"cluster_1p": {"api_cpu_ms": 0.24, "nats_cpu_ms": 0.15}},
+        }
+    }
+    fleet = cm.single_publish_fleet(1_000_000, bench)
+    assert fleet["new"] == {"api": 200, "nats": 21}
+    assert fleet["base"] == {"api": 400, "nats": 33}
+
+
+def test_the_committed_cluster_benchmark_sizes_a_smaller_fleet_than_before() -> None:
+    committed = json.loads((ROOT / "bench" / "results" / "cluster.json").read_text())
+    fleet = cm.single_publish_fleet(1_000_000, committed)
+    assert fleet["new"]["api"] < fleet["base"]["api"] and fleet["new"]["nats"] <= fleet["base"]["nats"]
