@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from app.stores.log.jetstream.client import StoredAt
+from app.stores.log.protocol import EngineUnavailable
 
 T = TypeVar("T")  # what one message is made of (a record's frame; a bucket's subject, value and headers)
 
@@ -96,12 +97,18 @@ class StreamWriter(Generic[T]):
             self._start()
 
     async def _write(self, appends: list[_Append[T]]) -> None:
-        batches = self._pack(appends)
-        self.writes += len(batches)
-        if len(batches) == 1:
-            await self._write_batch(batches[0])
-        else:
-            await asyncio.gather(*(self._write_batch(batch) for batch in batches))
+        try:
+            batches = self._pack(appends)
+            self.writes += len(batches)
+            if len(batches) == 1:
+                await self._write_batch(batches[0])
+            else:
+                await asyncio.gather(*(self._write_batch(batch) for batch in batches))
+        finally:
+            # Whatever happened, nobody is left waiting (a batch that failed has set its callers already).
+            for item in appends:
+                if not item.future.done():
+                    item.future.set_exception(EngineUnavailable("the write was abandoned"))
 
     def _pack(self, appends: list[_Append[T]]) -> list[list[_Append[T]]]:
         """Whole appends into batches of at most ``max_messages`` records and about ``max_bytes``."""
