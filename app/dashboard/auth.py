@@ -4,8 +4,8 @@ The session cookie is ``base64url(json) "." hex(HMAC-SHA256)`` under a key deriv
 (never the secret itself), HttpOnly, SameSite=Lax, Secure outside development, scoped to ``/dashboard``;
 it carries the user id and email, a CSRF token and an expiry. Every state-changing request must carry the
 token (form field ``csrf_token`` or header ``X-CSRF-Token``); before sign-in a double-submit cookie plays
-that part. Sign-in attempts per email and per client address go through the shared rate-limit store, so
-the lockout holds across API nodes.
+that part. Failed sign-ins per email and per client address are counted in the shared rate-limit store, so
+the lockout holds across API nodes; a success clears the email's count.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ SESSION_COOKIE = "qc_session"
 LOGIN_CSRF_COOKIE = "qc_login_csrf"
 COOKIE_PATH = "/dashboard"
 SESSION_SECONDS = 12 * 3600
-# At most this many sign-in attempts per email in the window (then refused until the window empties).
-ATTEMPTS_PER_EMAIL = 5
-ATTEMPTS_PER_ADDRESS = 30
-ATTEMPT_WINDOW_MS = 15 * 60 * 1000
+# After this many failed sign-ins per email (or per client address) in the window, sign-in is refused,
+# even with the right password, until the oldest failure leaves the window. Successes never count.
+FAILURES_PER_EMAIL = 5
+FAILURES_PER_ADDRESS = 30
+FAILURE_WINDOW_MS = 15 * 60 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +100,30 @@ def cookie_options(settings: Settings, max_age: int) -> dict[str, Any]:
     }
 
 
-async def allow_attempt(limiter: RateLimiter, email: str, address: str) -> int:
-    """Count one sign-in attempt; 0 when allowed, else the seconds to wait."""
-    for bucket, limit in (
-        (f"dashboard-login:email:{email.strip().lower()}", ATTEMPTS_PER_EMAIL),
-        (f"dashboard-login:addr:{address}", ATTEMPTS_PER_ADDRESS),
-    ):
-        decision = await limiter.acquire(bucket, limit, ATTEMPT_WINDOW_MS)
+def _attempt_buckets(email: str, address: str) -> tuple[tuple[str, int], ...]:
+    return (
+        (f"dashboard-login:email:{email.strip().lower()}", FAILURES_PER_EMAIL),
+        (f"dashboard-login:addr:{address}", FAILURES_PER_ADDRESS),
+    )
+
+
+async def locked_out(limiter: RateLimiter, email: str, address: str) -> int:
+    """0 when a sign-in may be tried, else the seconds until the oldest failure leaves the window."""
+    for bucket, limit in _attempt_buckets(email, address):
+        decision = await limiter.peek(bucket, limit, FAILURE_WINDOW_MS)
         if not decision.allowed:
             return max(1, decision.retry_after_seconds)
     return 0
+
+
+async def count_failure(limiter: RateLimiter, email: str, address: str) -> None:
+    """A wrong email or password counts against the account and the client address."""
+    for bucket, limit in _attempt_buckets(email, address):
+        await limiter.acquire(bucket, limit, FAILURE_WINDOW_MS)
+
+
+async def clear_failures(limiter: RateLimiter, email: str) -> None:
+    """A successful sign-in forgets the account's failures. The address's are kept: signing in to one's
+    own account must not buy more guesses at another."""
+    bucket, _ = _attempt_buckets(email, "")[0]
+    await limiter.forget(bucket)

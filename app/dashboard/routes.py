@@ -177,7 +177,7 @@ async def login(request: Request) -> Response:
     email, password = form.get("email", "").strip().lower(), form.get("password", "")
     services = _services(request)
     address = request.client.host if request.client else "unknown"
-    wait = await auth.allow_attempt(services.limiter, email, address)
+    wait = await auth.locked_out(services.limiter, email, address)
     if wait:
         minutes = max(1, round(wait / 60))
         return _login_page(
@@ -189,7 +189,9 @@ async def login(request: Request) -> Response:
     async with services.metadata.session(readonly=True) as session:
         user = await tenancy.get_user_by_email(session, email) if email else None
     if user is None or not tenancy.verify_password(user, password):
+        await auth.count_failure(services.limiter, email, address)
         return _login_page(request, auth.new_token(), "Wrong email or password.", 401)
+    await auth.clear_failures(services.limiter, email)
     target = form.get("next", "")
     if not target.startswith("/dashboard/") or target.startswith("//"):
         target = "/dashboard"

@@ -62,6 +62,30 @@ class TestSignIn:
         assert "/login" in page.url
         await context.close()
 
+    async def test_only_failures_count_and_a_success_clears_them(self, browser, dashboard):
+        email, password = dashboard.returning_email, dashboard.returning_password
+
+        async def attempt(given: str) -> str:
+            context = await browser.new_context()
+            page = await context.new_page()
+            await sign_in(page, dashboard, email, given)
+            await page.wait_for_load_state()
+            url = page.url
+            alert = await page.get_by_role("alert").all_inner_texts()
+            await context.close()
+            return "signed in" if "/login" not in url else " ".join(alert)
+
+        # One failure, then five successes: successes never count toward the lockout.
+        assert await attempt("wrong-password-123") == "Wrong email or password."
+        assert [await attempt(password) for _ in range(5)] == ["signed in"] * 5
+        # Four failures, a success, four more failures: the success cleared the first four.
+        for _ in range(4):
+            assert await attempt("wrong-password-123") == "Wrong email or password."
+        assert await attempt(password) == "signed in"
+        for _ in range(4):
+            assert await attempt("wrong-password-123") == "Wrong email or password."
+        assert await attempt(password) == "signed in"
+
     async def test_a_tampered_session_cookie_is_no_session(self, browser, signed_in, dashboard):
         (cookie,) = [c for c in await signed_in.cookies() if c["name"] == "qc_session"]
         body, _, mac = cookie["value"].rpartition(".")

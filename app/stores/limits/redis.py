@@ -50,7 +50,8 @@ from app.stores.limits.protocol import Decision, ceil_seconds, check_arguments
 
 logger = logging.getLogger("queuecore.limits")
 
-# KEYS[1] the bucket's sorted set; ARGV[1] limit; ARGV[2] window in ms; ARGV[3] a token unique per call.
+# KEYS[1] the bucket's sorted set; ARGV[1] limit; ARGV[2] window in ms; ARGV[3] a token unique per call;
+# ARGV[4] "1" to count an accepted request, "0" to only answer (``peek``).
 # Returns {accepted 0|1, count after the decision, now_us, room_at_us, empty_at_us}: when a refused
 # bucket has room again, and when every counted request will have left the window.
 _SCRIPT = """
@@ -63,6 +64,10 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window_us))
 local count = redis.call('ZCARD', key)
 if count < limit then
+  if ARGV[4] == '0' then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    return {1, count, now, 0, last[2] and (tonumber(last[2]) + window_us) or now}
+  end
   local stamp = string.format('%d', now)
   redis.call('ZADD', key, stamp, stamp .. ':' .. ARGV[3])
   redis.call('PEXPIRE', key, window_ms)
@@ -128,17 +133,34 @@ class RedisRateLimiter:
 
     async def acquire(self, bucket: str, limit: int, window_ms: int = 1000) -> Decision:
         """Accept and count one request if ``bucket`` took fewer than ``limit`` in the last ``window_ms``."""
+        return await self._answer(bucket, limit, window_ms, count=True)
+
+    async def peek(self, bucket: str, limit: int, window_ms: int = 1000) -> Decision:
+        """The decision ``acquire`` would take now, without counting anything."""
+        return await self._answer(bucket, limit, window_ms, count=False)
+
+    async def forget(self, bucket: str) -> None:
+        """Drop every request counted in ``bucket`` (in the fallback too)."""
+        await self._fallback.forget(bucket)
+        if not self._degraded:
+            async with self._slots:
+                try:
+                    await self._client.delete(self._prefix + bucket)
+                except _OUTAGE as exc:
+                    self._enter_degraded(exc)
+
+    async def _answer(self, bucket: str, limit: int, window_ms: int, *, count: bool) -> Decision:
         check_arguments(limit, window_ms)
         if not self._degraded:
             async with self._slots:
                 # Re-checked: Redis may have been found dead while this call waited for a slot.
                 if not self._degraded:
                     try:
-                        return await self._decide(self._prefix + bucket, limit, window_ms)
+                        return await self._decide(self._prefix + bucket, limit, window_ms, count=count)
                     except _OUTAGE as exc:
                         self._enter_degraded(exc)
         # The fallback's monotonic clock is not comparable with Redis time: no ``at_us``.
-        return replace(self._fallback.decide(bucket, limit, window_ms), at_us=None)
+        return replace(self._fallback.decide(bucket, limit, window_ms, count=count), at_us=None)
 
     async def status(self) -> str:
         """``"ok"`` when Redis answers, ``"degraded"`` while limits fall back to this process."""
@@ -163,14 +185,15 @@ class RedisRateLimiter:
         await self._client.aclose()
         await self._fallback.close()
 
-    async def _decide(self, key: str, limit: int, window_ms: int) -> Decision:
+    async def _decide(self, key: str, limit: int, window_ms: int, *, count: bool = True) -> Decision:
         token = f"{self._instance}.{next(self._sequence)}"
+        flag = "1" if count else "0"
         try:
-            reply: Any = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token)
+            reply: Any = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, flag)
         except NoScriptError:
             # Redis lost its script cache (a restart): load once, then the one decision.
             await self._client.script_load(_SCRIPT)
-            reply = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token)
+            reply = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, flag)
         accepted, count, now, room_at, empty_at = (int(v) for v in reply)
         return Decision(
             allowed=bool(accepted),
