@@ -83,16 +83,16 @@ class MemoryRateLimiter:
             times.append(now)
             state.empties_at = now + window
             self._buckets.move_to_end(bucket)
-        count = len(times)
+        held = len(times)
         retry_after = 0
         if not allowed:
-            # Room appears when the request at index count - limit leaves (the oldest, unless the limit
+            # Room appears when the request at index held - limit leaves (the oldest, unless the limit
             # was lowered while the bucket was full).
-            retry_after = max(1, _ceil_ns(times[count - limit] + window - now))
+            retry_after = max(1, _ceil_ns(times[held - limit] + window - now))
         return Decision(
             allowed=allowed,
             limit=limit,
-            remaining=max(0, limit - count),
+            remaining=max(0, limit - held),
             reset_seconds=_ceil_ns(times[-1] + window - now) if times else 0,
             retry_after_seconds=retry_after,
             at_us=(now + self._epoch_offset_ns) // 1000,

@@ -156,7 +156,7 @@ class RedisRateLimiter:
                 # Re-checked: Redis may have been found dead while this call waited for a slot.
                 if not self._degraded:
                     try:
-                        return await self._decide(self._prefix + bucket, limit, window_ms, count=count)
+                        return await self._decide(self._prefix + bucket, limit, window_ms, counting=count)
                     except _OUTAGE as exc:
                         self._enter_degraded(exc)
         # The fallback's monotonic clock is not comparable with Redis time: no ``at_us``.
@@ -185,9 +185,9 @@ class RedisRateLimiter:
         await self._client.aclose()
         await self._fallback.close()
 
-    async def _decide(self, key: str, limit: int, window_ms: int, *, count: bool = True) -> Decision:
+    async def _decide(self, key: str, limit: int, window_ms: int, *, counting: bool = True) -> Decision:
         token = f"{self._instance}.{next(self._sequence)}"
-        flag = "1" if count else "0"
+        flag = "1" if counting else "0"
         try:
             reply: Any = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, flag)
         except NoScriptError:
