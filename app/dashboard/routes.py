@@ -114,11 +114,13 @@ class Ctx:
         return templates.TemplateResponse(self.request, template, context, status_code=status)
 
     def back(self, path: str, *, notice: str | None = None, error: str | None = None) -> RedirectResponse:
+        """303 to ``path`` (which may carry a query) with the notice or error to show there."""
         url = self.base + path
+        joiner = "&" if "?" in path else "?"
         if notice:
-            url += "?notice=" + quote(notice)
+            url += joiner + "notice=" + quote(notice)
         elif error:
-            url += "?error=" + quote(error)
+            url += joiner + "error=" + quote(error)
         return RedirectResponse(url, status_code=303)
 
 
@@ -370,7 +372,8 @@ async def topic_page(request: Request, project_id: str, env: str, name: str) -> 
         details=details,
         browse=browse,
         messages=messages,
-        browsed=bool(query),
+        # Only a read shows the table: a notice or error redirect (?notice=…) is no read of partition 0.
+        browsed="partition" in query,
         error=error,
     )
 
@@ -410,8 +413,9 @@ async def publish_test(request: Request, project_id: str, env: str, name: str) -
     except CODED_ERRORS as e:
         return ctx.back(path, error=_message(e))
     result = services.publisher.result(topic, placed)
+    # Back to the browser opened at the new message, so it is on the page with the notice.
     return ctx.back(
-        path,
+        f"{path}?partition={result['partition']}&from_offset={result['offset']}",
         notice=f"Published {result['messageId'] if 'messageId' in result else result.get('id')} "
         f"to partition {result['partition']} at offset {result['offset']}.",
     )

@@ -157,6 +157,10 @@ class TestTopics:
         notice = await page.get_by_role("status").inner_text()
         partition = re.search(r"to partition (\d+) at offset (\d+)", notice)
         assert partition, notice
+        # The browser opens at the message just published, not at "No messages from there.".
+        await expect(page.locator("table.messages")).to_contain_text('"order": 4242')
+        await page.goto(dashboard.project_url() + "/topics/orders.created?notice=Hello")
+        await expect(page.locator("body")).not_to_contain_text("No messages from there.")
         await page.get_by_label("Partition", exact=True).select_option(partition.group(1))
         await page.get_by_label("From offset").fill(partition.group(2))
         await page.get_by_role("button", name="Read").click()
