@@ -418,6 +418,31 @@ class TestUsage:
         await expect(page.locator("body")).to_contain_text("publish 100 req/s")
         await shot(page, "usage")
 
+    async def test_chart_ticks_are_short_whole_numbers_with_units(self, page, dashboard):
+        async with dashboard.api("staging") as api:
+            assert (
+                await api.post("/topics", json={"name": "usage.bytes", "partitions": 1})
+            ).status_code == 201
+            for _ in range(3):
+                big = {"data": {"blob": "x" * 30_000}}
+                assert (await api.post("/topics/usage.bytes/messages", json=big)).status_code == 201
+
+        async def ticks() -> dict:
+            await page.goto(dashboard.project_url("staging") + "/usage?window=hour")
+            await page.wait_for_function("() => window.dashboardCharts && window.dashboardCharts.bytes")
+            labels = await page.evaluate(
+                "() => Object.fromEntries(Object.entries(window.dashboardCharts)"
+                ".map(([name, chart]) => [name, chart.axes[1]._values]))"
+            )
+            return labels if any(v != "0 B" for v in labels["bytes"]) else {}
+
+        labels = await _until(ticks, 10)
+        assert labels, "no bytes counted"
+        assert all(re.fullmatch(r"\d+(\.\d)? (B|kB|MB)", v) for v in labels["bytes"]), labels["bytes"]
+        assert len(set(labels["bytes"])) == len(labels["bytes"]), labels["bytes"]
+        # Nothing throttled in staging: an empty chart ticks in whole numbers.
+        assert all(re.fullmatch(r"\d+", v) for v in labels["throttled"]), labels["throttled"]
+
 
 class TestAlerts:
     async def test_endpoint_secret_once_test_event_and_attempt_log(self, page, dashboard, receiver):

@@ -19,6 +19,22 @@ document.addEventListener("change", (event) => {
   if (form) form.requestSubmit();
 });
 
+// Y-axis labels short enough for the axis (uPlot's default "12,345,678" is clipped to "5,678"), and
+// whole-number ticks only: counts have no quarters, and an empty chart shows 0 and 1, not 0.25.
+const UNITS = { bytes: ["B", "kB", "MB", "GB", "TB"], count: ["", "k", "M", "G", "T"] };
+const WHOLE_STEPS = [1, 2, 5].flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12]
+  .map((p) => m * p)).sort((a, b) => a - b);
+
+function compact(value, unit) {
+  const names = UNITS[unit] || UNITS.count;
+  let i = 0;
+  while (Math.abs(value) >= 1000 && i < names.length - 1) { value /= 1000; i += 1; }
+  const text = i === 0 ? String(Math.round(value)) : String(Number(value.toFixed(value < 10 ? 1 : 0)));
+  return names[i] && unit === "bytes" ? `${text} ${names[i]}` : text + names[i];
+}
+
+window.dashboardCharts = {};
+
 function drawCharts() {
   const source = document.getElementById("usage-data");
   if (!source || !window.uPlot) return;
@@ -31,7 +47,15 @@ function drawCharts() {
       series.push({ label: "Limit", stroke: "#b42318", dash: [6, 4] });
       data.push(chart.x.map(() => chart.limit));
     }
-    new uPlot({ width: el.clientWidth || 480, height: 200, series, scales: { y: { range: (u, min, max) => [0, Math.max(1, max)] } } }, data, el);
+    const yAxis = { incrs: WHOLE_STEPS, size: 60, values: (u, splits) => splits.map((v) => compact(v, chart.unit)) };
+    const options = {
+      width: el.clientWidth || 480,
+      height: 200,
+      series,
+      axes: [{}, yAxis],
+      scales: { y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    };
+    window.dashboardCharts[el.dataset.chart] = new uPlot(options, data, el);
   }
 }
 window.addEventListener("load", drawCharts);
