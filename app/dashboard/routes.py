@@ -137,8 +137,14 @@ async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
 
 
 def _message(error: CodedError) -> str:
-    details = "; ".join(f"{d.get('field')}: {d.get('issue')}" for d in (error.details or []))
-    return f"{error.message} ({details})" if details else error.message
+    """The error's message, with the details it does not already say (a field error's message names the
+    field and its issue: repeating them read "… a-z… (name: 1–249 chars of a-z…)")."""
+    extra = [
+        f"{d.get('field')}: {d.get('issue')}"
+        for d in (error.details or [])
+        if str(d.get("issue")) not in error.message
+    ]
+    return f"{error.message} ({'; '.join(extra)})" if extra else error.message
 
 
 async def _topic_ref(ctx: Ctx, name: str) -> TopicRef:
@@ -275,16 +281,23 @@ async def _topic_rows(ctx: Ctx) -> list[dict[str, Any]]:
     return out
 
 
-@router.get("/p/{project_id}/{env}/topics")
-async def topics_page(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    log = _services(request).log
+async def _topics_page(ctx: Ctx, form: dict[str, str] | None = None, error: str | None = None) -> Response:
+    """The topics page; after a refused create, again with the error and what was typed (status 400)."""
+    log = _services(ctx.request).log
     return ctx.render(
         "topics.html",
+        status=400 if error else 200,
         rows=await _topic_rows(ctx),
         replica_choices=log.replica_choices,
         default_replicas=log.default_replicas,
+        form=form or {},
+        error=error,
     )
+
+
+@router.get("/p/{project_id}/{env}/topics")
+async def topics_page(request: Request, project_id: str, env: str) -> Response:
+    return await _topics_page(await _ctx(request, project_id, env))
 
 
 @router.get("/p/{project_id}/{env}/topics-table")
@@ -314,9 +327,9 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
                 replicas=replicas,
             )
     except ValueError:
-        return ctx.back("/topics", error="Partitions and replicas must be whole numbers.")
+        return await _topics_page(ctx, form, "Partitions and replicas must be whole numbers.")
     except CODED_ERRORS as e:
-        return ctx.back("/topics", error=_message(e))
+        return await _topics_page(ctx, form, _message(e))
     services.publisher.topic_changed(ctx.scope, name)
     return ctx.back("/topics/" + quote(name, safe=""), notice=f"Topic {name} created.")
 
@@ -337,7 +350,15 @@ def _pretty(value: Any) -> str:
 
 @router.get("/p/{project_id}/{env}/topics/{name}")
 async def topic_page(request: Request, project_id: str, env: str, name: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
+    return await _topic_page(await _ctx(request, project_id, env), name)
+
+
+async def _topic_page(
+    ctx: Ctx, name: str, form: dict[str, str] | None = None, refused: str | None = None
+) -> Response:
+    """A topic with its message browser; after a refused publish, again with the error and what was
+    typed (status 400)."""
+    request = ctx.request
     row, details = await _partitions(ctx, name)
     query = request.query_params
     browse: dict[str, Any] = {
@@ -374,7 +395,9 @@ async def topic_page(request: Request, project_id: str, env: str, name: str) -> 
         messages=messages,
         # Only a read shows the table: a notice or error redirect (?notice=…) is no read of partition 0.
         browsed="partition" in query,
-        error=error,
+        error=refused or error,
+        form=form or {},
+        status=400 if refused else 200,
     )
 
 
@@ -405,13 +428,13 @@ async def publish_test(request: Request, project_id: str, env: str, name: str) -
         if form.get("headers", "").strip():
             body["headers"] = json.loads(form["headers"])
     except json.JSONDecodeError as e:
-        return ctx.back(path, error=f"Not valid JSON: {e.msg}.")
+        return await _topic_page(ctx, name, form, f"Not valid JSON: {e.msg}.")
     services = _services(request)
     try:
         message = publishing.parse_message(body)
         topic, placed, _ = await services.publisher.publish(ctx.scope, name, message)
     except CODED_ERRORS as e:
-        return ctx.back(path, error=_message(e))
+        return await _topic_page(ctx, name, form, _message(e))
     result = services.publisher.result(topic, placed)
     # Back to the browser opened at the new message, so it is on the page with the notice.
     return ctx.back(
@@ -535,10 +558,14 @@ async def group_config(request: Request, project_id: str, env: str, topic: str, 
                 dead_letter=dead_letter,
             )
     except ValueError:
-        return ctx.back(path, error="Max retries and alert threshold must be whole numbers.")
+        error = "Max retries and alert threshold must be whole numbers."
     except CODED_ERRORS as e:
-        return ctx.back(path, error=_message(e))
-    return ctx.back(path, notice="Configuration saved.")
+        error = _message(e)
+    else:
+        return ctx.back(path, notice="Configuration saved.")
+    # Refused: the page again with the error and what was typed, not the saved values.
+    view = await _group_view(ctx, topic, group)
+    return ctx.render("group.html", status=400, error=error, form=form, **view)
 
 
 @router.post("/p/{project_id}/{env}/groups/{topic}/{group}/reset")

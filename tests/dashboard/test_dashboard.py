@@ -153,7 +153,7 @@ class TestTopics:
         await page.get_by_label("Key (optional)").fill("customer-7")
         await page.get_by_label("Headers (JSON object, optional)").fill('{"source": "dashboard-test"}')
         await page.get_by_label("Data (JSON)").fill('{"order": 4242, "items": ["tea", "cake"]}')
-        await page.get_by_role("button", name="Publish").click()
+        await page.get_by_role("button", name="Publish", exact=True).click()
         notice = await page.get_by_role("status").inner_text()
         partition = re.search(r"to partition (\d+) at offset (\d+)", notice)
         assert partition, notice
@@ -183,6 +183,43 @@ class TestTopics:
         await page.goto(dashboard.project_url() + "/topics")
         await expect(page.locator("#topics-table")).to_contain_text("orders.created")
         await shot(page, "topics")
+
+    async def test_the_name_pattern_is_the_servers_and_valid_in_chromium(self, page, dashboard):
+        console: list[str] = []
+        page.on("console", lambda message: console.append(message.text))
+        await page.goto(dashboard.project_url() + "/topics")
+        name = page.get_by_label("Name")
+        await name.fill("Orders")  # capitals: the server refuses them, so the browser does too
+        assert await name.evaluate("el => el.validity.patternMismatch")
+        await name.fill("orders.ok_2-b")
+        assert not await name.evaluate("el => el.validity.patternMismatch")
+        assert [m for m in console if "pattern" in m.lower()] == []
+
+    async def test_a_refused_form_says_why_once_and_keeps_what_was_typed(self, page, dashboard):
+        await page.goto(dashboard.project_url() + "/topics")
+        # Past the browser's check (as a browser without it would be), to the server's refusal.
+        await page.get_by_label("Name").evaluate("el => el.removeAttribute('pattern')")
+        await page.get_by_label("Name").fill("Bad Name")
+        await page.get_by_label("Partitions").fill("5")
+        await page.get_by_label("Retention").fill("2d")
+        await page.get_by_role("button", name="Create topic").click()
+        alert = page.get_by_role("alert")
+        await expect(alert).to_contain_text("Invalid value for 'name'")
+        assert (await alert.inner_text()).count("1–249") == 1
+        await expect(page.get_by_label("Name")).to_have_value("Bad Name")
+        await expect(page.get_by_label("Partitions")).to_have_value("5")
+        await expect(page.get_by_label("Retention")).to_have_value("2d")
+        async with dashboard.api() as api:
+            assert (
+                await api.post("/topics", json={"name": "publish.kept", "partitions": 1})
+            ).status_code == 201
+        await page.goto(dashboard.project_url() + "/topics/publish.kept")
+        await page.get_by_label("Key (optional)").fill("k-1")
+        await page.get_by_label("Data (JSON)").fill('{"almost": json')
+        await page.get_by_role("button", name="Publish", exact=True).click()
+        await expect(page.get_by_role("alert")).to_contain_text("Not valid JSON")
+        await expect(page.get_by_label("Key (optional)")).to_have_value("k-1")
+        await expect(page.get_by_label("Data (JSON)")).to_have_value('{"almost": json')
 
     async def test_deleting_a_topic_needs_its_name(self, page, dashboard):
         async with dashboard.api() as api:
@@ -382,8 +419,14 @@ class TestGroupConfig:
             assert config["deadLetter"]["maxRetries"] == 2
             assert config["deadLetter"]["retryDelay"] == "5s"
             await page.get_by_label("Ack timeout").fill("soon")
+            await page.get_by_label("Max retries").fill("3")
             await page.get_by_role("button", name="Save configuration").click()
-            await expect(page.get_by_role("alert")).to_contain_text("ackTimeout")
+            alert = page.get_by_role("alert")
+            await expect(alert).to_contain_text("ackTimeout")
+            assert (await alert.inner_text()).count("ackTimeout") == 1  # said once, not twice
+            await expect(page.get_by_label("Ack timeout")).to_have_value("soon")  # what was typed
+            await expect(page.get_by_label("Max retries")).to_have_value("3")
+            await page.goto(dashboard.project_url() + "/groups/config.demo/audit-log")
             # No member is connected: the reset goes through.
             await page.get_by_label("Reset to").select_option("latest")
             await page.get_by_role("button", name="Reset offsets").click()
