@@ -73,6 +73,15 @@ class TestRead:
         both = run(env, "read", spread_topic, "--from", "latest", "--from-offset", "1")
         assert both.returncode == 2
 
+    def test_an_offset_beyond_the_end_is_the_apis_refusal_not_silence(self, env, spread_topic):
+        beyond = run(env, "read", spread_topic, "-p", "0", "--from-offset", "999")
+        assert beyond.returncode == 1, beyond.stderr
+        assert beyond.stdout == ""
+        assert "OFFSET_OUT_OF_RANGE" in beyond.stderr and "999" in beyond.stderr
+        # At the end exactly is no error: nothing to print yet.
+        at_end = run(env, "read", spread_topic, "-p", "0", "--from-offset", "2")
+        assert at_end.returncode == 0 and at_end.stdout == ""
+
     def test_output_formats(self, env, client):
         topic = unique("cli")
         client.topics.create(topic, partitions=1)
