@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
-BLOCK = re.compile(r"<!-- from-a-checkout -->\n```(?:sh|bash)\n(.*?)```", re.S)
+BLOCK = re.compile(r"<!-- from-a-checkout -->\n```(?:sh|bash)\n(.*?)```", re.DOTALL)
 
 pytestmark = pytest.mark.slow  # fresh virtualenvs, npm ci, go mod tidy
 
@@ -30,7 +30,12 @@ def run_doc(doc: str, clone: Path, app: Path, env: dict[str, str]) -> subprocess
         install_lines(doc).replace("/path/to/queuecore", str(clone)).replace("/path/to/your-app", str(app))
     )
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script], cwd=clone, env=env, capture_output=True, text=True
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, f"{doc}:\n{script}\n{done.stdout}\n{done.stderr}"
     return done
@@ -67,9 +72,12 @@ class TestPython:
             cwd=tmp_path,
             capture_output=True,
             text=True,
+            check=False,
         )
         assert imported.stdout.strip() == "QueueCore", imported.stderr
-        helped = subprocess.run([str(venv / "bin" / "queuecore"), "--help"], capture_output=True, text=True)
+        helped = subprocess.run(
+            [str(venv / "bin" / "queuecore"), "--help"], capture_output=True, text=True, check=False
+        )
         assert helped.returncode == 0, helped.stderr
 
     def test_the_spark_doc_line_names_installable_projects(self, clone, tmp_path):
@@ -81,6 +89,7 @@ class TestPython:
             cwd=clone,
             capture_output=True,
             text=True,
+            check=False,
         )
         assert resolved.returncode == 0, resolved.stderr
         assert "queuecore" in resolved.stdout and "queuecore-spark" in resolved.stdout
@@ -97,7 +106,9 @@ class TestNode:
             "import('@queuecore/sdk').then((m) => console.log(typeof m.QueueCore))",
             "console.log(typeof require('@queuecore/sdk').QueueCore)",
         ):
-            ran = subprocess.run(["node", "-e", program], cwd=app, capture_output=True, text=True)
+            ran = subprocess.run(
+                ["node", "-e", program], cwd=app, capture_output=True, text=True, check=False
+            )
             assert ran.stdout.strip() == "function", ran.stderr
 
 
@@ -135,5 +146,7 @@ class TestGo:
         )
         (app / "main.go").write_text(GO_MAIN)
         run_doc("sdk/go/README.md", clone, app, env)
-        ran = subprocess.run(["go", "run", "."], cwd=app, env=env, capture_output=True, text=True)
+        ran = subprocess.run(
+            ["go", "run", "."], cwd=app, env=env, capture_output=True, text=True, check=False
+        )
         assert ran.stdout.strip() == "true", ran.stderr
