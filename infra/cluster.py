@@ -282,7 +282,8 @@ class Cluster:
         lines += [f"  {env:<12} {key}" for env, key in self.keys.items()]
         login = self.boot.get("login")
         if login:
-            lines += ["Dashboard login:", f"  email     {login['email']}", f"  password  {login['password']}"]
+            password = login["password"] or "unchanged (printed when the login was created)"
+            lines += ["Dashboard login:", f"  email     {login['email']}", f"  password  {password}"]
             lines.append(f"  dashboard {self.url}/dashboard")
         lines.append("Ctrl-C stops everything.")
         return "\n".join(lines)
