@@ -74,11 +74,12 @@ async def cmd_bootstrap(
             # The password is set when the login is created and kept on reruns (``make run`` twice must
             # not sign anyone out silently); --reset-password sets and shows a new one.
             user = await tenancy.get_user_by_email(session, DEMO_EMAIL)
-            password: str | None = secrets.token_urlsafe(12)
+            fresh = secrets.token_urlsafe(12)
+            password: str | None = fresh
             if user is None:
-                user = await tenancy.create_user(session, DEMO_EMAIL, password)
+                user = await tenancy.create_user(session, DEMO_EMAIL, fresh)
             elif args.reset_password:
-                await tenancy.set_password(session, user, password)
+                await tenancy.set_password(session, user, fresh)
             else:
                 password = None
             owner_id = user.id
