@@ -74,8 +74,14 @@ run: bootstrap
 
 # The scale-out shape on this machine: 3 NATS JetStream nodes (4311-4313, store in .cluster/nats), Postgres
 # (database queuecore_cluster) and Redis, 3 API processes (8081-8083) and HAProxy on 8080 in front; prints
-# the demo keys and login; Ctrl-C stops everything. CLUSTER_ARGS=--fresh starts from empty stores.
-cluster: install services $(HAPROXY)
+# the demo keys and login; Ctrl-C stops everything. CLUSTER_ARGS=--fresh starts from empty stores;
+# CLUSTER_ARGS="--redis-url redis://127.0.0.1:6380/2 --postgres-url postgresql://postgres@127.0.0.1:5433/postgres
+# --front-port 9080 --api-port 9081 --nats-port 5311" moves every service (python -m infra.cluster --help).
+# It starts the local Postgres and Redis when they are not up (never a NATS: it runs its own), unless
+# CLUSTER_SERVICES=0, for stores that live elsewhere.
+CLUSTER_SERVICES ?= 1
+cluster: install $(HAPROXY)
+	$(if $(filter 1,$(CLUSTER_SERVICES)),bash infra/services.sh up postgres redis)
 	$(BIN)/python -m infra.cluster $(CLUSTER_ARGS)
 
 services:
