@@ -233,11 +233,10 @@ class TestErrorsAndExitCodes:
         assert "401 INVALID_API_KEY" in result.stderr
 
     def test_unreachable_server(self, env):
-        result = run(
-            env, "--base-url", f"http://127.0.0.1:{free_port()}", "--max-retries", "0", "topics", "list"
-        )
+        port = free_port()
+        result = run(env, "--base-url", f"http://127.0.0.1:{port}", "--max-retries", "0", "topics", "list")
         assert result.returncode == 3
-        assert "Connection error" in result.stderr
+        assert f"Connection error: could not reach 127.0.0.1:{port}" in result.stderr
 
     def test_missing_message(self, env, cli_topic):
         result = run(env, "messages", "get", cli_topic, "not-an-id")

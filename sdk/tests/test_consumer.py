@@ -4,6 +4,9 @@ redelivery, graceful stop, group sharing, restarts."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -281,3 +284,40 @@ class TestRefusals:
         with pytest.raises(queuecore.NotFoundError) as refused:
             await asyncio.wait_for(consumer.start(), 30)
         assert refused.value.code == "TOPIC_NOT_FOUND"
+
+
+CTRL_C_SCRIPT = """
+import sys
+import queuecore
+
+client = queuecore.QueueCore()
+consumer = client.consume(sys.argv[1], group=sys.argv[2], start_from="earliest")
+consumer.on("message", lambda message: print("got", message.data["n"], flush=True))
+consumer.start()
+print("stopped cleanly", flush=True)
+"""
+
+
+class TestCtrlC:
+    def test_a_blocking_start_stops_gracefully_on_sigint(self, client, topic, server):
+        publish(client, topic, [1])
+        group = unique("g")
+        process = subprocess.Popen(
+            [sys.executable, "-c", CTRL_C_SCRIPT, topic, group],
+            env=server.client_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "got 0"
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 0, err
+        assert "stopped cleanly" in out
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err
+        assert client.consumer_groups.describe(topic, group).consumers == 0  # it left the group
