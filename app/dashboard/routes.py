@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from app.broker import groups, inspection, offsets, publishing, reading, tenancy, topics
+from app.broker import groups, inspection, offsets, publishing, tenancy, topics
 from app.broker.errors import CODED_ERRORS, CodedError
 from app.broker.topics import TopicRef
-from app.dashboard import auth
+from app.dashboard import auth, browser
 from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits
 from app.stores.metadata.models import Project
@@ -137,14 +136,7 @@ async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
 
 
 def _message(error: CodedError) -> str:
-    """The error's message, with the details it does not already say (a field error's message names the
-    field and its issue: repeating them read "… a-z… (name: 1–249 chars of a-z…)")."""
-    extra = [
-        f"{d.get('field')}: {d.get('issue')}"
-        for d in (error.details or [])
-        if str(d.get("issue")) not in error.message
-    ]
-    return f"{error.message} ({'; '.join(extra)})" if extra else error.message
+    return browser.message_error(error)
 
 
 async def _topic_ref(ctx: Ctx, name: str) -> TopicRef:
@@ -361,52 +353,18 @@ async def _topic_page(
     request = ctx.request
     row, details = await _partitions(ctx, name)
     query = request.query_params
-    browse: dict[str, Any] = {
-        "partition": query.get("partition", "0"),
-        "from_offset": query.get("from_offset", ""),
-        "from_time": query.get("from_time", ""),
-    }
-    messages: list[dict[str, Any]] = []
-    error = None
-    if "partition" in query:
-        try:
-            ref = await _topic_ref(ctx, name)
-            page = await reading.read_partition(
-                _services(request).log,
-                ref,
-                int(browse["partition"] or 0),
-                from_offset=int(browse["from_offset"]) if browse["from_offset"] else None,
-                from_timestamp=_timestamp(browse["from_time"]) if browse["from_time"] else None,
-                limit=50,
-            )
-            messages = [orjson.loads(m) for m in page.messages]
-            for m in messages:
-                m["pretty"] = _pretty(m.get("data"))
-                m["pretty_headers"] = _pretty(m.get("headers") or {})
-        except ValueError:
-            error = "Partition and offset must be whole numbers."
-        except CODED_ERRORS as e:
-            error = _message(e)
+    browse = await browser.browse(_services(request).log, await _topic_ref(ctx, name), query)
     return ctx.render(
         "topic.html",
         topic=row,
         details=details,
         browse=browse,
-        messages=messages,
         # Only a read shows the table: a notice or error redirect (?notice=…) is no read of partition 0.
         browsed="partition" in query,
-        error=refused or error,
+        error=refused or browse.error,
         form=form or {},
         status=400 if refused else 200,
     )
-
-
-def _timestamp(value: str) -> str:
-    """A ``datetime-local`` value (UTC, no zone) or ISO-8601/epoch ms as the broker reads it."""
-    value = value.strip()
-    if is_ascii_digits(value) or value.endswith("Z") or "+" in value[10:]:
-        return value
-    return value + "Z"
 
 
 @router.get("/p/{project_id}/{env}/topics/{name}/partitions")

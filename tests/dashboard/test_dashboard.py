@@ -221,6 +221,50 @@ class TestTopics:
         await expect(page.get_by_label("Key (optional)")).to_have_value("k-1")
         await expect(page.get_by_label("Data (JSON)")).to_have_value('{"almost": json')
 
+    async def test_pages_by_offset_and_a_search_by_key_and_header_in_a_range(self, page, dashboard):
+        async with dashboard.api() as api:
+            assert (await api.post("/topics", json={"name": "paged", "partitions": 1})).status_code == 201
+            for first in (0, 60):
+                batch = [
+                    {"data": {"i": i}, "key": f"k-{i % 3}", "headers": {"kind": "odd" if i % 2 else "even"}}
+                    for i in range(first, first + 60)
+                ]
+                published = await api.post("/topics/paged/messages/batch", json={"messages": batch})
+                assert published.status_code == 201, published.text
+        await page.goto(dashboard.project_url() + "/topics/paged?partition=0")
+        offsets = page.locator("table.messages tbody tr td:first-child")
+
+        async def shown() -> list[int]:
+            return [int(text.split()[0]) for text in await offsets.all_inner_texts()]
+
+        pager = page.get_by_role("navigation", name="Message pages")
+        await expect(offsets).to_have_count(50)
+        assert await shown() == list(range(50))
+        await expect(pager.get_by_role("link", name="Previous page")).to_have_count(0)
+        await pager.get_by_role("link", name="Next page").click()
+        await expect(offsets.first).to_have_text(re.compile(r"^50\D"))
+        assert await shown() == list(range(50, 100))
+        await pager.get_by_role("link", name="Previous page").click()
+        await expect(offsets.first).to_have_text(re.compile(r"^0\D"))
+        await pager.get_by_role("link", name="Next page").click()
+        await pager.get_by_role("link", name="Next page").click()
+        await expect(offsets.first).to_have_text(re.compile(r"^100\D"))
+        assert await shown() == list(range(100, 120))
+        await expect(pager.get_by_role("link", name="Next page")).to_have_count(0)
+        # Search: key k-1 and header kind=odd among offsets 0-59: i = 1, 7, 13, ... 55.
+        await page.get_by_label("From offset").fill("0")
+        await page.get_by_label("To offset (search, exclusive)").fill("60")
+        await page.get_by_label("Search: key").fill("k-1")
+        await page.get_by_label("Search: header (name or name=value)").fill("kind=odd")
+        await page.get_by_role("button", name="Read").click()
+        await expect(page.get_by_test_id("search-summary")).to_have_text(
+            "10 matching of 60 messages scanned."
+        )
+        assert await shown() == list(range(1, 60, 6))
+        await page.get_by_label("Search: key").fill("nobody")
+        await page.get_by_role("button", name="Read").click()
+        await expect(page.locator("table.messages")).to_contain_text("No matching messages there.")
+
     async def test_deleting_a_topic_needs_its_name(self, page, dashboard):
         async with dashboard.api() as api:
             assert (await api.post("/topics", json={"name": "to.delete", "partitions": 1})).status_code == 201
