@@ -539,10 +539,16 @@ async def group_reset(request: Request, project_id: str, env: str, topic: str, g
     services = _services(request)
     try:
         async with services.metadata.session() as session:
-            await offsets.reset_stopped(session, services.log, ref, group, target)
+            if target == "time":
+                # The API's seek by timestamp, every partition: the first message at or after the time.
+                at = browser.timestamp(form.get("time", ""))
+                for partition in range(ref.partitions):
+                    await offsets.seek(session, services.log, ref, group, partition, timestamp=at)
+            else:
+                await offsets.reset_stopped(session, services.log, ref, group, target)
     except CODED_ERRORS as e:
         return ctx.back(path, error=_message(e))
-    return ctx.back(path, notice="Offsets reset.")
+    return ctx.back(path, notice="Offsets moved to the time." if target == "time" else "Offsets reset.")
 
 
 # dead letters ------------------------------------------------------------------------------------

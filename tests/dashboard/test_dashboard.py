@@ -28,6 +28,13 @@ async def _until(check, timeout: float = 10.0):
         await asyncio.sleep(0.2)
 
 
+async def confirm(page) -> None:
+    """Press Confirm in the dashboard's own confirmation dialog."""
+    dialog = page.get_by_role("dialog")
+    await expect(dialog).to_be_visible()
+    await dialog.get_by_role("button", name="Confirm").click()
+
+
 class TestSignIn:
     async def test_wrong_password_is_refused_and_the_right_one_opens_the_projects_topics(
         self, browser, dashboard
@@ -126,6 +133,7 @@ class TestApiKeys:
         display = f"pq_test_sk_…{secret[-4:]}"
         row = page.locator("tr", has_text=display)
         await row.get_by_role("button", name=f"Revoke {display}").click()
+        await confirm(page)
         await expect(page.get_by_role("status")).to_contain_text("revoked")
         await expect(page.locator("tr", has_text=display)).to_contain_text("revoked")
 
@@ -326,6 +334,7 @@ class TestConsumerGroups:
             # Reset is refused while the member is connected, as the API refuses it.
             await page.goto(dashboard.project_url() + "/groups/lag.demo/billing")
             await page.get_by_role("button", name="Reset offsets").click()
+            await confirm(page)
             await expect(page.get_by_role("alert")).to_contain_text("connected member")
 
 
@@ -404,11 +413,13 @@ class TestDeadLetters:
             assert await _until(dead_lettered)
             first = polled["messages"][0]["id"]
             await page.goto(dashboard.project_url() + "/dead-letters/dlq.bulk/bulk")
-            await page.get_by_role("button", name=f"Delete {first}").click()  # the confirm is accepted
+            await page.get_by_role("button", name=f"Delete {first}").click()
+            await confirm(page)
             await expect(page.get_by_role("status")).to_have_text(f"Deleted {first}.")
             await expect(page.get_by_test_id("dlq-total")).to_have_text("2")
             await page.get_by_label("Rate (messages per second, blank for no limit)").fill("20")
             await page.get_by_role("button", name="Replay all").click()
+            await confirm(page)
             await expect(page.get_by_role("status")).to_have_text("Replayed 2 dead letters.")
             await expect(page.get_by_test_id("dlq-total")).to_have_text("0")
             entries = (await api.get("/topics/dlq.bulk/groups/bulk/dlq/audit")).json()["data"]
@@ -474,7 +485,45 @@ class TestGroupConfig:
             # No member is connected: the reset goes through.
             await page.get_by_label("Reset to").select_option("latest")
             await page.get_by_role("button", name="Reset offsets").click()
+            await confirm(page)
             await expect(page.get_by_role("status")).to_have_text("Offsets reset.")
+
+
+class TestConfirmationsAndResetByTime:
+    async def test_a_styled_dialog_not_the_browsers_and_cancel_leaves_it(self, page, dashboard):
+        browser_dialogs: list[str] = []
+        page.on("dialog", lambda dialog: browser_dialogs.append(dialog.message))
+        async with dashboard.api() as api:
+            assert (
+                await api.post("/topics", json={"name": "time.reset", "partitions": 1})
+            ).status_code == 201
+            batch = [{"data": {"n": i}} for i in range(3)]
+            assert (
+                await api.post("/topics/time.reset/messages/batch", json={"messages": batch})
+            ).status_code == 201
+            assert (await api.put("/topics/time.reset/groups/rewinder", json={})).status_code == 200
+            moved = await api.post("/topics/time.reset/groups/rewinder/offsets/reset", json={"to": "latest"})
+            assert moved.status_code == 200, moved.text
+            await page.goto(dashboard.project_url() + "/groups/time.reset/rewinder")
+            await page.get_by_label("Reset to").select_option("time")
+            an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+            await page.get_by_label('Time, UTC (for "a time")').fill(
+                an_hour_ago.strftime("%Y-%m-%dT%H:%M:%S")
+            )
+            await page.get_by_role("button", name="Reset offsets").click()
+            dialog = page.get_by_role("dialog")
+            await expect(dialog).to_contain_text("Reset the offsets of group rewinder?")
+            await shot(page, "confirmation")
+            await dialog.get_by_role("button", name="Cancel").click()
+            await expect(dialog).to_be_hidden()
+            offsets = (await api.get("/topics/time.reset/groups/rewinder/offsets")).json()["data"]
+            assert [o["current"] for o in offsets] == [3]  # cancelled: nothing moved
+            await page.get_by_role("button", name="Reset offsets").click()
+            await confirm(page)
+            await expect(page.get_by_role("status")).to_have_text("Offsets moved to the time.")
+            offsets = (await api.get("/topics/time.reset/groups/rewinder/offsets")).json()["data"]
+            assert [(o["current"], o["lag"]) for o in offsets] == [(0, 3)]  # the first message after it
+        assert browser_dialogs == []
 
 
 class TestUsage:

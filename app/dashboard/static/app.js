@@ -1,8 +1,25 @@
-// Small behaviours of the dashboard: confirmations, copy buttons, the project/environment switcher and
+// Small behaviours of the dashboard: styled confirmations, copy buttons, the project/environment switcher and
 // the usage charts (uPlot). Everything else is plain forms and htmx attributes.
+// Confirmations in the page's own styled <dialog>, not the browser's confirm(): the form is submitted
+// (with the button that was pressed) only after "Confirm"; Cancel or Escape leaves it.
 document.addEventListener("submit", (event) => {
   const form = event.target.closest("form[data-confirm]");
-  if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+  const dialog = document.getElementById("confirm-dialog");
+  if (!form || !dialog) return;
+  if (form.dataset.confirmed === "yes") {
+    delete form.dataset.confirmed;
+    return;
+  }
+  event.preventDefault();
+  const submitter = event.submitter;
+  document.getElementById("confirm-text").textContent = form.dataset.confirm;
+  dialog.returnValue = "";
+  dialog.addEventListener("close", () => {
+    if (dialog.returnValue !== "confirm") return;
+    form.dataset.confirmed = "yes";
+    form.requestSubmit(submitter && submitter.form === form ? submitter : undefined);
+  }, { once: true });
+  dialog.showModal();
 });
 
 document.addEventListener("click", async (event) => {
