@@ -328,6 +328,12 @@ class TestConsumerGroups:
             )
             assert acked.status_code == 200, acked.text
             await expect(lag).to_have_text("0", timeout=15_000)  # the live panel refreshes itself
+            # The lag chart kept a sample at every refresh: it went from 6 down to 0.
+            samples = await page.evaluate("() => Array.from(window.dashboardCharts.lag.data[1])")
+            assert samples[0] == 6 and samples[-1] == 0 and 0 in samples, samples
+            await page.reload()  # the tab keeps its samples
+            kept = await page.evaluate("() => Array.from(window.dashboardCharts.lag.data[1])")
+            assert kept[: len(samples)] == samples, (kept, samples)
             await page.goto(dashboard.project_url() + "/groups")
             await expect(page.get_by_role("table")).to_contain_text("billing")
             await shot(page, "consumer-groups")

@@ -76,3 +76,37 @@ function drawCharts() {
   }
 }
 window.addEventListener("load", drawCharts);
+
+// A group's lag over time: every refresh of its live panel (htmx, every 2 s) adds a sample, kept in this
+// tab's sessionStorage (the last 300: ten minutes) so a reload keeps the line; drawn with uPlot.
+const LAG_SAMPLES = 300;
+
+function recordLag() {
+  const el = document.querySelector("[data-lag-chart]");
+  const shown = document.querySelector('[data-testid="total-lag"]');
+  if (!el || !shown || !window.uPlot) return;
+  const key = "queuecore-lag:" + el.dataset.lagChart;
+  const samples = JSON.parse(sessionStorage.getItem(key) || "[]");
+  samples.push([Math.floor(Date.now() / 1000), Number(shown.textContent)]);
+  while (samples.length > LAG_SAMPLES) samples.shift();
+  sessionStorage.setItem(key, JSON.stringify(samples));
+  const data = [samples.map((s) => s[0]), samples.map((s) => s[1])];
+  const existing = window.dashboardCharts.lag;
+  if (existing) {
+    existing.setData(data);
+    return;
+  }
+  const yAxis = { incrs: WHOLE_STEPS, size: 60, values: (u, splits) => splits.map((v) => compact(v)) };
+  window.dashboardCharts.lag = new uPlot({
+    width: el.clientWidth || 480,
+    height: 200,
+    series: [{}, { label: "Lag", stroke: "#2957d9", fill: "rgba(41,87,217,0.1)" }],
+    axes: [{}, yAxis],
+    scales: { y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+  }, data, el);
+}
+window.addEventListener("load", recordLag);
+// The live panel is swapped outerHTML: htmx:load fires on the new element.
+document.addEventListener("htmx:load", (event) => {
+  if (event.target && event.target.id === "group-live") recordLag();
+});
