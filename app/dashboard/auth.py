@@ -40,6 +40,8 @@ class DashboardSession:
     email: str
     csrf: str
     expires: int
+    # A mark of the password the session was opened with: a password change ends every other session.
+    pw: str = ""
 
 
 def _key(settings: Settings) -> bytes:
@@ -56,7 +58,15 @@ def _unb64(text: str) -> bytes:
 
 def seal(settings: Settings, session: DashboardSession) -> str:
     body = _b64(
-        orjson.dumps({"u": session.user_id, "e": session.email, "c": session.csrf, "x": session.expires})
+        orjson.dumps(
+            {
+                "u": session.user_id,
+                "e": session.email,
+                "c": session.csrf,
+                "x": session.expires,
+                "p": session.pw,
+            }
+        )
     )
     mac = hmac.new(_key(settings), body.encode(), hashlib.sha256).hexdigest()
     return f"{body}.{mac}"
@@ -72,14 +82,26 @@ def open_session(settings: Settings, cookie: str | None) -> DashboardSession | N
         return None
     try:
         data: dict[str, Any] = orjson.loads(_unb64(body))
-        session = DashboardSession(str(data["u"]), str(data["e"]), str(data["c"]), int(data["x"]))
+        session = DashboardSession(
+            str(data["u"]), str(data["e"]), str(data["c"]), int(data["x"]), str(data.get("p", ""))
+        )
     except (ValueError, KeyError, TypeError):
         return None
     return session if session.expires > time.time() else None
 
 
-def new_session(user_id: str, email: str) -> DashboardSession:
-    return DashboardSession(user_id, email, secrets.token_urlsafe(32), int(time.time()) + SESSION_SECONDS)
+def new_session(user_id: str, email: str, pw: str = "") -> DashboardSession:
+    return DashboardSession(user_id, email, secrets.token_urlsafe(32), int(time.time()) + SESSION_SECONDS, pw)
+
+
+def password_mark(settings: Settings, password_hash: str) -> str:
+    """What a session keeps of the password it was opened with (an HMAC, never the hash itself)."""
+    return hmac.new(_key(settings), b"password " + password_hash.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+def still_valid(settings: Settings, session: DashboardSession, password_hash: str) -> bool:
+    """False once the password changed after the session was opened."""
+    return hmac.compare_digest(session.pw, password_mark(settings, password_hash))
 
 
 def new_token() -> str:

@@ -73,6 +73,17 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
 
 
+async def require_current(request: Request, session: Any, user: auth.DashboardSession) -> None:
+    """Sign in again when the account is gone or its password changed since this session began."""
+    row = await tenancy.get_user_by_email(session, user.email)
+    if (
+        row is None
+        or row.id != user.user_id
+        or not auth.still_valid(_services(request).settings, user, row.password_hash)
+    ):
+        raise SignInRequired(request.url.path)
+
+
 async def _checked_form(request: Request, session: auth.DashboardSession) -> dict[str, str]:
     form = await _form(request)
     presented = form.get("csrf_token") or request.headers.get("x-csrf-token")
@@ -128,6 +139,7 @@ async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
     if env not in tenancy.ENVIRONMENTS:
         raise NotFoundPage()
     async with _services(request).metadata.session(readonly=True) as session:
+        await require_current(request, session, user)
         owned = await inspection.projects_owned_by(session, user.user_id)
     project = next((p for p in owned if p.id == project_id), None)
     if project is None:
@@ -196,7 +208,8 @@ async def login(request: Request) -> Response:
     if not target.startswith("/dashboard/") or target.startswith("//"):
         target = "/dashboard"
     response = RedirectResponse(target, status_code=303)
-    sealed = auth.seal(services.settings, auth.new_session(user.id, user.email))
+    mark = auth.password_mark(services.settings, user.password_hash)
+    sealed = auth.seal(services.settings, auth.new_session(user.id, user.email, mark))
     response.set_cookie(
         auth.SESSION_COOKIE, sealed, **auth.cookie_options(services.settings, auth.SESSION_SECONDS)
     )
@@ -218,6 +231,7 @@ async def logout(request: Request) -> Response:
 async def home(request: Request) -> Response:
     user = _require_session(request)
     async with _services(request).metadata.session(readonly=True) as session:
+        await require_current(request, session, user)
         owned = await inspection.projects_owned_by(session, user.user_id)
     if not owned:
         return templates.TemplateResponse(request, "no_projects.html", {"user": user, "csrf": user.csrf})

@@ -46,6 +46,8 @@ class Dashboard:
     lockout_password: str
     returning_email: str
     returning_password: str
+    changer_email: str
+    changer_password: str
 
     @property
     def url(self) -> str:
@@ -90,6 +92,8 @@ async def dashboard(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
     cli(env, "users", "create", "--email", "locked@example.com", f"--password={lockout_password}")
     returning_password = secrets.token_urlsafe(12)
     cli(env, "users", "create", "--email", "returning@example.com", f"--password={returning_password}")
+    changer_password = secrets.token_urlsafe(12)
+    cli(env, "users", "create", "--email", "changer@example.com", f"--password={changer_password}")
     proc = ServerProcess(
         env=env,
         port=free_port(),
@@ -110,6 +114,8 @@ async def dashboard(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
         lockout_password,
         "returning@example.com",
         returning_password,
+        "changer@example.com",
+        changer_password,
     )
     proc.stop()
 

@@ -532,6 +532,69 @@ class TestConfirmationsAndResetByTime:
         assert browser_dialogs == []
 
 
+class TestProjectsAndAccount:
+    async def test_the_projects_page_lists_environments_tier_and_limits_and_creates_one(
+        self, page, dashboard
+    ):
+        await page.goto(dashboard.project_url() + "/topics")
+        await page.get_by_role("link", name="Projects", exact=True).click()
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Projects")
+        demo = page.locator("tr[data-project='demo']")
+        await expect(demo).to_contain_text(dashboard.project_id)
+        await expect(demo).to_contain_text("development")
+        await expect(demo).to_contain_text("staging")
+        await expect(demo).to_contain_text("production")
+        await expect(demo).to_contain_text("publish ")  # the tier's limits
+        await page.get_by_label("Project name").fill("second project")
+        await page.get_by_role("button", name="Create project").click()
+        await expect(page.get_by_role("status")).to_have_text("Project second project created.")
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Topics")
+        await expect(page.get_by_label("Project")).to_contain_text("second project")
+        await page.goto(dashboard.url + "/projects")
+        await page.get_by_label("Project name").fill("second project")
+        await page.get_by_role("button", name="Create project").click()
+        await expect(page.get_by_role("alert")).to_contain_text("second project")  # taken
+        await expect(page.get_by_label("Project name")).to_have_value("second project")
+        for path in ("/projects", "/account"):  # every control labelled, only local assets
+            await page.goto(dashboard.url + path)
+            assert await page.evaluate(UNLABELLED) == [], path
+            assert await page.evaluate(EXTERNAL) == [], path
+
+    async def test_a_password_change_ends_the_other_sessions_only(self, browser, dashboard):
+        email, old = dashboard.changer_email, dashboard.changer_password
+        here, elsewhere = await browser.new_context(), await browser.new_context()
+        mine, theirs = await here.new_page(), await elsewhere.new_page()
+        for tab in (mine, theirs):
+            await sign_in(tab, dashboard, email, old)
+            await tab.wait_for_url("**/dashboard**")
+            assert "/login" not in tab.url
+        await mine.goto(dashboard.url + "/account")
+        await mine.get_by_label("Current password").fill("not-my-password")
+        await mine.get_by_label("New password", exact=True).fill("a-new-password-1")
+        await mine.get_by_label("New password again").fill("a-new-password-1")
+        await mine.get_by_role("button", name="Change password").click()
+        await expect(mine.get_by_role("alert")).to_have_text("The current password is wrong.")
+        await mine.get_by_label("Current password").fill(old)
+        await mine.get_by_label("New password", exact=True).fill("a-new-password-1")
+        await mine.get_by_label("New password again").fill("a-new-password-1")
+        await mine.get_by_role("button", name="Change password").click()
+        await expect(mine.get_by_role("status")).to_have_text(
+            "Password changed. Other sessions are signed out."
+        )
+        await mine.goto(dashboard.url + "/account")
+        await expect(mine.get_by_role("heading", level=1)).to_have_text("Account settings")  # still in
+        await theirs.goto(dashboard.url + "/account")
+        await theirs.wait_for_url("**/dashboard/login**")  # the other session ended
+        await sign_in(theirs, dashboard, email, old)
+        await expect(theirs.get_by_role("alert")).to_have_text("Wrong email or password.")
+        await sign_in(theirs, dashboard, email, "a-new-password-1")
+        await theirs.wait_for_url("**/dashboard**")
+        await theirs.goto(dashboard.url + "/account")
+        await expect(theirs.get_by_role("heading", level=1)).to_have_text("Account settings")
+        await here.close()
+        await elsewhere.close()
+
+
 class TestUsage:
     async def test_requests_of_a_key_show_up_in_its_usage(self, page, dashboard):
         key = dashboard.keys["development"]
