@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from sdk_support import unique
+from sdk_support import free_port, unique
 
 import queuecore
 
@@ -321,3 +321,21 @@ class TestCtrlC:
         assert "stopped cleanly" in out
         assert "Traceback" not in err and "KeyboardInterrupt" not in err
         assert client.consumer_groups.describe(topic, group).consumers == 0  # it left the group
+
+
+class TestUnreachable:
+    async def test_connection_errors_name_where_they_tried(self):
+        port = free_port()
+        client = queuecore.AsyncQueueCore(
+            api_key="pq_test_sk_" + "0" * 32, base_url=f"http://127.0.0.1:{port}"
+        )
+        consumer = client.consume("nowhere", group="g")
+        errors: list[str] = []
+
+        async def on_error(error: Exception) -> None:
+            errors.append(str(error))
+            consumer.stop()
+
+        consumer.on("error", on_error)
+        await asyncio.wait_for(consumer.start(), 30)
+        assert errors and f"127.0.0.1:{port}" in errors[0], errors
