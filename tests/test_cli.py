@@ -46,6 +46,17 @@ class TestBootstrap:
         projects = json.loads(cli(env, "projects", "list", "--json").stdout)
         assert {p["id"]: p["tier"] for p in projects}[out["projectId"]] == "pro"
 
+    def test_a_rerun_keeps_the_demo_password_and_says_so_unless_asked(self, env):
+        # --reset-password: the login may exist already (the Postgres database is the session's).
+        first = bootstrap(env, f"again-{id(env)}", "--demo-user", "--reset-password")
+        assert first["login"]["password"] and first["login"]["url"].endswith("/dashboard")
+        rerun = cli(env, "bootstrap", "--project", f"again-{id(env)}", "--demo-user").stdout
+        assert "Dashboard login: http://127.0.0.1:8080/dashboard" in rerun
+        assert "password  unchanged" in rerun and first["login"]["password"] not in rerun
+        assert bootstrap(env, f"again-{id(env)}", "--demo-user")["login"]["password"] is None
+        reset = bootstrap(env, f"again-{id(env)}", "--demo-user", "--reset-password")
+        assert reset["login"]["password"] not in (None, first["login"]["password"])
+
 
 class TestKeys:
     def test_create_limit_revoke(self, env):

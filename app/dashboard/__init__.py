@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from app.dashboard import account_pages  # noqa: F401 - registers its pages on the router
+from app.dashboard import account_pages, auth, project_pages  # noqa: F401 - account_pages and project_pages register their pages
 from app.dashboard.routes import HERE, CsrfRefused, NotFoundPage, SignInRequired, router, templates
 
 STATIC_DIR = HERE / "static"
@@ -20,9 +20,14 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 async def _sign_in(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SignInRequired)
+    response: Response
     if request.headers.get("hx-request"):
-        return HTMLResponse("", headers={"HX-Redirect": "/dashboard/login"})
-    return RedirectResponse(f"/dashboard/login?next={exc.next_path}", status_code=303)
+        response = HTMLResponse("", headers={"HX-Redirect": "/dashboard/login"})
+    else:
+        response = RedirectResponse(f"/dashboard/login?next={exc.next_path}", status_code=303)
+    # A session that is no longer good (password changed) must not send the sign-in page back here.
+    response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH)
+    return response
 
 
 async def _csrf(request: Request, exc: Exception) -> Response:

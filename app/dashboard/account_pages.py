@@ -193,7 +193,7 @@ async def usage_page(request: Request, project_id: str, env: str) -> Response:
             "limit": limits[category] if category else None,
         },
         "messages": {"x": stamps, "y": series.messages, "label": "Messages"},
-        "bytes": {"x": stamps, "y": series.bytes, "label": "Bytes"},
+        "bytes": {"x": stamps, "y": series.bytes, "label": "Bytes", "unit": "bytes"},
         "throttled": {"x": stamps, "y": series.throttled, "label": "429 responses"},
     }
     return ctx.render(

@@ -4,8 +4,8 @@ The session cookie is ``base64url(json) "." hex(HMAC-SHA256)`` under a key deriv
 (never the secret itself), HttpOnly, SameSite=Lax, Secure outside development, scoped to ``/dashboard``;
 it carries the user id and email, a CSRF token and an expiry. Every state-changing request must carry the
 token (form field ``csrf_token`` or header ``X-CSRF-Token``); before sign-in a double-submit cookie plays
-that part. Sign-in attempts per email and per client address go through the shared rate-limit store, so
-the lockout holds across API nodes.
+that part. Failed sign-ins per email and per client address are counted in the shared rate-limit store, so
+the lockout holds across API nodes; a success clears the email's count.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ SESSION_COOKIE = "qc_session"
 LOGIN_CSRF_COOKIE = "qc_login_csrf"
 COOKIE_PATH = "/dashboard"
 SESSION_SECONDS = 12 * 3600
-# At most this many sign-in attempts per email in the window (then refused until the window empties).
-ATTEMPTS_PER_EMAIL = 5
-ATTEMPTS_PER_ADDRESS = 30
-ATTEMPT_WINDOW_MS = 15 * 60 * 1000
+# After this many failed sign-ins per email (or per client address) in the window, sign-in is refused,
+# even with the right password, until the oldest failure leaves the window. Successes never count.
+FAILURES_PER_EMAIL = 5
+FAILURES_PER_ADDRESS = 30
+FAILURE_WINDOW_MS = 15 * 60 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,8 @@ class DashboardSession:
     email: str
     csrf: str
     expires: int
+    # A mark of the password the session was opened with: a password change ends every other session.
+    pw: str = ""
 
 
 def _key(settings: Settings) -> bytes:
@@ -55,7 +58,15 @@ def _unb64(text: str) -> bytes:
 
 def seal(settings: Settings, session: DashboardSession) -> str:
     body = _b64(
-        orjson.dumps({"u": session.user_id, "e": session.email, "c": session.csrf, "x": session.expires})
+        orjson.dumps(
+            {
+                "u": session.user_id,
+                "e": session.email,
+                "c": session.csrf,
+                "x": session.expires,
+                "p": session.pw,
+            }
+        )
     )
     mac = hmac.new(_key(settings), body.encode(), hashlib.sha256).hexdigest()
     return f"{body}.{mac}"
@@ -71,14 +82,26 @@ def open_session(settings: Settings, cookie: str | None) -> DashboardSession | N
         return None
     try:
         data: dict[str, Any] = orjson.loads(_unb64(body))
-        session = DashboardSession(str(data["u"]), str(data["e"]), str(data["c"]), int(data["x"]))
+        session = DashboardSession(
+            str(data["u"]), str(data["e"]), str(data["c"]), int(data["x"]), str(data.get("p", ""))
+        )
     except (ValueError, KeyError, TypeError):
         return None
     return session if session.expires > time.time() else None
 
 
-def new_session(user_id: str, email: str) -> DashboardSession:
-    return DashboardSession(user_id, email, secrets.token_urlsafe(32), int(time.time()) + SESSION_SECONDS)
+def new_session(user_id: str, email: str, pw: str = "") -> DashboardSession:
+    return DashboardSession(user_id, email, secrets.token_urlsafe(32), int(time.time()) + SESSION_SECONDS, pw)
+
+
+def password_mark(settings: Settings, password_hash: str) -> str:
+    """What a session keeps of the password it was opened with (an HMAC, never the hash itself)."""
+    return hmac.new(_key(settings), b"password " + password_hash.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+def still_valid(settings: Settings, session: DashboardSession, password_hash: str) -> bool:
+    """False once the password changed after the session was opened."""
+    return hmac.compare_digest(session.pw, password_mark(settings, password_hash))
 
 
 def new_token() -> str:
@@ -99,13 +122,30 @@ def cookie_options(settings: Settings, max_age: int) -> dict[str, Any]:
     }
 
 
-async def allow_attempt(limiter: RateLimiter, email: str, address: str) -> int:
-    """Count one sign-in attempt; 0 when allowed, else the seconds to wait."""
-    for bucket, limit in (
-        (f"dashboard-login:email:{email.strip().lower()}", ATTEMPTS_PER_EMAIL),
-        (f"dashboard-login:addr:{address}", ATTEMPTS_PER_ADDRESS),
-    ):
-        decision = await limiter.acquire(bucket, limit, ATTEMPT_WINDOW_MS)
+def _attempt_buckets(email: str, address: str) -> tuple[tuple[str, int], ...]:
+    return (
+        (f"dashboard-login:email:{email.strip().lower()}", FAILURES_PER_EMAIL),
+        (f"dashboard-login:addr:{address}", FAILURES_PER_ADDRESS),
+    )
+
+
+async def locked_out(limiter: RateLimiter, email: str, address: str) -> int:
+    """0 when a sign-in may be tried, else the seconds until the oldest failure leaves the window."""
+    for bucket, limit in _attempt_buckets(email, address):
+        decision = await limiter.peek(bucket, limit, FAILURE_WINDOW_MS)
         if not decision.allowed:
             return max(1, decision.retry_after_seconds)
     return 0
+
+
+async def count_failure(limiter: RateLimiter, email: str, address: str) -> None:
+    """A wrong email or password counts against the account and the client address."""
+    for bucket, limit in _attempt_buckets(email, address):
+        await limiter.acquire(bucket, limit, FAILURE_WINDOW_MS)
+
+
+async def clear_failures(limiter: RateLimiter, email: str) -> None:
+    """A successful sign-in forgets the account's failures. The address's are kept: signing in to one's
+    own account must not buy more guesses at another."""
+    bucket, _ = _attempt_buckets(email, "")[0]
+    await limiter.forget(bucket)

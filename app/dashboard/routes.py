@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from app.broker import groups, inspection, offsets, publishing, reading, tenancy, topics
+from app.broker import groups, inspection, offsets, publishing, tenancy, topics
 from app.broker.errors import CODED_ERRORS, CodedError
 from app.broker.topics import TopicRef
-from app.dashboard import auth
+from app.dashboard import auth, browser
 from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits
 from app.stores.metadata.models import Project
@@ -74,6 +73,17 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
 
 
+async def require_current(request: Request, session: Any, user: auth.DashboardSession) -> None:
+    """Sign in again when the account is gone or its password changed since this session began."""
+    row = await tenancy.get_user_by_email(session, user.email)
+    if (
+        row is None
+        or row.id != user.user_id
+        or not auth.still_valid(_services(request).settings, user, row.password_hash)
+    ):
+        raise SignInRequired(request.url.path)
+
+
 async def _checked_form(request: Request, session: auth.DashboardSession) -> dict[str, str]:
     form = await _form(request)
     presented = form.get("csrf_token") or request.headers.get("x-csrf-token")
@@ -114,11 +124,13 @@ class Ctx:
         return templates.TemplateResponse(self.request, template, context, status_code=status)
 
     def back(self, path: str, *, notice: str | None = None, error: str | None = None) -> RedirectResponse:
+        """303 to ``path`` (which may carry a query) with the notice or error to show there."""
         url = self.base + path
+        joiner = "&" if "?" in path else "?"
         if notice:
-            url += "?notice=" + quote(notice)
+            url += joiner + "notice=" + quote(notice)
         elif error:
-            url += "?error=" + quote(error)
+            url += joiner + "error=" + quote(error)
         return RedirectResponse(url, status_code=303)
 
 
@@ -127,6 +139,7 @@ async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
     if env not in tenancy.ENVIRONMENTS:
         raise NotFoundPage()
     async with _services(request).metadata.session(readonly=True) as session:
+        await require_current(request, session, user)
         owned = await inspection.projects_owned_by(session, user.user_id)
     project = next((p for p in owned if p.id == project_id), None)
     if project is None:
@@ -135,8 +148,7 @@ async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
 
 
 def _message(error: CodedError) -> str:
-    details = "; ".join(f"{d.get('field')}: {d.get('issue')}" for d in (error.details or []))
-    return f"{error.message} ({details})" if details else error.message
+    return browser.message_error(error)
 
 
 async def _topic_ref(ctx: Ctx, name: str) -> TopicRef:
@@ -177,7 +189,7 @@ async def login(request: Request) -> Response:
     email, password = form.get("email", "").strip().lower(), form.get("password", "")
     services = _services(request)
     address = request.client.host if request.client else "unknown"
-    wait = await auth.allow_attempt(services.limiter, email, address)
+    wait = await auth.locked_out(services.limiter, email, address)
     if wait:
         minutes = max(1, round(wait / 60))
         return _login_page(
@@ -189,12 +201,15 @@ async def login(request: Request) -> Response:
     async with services.metadata.session(readonly=True) as session:
         user = await tenancy.get_user_by_email(session, email) if email else None
     if user is None or not tenancy.verify_password(user, password):
+        await auth.count_failure(services.limiter, email, address)
         return _login_page(request, auth.new_token(), "Wrong email or password.", 401)
+    await auth.clear_failures(services.limiter, email)
     target = form.get("next", "")
     if not target.startswith("/dashboard/") or target.startswith("//"):
         target = "/dashboard"
     response = RedirectResponse(target, status_code=303)
-    sealed = auth.seal(services.settings, auth.new_session(user.id, user.email))
+    mark = auth.password_mark(services.settings, user.password_hash)
+    sealed = auth.seal(services.settings, auth.new_session(user.id, user.email, mark))
     response.set_cookie(
         auth.SESSION_COOKIE, sealed, **auth.cookie_options(services.settings, auth.SESSION_SECONDS)
     )
@@ -216,6 +231,7 @@ async def logout(request: Request) -> Response:
 async def home(request: Request) -> Response:
     user = _require_session(request)
     async with _services(request).metadata.session(readonly=True) as session:
+        await require_current(request, session, user)
         owned = await inspection.projects_owned_by(session, user.user_id)
     if not owned:
         return templates.TemplateResponse(request, "no_projects.html", {"user": user, "csrf": user.csrf})
@@ -271,16 +287,23 @@ async def _topic_rows(ctx: Ctx) -> list[dict[str, Any]]:
     return out
 
 
-@router.get("/p/{project_id}/{env}/topics")
-async def topics_page(request: Request, project_id: str, env: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
-    log = _services(request).log
+async def _topics_page(ctx: Ctx, form: dict[str, str] | None = None, error: str | None = None) -> Response:
+    """The topics page; after a refused create, again with the error and what was typed (status 400)."""
+    log = _services(ctx.request).log
     return ctx.render(
         "topics.html",
+        status=400 if error else 200,
         rows=await _topic_rows(ctx),
         replica_choices=log.replica_choices,
         default_replicas=log.default_replicas,
+        form=form or {},
+        error=error,
     )
+
+
+@router.get("/p/{project_id}/{env}/topics")
+async def topics_page(request: Request, project_id: str, env: str) -> Response:
+    return await _topics_page(await _ctx(request, project_id, env))
 
 
 @router.get("/p/{project_id}/{env}/topics-table")
@@ -310,9 +333,9 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
                 replicas=replicas,
             )
     except ValueError:
-        return ctx.back("/topics", error="Partitions and replicas must be whole numbers.")
+        return await _topics_page(ctx, form, "Partitions and replicas must be whole numbers.")
     except CODED_ERRORS as e:
-        return ctx.back("/topics", error=_message(e))
+        return await _topics_page(ctx, form, _message(e))
     services.publisher.topic_changed(ctx.scope, name)
     return ctx.back("/topics/" + quote(name, safe=""), notice=f"Topic {name} created.")
 
@@ -333,52 +356,29 @@ def _pretty(value: Any) -> str:
 
 @router.get("/p/{project_id}/{env}/topics/{name}")
 async def topic_page(request: Request, project_id: str, env: str, name: str) -> Response:
-    ctx = await _ctx(request, project_id, env)
+    return await _topic_page(await _ctx(request, project_id, env), name)
+
+
+async def _topic_page(
+    ctx: Ctx, name: str, form: dict[str, str] | None = None, refused: str | None = None
+) -> Response:
+    """A topic with its message browser; after a refused publish, again with the error and what was
+    typed (status 400)."""
+    request = ctx.request
     row, details = await _partitions(ctx, name)
     query = request.query_params
-    browse: dict[str, Any] = {
-        "partition": query.get("partition", "0"),
-        "from_offset": query.get("from_offset", ""),
-        "from_time": query.get("from_time", ""),
-    }
-    messages: list[dict[str, Any]] = []
-    error = None
-    if "partition" in query:
-        try:
-            ref = await _topic_ref(ctx, name)
-            page = await reading.read_partition(
-                _services(request).log,
-                ref,
-                int(browse["partition"] or 0),
-                from_offset=int(browse["from_offset"]) if browse["from_offset"] else None,
-                from_timestamp=_timestamp(browse["from_time"]) if browse["from_time"] else None,
-                limit=50,
-            )
-            messages = [orjson.loads(m) for m in page.messages]
-            for m in messages:
-                m["pretty"] = _pretty(m.get("data"))
-                m["pretty_headers"] = _pretty(m.get("headers") or {})
-        except ValueError:
-            error = "Partition and offset must be whole numbers."
-        except CODED_ERRORS as e:
-            error = _message(e)
+    browse = await browser.browse(_services(request).log, await _topic_ref(ctx, name), query)
     return ctx.render(
         "topic.html",
         topic=row,
         details=details,
         browse=browse,
-        messages=messages,
-        browsed=bool(query),
-        error=error,
+        # Only a read shows the table: a notice or error redirect (?notice=…) is no read of partition 0.
+        browsed="partition" in query,
+        error=refused or browse.error,
+        form=form or {},
+        status=400 if refused else 200,
     )
-
-
-def _timestamp(value: str) -> str:
-    """A ``datetime-local`` value (UTC, no zone) or ISO-8601/epoch ms as the broker reads it."""
-    value = value.strip()
-    if is_ascii_digits(value) or value.endswith("Z") or "+" in value[10:]:
-        return value
-    return value + "Z"
 
 
 @router.get("/p/{project_id}/{env}/topics/{name}/partitions")
@@ -400,16 +400,17 @@ async def publish_test(request: Request, project_id: str, env: str, name: str) -
         if form.get("headers", "").strip():
             body["headers"] = json.loads(form["headers"])
     except json.JSONDecodeError as e:
-        return ctx.back(path, error=f"Not valid JSON: {e.msg}.")
+        return await _topic_page(ctx, name, form, f"Not valid JSON: {e.msg}.")
     services = _services(request)
     try:
         message = publishing.parse_message(body)
         topic, placed, _ = await services.publisher.publish(ctx.scope, name, message)
     except CODED_ERRORS as e:
-        return ctx.back(path, error=_message(e))
+        return await _topic_page(ctx, name, form, _message(e))
     result = services.publisher.result(topic, placed)
+    # Back to the browser opened at the new message, so it is on the page with the notice.
     return ctx.back(
-        path,
+        f"{path}?partition={result['partition']}&from_offset={result['offset']}",
         notice=f"Published {result['messageId'] if 'messageId' in result else result.get('id')} "
         f"to partition {result['partition']} at offset {result['offset']}.",
     )
@@ -529,10 +530,14 @@ async def group_config(request: Request, project_id: str, env: str, topic: str, 
                 dead_letter=dead_letter,
             )
     except ValueError:
-        return ctx.back(path, error="Max retries and alert threshold must be whole numbers.")
+        error = "Max retries and alert threshold must be whole numbers."
     except CODED_ERRORS as e:
-        return ctx.back(path, error=_message(e))
-    return ctx.back(path, notice="Configuration saved.")
+        error = _message(e)
+    else:
+        return ctx.back(path, notice="Configuration saved.")
+    # Refused: the page again with the error and what was typed, not the saved values.
+    view = await _group_view(ctx, topic, group)
+    return ctx.render("group.html", status=400, error=error, form=form, **view)
 
 
 @router.post("/p/{project_id}/{env}/groups/{topic}/{group}/reset")
@@ -548,10 +553,16 @@ async def group_reset(request: Request, project_id: str, env: str, topic: str, g
     services = _services(request)
     try:
         async with services.metadata.session() as session:
-            await offsets.reset_stopped(session, services.log, ref, group, target)
+            if target == "time":
+                # The API's seek by timestamp, every partition: the first message at or after the time.
+                at = browser.timestamp(form.get("time", ""))
+                for partition in range(ref.partitions):
+                    await offsets.seek(session, services.log, ref, group, partition, timestamp=at)
+            else:
+                await offsets.reset_stopped(session, services.log, ref, group, target)
     except CODED_ERRORS as e:
         return ctx.back(path, error=_message(e))
-    return ctx.back(path, notice="Offsets reset.")
+    return ctx.back(path, notice="Offsets moved to the time." if target == "time" else "Offsets reset.")
 
 
 # dead letters ------------------------------------------------------------------------------------

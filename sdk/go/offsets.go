@@ -73,7 +73,9 @@ func (s *OffsetService) List(ctx context.Context, topic, group string) ([]Partit
 	return out.Data, nil
 }
 
-// Seek moves one partition of the group to an offset or a timestamp.
+// Seek moves one partition of the group to an offset or a timestamp. An offset outside the partition's
+// range is clamped into it: the result says where it landed, and a warning is logged (WithLogger) when
+// that differs from what was asked.
 func (s *OffsetService) Seek(ctx context.Context, topic string, params OffsetSeekParams) (*SeekResult, error) {
 	body := map[string]any{"partition": params.Partition}
 	switch {
@@ -89,6 +91,11 @@ func (s *OffsetService) Seek(ctx context.Context, topic string, params OffsetSee
 	var out SeekResult
 	if _, err := s.c.do(ctx, request{method: "POST", path: groupPath(topic, params.Group) + "/offsets/seek", body: body}, &out); err != nil {
 		return nil, err
+	}
+	// An offset outside the partition's range is clamped into it: say so when it landed elsewhere.
+	if params.Offset != nil && out.Offset != *params.Offset {
+		s.c.log.Warn("queuecore: seek landed elsewhere than asked (the partition's range ends there)",
+			"topic", topic, "group", params.Group, "partition", out.Partition, "asked", *params.Offset, "landed", out.Offset)
 	}
 	return &out, nil
 }

@@ -169,7 +169,7 @@ class TestPublishLines:
         assert result.returncode == 0
         assert len(lines(result.stdout)) == 3
         assert result.stderr.splitlines() == [result.stderr.splitlines()[0]]
-        assert result.stderr.startswith("published 3 messages in 1 batches")
+        assert result.stderr.startswith("published 3 messages in 1 batch,")
 
     def test_file_with_batch_size_and_idempotent_rerun(self, env, cli_topic, tmp_path: Path):
         source = tmp_path / "orders.jsonl"
@@ -208,7 +208,7 @@ class TestPublishLines:
         args = ("publish", cli_topic, "-", "--idempotency-key", "rerun-1")
         stdin = "".join(f"{i}\n" for i in range(5))
         first = run(env, *args, stdin=stdin)
-        assert first.returncode == 0 and "published 5 messages in 1 batches" in first.stderr
+        assert first.returncode == 0 and "published 5 messages in 1 batch," in first.stderr
         again = run(env, *args, stdin=stdin)
         assert again.returncode == 0, again.stderr
         assert "0 new, 5 replayed" in again.stderr
@@ -233,11 +233,10 @@ class TestErrorsAndExitCodes:
         assert "401 INVALID_API_KEY" in result.stderr
 
     def test_unreachable_server(self, env):
-        result = run(
-            env, "--base-url", f"http://127.0.0.1:{free_port()}", "--max-retries", "0", "topics", "list"
-        )
+        port = free_port()
+        result = run(env, "--base-url", f"http://127.0.0.1:{port}", "--max-retries", "0", "topics", "list")
         assert result.returncode == 3
-        assert "Connection error" in result.stderr
+        assert f"Connection error: could not reach 127.0.0.1:{port}" in result.stderr
 
     def test_missing_message(self, env, cli_topic):
         result = run(env, "messages", "get", cli_topic, "not-an-id")

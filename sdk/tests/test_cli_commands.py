@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pty
+import select
 import stat
 import subprocess
 import sys
@@ -72,6 +74,15 @@ class TestRead:
         assert len(lines(run(env, "read", spread_topic, "--limit", "4").stdout)) == 4
         both = run(env, "read", spread_topic, "--from", "latest", "--from-offset", "1")
         assert both.returncode == 2
+
+    def test_an_offset_beyond_the_end_is_the_apis_refusal_not_silence(self, env, spread_topic):
+        beyond = run(env, "read", spread_topic, "-p", "0", "--from-offset", "999")
+        assert beyond.returncode == 1, beyond.stderr
+        assert beyond.stdout == ""
+        assert "OFFSET_OUT_OF_RANGE" in beyond.stderr and "999" in beyond.stderr
+        # At the end exactly is no error: nothing to print yet.
+        at_end = run(env, "read", spread_topic, "-p", "0", "--from-offset", "2")
+        assert at_end.returncode == 0 and at_end.stdout == ""
 
     def test_output_formats(self, env, client):
         topic = unique("cli")
@@ -147,6 +158,58 @@ class TestRead:
             if proc.poll() is None:
                 proc.kill()
             reader.join(timeout=10)
+
+
+def on_a_terminal(env: dict[str, str], *args: str) -> str:
+    """The CLI's stdout when stdout is a terminal (a pty), colour off."""
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "queuecore", *args],
+            env={**env, "NO_COLOR": "1"},
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        # The process has exited: whatever it wrote is buffered already (nothing at all is possible).
+        ready, _, _ = select.select([leader], [], [], 0)
+        return os.read(leader, 65536).decode().replace("\r\n", "\n") if ready else ""
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+class TestListings:
+    def test_tables_on_a_terminal_json_lines_in_a_pipe_or_with_o_json(self, env, client, spread_topic):
+        client.consumer_groups.update(spread_topic, "tabled", dead_letter={"maxRetries": 0})
+        commands = {
+            ("topics", "list"): ["NAME", "PARTITIONS", "REPLICAS"],
+            ("groups", "list", spread_topic): ["GROUP", "CONSUMERS", "LAG"],
+            ("offsets", "get", spread_topic, "-g", "tabled"): ["PARTITION", "CURRENT", "LATEST", "LAG"],
+            ("dlq", "list", spread_topic, "-g", "tabled"): [],
+        }
+        for command, headers in commands.items():
+            shown = on_a_terminal(env, *command)
+            assert not shown.lstrip().startswith("{"), (command, shown)
+            first = shown.splitlines()[0].split()
+            assert first[: len(headers)] == headers or shown.strip() == "(none)", (command, shown)
+            piped = run(env, *command)
+            assert piped.returncode == 0, piped.stderr
+            assert all(line.startswith("{") for line in piped.stdout.splitlines()), (command, piped.stdout)
+            forced = on_a_terminal(env, *command, "-o", "json")
+            assert all(line.startswith("{") for line in forced.splitlines()), (command, forced)
+        assert spread_topic in on_a_terminal(env, "topics", "list")
+        offsets = on_a_terminal(env, "offsets", "get", spread_topic, "-g", "tabled").splitlines()
+        assert [row.split() for row in offsets[1:]] == [[str(p), "0", "2", "2"] for p in range(3)]
+
+    def test_a_missing_key_names_the_flag_and_the_variable(self, env):
+        bare = {k: v for k, v in env.items() if k != "QUEUECORE_API_KEY"}
+        missing = run(bare, "topics", "list")
+        assert missing.returncode == 2
+        assert "--api-key" in missing.stderr and "QUEUECORE_API_KEY" in missing.stderr
+        assert "api_key=" not in missing.stderr
 
 
 class TestGroupConfig:

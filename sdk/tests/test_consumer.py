@@ -4,11 +4,14 @@ redelivery, graceful stop, group sharing, restarts."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
-from sdk_support import unique
+from sdk_support import free_port, unique
 
 import queuecore
 
@@ -281,3 +284,58 @@ class TestRefusals:
         with pytest.raises(queuecore.NotFoundError) as refused:
             await asyncio.wait_for(consumer.start(), 30)
         assert refused.value.code == "TOPIC_NOT_FOUND"
+
+
+CTRL_C_SCRIPT = """
+import sys
+import queuecore
+
+client = queuecore.QueueCore()
+consumer = client.consume(sys.argv[1], group=sys.argv[2], start_from="earliest")
+consumer.on("message", lambda message: print("got", message.data["n"], flush=True))
+consumer.start()
+print("stopped cleanly", flush=True)
+"""
+
+
+class TestCtrlC:
+    def test_a_blocking_start_stops_gracefully_on_sigint(self, client, topic, server):
+        publish(client, topic, [1])
+        group = unique("g")
+        process = subprocess.Popen(
+            [sys.executable, "-c", CTRL_C_SCRIPT, topic, group],
+            env=server.client_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "got 0"
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 0, err
+        assert "stopped cleanly" in out
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err
+        assert client.consumer_groups.describe(topic, group).consumers == 0  # it left the group
+
+
+class TestUnreachable:
+    async def test_connection_errors_name_where_they_tried(self):
+        port = free_port()
+        client = queuecore.AsyncQueueCore(
+            api_key="pq_test_sk_" + "0" * 32, base_url=f"http://127.0.0.1:{port}"
+        )
+        consumer = client.consume("nowhere", group="g")
+        errors: list[str] = []
+
+        async def on_error(error: Exception) -> None:
+            errors.append(str(error))
+            consumer.stop()
+
+        consumer.on("error", on_error)
+        await asyncio.wait_for(consumer.start(), 30)
+        assert errors and f"127.0.0.1:{port}" in errors[0], errors

@@ -90,7 +90,7 @@ def test_connection_errors():
     assert isinstance(err, queuecore.APIConnectionError)
     assert isinstance(err, queuecore.APIError)
     assert (err.code, err.status, err.request_id) == (None, None, None)
-    assert str(err) == "Request timed out."
+    assert str(err) == "Request to queuecore.test:80 timed out."  # names where it tried
     assert err.request is REQUEST
 
 

@@ -44,6 +44,10 @@ class Dashboard:
     other_project_id: str
     lockout_email: str
     lockout_password: str
+    returning_email: str
+    returning_password: str
+    changer_email: str
+    changer_password: str
 
     @property
     def url(self) -> str:
@@ -86,6 +90,10 @@ async def dashboard(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
     lockout_password = secrets.token_urlsafe(12)
     # "--password=…": a generated password may start with "-", which argparse would take for an option.
     cli(env, "users", "create", "--email", "locked@example.com", f"--password={lockout_password}")
+    returning_password = secrets.token_urlsafe(12)
+    cli(env, "users", "create", "--email", "returning@example.com", f"--password={returning_password}")
+    changer_password = secrets.token_urlsafe(12)
+    cli(env, "users", "create", "--email", "changer@example.com", f"--password={changer_password}")
     proc = ServerProcess(
         env=env,
         port=free_port(),
@@ -104,6 +112,10 @@ async def dashboard(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
         other,
         "locked@example.com",
         lockout_password,
+        "returning@example.com",
+        returning_password,
+        "changer@example.com",
+        changer_password,
     )
     proc.stop()
 

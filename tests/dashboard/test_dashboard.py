@@ -28,6 +28,13 @@ async def _until(check, timeout: float = 10.0):
         await asyncio.sleep(0.2)
 
 
+async def confirm(page) -> None:
+    """Press Confirm in the dashboard's own confirmation dialog."""
+    dialog = page.get_by_role("dialog")
+    await expect(dialog).to_be_visible()
+    await dialog.get_by_role("button", name="Confirm").click()
+
+
 class TestSignIn:
     async def test_wrong_password_is_refused_and_the_right_one_opens_the_projects_topics(
         self, browser, dashboard
@@ -61,6 +68,30 @@ class TestSignIn:
         await expect(page.get_by_role("alert")).to_contain_text("Too many sign-in attempts")
         assert "/login" in page.url
         await context.close()
+
+    async def test_only_failures_count_and_a_success_clears_them(self, browser, dashboard):
+        email, password = dashboard.returning_email, dashboard.returning_password
+
+        async def attempt(given: str) -> str:
+            context = await browser.new_context()
+            page = await context.new_page()
+            await sign_in(page, dashboard, email, given)
+            await page.wait_for_load_state()
+            url = page.url
+            alert = await page.get_by_role("alert").all_inner_texts()
+            await context.close()
+            return "signed in" if "/login" not in url else " ".join(alert)
+
+        # One failure, then five successes: successes never count toward the lockout.
+        assert await attempt("wrong-password-123") == "Wrong email or password."
+        assert [await attempt(password) for _ in range(5)] == ["signed in"] * 5
+        # Four failures, a success, four more failures: the success cleared the first four.
+        for _ in range(4):
+            assert await attempt("wrong-password-123") == "Wrong email or password."
+        assert await attempt(password) == "signed in"
+        for _ in range(4):
+            assert await attempt("wrong-password-123") == "Wrong email or password."
+        assert await attempt(password) == "signed in"
 
     async def test_a_tampered_session_cookie_is_no_session(self, browser, signed_in, dashboard):
         (cookie,) = [c for c in await signed_in.cookies() if c["name"] == "qc_session"]
@@ -102,6 +133,7 @@ class TestApiKeys:
         display = f"pq_test_sk_…{secret[-4:]}"
         row = page.locator("tr", has_text=display)
         await row.get_by_role("button", name=f"Revoke {display}").click()
+        await confirm(page)
         await expect(page.get_by_role("status")).to_contain_text("revoked")
         await expect(page.locator("tr", has_text=display)).to_contain_text("revoked")
 
@@ -129,10 +161,14 @@ class TestTopics:
         await page.get_by_label("Key (optional)").fill("customer-7")
         await page.get_by_label("Headers (JSON object, optional)").fill('{"source": "dashboard-test"}')
         await page.get_by_label("Data (JSON)").fill('{"order": 4242, "items": ["tea", "cake"]}')
-        await page.get_by_role("button", name="Publish").click()
+        await page.get_by_role("button", name="Publish", exact=True).click()
         notice = await page.get_by_role("status").inner_text()
         partition = re.search(r"to partition (\d+) at offset (\d+)", notice)
         assert partition, notice
+        # The browser opens at the message just published, not at "No messages from there.".
+        await expect(page.locator("table.messages")).to_contain_text('"order": 4242')
+        await page.goto(dashboard.project_url() + "/topics/orders.created?notice=Hello")
+        await expect(page.locator("body")).not_to_contain_text("No messages from there.")
         await page.get_by_label("Partition", exact=True).select_option(partition.group(1))
         await page.get_by_label("From offset").fill(partition.group(2))
         await page.get_by_role("button", name="Read").click()
@@ -155,6 +191,87 @@ class TestTopics:
         await page.goto(dashboard.project_url() + "/topics")
         await expect(page.locator("#topics-table")).to_contain_text("orders.created")
         await shot(page, "topics")
+
+    async def test_the_name_pattern_is_the_servers_and_valid_in_chromium(self, page, dashboard):
+        console: list[str] = []
+        page.on("console", lambda message: console.append(message.text))
+        await page.goto(dashboard.project_url() + "/topics")
+        name = page.get_by_label("Name")
+        await name.fill("Orders")  # capitals: the server refuses them, so the browser does too
+        assert await name.evaluate("el => el.validity.patternMismatch")
+        await name.fill("orders.ok_2-b")
+        assert not await name.evaluate("el => el.validity.patternMismatch")
+        assert [m for m in console if "pattern" in m.lower()] == []
+
+    async def test_a_refused_form_says_why_once_and_keeps_what_was_typed(self, page, dashboard):
+        await page.goto(dashboard.project_url() + "/topics")
+        # Past the browser's check (as a browser without it would be), to the server's refusal.
+        await page.get_by_label("Name").evaluate("el => el.removeAttribute('pattern')")
+        await page.get_by_label("Name").fill("Bad Name")
+        await page.get_by_label("Partitions").fill("5")
+        await page.get_by_label("Retention").fill("2d")
+        await page.get_by_role("button", name="Create topic").click()
+        alert = page.get_by_role("alert")
+        await expect(alert).to_contain_text("Invalid value for 'name'")
+        assert (await alert.inner_text()).count("1–249") == 1
+        await expect(page.get_by_label("Name")).to_have_value("Bad Name")
+        await expect(page.get_by_label("Partitions")).to_have_value("5")
+        await expect(page.get_by_label("Retention")).to_have_value("2d")
+        async with dashboard.api() as api:
+            assert (
+                await api.post("/topics", json={"name": "publish.kept", "partitions": 1})
+            ).status_code == 201
+        await page.goto(dashboard.project_url() + "/topics/publish.kept")
+        await page.get_by_label("Key (optional)").fill("k-1")
+        await page.get_by_label("Data (JSON)").fill('{"almost": json')
+        await page.get_by_role("button", name="Publish", exact=True).click()
+        await expect(page.get_by_role("alert")).to_contain_text("Not valid JSON")
+        await expect(page.get_by_label("Key (optional)")).to_have_value("k-1")
+        await expect(page.get_by_label("Data (JSON)")).to_have_value('{"almost": json')
+
+    async def test_pages_by_offset_and_a_search_by_key_and_header_in_a_range(self, page, dashboard):
+        async with dashboard.api() as api:
+            assert (await api.post("/topics", json={"name": "paged", "partitions": 1})).status_code == 201
+            for first in (0, 60):
+                batch = [
+                    {"data": {"i": i}, "key": f"k-{i % 3}", "headers": {"kind": "odd" if i % 2 else "even"}}
+                    for i in range(first, first + 60)
+                ]
+                published = await api.post("/topics/paged/messages/batch", json={"messages": batch})
+                assert published.status_code == 201, published.text
+        await page.goto(dashboard.project_url() + "/topics/paged?partition=0")
+        offsets = page.locator("table.messages tbody tr td:first-child")
+
+        async def shown() -> list[int]:
+            return [int(text.split()[0]) for text in await offsets.all_inner_texts()]
+
+        pager = page.get_by_role("navigation", name="Message pages")
+        await expect(offsets).to_have_count(50)
+        assert await shown() == list(range(50))
+        await expect(pager.get_by_role("link", name="Previous page")).to_have_count(0)
+        await pager.get_by_role("link", name="Next page").click()
+        await expect(offsets.first).to_have_text(re.compile(r"^50\D"))
+        assert await shown() == list(range(50, 100))
+        await pager.get_by_role("link", name="Previous page").click()
+        await expect(offsets.first).to_have_text(re.compile(r"^0\D"))
+        await pager.get_by_role("link", name="Next page").click()
+        await pager.get_by_role("link", name="Next page").click()
+        await expect(offsets.first).to_have_text(re.compile(r"^100\D"))
+        assert await shown() == list(range(100, 120))
+        await expect(pager.get_by_role("link", name="Next page")).to_have_count(0)
+        # Search: key k-1 and header kind=odd among offsets 0-59: i = 1, 7, 13, ... 55.
+        await page.get_by_label("From offset").fill("0")
+        await page.get_by_label("To offset (search, exclusive)").fill("60")
+        await page.get_by_label("Search: key").fill("k-1")
+        await page.get_by_label("Search: header (name or name=value)").fill("kind=odd")
+        await page.get_by_role("button", name="Read").click()
+        await expect(page.get_by_test_id("search-summary")).to_have_text(
+            "10 matching of 60 messages scanned."
+        )
+        assert await shown() == list(range(1, 60, 6))
+        await page.get_by_label("Search: key").fill("nobody")
+        await page.get_by_role("button", name="Read").click()
+        await expect(page.locator("table.messages")).to_contain_text("No matching messages there.")
 
     async def test_deleting_a_topic_needs_its_name(self, page, dashboard):
         async with dashboard.api() as api:
@@ -211,12 +328,19 @@ class TestConsumerGroups:
             )
             assert acked.status_code == 200, acked.text
             await expect(lag).to_have_text("0", timeout=15_000)  # the live panel refreshes itself
+            # The lag chart kept a sample at every refresh: it went from 6 down to 0.
+            samples = await page.evaluate("() => Array.from(window.dashboardCharts.lag.data[1])")
+            assert samples[0] == 6 and samples[-1] == 0 and 0 in samples, samples
+            await page.reload()  # the tab keeps its samples
+            kept = await page.evaluate("() => Array.from(window.dashboardCharts.lag.data[1])")
+            assert kept[: len(samples)] == samples, (kept, samples)
             await page.goto(dashboard.project_url() + "/groups")
             await expect(page.get_by_role("table")).to_contain_text("billing")
             await shot(page, "consumer-groups")
             # Reset is refused while the member is connected, as the API refuses it.
             await page.goto(dashboard.project_url() + "/groups/lag.demo/billing")
             await page.get_by_role("button", name="Reset offsets").click()
+            await confirm(page)
             await expect(page.get_by_role("alert")).to_contain_text("connected member")
 
 
@@ -295,11 +419,13 @@ class TestDeadLetters:
             assert await _until(dead_lettered)
             first = polled["messages"][0]["id"]
             await page.goto(dashboard.project_url() + "/dead-letters/dlq.bulk/bulk")
-            await page.get_by_role("button", name=f"Delete {first}").click()  # the confirm is accepted
+            await page.get_by_role("button", name=f"Delete {first}").click()
+            await confirm(page)
             await expect(page.get_by_role("status")).to_have_text(f"Deleted {first}.")
             await expect(page.get_by_test_id("dlq-total")).to_have_text("2")
             await page.get_by_label("Rate (messages per second, blank for no limit)").fill("20")
             await page.get_by_role("button", name="Replay all").click()
+            await confirm(page)
             await expect(page.get_by_role("status")).to_have_text("Replayed 2 dead letters.")
             await expect(page.get_by_test_id("dlq-total")).to_have_text("0")
             entries = (await api.get("/topics/dlq.bulk/groups/bulk/dlq/audit")).json()["data"]
@@ -354,12 +480,119 @@ class TestGroupConfig:
             assert config["deadLetter"]["maxRetries"] == 2
             assert config["deadLetter"]["retryDelay"] == "5s"
             await page.get_by_label("Ack timeout").fill("soon")
+            await page.get_by_label("Max retries").fill("3")
             await page.get_by_role("button", name="Save configuration").click()
-            await expect(page.get_by_role("alert")).to_contain_text("ackTimeout")
+            alert = page.get_by_role("alert")
+            await expect(alert).to_contain_text("ackTimeout")
+            assert (await alert.inner_text()).count("ackTimeout") == 1  # said once, not twice
+            await expect(page.get_by_label("Ack timeout")).to_have_value("soon")  # what was typed
+            await expect(page.get_by_label("Max retries")).to_have_value("3")
+            await page.goto(dashboard.project_url() + "/groups/config.demo/audit-log")
             # No member is connected: the reset goes through.
             await page.get_by_label("Reset to").select_option("latest")
             await page.get_by_role("button", name="Reset offsets").click()
+            await confirm(page)
             await expect(page.get_by_role("status")).to_have_text("Offsets reset.")
+
+
+class TestConfirmationsAndResetByTime:
+    async def test_a_styled_dialog_not_the_browsers_and_cancel_leaves_it(self, page, dashboard):
+        browser_dialogs: list[str] = []
+        page.on("dialog", lambda dialog: browser_dialogs.append(dialog.message))
+        async with dashboard.api() as api:
+            assert (
+                await api.post("/topics", json={"name": "time.reset", "partitions": 1})
+            ).status_code == 201
+            batch = [{"data": {"n": i}} for i in range(3)]
+            assert (
+                await api.post("/topics/time.reset/messages/batch", json={"messages": batch})
+            ).status_code == 201
+            assert (await api.put("/topics/time.reset/groups/rewinder", json={})).status_code == 200
+            moved = await api.post("/topics/time.reset/groups/rewinder/offsets/reset", json={"to": "latest"})
+            assert moved.status_code == 200, moved.text
+            await page.goto(dashboard.project_url() + "/groups/time.reset/rewinder")
+            await page.get_by_label("Reset to").select_option("time")
+            an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+            await page.get_by_label('Time, UTC (for "a time")').fill(
+                an_hour_ago.strftime("%Y-%m-%dT%H:%M:%S")
+            )
+            await page.get_by_role("button", name="Reset offsets").click()
+            dialog = page.get_by_role("dialog")
+            await expect(dialog).to_contain_text("Reset the offsets of group rewinder?")
+            await shot(page, "confirmation")
+            await dialog.get_by_role("button", name="Cancel").click()
+            await expect(dialog).to_be_hidden()
+            offsets = (await api.get("/topics/time.reset/groups/rewinder/offsets")).json()["data"]
+            assert [o["current"] for o in offsets] == [3]  # cancelled: nothing moved
+            await page.get_by_role("button", name="Reset offsets").click()
+            await confirm(page)
+            await expect(page.get_by_role("status")).to_have_text("Offsets moved to the time.")
+            offsets = (await api.get("/topics/time.reset/groups/rewinder/offsets")).json()["data"]
+            assert [(o["current"], o["lag"]) for o in offsets] == [(0, 3)]  # the first message after it
+        assert browser_dialogs == []
+
+
+class TestProjectsAndAccount:
+    async def test_the_projects_page_lists_environments_tier_and_limits_and_creates_one(
+        self, page, dashboard
+    ):
+        await page.goto(dashboard.project_url() + "/topics")
+        await page.get_by_role("link", name="Projects", exact=True).click()
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Projects")
+        demo = page.locator("tr[data-project='demo']")
+        await expect(demo).to_contain_text(dashboard.project_id)
+        await expect(demo).to_contain_text("development")
+        await expect(demo).to_contain_text("staging")
+        await expect(demo).to_contain_text("production")
+        await expect(demo).to_contain_text("publish ")  # the tier's limits
+        await page.get_by_label("Project name").fill("second project")
+        await page.get_by_role("button", name="Create project").click()
+        await expect(page.get_by_role("status")).to_have_text("Project second project created.")
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Topics")
+        await expect(page.get_by_label("Project")).to_contain_text("second project")
+        await page.goto(dashboard.url + "/projects")
+        await page.get_by_label("Project name").fill("second project")
+        await page.get_by_role("button", name="Create project").click()
+        await expect(page.get_by_role("alert")).to_contain_text("second project")  # taken
+        await expect(page.get_by_label("Project name")).to_have_value("second project")
+        for path in ("/projects", "/account"):  # every control labelled, only local assets
+            await page.goto(dashboard.url + path)
+            assert await page.evaluate(UNLABELLED) == [], path
+            assert await page.evaluate(EXTERNAL) == [], path
+
+    async def test_a_password_change_ends_the_other_sessions_only(self, browser, dashboard):
+        email, old = dashboard.changer_email, dashboard.changer_password
+        here, elsewhere = await browser.new_context(), await browser.new_context()
+        mine, theirs = await here.new_page(), await elsewhere.new_page()
+        for tab in (mine, theirs):
+            await sign_in(tab, dashboard, email, old)
+            await tab.wait_for_url("**/dashboard**")
+            assert "/login" not in tab.url
+        await mine.goto(dashboard.url + "/account")
+        await mine.get_by_label("Current password").fill("not-my-password")
+        await mine.get_by_label("New password", exact=True).fill("a-new-password-1")
+        await mine.get_by_label("New password again").fill("a-new-password-1")
+        await mine.get_by_role("button", name="Change password").click()
+        await expect(mine.get_by_role("alert")).to_have_text("The current password is wrong.")
+        await mine.get_by_label("Current password").fill(old)
+        await mine.get_by_label("New password", exact=True).fill("a-new-password-1")
+        await mine.get_by_label("New password again").fill("a-new-password-1")
+        await mine.get_by_role("button", name="Change password").click()
+        await expect(mine.get_by_role("status")).to_have_text(
+            "Password changed. Other sessions are signed out."
+        )
+        await mine.goto(dashboard.url + "/account")
+        await expect(mine.get_by_role("heading", level=1)).to_have_text("Account settings")  # still in
+        await theirs.goto(dashboard.url + "/account")
+        await theirs.wait_for_url("**/dashboard/login**")  # the other session ended
+        await sign_in(theirs, dashboard, email, old)
+        await expect(theirs.get_by_role("alert")).to_have_text("Wrong email or password.")
+        await sign_in(theirs, dashboard, email, "a-new-password-1")
+        await theirs.wait_for_url("**/dashboard**")
+        await theirs.goto(dashboard.url + "/account")
+        await expect(theirs.get_by_role("heading", level=1)).to_have_text("Account settings")
+        await here.close()
+        await elsewhere.close()
 
 
 class TestUsage:
@@ -389,6 +622,31 @@ class TestUsage:
         await expect(page.locator(".chart canvas").first).to_be_visible()
         await expect(page.locator("body")).to_contain_text("publish 100 req/s")
         await shot(page, "usage")
+
+    async def test_chart_ticks_are_short_whole_numbers_with_units(self, page, dashboard):
+        async with dashboard.api("staging") as api:
+            assert (
+                await api.post("/topics", json={"name": "usage.bytes", "partitions": 1})
+            ).status_code == 201
+            for _ in range(3):
+                big = {"data": {"blob": "x" * 30_000}}
+                assert (await api.post("/topics/usage.bytes/messages", json=big)).status_code == 201
+
+        async def ticks() -> dict:
+            await page.goto(dashboard.project_url("staging") + "/usage?window=hour")
+            await page.wait_for_function("() => window.dashboardCharts && window.dashboardCharts.bytes")
+            labels = await page.evaluate(
+                "() => Object.fromEntries(Object.entries(window.dashboardCharts)"
+                ".map(([name, chart]) => [name, chart.axes[1]._values]))"
+            )
+            return labels if any(v != "0 B" for v in labels["bytes"]) else {}
+
+        labels = await _until(ticks, 10)
+        assert labels, "no bytes counted"
+        assert all(re.fullmatch(r"\d+(\.\d)? (B|kB|MB)", v) for v in labels["bytes"]), labels["bytes"]
+        assert len(set(labels["bytes"])) == len(labels["bytes"]), labels["bytes"]
+        # Nothing throttled in staging: an empty chart ticks in whole numbers.
+        assert all(re.fullmatch(r"\d+", v) for v in labels["throttled"]), labels["throttled"]
 
 
 class TestAlerts:

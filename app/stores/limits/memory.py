@@ -54,34 +54,45 @@ class MemoryRateLimiter:
         """Accept and count one request if ``bucket`` took fewer than ``limit`` in the last ``window_ms``."""
         return self.decide(bucket, limit, window_ms)
 
-    def decide(self, bucket: str, limit: int, window_ms: int = 1000) -> Decision:
-        """``acquire`` without the coroutine: the same decision, synchronously."""
+    async def peek(self, bucket: str, limit: int, window_ms: int = 1000) -> Decision:
+        """The decision ``acquire`` would take now, without counting anything."""
+        return self.decide(bucket, limit, window_ms, count=False)
+
+    async def forget(self, bucket: str) -> None:
+        """Drop every request counted in ``bucket``."""
+        self._buckets.pop(bucket, None)
+
+    def decide(self, bucket: str, limit: int, window_ms: int = 1000, *, count: bool = True) -> Decision:
+        """``acquire`` without the coroutine: the same decision, synchronously (``peek`` with
+        ``count=False``)."""
         check_arguments(limit, window_ms)
         now = self._clock()
         window = window_ms * 1_000_000
         self._sweep(now)
         state = self._buckets.get(bucket)
         if state is None:
-            state = self._buckets[bucket] = _Bucket()
+            state = _Bucket()
+            if count:
+                self._buckets[bucket] = state
         times = state.times
         cutoff = now - window
         while times and times[0] <= cutoff:
             times.popleft()
         allowed = len(times) < limit
-        if allowed:
+        if allowed and count:
             times.append(now)
             state.empties_at = now + window
             self._buckets.move_to_end(bucket)
-        count = len(times)
+        held = len(times)
         retry_after = 0
         if not allowed:
-            # Room appears when the request at index count - limit leaves (the oldest, unless the limit
+            # Room appears when the request at index held - limit leaves (the oldest, unless the limit
             # was lowered while the bucket was full).
-            retry_after = max(1, _ceil_ns(times[count - limit] + window - now))
+            retry_after = max(1, _ceil_ns(times[held - limit] + window - now))
         return Decision(
             allowed=allowed,
             limit=limit,
-            remaining=max(0, limit - count),
+            remaining=max(0, limit - held),
             reset_seconds=_ceil_ns(times[-1] + window - now) if times else 0,
             retry_after_seconds=retry_after,
             at_us=(now + self._epoch_offset_ns) // 1000,

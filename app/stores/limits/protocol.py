@@ -12,6 +12,8 @@ Semantics, common to both (the conformance suite in ``tests/stores/limits`` hold
 * **Refused requests do not count**: they leave no trace in the bucket.
 * A bucket is any string (the edge uses ``"<key_id>:<category>"``); buckets are independent, and an
   idle bucket costs nothing: it is dropped once its last request has left the window.
+* ``peek`` answers what ``acquire`` would, counting nothing; ``forget`` empties a bucket. Together they
+  count only failures (dashboard sign-ins): peek before trying, acquire on a failure, forget on success.
 * Every decision is taken against one clock (Redis ``TIME`` for Redis, this process's monotonic clock
   for memory); the caller's clock is never used.
 """
@@ -49,6 +51,14 @@ class RateLimiter(Protocol):
 
     async def acquire(self, bucket: str, limit: int, window_ms: int = 1000) -> Decision:
         """Accept and count one request if ``bucket`` took fewer than ``limit`` in the last ``window_ms``."""
+        ...
+
+    async def peek(self, bucket: str, limit: int, window_ms: int = 1000) -> Decision:
+        """The decision ``acquire`` would take now, without counting anything (for failure-only limits)."""
+        ...
+
+    async def forget(self, bucket: str) -> None:
+        """Drop every request counted in ``bucket`` (a success that clears earlier failures)."""
         ...
 
     async def status(self) -> str:

@@ -58,9 +58,9 @@ from app.stores.limits.protocol import Decision, ceil_seconds, check_arguments
 logger = logging.getLogger("queuecore.limits")
 
 # KEYS[1] the bucket's sorted set; ARGV[1] limit; ARGV[2] window in ms; ARGV[3] a token unique per call;
-# ARGV[4] how many requests to decide. Returns {accepted (the first ones), count after the decision, now_us,
-# room_at_us, empty_at_us}: when a refused request would find room, and when every counted request will
-# have left the window.
+# ARGV[4] how many requests to decide (0: only answer whether one would be accepted, ``peek``). Returns
+# {accepted (the first ones; for a peek 1 or 0), count after the decision, now_us, room_at_us, empty_at_us}:
+# when a refused request would find room, and when every counted request will have left the window.
 _SCRIPT = """
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
@@ -71,6 +71,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window_us))
 local count = redis.call('ZCARD', key)
+if n == 0 and count < limit then
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return {1, count, now, 0, last[2] and (tonumber(last[2]) + window_us) or now}
+end
 local take = math.max(0, math.min(n, limit - count))
 if take > 0 then
   local stamp = string.format('%d', now)
@@ -80,7 +84,7 @@ if take > 0 then
   redis.call('PEXPIRE', key, window_ms)
   count = count + take
 end
-if take == n then
+if n > 0 and take == n then
   return {take, count, now, 0, now + window_us}
 end
 local room = redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')
@@ -162,6 +166,38 @@ class RedisRateLimiter:
         finally:
             self._next_call(group)
 
+    async def peek(self, bucket: str, limit: int, window_ms: int = 1000) -> Decision:
+        """The decision ``acquire`` would take now, without counting anything (not group-committed: rare)."""
+        check_arguments(limit, window_ms)
+        if not self._degraded:
+            async with self._slots:
+                if not self._degraded:
+                    try:
+                        accepted, count, now, room_at, empty_at = await self._eval(
+                            self._prefix + bucket, limit, window_ms, 0
+                        )
+                        return Decision(
+                            bool(accepted),
+                            limit,
+                            max(0, limit - count),
+                            ceil_seconds(empty_at - now),
+                            0 if accepted else max(1, ceil_seconds(room_at - now)),
+                            now,
+                        )
+                    except _OUTAGE as exc:
+                        self._enter_degraded(exc)
+        return replace(self._fallback.decide(bucket, limit, window_ms, count=False), at_us=None)
+
+    async def forget(self, bucket: str) -> None:
+        """Drop every request counted in ``bucket`` (in the fallback too)."""
+        await self._fallback.forget(bucket)
+        if not self._degraded:
+            async with self._slots:
+                try:
+                    await self._client.delete(self._prefix + bucket)
+                except _OUTAGE as exc:
+                    self._enter_degraded(exc)
+
     def _next_call(self, group: tuple[str, int, int]) -> None:
         """The bucket's call is answered: decide those that waited for it in one more, or close the group."""
         waiting = self._waiting.get(group)
@@ -228,15 +264,7 @@ class RedisRateLimiter:
 
     async def _decide(self, key: str, limit: int, window_ms: int, n: int = 1) -> list[Decision]:
         """``n`` requests of one bucket, in one script call: the first ones accepted while there is room."""
-        token = f"{self._instance}.{next(self._sequence)}"
-        self.calls += 1
-        try:
-            reply: Any = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, n)
-        except NoScriptError:
-            # Redis lost its script cache (a restart): load once, then the one decision.
-            await self._client.script_load(_SCRIPT)
-            reply = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, n)
-        accepted, count, now, room_at, empty_at = (int(v) for v in reply)
+        accepted, count, now, room_at, empty_at = await self._eval(key, limit, window_ms, n)
         reset = ceil_seconds(empty_at - now)
         before = count - accepted  # counted before this call's acceptances
         decisions = [
@@ -248,6 +276,17 @@ class RedisRateLimiter:
             )
             decisions.extend([refused] * (n - accepted))
         return decisions
+
+    async def _eval(self, key: str, limit: int, window_ms: int, n: int) -> tuple[int, ...]:
+        token = f"{self._instance}.{next(self._sequence)}"
+        self.calls += 1
+        try:
+            reply: Any = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, n)
+        except NoScriptError:
+            # Redis lost its script cache (a restart): load once, then the one call.
+            await self._client.script_load(_SCRIPT)
+            reply = await self._client.evalsha(_SHA, 1, key, limit, window_ms, token, n)
+        return tuple(int(v) for v in reply)
 
     def _enter_degraded(self, exc: BaseException) -> None:
         if self._degraded or self._closed:

@@ -33,6 +33,7 @@ from ._exceptions import (
     APIStatusError,
     APITimeoutError,
     QueueCoreError,
+    connection_message,
     make_status_error,
     parse_retry_after,
 )
@@ -218,12 +219,12 @@ class BaseClient(Generic[_HttpxClientT]):
     ) -> float:
         """The delay before resending after a transport failure; raises when giving up."""
         if isinstance(error, (httpx.UnsupportedProtocol, httpx.ProxyError)):
-            raise APIConnectionError(request=request, message=f"Connection error: {error}") from error
+            raise APIConnectionError(request=request, message=connection_message(request, error)) from error
         timed_out = isinstance(error, httpx.TimeoutException)
         if retries_taken >= self.max_retries:
             if timed_out:
                 raise APITimeoutError(request) from error
-            raise APIConnectionError(request=request, message=f"Connection error: {error}") from error
+            raise APIConnectionError(request=request, message=connection_message(request, error)) from error
         delay = self._retry_delay(retries_taken, None)
         self._log_retry(
             request, delay, "timed out" if timed_out else f"connection error: {type(error).__name__}"

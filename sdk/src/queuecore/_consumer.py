@@ -15,6 +15,7 @@ import inspect
 import logging
 import random
 import re
+import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any, Callable, Literal, Union
@@ -546,16 +547,45 @@ class Consumer:
         return self
 
     def start(self) -> None:
-        """Join the group and consume until ``stop()``; blocks the calling thread."""
+        """Join the group and consume until ``stop()``; blocks the calling thread. In the main thread,
+        Ctrl-C (SIGINT) stops gracefully, as ``stop()`` does, and ``start()`` returns; a second Ctrl-C
+        aborts at once (``KeyboardInterrupt``)."""
+
+        # Decided before asyncio.run, which puts a handler of its own over Python's default one.
+        ours = (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        )
 
         async def run() -> None:
             client = self._engine._client
+            interruptible = ours and self._stop_on_interrupt(asyncio.get_running_loop())
             try:
                 await self._engine.start()
             finally:
+                if interruptible:
+                    with contextlib.suppress(RuntimeError):
+                        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
                 await client.close()
 
         asyncio.run(run())
+
+    def _stop_on_interrupt(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Route SIGINT to a graceful stop while ``start()`` runs (main thread only, where signals are
+        delivered, and only over Python's default handler: one the application installed, such as the
+        CLI's, is left alone). The first SIGINT also removes the route, so a second one is Python's
+        KeyboardInterrupt."""
+
+        def on_interrupt() -> None:
+            loop.remove_signal_handler(signal.SIGINT)
+            self._engine._log.info("consumer %s/%s: interrupted, stopping", self.topic, self.group)
+            self._engine.stop()
+
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows' loops, embedded interpreters
+            return False
+        return True
 
     def stop(self) -> None:
         """Stop gracefully; ``start()`` returns once pending acks are sent and the member has left."""

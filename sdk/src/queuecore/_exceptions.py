@@ -179,6 +179,18 @@ class ServiceUnavailableError(APIStatusError):
     """503: a dependency of the service is down, or a publish could not be made durable. Transient."""
 
 
+def address(request: httpx.Request) -> str:
+    """``host:port`` a request went to (the scheme's default port when the URL names none)."""
+    url = request.url
+    port = url.port or {"https": 443, "wss": 443}.get(url.scheme, 80)
+    return f"{url.host}:{port}"
+
+
+def connection_message(request: httpx.Request, error: BaseException) -> str:
+    """What a connection failure says: where it tried, then the transport's reason."""
+    return f"Connection error: could not reach {address(request)} ({error or type(error).__name__})"
+
+
 class APIConnectionError(APIError):
     """No answer: the connection could not be made, or broke before the answer arrived."""
 
@@ -190,7 +202,7 @@ class APITimeoutError(APIConnectionError):
     """No answer within the client's timeout."""
 
     def __init__(self, request: httpx.Request) -> None:
-        super().__init__(request=request, message="Request timed out.")
+        super().__init__(request=request, message=f"Request to {address(request)} timed out.")
 
 
 class APIResponseValidationError(APIError):

@@ -17,7 +17,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from ._exceptions import APIConnectionError, APIStatusError, make_status_error
+from ._exceptions import APIConnectionError, APIStatusError, address, make_status_error
 from ._resource import path_segment
 from .types.consumed_message import ConsumedMessage
 
@@ -100,9 +100,11 @@ class PushSession:
                 if consumer._stopping:
                     return
                 failures += 1
+                request = httpx.Request("GET", url)
                 await consumer._emit_error(
                     APIConnectionError(
-                        request=httpx.Request("GET", url), message=f"WebSocket connection lost: {exc}"
+                        request=request,
+                        message=f"WebSocket connection to {address(request)} lost: {exc or type(exc).__name__}",
                     )
                 )
                 await consumer._sleep(min(MAX_BACKOFF, 0.1 * 2**failures) * (0.5 + random.random() / 2))

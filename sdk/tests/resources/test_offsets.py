@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -39,6 +40,17 @@ class TestSync:
         assert (moved.partition, moved.offset) == (0, 3)
         offset = client.offsets.get(topic, group=group, partition=0)
         assert (offset.current, offset.latest, offset.lag) == (3, 5, 2)
+
+    def test_seek_beyond_the_end_lands_at_the_end_with_a_warning(self, client, topic, group, caplog):
+        with caplog.at_level(logging.WARNING, logger="queuecore"):
+            moved = client.offsets.seek(topic, group=group, partition=0, offset=4800)
+        assert (moved.partition, moved.offset) == (0, 5)
+        (record,) = [r for r in caplog.records if "seek" in r.getMessage()]
+        assert "asked for offset 4800, landed at 5" in record.getMessage()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="queuecore"):
+            client.offsets.seek(topic, group=group, partition=0, offset=2)
+        assert caplog.records == []  # landed where asked: nothing to say
 
     def test_seek_to_a_time(self, client, topic, group):
         client.offsets.reset(topic, group=group, to="latest")

@@ -200,6 +200,26 @@ class TestConcurrentAcquires:
             assert sum(d.allowed for d in decisions[i * 15 : (i + 1) * 15]) == 6
 
 
+@every_limiter
+class TestPeekAndForget:
+    async def test_peek_answers_without_counting(self, limiter, bucket):
+        name = bucket()
+        for _ in range(3):
+            assert (await limiter.peek(name, 2, 5000)).allowed
+        assert [d.allowed for d in await burst(limiter, name, 3, 2, 5000)] == [True, True, False]
+        refused = await limiter.peek(name, 2, 5000)
+        assert not refused.allowed and refused.retry_after_seconds >= 1
+
+    async def test_forget_empties_the_bucket_and_no_other(self, limiter, bucket):
+        name, other = bucket(), bucket()
+        await burst(limiter, name, 2, 2, 5000)
+        await burst(limiter, other, 2, 2, 5000)
+        await limiter.forget(name)
+        assert (await limiter.peek(name, 2, 5000)).remaining == 2
+        assert not (await limiter.peek(other, 2, 5000)).allowed
+        await limiter.forget(bucket())  # an unknown bucket is no error
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.ns = 10**12

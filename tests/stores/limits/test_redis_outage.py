@@ -179,10 +179,10 @@ def count_redis_decisions(limiter: RedisRateLimiter, bucket: str):
     calls = 0
     decide = limiter._decide
 
-    async def counted(key, *args):
+    async def counted(key, *args, **kwargs):
         nonlocal calls
         calls += key == limiter.key_prefix + bucket
-        return await decide(key, *args)
+        return await decide(key, *args, **kwargs)
 
     limiter._decide = counted  # type: ignore[method-assign]
     return lambda: calls

@@ -28,20 +28,32 @@ export class Offsets extends APIResource {
     return params.partition === undefined ? (answer as { data: PartitionOffset[] }).data : (answer as Offset);
   }
 
-  /** Move a partition to an offset, or to the first message at or after a time; allowed while consuming. */
-  seek(topic: string, params: SeekParams, options?: RequestOptions): Promise<SeekResult> {
+  /**
+   * Move a partition to an offset, or to the first message at or after a time; allowed while consuming.
+   * An offset outside the partition's range is clamped: the answer says where it landed, and a warning
+   * is logged when that differs from what was asked.
+   */
+  async seek(topic: string, params: SeekParams, options?: RequestOptions): Promise<SeekResult> {
     if ((params.offset === undefined) === (params.timestamp === undefined)) {
       throw new QueueCoreError('seek takes exactly one of offset and timestamp');
     }
     const body: Record<string, unknown> = { partition: params.partition };
     if (params.offset !== undefined) body['offset'] = params.offset;
     else body['timestamp'] = params.timestamp instanceof Date ? params.timestamp.toISOString() : params.timestamp;
-    return this.client.requestObject<SeekResult>({
+    const result = await this.client.requestObject<SeekResult>({
       method: 'POST',
       path: `${offsetsPath(topic, params.group)}/seek`,
       body,
       ...options,
     });
+    // An offset outside the partition's range is clamped into it: say so when it landed elsewhere.
+    if (params.offset !== undefined && result.offset !== params.offset) {
+      this.client.logger.warn(
+        `seek ${topic}/${params.group} partition ${result.partition}: asked for offset ${params.offset}, ` +
+          `landed at ${result.offset} (the partition's range ends there)`,
+      );
+    }
+    return result;
   }
 
   /** Move to `earliest` (replay everything) or `latest` (only new messages); one partition or all. */

@@ -158,6 +158,12 @@ describe('groups, offsets, dlq', () => {
     assert.equal(all.length, 2);
     assert.deepEqual(await pq.offsets.seek(topic, { group: 'g1', partition: 0, offset: 1 }), { partition: 0, offset: 1 });
     assert.equal((await pq.offsets.get(topic, { group: 'g1', partition: 0 })).lag, 1);
+    const warnings = [];
+    const { pq: logged } = await client({ logger: { debug() {}, info() {}, warn: (m) => warnings.push(m), error() {} } });
+    assert.deepEqual(await logged.offsets.seek(topic, { group: 'g1', partition: 0, offset: 4800 }), { partition: 0, offset: 2 });
+    assert.deepEqual(warnings, [`seek ${topic}/g1 partition 0: asked for offset 4800, landed at 2 (the partition's range ends there)`]);
+    await logged.offsets.seek(topic, { group: 'g1', partition: 0, offset: 1 });
+    assert.equal(warnings.length, 1); // landed where asked: nothing to say
     await pq.offsets.seek(topic, { group: 'g1', partition: 1, timestamp: new Date(Date.now() - 3600_000) });
     assert.equal((await pq.offsets.get(topic, { group: 'g1', partition: 1 })).current, 0);
     const back = await pq.offsets.reset(topic, { group: 'g1', to: 'earliest' });

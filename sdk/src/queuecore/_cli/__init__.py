@@ -86,10 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(exc))
         return EXIT_USAGE
     except QueueCoreError as exc:  # no API key, or one that cannot be a key (inner whitespace)
-        hint = (
-            " (or --api-key, or a saved context: queuecore context add)" if "No API key" in str(exc) else ""
-        )
-        error(str(exc) + hint)
+        if "No API key" in str(exc):  # the SDK's wording names api_key=, which a CLI user never types
+            error(
+                "no API key: give --api-key, set QUEUECORE_API_KEY, "
+                "or save a context (queuecore context add NAME --api-key-file FILE)"
+            )
+        else:
+            error(str(exc))
         return EXIT_USAGE
     except OSError as exc:  # --api-key-file not readable, the config file not writable
         error(str(exc))

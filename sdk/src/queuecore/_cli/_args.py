@@ -19,6 +19,7 @@ __all__ = [
     "add_command",
     "add_group",
     "add_output_option",
+    "add_table_option",
     "batch_size",
     "default_format",
     "non_negative",
@@ -62,6 +63,16 @@ def add_output_option(parser: argparse.ArgumentParser, formats: tuple[str, ...] 
         "--output",
         choices=formats,
         help="output format (default: human on a terminal, json otherwise)",
+    )
+
+
+def add_table_option(parser: argparse.ArgumentParser) -> None:
+    """``-o json|human`` of a list command; unset, a table on a terminal and JSON lines otherwise."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("json", "human"),
+        help="json lines, or a human table (default: a table on a terminal, json otherwise)",
     )
 
 

@@ -4,17 +4,33 @@ with ``queuecore groups update ... --dead-letter``."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 
 from .._client import QueueCore
-from ._args import Subcommands, add_command, add_group, positive, rate
+from ..types.dead_letter import DeadLetterMessage
+from ._args import Subcommands, add_command, add_group, add_table_option, default_format, positive, rate
 from ._errors import EXIT_OK
-from ._output import emit, emit_model, wire
+from ._output import emit, emit_model, listing, wire
 
 __all__ = ["register"]
 
 
 def cmd_list(client: QueueCore, args: argparse.Namespace) -> int:
-    """The dead letters, oldest first."""
+    """The dead letters, oldest first: a table on a terminal, JSON lines otherwise."""
+    columns = [
+        ("MESSAGE", "messageId"),
+        ("PARTITION", "partition"),
+        ("OFFSET", "offset"),
+        ("RETRIES", "retryCount"),
+        ("FAILED", "failedAt"),
+        ("REASON", "reason"),
+        ("DATA", "data"),
+    ]
+    listing(default_format(args.output), columns, _dead_letters(client, args))
+    return EXIT_OK
+
+
+def _dead_letters(client: QueueCore, args: argparse.Namespace) -> Iterator[DeadLetterMessage]:
     cursor: str | None = None
     shown = 0
     while True:
@@ -23,12 +39,12 @@ def cmd_list(client: QueueCore, args: argparse.Namespace) -> int:
         )
         for entry in page.data:
             if args.limit is not None and shown >= args.limit:
-                return EXIT_OK
-            emit_model(entry)
+                return
+            yield entry
             shown += 1
         cursor = page.next_cursor
         if cursor is None:
-            return EXIT_OK
+            return
 
 
 def cmd_replay(client: QueueCore, args: argparse.Namespace) -> int:
@@ -93,6 +109,7 @@ def register(sub: Subcommands) -> None:
         parser.add_argument("--group", "-g", required=True)
         if name == "list":
             parser.add_argument("--limit", type=positive, help="at most this many (default: all)")
+            add_table_option(parser)
         elif name in ("replay", "delete"):
             parser.add_argument("--message-id", required=True)
         elif name == "replay-all":

@@ -10,17 +10,25 @@ from typing import Any
 from .._client import QueueCore
 from .._exceptions import NotFoundError
 from ..types.consumer_group import DeadLetter
-from ._args import Subcommands, add_command, add_group, non_negative, reset_target
+from ._args import (
+    Subcommands,
+    add_command,
+    add_group,
+    add_table_option,
+    default_format,
+    non_negative,
+    reset_target,
+)
 from ._errors import EXIT_API, EXIT_OK, UsageError
-from ._output import emit, emit_model, error
+from ._output import emit, emit_model, error, listing
 
 __all__ = ["register"]
 
 
 def cmd_list(client: QueueCore, args: argparse.Namespace) -> int:
-    """The topic's groups with members and lag."""
-    for group in client.consumer_groups.list(args.topic):
-        emit_model(group)
+    """The topic's groups with members and lag: a table on a terminal, JSON lines otherwise."""
+    columns = [("GROUP", "name"), ("CONSUMERS", "consumers"), ("LAG", "lag")]
+    listing(default_format(args.output), columns, client.consumer_groups.list(args.topic))
     return EXIT_OK
 
 
@@ -133,6 +141,7 @@ def register(sub: Subcommands) -> None:
         example="queuecore groups list order.events",
     )
     gl.add_argument("topic")
+    add_table_option(gl)
     gl.set_defaults(run=cmd_list)
     gd = add_command(
         groups,

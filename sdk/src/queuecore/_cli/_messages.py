@@ -111,6 +111,12 @@ def _read(client: QueueCore, args: argparse.Namespace) -> int:
     chosen = _chosen_partitions(args, len(detail.partition_details))
     positions = _start_positions(client, args, detail, chosen)
     ends = {p.id: p.latest_offset for p in detail.partition_details}
+    if args.from_offset is not None and not args.follow:
+        # Beyond the end there is nothing to wait for: let the API refuse it (OFFSET_OUT_OF_RANGE, exit 1),
+        # as kcat does, rather than print nothing and exit 0. With --follow it waits there.
+        for p in chosen:
+            if positions[p] > ends.get(p, 0):
+                client.messages.read(args.topic, p, from_offset=positions[p], limit=1)
     remaining: int | None = args.limit
     idle = _IDLE_FIRST
     while True:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from .._client import QueueCore
-from ._args import Subcommands, add_command, add_group, non_negative
+from ._args import Subcommands, add_command, add_group, add_table_option, default_format, non_negative
 from ._errors import EXIT_OK, UsageError
-from ._output import emit_model
+from ._output import emit_model, listing
 
 __all__ = ["register"]
 
@@ -17,8 +17,8 @@ def cmd_get(client: QueueCore, args: argparse.Namespace) -> int:
     if args.partition is not None:
         emit_model(client.offsets.get(args.topic, group=args.group, partition=args.partition))
         return EXIT_OK
-    for offset in client.offsets.get(args.topic, group=args.group):
-        emit_model(offset)
+    columns = [("PARTITION", "partition"), ("CURRENT", "current"), ("LATEST", "latest"), ("LAG", "lag")]
+    listing(default_format(args.output), columns, client.offsets.get(args.topic, group=args.group))
     return EXIT_OK
 
 
@@ -61,6 +61,7 @@ def register(sub: Subcommands) -> None:
     og.add_argument("topic")
     og.add_argument("--group", "-g", required=True)
     og.add_argument("--partition", "-p", type=non_negative)
+    add_table_option(og)
     og.set_defaults(run=cmd_get)
     os_ = add_command(
         offsets,

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 from .._models import BaseModel
@@ -24,6 +24,7 @@ __all__ = [
     "emit",
     "emit_model",
     "error",
+    "listing",
     "table",
     "warn",
     "wire",
@@ -156,6 +157,29 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: IO[str] | 
         out.write(render(row) + "\n")
 
 
+def _cell(value: Any, width: int = 60) -> Any:
+    if isinstance(value, (dict, list)):
+        value = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if isinstance(value, str) and len(value) > width:
+        return value[: width - 1] + "…"
+    return value
+
+
+def listing(output_format: str, columns: Sequence[tuple[str, str]], models: Iterable[BaseModel]) -> None:
+    """What a list command prints: one JSON line per item (``json``: pipes, ``-o json``), streamed as the
+    pages arrive; or a table (``human``: a terminal) of the wire fields ``columns`` names, as ``(HEADER,
+    field)``, as ``kcat -L`` and ``nats stream ls`` do."""
+    if output_format == "json":
+        for model in models:
+            emit_model(model)
+        return
+    rows = [[_cell(model.to_wire().get(name)) for _, name in columns] for model in models]
+    if not rows:
+        sys.stdout.write("(none)\n")
+        return
+    table([header for header, _ in columns], rows)
+
+
 class Progress:
     """Progress of a long publish or consume on stderr.
 
@@ -189,7 +213,7 @@ class Progress:
         # A rerun: say what was written, not only what was sent.
         what = f"{done - replayed} new, {replayed} replayed" if replayed else f"{self.verb} {done} messages"
         if batches is not None:
-            what += f" in {batches} batches"
+            what += f" in {batches} batch" + ("" if batches == 1 else "es")
         text = f"{what}, {elapsed:.1f} s ({done / elapsed:.0f}/s)"
         if self.tty:
             if not final and self.total:

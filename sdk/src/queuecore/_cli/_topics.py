@@ -5,17 +5,25 @@ from __future__ import annotations
 import argparse
 
 from .._client import QueueCore
-from ._args import Subcommands, add_command, add_group, positive
+from ._args import Subcommands, add_command, add_group, add_table_option, default_format, positive
 from ._errors import EXIT_OK, UsageError
-from ._output import emit, emit_model
+from ._output import emit, emit_model, listing
 
 __all__ = ["register"]
 
 
 def cmd_list(client: QueueCore, args: argparse.Namespace) -> int:
-    """Every topic, one JSON line each."""
-    for topic in client.topics.list(limit=args.page_size):
-        emit_model(topic)
+    """Every topic: a table on a terminal, one JSON line each otherwise."""
+    columns = [
+        ("NAME", "name"),
+        ("PARTITIONS", "partitions"),
+        ("REPLICAS", "replicas"),
+        ("RETENTION", "retention"),
+        ("DELIVERY", "delivery"),
+        ("STATUS", "status"),
+        ("CREATED", "createdAt"),
+    ]
+    listing(default_format(args.output), columns, client.topics.list(limit=args.page_size))
     return EXIT_OK
 
 
@@ -66,6 +74,7 @@ def register(sub: Subcommands) -> None:
         topics, "list", help="every topic, one per line", example="queuecore topics list | jq -r .name"
     )
     tl.add_argument("--page-size", type=positive, help="topics fetched per request (1-1000)")
+    add_table_option(tl)
     tl.set_defaults(run=cmd_list)
     tc = add_command(
         topics,

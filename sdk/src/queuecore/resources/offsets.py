@@ -46,6 +46,20 @@ def _seek_options(
     return RequestOptions("POST", f"{_path(topic, group)}/seek", json=body)
 
 
+def _landed(client: Any, topic: str, group: str, offset: int | None, result: SeekResult) -> SeekResult:
+    """Warn when a seek to an offset landed elsewhere (clamped into the partition's range)."""
+    if offset is not None and result.offset != offset:
+        client._logger.warning(
+            "seek %s/%s partition %d: asked for offset %d, landed at %d (the partition's range ends there)",
+            topic,
+            group,
+            result.partition,
+            offset,
+            result.offset,
+        )
+    return result
+
+
 def _reset_options(
     topic: str, group: str, to: Literal["earliest", "latest"], partition: int | None
 ) -> RequestOptions:
@@ -83,10 +97,12 @@ class Offsets(SyncAPIResource):
     ) -> SeekResult:
         """Move one partition to an offset, or to the first message at or after a time (a ``datetime``,
         an ISO-8601 string or epoch milliseconds). Works while consuming: in-flight messages of the
-        partition are dropped and delivery resumes there.
+        partition are dropped and delivery resumes there. An offset outside the partition's range is
+        clamped into it: the answer says where it landed, and a warning is logged when that differs.
         """
         options = _seek_options(topic, group, partition, offset, timestamp)
-        return parse_model(SeekResult, self._client.request(options))
+        result = parse_model(SeekResult, self._client.request(options))
+        return _landed(self._client, topic, group, offset, result)
 
     def reset(
         self,
@@ -127,7 +143,8 @@ class AsyncOffsets(AsyncAPIResource):
     ) -> SeekResult:
         """Move one partition to an offset or a time. See ``Offsets.seek``."""
         options = _seek_options(topic, group, partition, offset, timestamp)
-        return parse_model(SeekResult, await self._client.request(options))
+        result = parse_model(SeekResult, await self._client.request(options))
+        return _landed(self._client, topic, group, offset, result)
 
     async def reset(
         self,

@@ -1,0 +1,57 @@
+"""``make cluster``'s options: every service's address can move, and ``infra/services.sh`` starts only
+the services it is asked for (make cluster never asks for a NATS: it runs its own)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from infra.cluster import REDIS_URL, cluster_from_args
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class TestClusterArguments:
+    def test_defaults_are_the_documented_ports(self):
+        cluster, fresh = cluster_from_args([])
+        assert (cluster.front_port, cluster.api_ports, cluster.nats_port) == (8080, (8081, 8082, 8083), 4311)
+        assert cluster.redis_url == REDIS_URL and not fresh
+
+    def test_every_service_can_move(self):
+        cluster, fresh = cluster_from_args(
+            [
+                "--redis-url", "redis://127.0.0.1:6380/2",
+                "--postgres-url", "postgresql://postgres@127.0.0.1:5433/postgres",
+                "--database", "qc_elsewhere",
+                "--front-port", "9080", "--api-port", "9081", "--api-processes", "2",
+                "--nats-port", "5311",
+                "--fresh",
+            ]
+        )  # fmt: skip
+        assert cluster.redis_url == "redis://127.0.0.1:6380/2"
+        assert cluster.database_url == "postgresql+asyncpg://postgres@127.0.0.1:5433/qc_elsewhere"
+        assert (cluster.front_port, cluster.api_ports, cluster.nats_port) == (9080, (9081, 9082), 5311)
+        assert fresh
+
+
+class TestServicesScript:
+    def test_starts_only_what_it_is_asked_for(self):
+        done = subprocess.run(
+            ["bash", "infra/services.sh", "up", "redis"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "services: redis up"
+
+    def test_refuses_an_unknown_service(self):
+        done = subprocess.run(
+            ["bash", "infra/services.sh", "up", "kafka"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 2 and "usage" in done.stderr
