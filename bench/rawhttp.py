@@ -5,6 +5,7 @@ requests and reading ``Content-Length`` answers. httpx spends ~1-2 ms of client 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 
 class Connection:
@@ -34,17 +35,26 @@ class Pool:
         self.host, self.port, self.size = host, port, size
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         self._prefix = f"Host: {host}:{port}\r\n{extra}Content-Type: application/json\r\nContent-Length: "
-        self._idle: list[Connection] = []
+        # Oldest first: every connection is used in turn, so none idles past the server's keep-alive
+        # timeout (uvicorn's 5 s) at the bottom of a stack after a burst opened it.
+        self._idle: deque[Connection] = deque()
         self._room = asyncio.Semaphore(size)
 
     async def post(self, path: str, body: bytes) -> int:
+        head = f"POST {path} HTTP/1.1\r\n{self._prefix}".encode()
         async with self._room:
-            conn = (
-                self._idle.pop()
-                if self._idle
-                else Connection(*await asyncio.open_connection(self.host, self.port))
-            )
-            status = await conn.request(f"POST {path} HTTP/1.1\r\n{self._prefix}".encode(), body)
+            if self._idle:
+                conn = self._idle.popleft()
+                try:
+                    status = await conn.request(head, body)
+                except (asyncio.IncompleteReadError, ConnectionResetError):
+                    # The server closed it as idle just as it was taken: nothing reached the app. Once more.
+                    conn.writer.close()
+                    conn = Connection(*await asyncio.open_connection(self.host, self.port))
+                    status = await conn.request(head, body)
+            else:
+                conn = Connection(*await asyncio.open_connection(self.host, self.port))
+                status = await conn.request(head, body)
             self._idle.append(conn)
             return status
 
