@@ -129,6 +129,7 @@ bench: install services $(HAPROXY)
 	$(BIN)/python bench/consume_bench.py
 	$(BIN)/python bench/latency_breakdown.py
 	$(BIN)/python bench/scaleout_bench.py
+	$(BIN)/python bench/cluster_bench.py
 
 # The Node.js SDK (sdk/js): npm ci from its lock file, built into sdk/js/dist (ESM + CJS + .d.ts).
 JS := sdk/js

@@ -13,9 +13,11 @@ Durability is ``"replicated:<n>"``: JetStream acknowledges an append once a quor
 replicas stored it, and the cluster runs with ``sync_interval: always`` (``infra/nats_cluster.py``), so a
 quorum write is fsync'd on each of those replicas. Nothing is answered before that ack.
 
-Appends to one partition are one atomic batch (ADR-50), contiguous in the stream: the ack's sequence minus
-the count is the base offset. Appends to several partitions go through a commit record that recovery rolls
-forward (``transactions``). Every node learns of every commit within milliseconds (``watermarks``).
+Appends to one partition are stored whole and contiguous in the stream, and those that meet at a partition
+share one write (``writer``: group commit, one atomic batch per write, ADR-50): the ack's sequence says
+where each landed. Appends to several partitions go through a commit record that recovery rolls forward
+(``transactions``). A topic's streams are administered by ``streams``. Every node learns of every commit
+within milliseconds (``watermarks``).
 
 Any API node may run this engine against the same cluster at the same time: nothing here is owned by one
 process. What each node caches — the streams it knows, the highest end it has seen — is refreshed from
