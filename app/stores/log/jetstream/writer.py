@@ -11,7 +11,8 @@ partition's thousandth concurrent publish cheap.
 - **No added wait.** An append to an idle partition is sent at once; there is no linger timer. Appends
   arriving while a write is in flight queue up, and when it is answered the next write takes them all: the
   batches grow with the load, and one in flight per partition keeps the servers' work per message falling
-  as it does.
+  as it does. An append that half fills a batch by itself (500 records) gains nothing by waiting: it is
+  sent at once, beside the write in flight, as appends were before group commit.
 - **Each caller's records stay whole and together.** Appends are packed into batches without splitting
   one: a batch holds whole appends, at most ``max_messages`` records (JetStream's 1,000 a batch) and about
   ``max_bytes``; what does not fit goes into further batches of the same write, sent together (several
@@ -70,18 +71,27 @@ class StreamWriter(Generic[T]):
         self._max_bytes = max_bytes
         self._queue: list[_Append[T]] = []
         self._writing: asyncio.Task[None] | None = None
+        # An append of this many messages is worth a write of its own: waiting would only delay it.
+        self._alone = max(2, max_messages // 2)
+        self._own_writes: set[asyncio.Task[None]] = set()
         self.writes = 0  # JetStream publishes sent (batches, and single messages): for tests and metrics
 
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing in flight (the engine drops idle writers)."""
-        return self._writing is None and not self._queue
+        return self._writing is None and not self._queue and not self._own_writes
 
     def append(self, frames: Sequence[T]) -> asyncio.Future[StoredAt]:
         """Queue ``frames`` for the next write (starting it now if none is in flight); the future answers
         where the last of them landed, and how many there were."""
         future: asyncio.Future[StoredAt] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Append(frames, future, sum(map(self._size, frames))))
+        item = _Append(frames, future, sum(map(self._size, frames)))
+        if self._writing is not None and len(frames) >= self._alone:
+            task = asyncio.get_running_loop().create_task(self._write([item]))
+            self._own_writes.add(task)
+            task.add_done_callback(self._own_writes.discard)
+            return future
+        self._queue.append(item)
         if self._writing is None:
             self._start()
         return future

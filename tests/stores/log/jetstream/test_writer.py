@@ -67,3 +67,31 @@ async def test_a_failed_write_fails_every_append_in_it_and_stores_none(engine, n
     assert all(isinstance(r, UnknownLog | EngineUnavailable) for r in results), results
     assert any(isinstance(r, UnknownLog) for r in results), results
     assert topic not in await engine.topic_ids()
+
+
+async def test_an_append_that_half_fills_a_batch_is_sent_at_once(engine):
+    # Appends of 600 records gain nothing by waiting for the write in flight: each is a write of its own,
+    # beside it, and each caller still reads back exactly its records.
+    topic = topic_id()
+    await engine.create_topic(topic, 1, TopicLogConfig(replicas=3))
+    await engine.append(topic, {0: [RecordIn(b"first")]})
+    writer = engine._writers[codec.stream_name(topic, 0)]
+    before = writer.writes
+
+    async def big(a: int) -> tuple[int, int]:
+        return a, (await engine.append(topic, {0: [RecordIn(b"%d-%d" % (a, k)) for k in range(600)]}))[0]
+
+    bases = await asyncio.gather(*(big(a) for a in range(5)))
+    assert writer.writes - before == 5
+    records = {r.offset: r.value for r in await _read_all(engine, topic)}
+    for a, base in bases:
+        assert [records[base + k] for k in range(600)] == [b"%d-%d" % (a, k) for k in range(600)]
+
+
+async def _read_all(engine, topic: str) -> list:
+    out: list = []
+    offset = 0
+    while chunk := await engine.read(topic, 0, offset, max_records=1000):
+        out.extend(chunk)
+        offset = chunk[-1].offset + 1
+    return out
