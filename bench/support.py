@@ -305,6 +305,7 @@ async def jetstream_latency(
     """publish→deliver p50/p99 in ms through JetStream: ``js.publish`` of ``message(i)``, stamped, at
     ``rate`` for ``seconds`` into ``stream``, read by a pull consumer (``fetch(100)``) acking each."""
     import nats
+    import nats.js.errors
 
     total = int(seconds * rate)
     latencies: list[float] = []
@@ -315,6 +316,11 @@ async def jetstream_latency(
             try:
                 msgs = await sub.fetch(100, timeout=0.5)
             except nats.errors.TimeoutError:
+                continue
+            except nats.js.errors.ServiceUnavailableError:
+                # The pull consumer's leader is not answering for a moment (just created, or re-elected):
+                # the reference is asked again, as its clients would.
+                await asyncio.sleep(0.05)
                 continue
             now = time.perf_counter()
             for m in msgs:
