@@ -222,9 +222,9 @@ class JetStreamIdempotency:
         put = [(self._subject(_name(topic_id, key)), orjson.dumps(value), None)]
         try:
             await while_unsettled(lambda: self._puts.append(put), NoStream)
-        except LogEngineError as exc:
-            if isinstance(exc, EngineUnavailable):
-                raise
+        except EngineUnavailable:
+            raise
+        except LogEngineError as exc:  # refused by JetStream: the record is not written, as in an outage
             raise EngineUnavailable(f"idempotency record not written: {exc}") from exc
 
     def _subject(self, name: str) -> str:
