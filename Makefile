@@ -93,7 +93,7 @@ pipeline: install
 	bash spark/scripts/pipeline.sh
 
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services lint typecheck audit $(CHROMIUM) $(HAPROXY)
+test: install services lint typecheck audit go-deps $(CHROMIUM) $(HAPROXY)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go
