@@ -1,6 +1,7 @@
 """SQL of consumer groups and their members: the first two steps of the lock order.
 
-Rebalances and stopped-group changes lock the ``consumer_groups`` row first (``get(for_update=True)``);
+Rebalances and stopped-group changes lock the ``consumer_groups`` row first (``get(for_update=True)``, as
+``FOR NO KEY UPDATE``, which leaves its children's foreign-key checks free);
 member calls read their group, themselves and the soonest member expiry in one round trip
 (``caller_view``).
 
@@ -32,7 +33,12 @@ class GroupRepository(Repository):
     async def get(self, topic_id: str, name: str, *, for_update: bool = False) -> ConsumerGroup | None:
         stmt = select(ConsumerGroup).where(ConsumerGroup.topic_id == topic_id, ConsumerGroup.name == name)
         if for_update:
-            stmt = stmt.with_for_update()
+            # FOR NO KEY UPDATE, not FOR UPDATE: the lock still serialises everything that locks the group,
+            # but not the foreign-key checks of rows inserted under it (a lease row takes FOR KEY SHARE on
+            # its group). With FOR UPDATE, a member releasing a partition (partition row, then a lease
+            # insert) and a leave of the same group (group row, then that partition row) deadlocked, and
+            # Postgres broke it after deadlock_timeout: a consumer's stop on the cluster took ~1 s.
+            stmt = stmt.with_for_update(key_share=True)
         result = await self.session.execute(stmt.execution_options(populate_existing=True))
         return result.scalar_one_or_none()
 
