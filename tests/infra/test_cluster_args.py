@@ -34,24 +34,18 @@ class TestClusterArguments:
         assert fresh
 
 
+def _services(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "infra/services.sh", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+
+
 class TestServicesScript:
     def test_starts_only_what_it_is_asked_for(self):
-        done = subprocess.run(
-            ["bash", "infra/services.sh", "up", "redis"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = _services("up", "redis")
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "services: redis up"
 
     def test_refuses_an_unknown_service(self):
-        done = subprocess.run(
-            ["bash", "infra/services.sh", "up", "kafka"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = _services("up", "kafka")
         assert done.returncode == 2 and "usage" in done.stderr

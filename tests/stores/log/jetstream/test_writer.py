@@ -10,6 +10,7 @@ import secrets
 import pytest
 
 from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine, codec
+from app.stores.log.jetstream.writer import StreamWriter
 from app.stores.log.protocol import EngineUnavailable, RecordIn, TopicLogConfig, UnknownLog
 
 
@@ -22,11 +23,16 @@ def topic_id() -> str:
     return f"top_{secrets.token_hex(6)}"
 
 
-async def test_concurrent_single_appends_share_a_few_writes(engine):
+async def _written_once(engine: JetStreamLogEngine) -> tuple[str, StreamWriter[bytes]]:
+    """A new 1-partition topic with one record at offset 0, and its partition's writer."""
     topic = topic_id()
     await engine.create_topic(topic, 1, TopicLogConfig(replicas=3))
     await engine.append(topic, {0: [RecordIn(b"first")]})
-    writer = engine._writers[codec.stream_name(topic, 0)]
+    return topic, engine._writers[codec.stream_name(topic, 0)]
+
+
+async def test_concurrent_single_appends_share_a_few_writes(engine):
+    topic, writer = await _written_once(engine)
     before = writer.writes
 
     bases = await asyncio.gather(*(engine.append(topic, {0: [RecordIn(b"%d" % i)]}) for i in range(200)))
@@ -72,10 +78,7 @@ async def test_a_failed_write_fails_every_append_in_it_and_stores_none(engine, n
 async def test_an_append_that_half_fills_a_batch_is_sent_at_once(engine):
     # Appends of 600 records gain nothing by waiting for the write in flight: each is a write of its own,
     # beside it, and each caller still reads back exactly its records.
-    topic = topic_id()
-    await engine.create_topic(topic, 1, TopicLogConfig(replicas=3))
-    await engine.append(topic, {0: [RecordIn(b"first")]})
-    writer = engine._writers[codec.stream_name(topic, 0)]
+    topic, writer = await _written_once(engine)
     before = writer.writes
 
     async def big(a: int) -> tuple[int, int]:
