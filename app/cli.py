@@ -291,6 +291,9 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     # uvicorn builds the protocol itself (in this process): its bounds are set on the class.
     HttpProtocol.max_head_bytes = settings.http_max_head_bytes
     HttpProtocol.head_timeout = settings.http_head_timeout_seconds
+    HttpProtocol.body_timeout = settings.http_body_timeout_seconds
+    HttpProtocol.anonymous_body_timeout = settings.http_anonymous_body_timeout_seconds
+    HttpProtocol.body_min_rate = settings.http_body_min_rate
     uvicorn.run(
         "app.main:create_app",
         factory=True,

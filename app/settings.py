@@ -97,6 +97,11 @@ class Settings(BaseSettings):
     # seconds of its first byte or of the connection (408 past it; a connection that sends nothing closes).
     http_max_head_bytes: int = 64 * 1024
     http_head_timeout_seconds: float = 10.0
+    # A request's body: complete within this many seconds of its head (a request without credentials:
+    # the shorter limit), and never slower than the minimum rate (bytes a second); 408 past either.
+    http_body_timeout_seconds: float = Field(30.0, gt=0)
+    http_anonymous_body_timeout_seconds: float = Field(5.0, gt=0)
+    http_body_min_rate: int = Field(1024, ge=0)
     # Abuse limits of push connections: a client frame's size, client frames per second on one connection,
     # and open push connections per API key on one API process. Refused cleanly, logged once.
     ws_max_frame_bytes: int = 1024 * 1024

@@ -149,3 +149,128 @@ class TestPushConnections:
             await second.close()
         again = await when_room()  # room again once they are gone
         await again.close()
+
+
+@pytest.fixture(scope="module")
+def body_limited(tmp_path_factory):
+    """A server whose body limits are short enough to watch: 4 s with credentials, 1.5 s without."""
+    data = tmp_path_factory.mktemp("bodies")
+    env = server_env(
+        data / "data",
+        QUEUECORE_HTTP_BODY_TIMEOUT_SECONDS="4",
+        QUEUECORE_HTTP_ANONYMOUS_BODY_TIMEOUT_SECONDS="1.5",
+        QUEUECORE_HTTP_BODY_MIN_RATE="1024",
+    )
+    cli(env, "migrate")
+    keys = bootstrap(env, "bodies", "--tier", "enterprise")["keys"]
+    proc = ServerProcess(env=env, port=free_port(), data_dir=data / "data", log_path=data / "server.log")
+    proc.keys = keys
+    proc.start()
+    headers = {"Authorization": f"Bearer {keys['production']}"}
+    assert httpx.post(
+        proc.url + "/v1/topics", json={"name": "bodies", "partitions": 1}, headers=headers
+    ).is_success
+    yield proc
+    proc.stop()
+
+
+def trickle(
+    server: ServerProcess, head: bytes, piece: bytes, every: float, limit: float
+) -> tuple[bytes, float]:
+    """Send ``head``, then ``piece`` every ``every`` seconds (never the whole body) until the server
+    answers or ``limit`` seconds pass: what it answered, and after how long."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head)
+        started = time.monotonic()
+        answer = b""
+        while time.monotonic() - started < limit:
+            try:
+                sock.sendall(piece)
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+            sock.settimeout(every)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                break
+            answer += chunk
+            if not chunk or b"\r\n\r\n" in answer:
+                break
+        return answer, time.monotonic() - started
+
+
+def publish_head(server: ServerProcess, length: int, *, key: bool = True) -> bytes:
+    auth = f"Authorization: Bearer {server.keys['production']}\r\n".encode() if key else b""
+    return (
+        b"POST /v1/topics/bodies/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + auth
+        + b"Content-Length: %d\r\n\r\n" % length
+    )
+
+
+class TestRequestBody:
+    def test_a_body_trickled_below_the_minimum_rate_is_408(self, body_limited):
+        answer, took = trickle(body_limited, publish_head(body_limited, 100_000), b"x" * 50, 0.2, 10)
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer[:200]
+        body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        assert "slower than 1024 bytes" in body["error"]["message"]
+        assert took < 4  # cut by the rate check, before the time limit
+
+    def test_a_body_sent_fast_enough_but_never_finished_is_408_at_the_time_limit(self, body_limited):
+        # 2 KiB every 0.25 s is 8 KiB/s, above the rate; the 10 MB promised never all arrive.
+        answer, took = trickle(body_limited, publish_head(body_limited, 10_000_000), b"x" * 2048, 0.25, 10)
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer[:200]
+        assert b"not complete in time" in answer and took >= 3.5
+
+    def test_a_request_without_credentials_gets_the_short_limit(self, body_limited):
+        # A route that reads its body before it authenticates: the short limit cuts the body off.
+        head = b"POST /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n"
+        answer, took = trickle(body_limited, head, b"x" * 2048, 0.25, 10)
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer[:200]
+        assert took < 3
+
+    def test_an_answer_given_before_the_body_ends_the_connection_soon(self, body_limited):
+        # The publish authenticates first: 401 at once; the rest of the body is not waited for.
+        with socket.create_connection(("127.0.0.1", body_limited.port), timeout=5) as sock:
+            sock.sendall(publish_head(body_limited, 10_000_000, key=False) + b"x" * 100)
+            started = time.monotonic()
+            answer = sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+            closed = False
+            while time.monotonic() - started < 5 and not closed:
+                try:
+                    sock.sendall(b"x" * 2048)
+                    sock.settimeout(0.25)
+                    closed = sock.recv(65536) == b""
+                except TimeoutError:
+                    continue
+                except (ConnectionResetError, BrokenPipeError):
+                    closed = True
+            assert closed and time.monotonic() - started < 3
+
+    def test_a_body_in_quick_pieces_is_published(self, body_limited):
+        payload = json.dumps({"data": {"text": "y" * 6000}}).encode()
+        with socket.create_connection(("127.0.0.1", body_limited.port), timeout=5) as sock:
+            sock.sendall(publish_head(body_limited, len(payload)))
+            for start in range(0, len(payload), 1000):
+                sock.sendall(payload[start : start + 1000])
+                time.sleep(0.05)
+            answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 201"), answer[:200]
+
+    def test_the_app_sees_a_timed_out_body_as_a_client_gone_not_an_error(self, body_limited):
+        trickle(body_limited, publish_head(body_limited, 100_000), b"x" * 10, 0.2, 10)
+        time.sleep(0.5)
+        text = body_limited.log_path.read_text()
+        assert "unhandled error" not in text
+        assert any(line.get("msg") == "client disconnected" for line in log_lines(body_limited, "client"))
+
+    def test_a_request_that_is_not_http_gets_the_envelope(self, body_limited):
+        answer = raw(body_limited, b"\x16\x03\x01 this is not HTTP\r\n\r\n")
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 Bad Request"), answer[:200]
+        assert b"content-type: application/json" in head.lower() and b"x-request-id: req_" in head.lower()
+        body = json.loads(rest)
+        assert body["error"]["code"] == "INVALID_REQUEST" and body["error"]["status"] == 400

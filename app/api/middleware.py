@@ -12,6 +12,7 @@ import logging
 import time
 from typing import Any
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import HttpMetrics
@@ -108,6 +109,11 @@ class RequestEnvelopeMiddleware:
                 )
         except _BodyTooLarge:
             pass
+        except ClientDisconnect:
+            # The client went before its request was read (or its body timed out in the protocol):
+            # nothing to answer, and nothing wrong with the server.
+            status = 499
+            logger.info("client disconnected", extra={"requestId": request_id})
         except Exception:
             logger.exception("unhandled error", extra={"requestId": request_id})
             if state.get(UNHANDLED_ANSWERED):

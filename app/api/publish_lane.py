@@ -17,7 +17,7 @@ import re
 import time
 
 from fastapi.routing import APIRoute
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api import messages
@@ -53,11 +53,17 @@ class PublishLane:
         scope["path_params"] = {"name": name}
         authorization = ""
         idempotency_key: str | None = None
+        traceparent: str | None = None
+        tracestate: str | None = None
         for header, value in scope["headers"]:  # the first of each, as Starlette's ``Headers.get``
             if header == b"authorization" and not authorization:
                 authorization = value.decode("latin-1")
             elif header == b"idempotency-key" and idempotency_key is None:
                 idempotency_key = value.decode("latin-1")
+            elif header == b"traceparent" and traceparent is None:
+                traceparent = value.decode("latin-1")
+            elif header == b"tracestate" and tracestate is None:
+                tracestate = value.decode("latin-1")
         try:
             services: Services = app.state.services
             state = scope["state"]
@@ -69,7 +75,13 @@ class PublishLane:
                 )
             else:
                 body, replayed = await messages.publish_one(
-                    services, state, key, name, idempotency_key, await _read(receive)
+                    services,
+                    state,
+                    key,
+                    name,
+                    idempotency_key,
+                    await _read(receive),
+                    messages.trace_context(traceparent, tracestate),
                 )
         except (ApiError, *CODED_ERRORS) as error:
             request = Request(scope, receive)
@@ -92,9 +104,13 @@ async def _read(receive: Receive) -> bytes:
     message = await receive()
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
         return body
     chunks = [body]
     while message.get("more_body", False):
         message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect  # gone mid-body: never publish a part of it
         chunks.append(message.get("body", b""))
     return b"".join(chunks)

@@ -9,6 +9,18 @@ held its connection open indefinitely). Two bounds, checked as bytes arrive, bef
 - **time**: a request head must be complete within ``head_timeout`` seconds of its first byte (or of the
   connection, for the first request); past it the answer is 408, and the connection is closed.
 
+A request body is bounded in time too (a client trickling one held a connection, and the app task waiting
+for it, for minutes): it must be complete within ``body_timeout`` seconds of its head, or
+``anonymous_body_timeout`` for a request without credentials (no ``Authorization`` or ``Cookie``
+header: nobody gets to send a body slowly without saying who they are), and must keep coming at
+``body_min_rate`` bytes a second at least, checked every ``body_check_seconds`` (or a third of the
+time limit, if shorter). Past either the answer is
+408 and the connection closed; the app sees the client gone (``http.disconnect``). A body still arriving
+after the app has answered is no longer waited for at all.
+
+A request the parser refuses (not HTTP/1.1) is answered 400 with the error envelope and a request id, like
+every other answer, instead of uvicorn's text.
+
 Each refusal is logged once, at WARNING, with the peer's address and a request id that the answer carries.
 Idle keep-alive connections are uvicorn's business (``timeout_keep_alive``), as before.
 
@@ -33,7 +45,12 @@ logger = logging.getLogger("queuecore.http")
 
 MAX_HEAD_BYTES = 64 * 1024  # request line + headers; browsers and SDKs send a few KiB at most
 HEAD_TIMEOUT_SECONDS = 10.0
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+BODY_TIMEOUT_SECONDS = 30.0
+ANONYMOUS_BODY_TIMEOUT_SECONDS = 5.0
+BODY_MIN_RATE = 1024  # bytes a second
+BODY_CHECK_SECONDS = 5.0
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_CREDENTIALS = (b"authorization", b"cookie")
 
 
 class _HeadRefused(Exception):
@@ -43,12 +60,22 @@ class _HeadRefused(Exception):
 class HttpProtocol(HttpToolsProtocol):
     max_head_bytes = MAX_HEAD_BYTES
     head_timeout = HEAD_TIMEOUT_SECONDS
+    body_timeout = BODY_TIMEOUT_SECONDS
+    anonymous_body_timeout = ANONYMOUS_BODY_TIMEOUT_SECONDS
+    body_min_rate = BODY_MIN_RATE
+    body_check_seconds = BODY_CHECK_SECONDS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_deadline = 0.0
+        self._body_bytes = 0
+        self._body_bytes_checked = 0
+        self._body_checked_at = 0.0
+        self._body_interval = BODY_CHECK_SECONDS
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -56,6 +83,7 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        self._disarm_body_timer()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -77,10 +105,19 @@ class HttpProtocol(HttpToolsProtocol):
         if self.cycle is not None and type(self.cycle) is RequestResponseCycle:
             # uvicorn builds the cycle itself; its task has not run yet, so every ``send`` is ours.
             self.cycle.__class__ = _OneWriteCycle
+        self._arm_body_timer()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._disarm_body_timer()
+        super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
         if self._refusal is None:
-            super().send_400_response(msg)
+            self._refuse(400, "The request is not valid HTTP/1.1.", level=logging.INFO)
             return
         status, message = self._refusal
         self._refuse(status, message)
@@ -113,11 +150,63 @@ class HttpProtocol(HttpToolsProtocol):
             return
         self._refuse(408, f"The request head was not complete within {self.head_timeout:g} s.")
 
+    def _arm_body_timer(self) -> None:
+        """Start timing the body of the request whose head just ended, if it has one."""
+        self._disarm_body_timer()
+        length = b"0"
+        credentials = chunked = False
+        for name, value in self.headers:
+            if name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                chunked = True
+            elif name in _CREDENTIALS:
+                credentials = True
+        if not chunked and length.strip(b" 0") == b"":
+            return  # no body to wait for
+        if self.parser.should_upgrade():
+            return  # a WebSocket handshake: no body, and the connection is the protocol's from here
+        limit = self.body_timeout if credentials else self.anonymous_body_timeout
+        now = self.loop.time()
+        self._body_deadline = now + limit
+        self._body_checked_at = now
+        self._body_bytes = self._body_bytes_checked = 0
+        self._body_interval = min(self.body_check_seconds, limit / 3)
+        self._body_timer = self.loop.call_later(self._body_interval, self._check_body)
+
+    def _disarm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _check_body(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started:
+            # Answered without the whole body (a refusal): nothing waits for the rest, and reading it
+            # would only hold the connection; close it.
+            if cycle.response_complete:
+                self.transport.close()
+            return
+        now = self.loop.time()
+        if now >= self._body_deadline - 1e-3:
+            self._refuse(408, "The request body was not complete in time.")
+            return
+        received = self._body_bytes - self._body_bytes_checked
+        if received < self.body_min_rate * (now - self._body_checked_at):
+            self._refuse(408, f"The request body arrived slower than {self.body_min_rate} bytes a second.")
+            return
+        self._body_bytes_checked, self._body_checked_at = self._body_bytes, now
+        wait = min(self._body_interval, self._body_deadline - now)
+        self._body_timer = self.loop.call_later(wait, self._check_body)
+
     @property
     def url_started(self) -> bool:
         return bool(getattr(self, "url", b""))
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _refuse(self, status: int, message: str, *, level: int = logging.WARNING) -> None:
         request_id = new_request_id()
         body = orjson.dumps(
             {
@@ -138,7 +227,7 @@ class HttpProtocol(HttpToolsProtocol):
         ]
         self.transport.write(b"".join(head) + body)
         self.transport.close()
-        logger.warning("request refused: %s", message, extra={"requestId": request_id, **self._peer()})
+        logger.log(level, "request refused: %s", message, extra={"requestId": request_id, **self._peer()})
 
     def _peer(self) -> dict[str, Any]:
         return {"client": f"{self.client[0]}:{self.client[1]}" if self.client else None}
