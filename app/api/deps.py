@@ -105,11 +105,15 @@ async def charge_state(
     """``charge``, given the request's ``state``."""
     limit = limit_for(principal.tier, principal.custom_limits, category)
     decision = await services.limiter.acquire(f"{principal.key_id}:{category.value}", limit)
-    # Raw header pairs, as the envelope adds them to the answer.
+    # Raw header pairs, as the envelope adds them to the answer: the fields clients read today, and the
+    # current IETF draft's (draft-ietf-httpapi-ratelimit-headers: one policy per category, a 1 s window).
+    name = category.value.encode()
     state["response_headers"] = [
         (b"ratelimit-limit", b"%d" % decision.limit),
         (b"ratelimit-remaining", b"%d" % decision.remaining),
         (b"ratelimit-reset", b"%d" % decision.reset_seconds),
+        (b"ratelimit-policy", b'"%s";q=%d;w=1' % (name, decision.limit)),
+        (b"ratelimit", b'"%s";r=%d;t=%d' % (name, decision.remaining, decision.reset_seconds)),
     ]
     state["category"] = category.value
     state["accepted_at_us"] = decision.at_us if decision.allowed else None

@@ -31,12 +31,15 @@ from app.broker.messages import decode_headers, encode_headers
 from app.broker.partitioner import Partitioner
 from app.broker.topics import Scope, TopicDirectory, TopicRef
 from app.kit.clock import isoformat_ms, now_ms
+from app.kit.json_limits import MAX_DEPTH, inexact_integer, may_hold_inexact_integer, too_deep
 from app.stores.log.protocol import LogEngine, RecordIn, RecordTooLarge, ValueRecords
 
 MAX_MESSAGE_BYTES = 256 * 1024
 MAX_BATCH = 1000
 MAX_KEY_BYTES = 4096
 MAX_IDEMPOTENCY_KEY = 256
+MAX_HEADERS = 64
+MAX_HEADER_NAME_BYTES = 256
 _SINGLE_FIELDS = frozenset({"data", "key", "headers", "partition"})
 # Per-message tuples are built with tuple.__new__: half the cost of a NamedTuple's generated __new__.
 _new = tuple.__new__
@@ -71,12 +74,27 @@ def _field_error(field: str, issue: str, index: int | None) -> InvalidRequest:
     return InvalidRequest.field(field if index is None else f"messages[{index}].{field}", issue)
 
 
+def _too_deep(index: int | None) -> InvalidRequest:
+    return _field_error("data", f"nested deeper than {MAX_DEPTH} levels of arrays and objects", index)
+
+
+def _dump(value: Any, index: int | None) -> bytes:
+    """``data`` as JSON bytes; a value nested past what orjson writes (254 levels) is refused."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        raise _too_deep(index) from None
+
+
 def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key: bool = False) -> Outgoing:
-    """Validate one message object of a publish body; ``data`` is kept as JSON bytes."""
+    """Validate one message object of a publish body; ``data`` is kept as JSON bytes.
+
+    ``data`` may nest at most ``MAX_DEPTH`` levels; ``data``, ``key`` and ``headers`` together may take
+    ``MAX_MESSAGE_BYTES`` (413 past it); at most ``MAX_HEADERS`` headers, names of 1–256 bytes."""
     if type(item) is dict and len(item) == 1 and "data" in item:
         # The common case, a bare {"data": ...}: nothing else to check.
-        data = orjson.dumps(item["data"])
-        if len(data) <= MAX_MESSAGE_BYTES:
+        data = _dump(item["data"], index)
+        if len(data) <= MAX_MESSAGE_BYTES and not too_deep(data):
             return _new(Outgoing, (data, None, None, None, None))
     if not isinstance(item, dict):
         raise InvalidRequest.field(
@@ -89,18 +107,23 @@ def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key:
         raise _field_error(min(unknown), "unknown field", index)
     if "data" not in item:
         raise _field_error("data", "required", index)
-    data = orjson.dumps(item["data"])
+    data = _dump(item["data"], index)
+    where = "" if index is None else f" (messages[{index}])"
     if len(data) > MAX_MESSAGE_BYTES:
-        where = "" if index is None else f" (messages[{index}])"
         raise PayloadTooLarge(f"A message's data exceeds 256 KiB{where}.")
+    if too_deep(data):
+        raise _too_deep(index)
+    size = len(data)
     key = item.get("key")
-    if key is not None and (not isinstance(key, str) or len(key.encode()) > MAX_KEY_BYTES):
-        raise _field_error("key", f"must be a string of at most {MAX_KEY_BYTES} bytes", index)
+    if key is not None:
+        if not isinstance(key, str) or len(key.encode()) > MAX_KEY_BYTES:
+            raise _field_error("key", f"must be a string of at most {MAX_KEY_BYTES} bytes", index)
+        size += len(key.encode())
     headers = item.get("headers")
-    if headers is not None and (
-        not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values())
-    ):
-        raise _field_error("headers", "must be an object of string values", index)
+    if headers is not None:
+        size += _headers_size(headers, index)
+    if size > MAX_MESSAGE_BYTES:
+        raise PayloadTooLarge(f"A message's data, key and headers together exceed 256 KiB{where}.")
     partition = item.get("partition")
     if partition is not None and (
         not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
@@ -112,6 +135,55 @@ def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key:
             idem, "idempotencyKey" if index is None else f"messages[{index}].idempotencyKey"
         )
     return Outgoing(data, key, headers or None, partition, idem)
+
+
+def _headers_size(headers: Any, index: int | None) -> int:
+    """The bytes a message's headers take (names and values, UTF-8), once they are found valid."""
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise _field_error("headers", "must be an object of string values", index)
+    if len(headers) > MAX_HEADERS:
+        raise _field_error("headers", f"at most {MAX_HEADERS} headers (got {len(headers)})", index)
+    size = 0
+    for name, value in headers.items():
+        name_bytes = len(name.encode())
+        if not 1 <= name_bytes <= MAX_HEADER_NAME_BYTES:
+            raise _field_error(
+                "headers", f"a header name must be 1–{MAX_HEADER_NAME_BYTES} bytes of UTF-8", index
+            )
+        size += name_bytes + len(value.encode())
+    return size
+
+
+def with_trace_context(message: Outgoing, context: Mapping[str, str]) -> Outgoing:
+    """The message with the publish request's trace context (``traceparent``, ``tracestate``) as
+    headers, unless it carries a ``traceparent`` of its own (then its own context wins whole)."""
+    headers = message.headers
+    if headers is not None and "traceparent" in headers:
+        return message
+    merged = {**(headers or {}), **context}
+    if len(merged) > MAX_HEADERS:
+        return message  # no room: the message as sent is kept, not refused for what it did not send
+    return message._replace(headers=merged)
+
+
+def check_integers(raw: bytes | str, datas: Sequence[bytes], *, batch: bool) -> None:
+    """Refuse a body whose messages hold an integer 64 bits cannot keep (it would be stored changed, as
+    a float). ``raw`` is the body as sent, ``datas`` its messages' ``data`` as parsed and rewritten."""
+    if not may_hold_inexact_integer(b"".join(datas)):
+        return
+    literal = inexact_integer(raw)
+    if literal is None:
+        return
+    field = "data"
+    if batch:  # name the message: its data holds the float the literal became
+        written = orjson.dumps(float(int(literal)))
+        index = next((i for i, data in enumerate(datas) if written in data), None)
+        field = "messages[].data" if index is None else f"messages[{index}].data"
+    shown = literal if len(literal) <= 40 else literal[:37] + "..."
+    raise InvalidRequest.field(
+        field,
+        f"the integer {shown} does not fit in 64 bits and would not be kept exactly; send it as a string",
+    )
 
 
 def validate_idempotency_key(value: Any, field: str = "Idempotency-Key") -> str:
@@ -136,8 +208,11 @@ def parse_batch(body: Any) -> list[Outgoing]:
     for i, m in enumerate(messages):
         # parse_message's fast path, inlined: a call per message costs more than the check.
         if type(m) is dict and len(m) == 1 and "data" in m:
-            data = dumps(m["data"])
-            if len(data) <= MAX_MESSAGE_BYTES:
+            try:
+                data = dumps(m["data"])
+            except orjson.JSONEncodeError:
+                raise _too_deep(i) from None
+            if len(data) <= MAX_MESSAGE_BYTES and (len(data) <= 2 * MAX_DEPTH or not too_deep(data)):
                 out.append(_new(Outgoing, (data, None, None, None, None)))
                 continue
         out.append(parse_message(m, index=i, allow_idempotency_key=True))
@@ -156,8 +231,16 @@ def plain_batch(body: Any) -> list[bytes] | None:
     datas = [m["data"] for m in messages if type(m) is dict and len(m) == 1 and "data" in m]
     if len(datas) != len(messages):
         return None
-    values = list(map(orjson.dumps, datas))
-    return values if max(map(len, values)) <= MAX_MESSAGE_BYTES else None
+    try:
+        values = list(map(orjson.dumps, datas))
+    except orjson.JSONEncodeError:
+        return None  # nested too deep: parse_batch names the message
+    if max(map(len, values)) > MAX_MESSAGE_BYTES:
+        return None
+    # Nesting past MAX_DEPTH needs 2 × MAX_DEPTH + 2 bytes of brackets: shorter values are never checked.
+    if any(too_deep(value) for value in values if len(value) > 2 * MAX_DEPTH):
+        return None
+    return values
 
 
 class _DedupIndex:

@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 from playwright.async_api import expect
 
 from tests.dashboard.conftest import shot, sign_in
@@ -228,6 +229,34 @@ class TestTopics:
         await expect(page.get_by_role("alert")).to_contain_text("Not valid JSON")
         await expect(page.get_by_label("Key (optional)")).to_have_value("k-1")
         await expect(page.get_by_label("Data (JSON)")).to_have_value('{"almost": json')
+
+    @pytest.mark.parametrize(
+        ("data", "headers", "says"),
+        [
+            ("[" * 300 + "]" * 300, "", "nested deeper than 64"),
+            ('{"n": 18446744073709551616}', "", "64 bits"),
+            ('"\\ud800"', "", "Not valid JSON"),
+            ("NaN", "", "Not valid JSON"),
+            ('{"big": -Infinity}', "", "Not valid JSON"),
+            ("1", '{"a": {"b": 1}}', "string values"),
+            ("1", "[1, 2]", "string values"),
+        ],
+    )
+    async def test_the_publish_form_refuses_what_the_api_refuses(self, page, dashboard, data, headers, says):
+        async with dashboard.api() as api:
+            created = await api.post("/topics", json={"name": "publish.refused", "partitions": 1})
+            assert created.status_code in (201, 409), created.text
+        answers: list[int] = []
+        page.on("response", lambda r: answers.append(r.status) if r.request.method == "POST" else None)
+        await page.goto(dashboard.project_url() + "/topics/publish.refused")
+        await page.get_by_label("Headers (JSON object, optional)").fill(headers)
+        await page.get_by_label("Data (JSON)").fill(data)
+        await page.get_by_role("button", name="Publish", exact=True).click()
+        await expect(page.get_by_role("alert")).to_contain_text(says)
+        assert answers and 500 not in answers, answers
+        async with dashboard.api() as api:
+            described = (await api.get("/topics/publish.refused")).json()
+        assert described["partitionDetails"][0]["latestOffset"] == 0
 
     async def test_pages_by_offset_and_a_search_by_key_and_header_in_a_range(self, page, dashboard):
         async with dashboard.api() as api:
