@@ -37,6 +37,9 @@ MEMBER_ID = re.compile(r"^csr_[A-Za-z0-9]{1,28}$")
 T = TypeVar("T")
 
 
+MAX_GENERATION = 2**53 - 1  # what every JSON parser holds exactly
+
+
 @dataclass(frozen=True, slots=True)
 class MemberRef:
     """Who a delivery call speaks for: one member of a group of a topic, at the generation it last saw.
@@ -47,6 +50,12 @@ class MemberRef:
     group_name: str
     member_id: str
     generation: int
+
+    def __post_init__(self) -> None:
+        # Generations count up from 0; anything else is no generation this group ever had.
+        generation = self.generation
+        if type(generation) is not int or not 0 <= generation <= MAX_GENERATION:
+            raise InvalidRequest.field("generationId", f"must be an integer from 0 to {MAX_GENERATION}")
 
 
 @dataclass(frozen=True, slots=True)
