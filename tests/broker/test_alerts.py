@@ -332,6 +332,12 @@ class TestSsrf:
             "http://169.254.169.254/latest/meta-data",
             "http://[::1]/h",
             "http://0.0.0.0/h",
+            # IPv6 addresses that carry an internal IPv4 one: 6to4, Teredo, NAT64, IPv4-mapped.
+            "http://[2002:7f00:1::1]/h",
+            "http://[2002:a9fe:a9fe::]/latest/meta-data",
+            "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/h",
+            "http://[64:ff9b::a9fe:a9fe]/h",
+            "http://[::ffff:10.0.0.1]/h",
         ],
     )
     async def test_production_refuses_internal_addresses(self, url):
@@ -339,6 +345,14 @@ class TestSsrf:
         with pytest.raises(InvalidRequest) as refused:
             await alerts.check_url(policy(settings), url)
         assert refused.value.details and refused.value.details[0]["field"] == "url"
+        # Not a DNS oracle: the answer names no address the host resolved to.
+        issue = refused.value.details[0]["issue"]
+        assert issue == "the address is not allowed; alerts go to public hosts only"
+
+    async def test_a_6to4_address_of_a_public_host_is_allowed(self):
+        settings = settings_for("sqlite", Path("/tmp"), "", environment=Environment.production)
+        destination = await alerts.check_url(policy(settings), "http://[2002:808:808::1]/h")
+        assert destination.url == "http://[2002:808:808::1]/h"
 
     async def test_the_allow_list_and_development_mode_let_local_receivers_in(self):
         prod = settings_for(
@@ -399,7 +413,7 @@ class TestSsrf:
             assert await dispatcher.run_once() == 1
             assert receiver.received == []
             [attempt] = await delivery_log(metadata, project.project_id)
-            assert not attempt["ok"] and "internal address" in attempt["error"]
+            assert not attempt["ok"] and "address is not allowed" in attempt["error"]
         finally:
             await dispatcher.close()
 

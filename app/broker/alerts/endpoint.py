@@ -50,10 +50,25 @@ def _allowed(host: str, addresses: list[str], allow: tuple[str, ...]) -> bool:
     return False
 
 
-def _internal(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries and may be routed to: mapped (``::ffff:a.b.c.d``),
+    6to4 (``2002::/16``), Teredo (its server and client) and NAT64 (``64:ff9b::/96``)."""
+    found = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    if ip in _NAT64:
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return found
+
+
+def _internal_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     return (
         ip.is_loopback
         or ip.is_private
@@ -63,6 +78,17 @@ def _internal(address: str) -> bool:
         or ip.is_unspecified
         or not ip.is_global
     )
+
+
+def _internal(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if embedded:  # judged by where it leads: a 6to4 address of 127.0.0.1 is the loopback
+            return any(_internal_ip(v4) for v4 in embedded) or (
+                ip.ipv4_mapped is None and _internal_ip(ip) and not ip.sixtofour and not ip.teredo
+            )
+    return _internal_ip(ip)
 
 
 async def _resolve(host: str, port: int) -> list[str]:
@@ -113,13 +139,9 @@ async def check_url(policy: AlertPolicy, url: Any) -> Destination:
         raise InvalidRequest.field("url", f"the host '{host}' does not resolve") from None
     if not addresses:
         raise InvalidRequest.field("url", f"the host '{host}' does not resolve")
-    if not _allowed(host, addresses, policy.allowed_hosts):
-        internal = [a for a in addresses if _internal(a)]
-        if internal:
-            raise BlockedUrl.field(
-                "url",
-                f"'{host}' resolves to an internal address ({internal[0]}); alerts go to public hosts only",
-            )
+    if not _allowed(host, addresses, policy.allowed_hosts) and any(_internal(a) for a in addresses):
+        # Which address the host resolved to is not said: the answer is no DNS oracle for callers.
+        raise BlockedUrl.field("url", "the address is not allowed; alerts go to public hosts only")
     # Connect to the address just checked: a second DNS answer (rebinding) cannot differ from it.
     pinned = ipaddress.ip_address(addresses[0].split("%", 1)[0])
     literal = f"[{pinned}]" if pinned.version == 6 else str(pinned)
