@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event, exc, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from app.stores.errors import StoreUnavailable
+from app.stores.errors import StoreConflict, StoreUnavailable
 from app.stores.metadata.checkpoint_writer import CheckpointWriter
 
 # What a lost or refused database connection looks like through the driver.
 _OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.InterfaceError)
+# Postgres broke a lock conflict by failing one side: deadlock detected, serialization failure.
+_CONFLICTS = frozenset({"40P01", "40001"})
+TRANSACTION_ATTEMPTS = 4
+
+logger = logging.getLogger("queuecore.metadata")
+T = TypeVar("T")
+
+
+def _is_conflict(error: exc.DBAPIError) -> bool:
+    return getattr(error.orig, "sqlstate", None) in _CONFLICTS
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -69,12 +81,37 @@ class MetadataStore:
             try:
                 yield session
                 await session.commit()
+            except exc.DBAPIError as error:
+                await session.rollback()
+                if _is_conflict(error):
+                    raise StoreConflict("The metadata store was busy; try again.") from error
+                if isinstance(error, _OUTAGES):
+                    raise StoreUnavailable("The metadata store is unavailable.") from error
+                raise
             except _OUTAGES as error:
                 await session.rollback()
                 raise StoreUnavailable("The metadata store is unavailable.") from error
             except BaseException:
                 await session.rollback()
                 raise
+
+    async def transaction(
+        self, work: Callable[[AsyncSession], Awaitable[T]], *, attempts: int = TRANSACTION_ATTEMPTS
+    ) -> T:
+        """Run ``work`` in a unit of work, and again (up to ``attempts`` times in all, after a short
+        random pause) when the database broke a lock conflict by failing it: a deadlock between two
+        writers of one group is the database's to detect, never the caller's to see. ``work`` must do
+        nothing but database work (it may run more than once). Still failing: ``StoreConflict`` (503)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.session() as session:
+                    return await work(session)
+            except StoreConflict:
+                if attempt == attempts:
+                    logger.warning("a unit of work lost %d lock conflicts in a row; giving up", attempts)
+                    raise
+                await asyncio.sleep(random.uniform(0.002, 0.02) * attempt)
+        raise AssertionError("unreachable")
 
     async def check(self, timeout: float = 2.0) -> bool:
         """True when a trivial query answers within ``timeout``."""
