@@ -71,7 +71,11 @@ def shared_idempotency(log: LogEngine, settings: Settings) -> SharedIdempotency 
 async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     settings: Settings = application.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    metadata = MetadataStore(settings.resolved_database_url)
+    metadata = MetadataStore(
+        settings.resolved_database_url,
+        statement_timeout=settings.metadata_statement_timeout_seconds,
+        connect_timeout=settings.metadata_connect_timeout_seconds,
+    )
     log = build_log_engine(settings)
     await log.start()
     # A crash between a topic's deletion and its files' removal leaves logs nobody owns: remove them.
@@ -97,7 +101,12 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     usage = UsageMeter(log, enabled=settings.usage_metering)
     await usage.start()
     # Its own small pool: its polls never wait behind (nor count among) the request path's connections.
-    alerts_store = MetadataStore(settings.resolved_database_url, pool_size=2)
+    alerts_store = MetadataStore(
+        settings.resolved_database_url,
+        pool_size=2,
+        statement_timeout=settings.metadata_statement_timeout_seconds,
+        connect_timeout=settings.metadata_connect_timeout_seconds,
+    )
     alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
     alerts.start()
     application.state.services = Services(

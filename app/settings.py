@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     # Empty means: the embedded SQLite file under data_dir.
     database_url: str = ""
+    # Postgres: every statement and every new connection bounded (a stalled server answers 503, not never).
+    metadata_statement_timeout_seconds: float = Field(10.0, gt=0)
+    metadata_connect_timeout_seconds: float = Field(5.0, gt=0)
     # Empty means: in-process limits and fan-out (the embedded default).
     redis_url: str = ""
     # Keys of the Redis limiter start with this; separate deployments may share one Redis.

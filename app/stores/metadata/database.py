@@ -20,6 +20,8 @@ _OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.In
 # Postgres broke a lock conflict by failing one side: deadlock detected, serialization failure.
 _CONFLICTS = frozenset({"40P01", "40001"})
 TRANSACTION_ATTEMPTS = 4
+STATEMENT_TIMEOUT_SECONDS = 10.0
+CONNECT_TIMEOUT_SECONDS = 5.0
 
 logger = logging.getLogger("queuecore.metadata")
 T = TypeVar("T")
@@ -50,15 +52,34 @@ def _sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
+async def _discard(session: AsyncSession) -> None:
+    """After an outage or a timeout: drop the session's connections without a ROLLBACK (a stalled server
+    would never answer one; SQLAlchemy closes them with a bounded wait, then by force)."""
+    try:
+        await session.invalidate()
+    except Exception:  # the connection is being thrown away whatever went wrong
+        logger.debug("discarding a metadata connection failed", exc_info=True)
+
+
 class MetadataStore:
     """Owns the async engine; hands out sessions; answers the health check."""
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        statement_timeout: float = STATEMENT_TIMEOUT_SECONDS,
+        connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    ) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         kwargs: dict[str, Any] = {}
         if not self.is_sqlite:
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_timeout=5)
+            # A stalled server (paused, its disk hung) keeps connections open and silent: every statement
+            # and every new connection is bounded, so a caller gets 503 instead of waiting for ever.
+            kwargs["connect_args"] = {"timeout": connect_timeout, "command_timeout": statement_timeout}
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
@@ -82,14 +103,16 @@ class MetadataStore:
                 yield session
                 await session.commit()
             except exc.DBAPIError as error:
-                await session.rollback()
                 if _is_conflict(error):
+                    await session.rollback()
                     raise StoreConflict("The metadata store was busy; try again.") from error
                 if isinstance(error, _OUTAGES):
+                    await _discard(session)
                     raise StoreUnavailable("The metadata store is unavailable.") from error
+                await session.rollback()
                 raise
             except _OUTAGES as error:
-                await session.rollback()
+                await _discard(session)
                 raise StoreUnavailable("The metadata store is unavailable.") from error
             except BaseException:
                 await session.rollback()
