@@ -47,7 +47,8 @@ channel). Then the server sends `welcome`, and deliveries (`message` or `message
 `maxInFlight` are outstanding; the client answers with `ack`, `nack` and `extend` frames, each answered by one
 `acked` (or by an `error` when malformed; the connection stays open).
 
-Frames are JSON text objects with a `type` and their fields at the top level. A member is gone once nothing has
+Frames are JSON text objects with a `type` and their fields at the top level; clients ignore fields
+of server frames they do not know (more may be added). A member is gone once nothing has
 been heard from its connection for its group's `sessionTimeout` (the server pings it a few times within that),
 and leaves as soon as its connection closes. At most {frame_limit} client frames a second on one connection
 (by default; batch acks with `ids`). The close codes the server uses are listed in `x-close-codes` on the

@@ -203,6 +203,7 @@ async def test_every_refusal_at_the_upgrade_is_documented_with_the_envelope(
         (f"{base}?group=g", {"Authorization": "Bearer pq_live_sk_" + "x" * 32}, 401),
         (f"{base}?group=g&token=not-a-token", {}, 401),
         (base.replace(topic, "no-such-topic") + "?group=g", client.headers, 404),
+        (f"{base}?group=g", {**client.headers, "X-Padding": "x" * 70_000}, 431),
     ]
     for url, headers, status in cases:
         with pytest.raises(websockets.InvalidStatus) as refused:

@@ -258,7 +258,8 @@ class Refusal(NamedTuple):
 REFUSALS: dict[int, Refusal] = {
     400: Refusal(
         "INVALID_REQUEST",
-        "A missing or bad `group`, `startFrom` or `maxInFlight` (`details` names it).",
+        "A missing or bad `group`, `startFrom` or `maxInFlight` (`details` names it), or a NUL character in "
+        "the path or query.",
         "Invalid value for 'startFrom': must be 'earliest' or 'latest'",
         [{"field": "startFrom", "issue": "must be 'earliest' or 'latest'"}],
     ),
@@ -278,5 +279,21 @@ REFUSALS: dict[int, Refusal] = {
         "Opening a connection is one `consume` request of the key's rate limit; or the key has "
         "`ws_max_connections_per_key` push connections open on this API node already. With `Retry-After`.",
         "Rate limit of 50 consume requests per second exceeded; retry after 1 second.",
+    ),
+    # The HTTP protocol's own (app/kit/http_protocol.py), before the app sees the upgrade.
+    408: Refusal(
+        "INVALID_REQUEST",
+        "The request line and headers were not complete within `http_head_timeout_seconds`.",
+        "The request head was not complete within 10 s.",
+    ),
+    431: Refusal(
+        "INVALID_REQUEST",
+        "The request line and headers are larger than `http_max_head_bytes`.",
+        "The request line and headers exceed 64 KiB.",
+    ),
+    503: Refusal(
+        "SERVICE_UNAVAILABLE",
+        "A store the upgrade needs (metadata, rate limits) is unavailable; retry.",
+        "The metadata store is unavailable.",
     ),
 }
