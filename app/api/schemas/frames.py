@@ -12,7 +12,7 @@ document. Adding a frame is one class here and its entry in ``SERVER_FRAMES`` or
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
@@ -21,14 +21,18 @@ from app.api.schemas.common import RequestBody, ResponseBody
 from app.api.schemas.constraints import (
     ExtendSeconds,
     MessageId,
-    MessageIds,
     NackDelaySeconds,
     NackDelayText,
     Text,
+    schema,
 )
 from app.api.schemas.consumers import DeliveredMessage, FailedId
+from app.broker.delivery.leases import MAX_IDS
 from app.broker.delivery.push import FRAME_MAX
 from app.errors import ErrorBody
+
+# 1 to 1000 message ids (an id that names no message of the topic fails alone, in ``acked``).
+MessageIds = Annotated[list[MessageId], schema(minItems=1, maxItems=MAX_IDS)]
 
 _MEMBER_ID = "csr_a1b2c3d4e5f6g7h8"
 _MESSAGE_ID = "msg_aaaaaaaaaaaaaaaaaaaaaaacqa"
