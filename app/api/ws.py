@@ -21,6 +21,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from app.api.deps import Services, charge, topics_of
 from app.api.routing import JsonRoute
+from app.api.schemas.frames import CloseCode
 from app.broker import groups, tokens
 from app.broker.delivery import membership
 from app.broker.delivery.frames import validate_max_in_flight
@@ -213,11 +214,11 @@ async def consume(websocket: WebSocket, name: str) -> None:
         logger.info("push delivery ended: %s", exc.code, extra={"requestId": request_id})
         with contextlib.suppress(Exception):
             await send(_error_frame(request_id, exc))
-            await websocket.close(code=1000)
+            await websocket.close(code=CloseCode.NORMAL)
     except Exception:
         logger.exception("push delivery failed", extra={"requestId": request_id})
         with contextlib.suppress(Exception):
-            await websocket.close(code=1011)
+            await websocket.close(code=CloseCode.INTERNAL)
     finally:
         if delivery is not None:
             member.stop()
@@ -249,4 +250,4 @@ async def _end_flooding(
     )
     with contextlib.suppress(Exception):
         await send(_error_frame(request_id, error))
-        await websocket.close(code=1008)
+        await websocket.close(code=CloseCode.POLICY)
