@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import functools
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,10 +103,34 @@ async def set_password(session: AsyncSession, user: User, password: str) -> None
 
 
 def verify_password(user: User, password: str) -> bool:
+    return _verify(user.password_hash, password)
+
+
+def _verify(password_hash: str, password: str) -> bool:
     try:
-        return _passwords.verify(user.password_hash, password)
+        return _passwords.verify(password_hash, password)
     except (VerifyMismatchError, InvalidHashError):
         return False
+
+
+@functools.cache
+def _stand_in_hash() -> str:
+    """A hash of a random password, made with the same parameters as every user's: what an unknown
+    email's sign-in is checked against, so it costs the same argon2 work as a known one."""
+    return _passwords.hash(secrets.token_urlsafe(16))
+
+
+async def authenticate_user(session: AsyncSession, email: str, password: str) -> User | None:
+    """The user whose email and password these are, or None.
+
+    Unknown emails run the same argon2 verification (against a stand-in hash) as known ones: answering
+    them at once told which emails have accounts (known 207–271 ms, unknown 6–9 ms). The hash runs in a
+    worker thread (argon2 releases the GIL): ~100 ms of CPU must not stall the API's event loop.
+    """
+    user = await get_user_by_email(session, email) if email else None
+    password_hash = user.password_hash if user is not None else _stand_in_hash()
+    matches = await asyncio.to_thread(_verify, password_hash, password)
+    return user if user is not None and matches else None
 
 
 async def get_user_by_email(session: AsyncSession, email: str) -> User | None:
