@@ -48,7 +48,10 @@ class TestSecret:
     def test_production_refuses_a_repeated_metrics_token(self, tmp_path):
         with pytest.raises(ValidationError, match="QUEUECORE_METRICS_TOKEN"):
             Settings(
-                environment=Environment.production, data_dir=tmp_path, secret_key=STRONG, metrics_token="m" * 40
+                environment=Environment.production,
+                data_dir=tmp_path,
+                secret_key=STRONG,
+                metrics_token="m" * 40,
             )
 
 

@@ -19,13 +19,14 @@ from app.broker import groups, inspection, offsets, publishing, tenancy, topics
 from app.broker.errors import CODED_ERRORS, CodedError
 from app.broker.topics import TopicRef
 from app.dashboard import auth, browser
+from app.dashboard.security import DashboardRoute
 from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits
 from app.stores.metadata.models import Project
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
-router = APIRouter(prefix="/dashboard", include_in_schema=False)
+router = APIRouter(prefix="/dashboard", include_in_schema=False, route_class=DashboardRoute)
 
 NAV = (
     ("topics", "Topics"),
@@ -199,8 +200,8 @@ async def login(request: Request) -> Response:
             429,
         )
     async with services.metadata.session(readonly=True) as session:
-        user = await tenancy.get_user_by_email(session, email) if email else None
-    if user is None or not tenancy.verify_password(user, password):
+        user = await tenancy.authenticate_user(session, email, password)
+    if user is None:
         await auth.count_failure(services.limiter, email, address)
         return _login_page(request, auth.new_token(), "Wrong email or password.", 401)
     await auth.clear_failures(services.limiter, email)
