@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     # Revocations must reach every API process within one second; the key cache never holds longer.
     key_cache_ttl_seconds: float = 0.5
     key_last_used_flush_seconds: float = 5.0
+    # How often each API process re-reads the keys of its open WebSockets and long polls (one batched
+    # query): a revoked key's connections end within this plus a query, inside the product's one second.
+    open_connection_check_seconds: float = Field(default=0.5, gt=0, le=1)
     max_body_bytes: int = 10 * 1024 * 1024
     # Usage events for every authenticated request (the dashboard and Spark rollups read them); off only
     # for benchmarks that measure what metering costs.
@@ -120,7 +123,8 @@ class Settings(BaseSettings):
     http_max_head_bytes: int = 64 * 1024
     http_head_timeout_seconds: float = 10.0
     # Abuse limits of push connections: a client frame's size, client frames per second on one connection,
-    # and open push connections per API key on one API process. Refused cleanly, logged once.
+    # and open push connections per API key on one API process (the ceiling of every tier's cap,
+    # app/broker/connections.py). Refused cleanly, logged once.
     ws_max_frame_bytes: int = 1024 * 1024
     ws_max_frames_per_second: int = 5_000
     ws_max_connections_per_key: int = 200

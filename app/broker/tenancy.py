@@ -68,11 +68,12 @@ def parse_tier(value: str) -> Tier:
 
 
 def parse_custom_limits(value: str) -> dict[str, int]:
-    """``publish=N,consume=N,admin=N`` → a mapping of category to requests per second."""
+    """``publish=N,consume=N,admin=N`` → a mapping of category to requests per second; ``connections=N``
+    sets the key's cap on open push connections per API process (``app/broker/connections.py``)."""
     limits: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in value.split(","))):
         name, _, number = part.partition("=")
-        categories = {c.value for c in Category}
+        categories = {c.value for c in Category} | {"connections"}
         if name not in categories or not is_ascii_digits(number) or int(number) < 1:
             raise InvalidRequest.field("limits", "expected publish=N,consume=N,admin=N with positive N")
         limits[name] = int(number)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select, update
 
@@ -89,6 +90,21 @@ class ApiKeyRepository(Repository):
         )
         row = result.first()
         return (row[0], row[1]) if row else None
+
+    async def standing_of(self, key_ids: Collection[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+        """Of ``key_ids``, those still active with their project: key id -> (tier, custom limits). A key
+        revoked, deleted or whose project is gone is absent. One round trip per 500 ids."""
+        found: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        ids = list(key_ids)
+        for start in range(0, len(ids), 500):
+            result = await self.session.execute(
+                select(ApiKey.id, Project.tier, Project.custom_limits)
+                .join(Project, Project.id == ApiKey.project_id)
+                .where(ApiKey.id.in_(ids[start : start + 500]), ApiKey.revoked_at.is_(None))
+            )
+            for key_id, tier, custom_limits in result.all():
+                found[key_id] = (tier, custom_limits)
+        return found
 
     async def add(self, key: ApiKey) -> ApiKey:
         self.session.add(key)
