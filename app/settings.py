@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     secret_key_previous: SecretStr = SecretStr("")
     host: str = "127.0.0.1"
     port: int = 8080
+    # Proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For / X-Forwarded-Proto are believed.
+    # Empty (the default) trusts nobody: the client address is the socket's peer, so a client cannot
+    # choose the address its failed sign-ins are counted against (uvicorn trusts 127.0.0.1 by default).
+    trusted_proxies: str = ""
     log_level: str = "INFO"
     metrics_token: SecretStr = SecretStr("")
     # Operators' token for /v1/admin (tiers and custom limits over HTTP); the admin API is off when unset.
@@ -132,6 +136,9 @@ class Settings(BaseSettings):
     # gets it to hand back its result (``sys.setswitchinterval``). Python's 5 ms default made every such
     # hop queue behind the loop under load: publish→deliver p50 at 1,000 msgs/s 31 -> 12 ms at 0.5 ms.
     gil_switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
+    # A dashboard session unused this long ends (it ends anyway 12 h after sign-in, at sign-out, at a
+    # password change and when an operator disables the account).
+    dashboard_idle_timeout_seconds: float = Field(default=30 * 60, gt=0)
     # Alert webhooks (DLQ depth). Hostnames or CIDRs exempt from the production SSRF rule (no loopback,
     # private or link-local targets): for tests and on-premise receivers.
     alert_allowed_hosts: list[str] = Field(default_factory=list)
@@ -158,6 +165,10 @@ class Settings(BaseSettings):
             if self.jetstream.default_replicas not in (1, 3, 5):
                 raise ValueError("QUEUECORE_JETSTREAM__DEFAULT_REPLICAS must be 1, 3 or 5")
         return self
+
+    def trusted_proxy_list(self) -> list[str]:
+        """The addresses of ``trusted_proxies``, in order."""
+        return [p.strip() for p in self.trusted_proxies.split(",") if p.strip()]
 
     def nats_servers(self) -> tuple[str, ...]:
         """The NATS seeds of ``nats_url``, in order."""

@@ -126,12 +126,15 @@ async def authenticate_user(session: AsyncSession, email: str, password: str) ->
 
     Unknown emails run the same argon2 verification (against a stand-in hash) as known ones: answering
     them at once told which emails have accounts (known 207–271 ms, unknown 6–9 ms). The hash runs in a
-    worker thread (argon2 releases the GIL): ~100 ms of CPU must not stall the API's event loop.
+    worker thread (argon2 releases the GIL): ~100 ms of CPU must not stall the API's event loop. A
+    disabled account (``users disable``) signs in with nothing, after the same work.
     """
     user = await get_user_by_email(session, email) if email else None
     password_hash = user.password_hash if user is not None else _stand_in_hash()
     matches = await asyncio.to_thread(_verify, password_hash, password)
-    return user if user is not None and matches else None
+    if user is None or not matches or user.disabled_at is not None:
+        return None
+    return user
 
 
 async def get_user_by_email(session: AsyncSession, email: str) -> User | None:
