@@ -19,6 +19,7 @@ from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
+from app.broker.connections import ConnectionRegistry
 from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher
@@ -109,6 +110,12 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     )
     alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
     alerts.start()
+    connections = ConnectionRegistry(
+        metadata,
+        interval=settings.open_connection_check_seconds,
+        ceiling=settings.ws_max_connections_per_key,
+    )
+    connections.start()
     application.state.services = Services(
         settings=settings,
         metadata=metadata,
@@ -124,6 +131,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         ),
         registry=application.state.registry,
         alerts=alerts,
+        connections=connections,
     )
     # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
     # which otherwise rescan it and stall requests (the p99 of publishing).
@@ -136,6 +144,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await connections.close_all()
         await alerts.close()
         await alerts_store.close()
         await usage.close()
