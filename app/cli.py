@@ -314,9 +314,13 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     HttpProtocol.anonymous_body_timeout = settings.http_anonymous_body_timeout_seconds
     HttpProtocol.body_min_rate = settings.http_body_min_rate
     proxies = settings.trusted_proxy_list()
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
+    from app.api.draining import drain
+    from app.kit.serving import DrainingServer
+    from app.main import create_app
+
+    application = create_app(settings)
+    config = uvicorn.Config(
+        application,
         host=host or settings.host,
         port=port or settings.port,
         log_config=None,
@@ -336,7 +340,11 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         # client on 127.0.0.1, which let a local client pick the address it is counted as.
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or [],
+        # After draining (SIGTERM): the requests in flight get this long to finish.
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout_seconds)),
     )
+    # The first SIGTERM drains (app/api/draining.py) before uvicorn's own graceful shutdown.
+    DrainingServer(config, lambda: drain(application)).run()
     return 0
 
 

@@ -128,6 +128,10 @@ class Settings(BaseSettings):
     # A request's line and headers: at most this many bytes (431 past it), complete within this many
     # seconds of its first byte or of the connection (408 past it; a connection that sends nothing closes).
     http_max_head_bytes: int = 64 * 1024
+    # SIGTERM: health answers 503 "draining" and push members are sent elsewhere; the process keeps
+    # serving this long (for balancers to notice), then finishes requests in flight within the timeout.
+    drain_seconds: float = Field(5.0, ge=0)
+    shutdown_timeout_seconds: float = Field(30.0, gt=0)
     http_head_timeout_seconds: float = 10.0
     # A request's body: complete within this many seconds of its head (a request without credentials:
     # the shorter limit), and never slower than the minimum rate (bytes a second); 408 past either.

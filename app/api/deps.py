@@ -40,6 +40,8 @@ class Services:
     registry: CollectorRegistry
     alerts: AlertDispatcher
     connections: ConnectionRegistry
+    # Set on SIGTERM (``app/api/draining.py``): health answers 503 ``draining`` so balancers move on.
+    draining: bool = False
 
 
 async def get_services(request: Request) -> Services:

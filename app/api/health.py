@@ -25,17 +25,26 @@ router = APIRouter(tags=["health"], route_class=JsonRoute)
 @router.get(
     "/v1/health",
     response_model=Health,
-    responses={503: {"model": Health, "description": "Not ready: a required dependency is down."}},
+    responses={
+        503: {
+            "model": Health,
+            "description": "Not ready: a required dependency is down, or this process is draining.",
+        }
+    },
 )
 async def health(services: ServicesDep, response: Response) -> Health:
     """``ok`` when every dependency answers; ``degraded`` when Redis is down (limits fall back per process)
     or the log engine serves reads but not writes (a JetStream cluster without quorum: publishes answer 503);
-    ``down`` (503) when the metadata store or the log engine cannot serve."""
+    ``down`` (503) when the metadata store or the log engine cannot serve; ``draining`` (503) once the
+    process got SIGTERM: it still answers, but a balancer should send it nothing new."""
     database_ok, engine_status, redis_status = await asyncio.gather(
         services.metadata.check(), _engine_status(services), services.limiter.status()
     )
     checks = {"database": "ok" if database_ok else "down", "redis": redis_status, "logEngine": engine_status}
-    if not database_ok or engine_status == "down":
+    if services.draining:
+        status = "draining"
+        response.status_code = 503
+    elif not database_ok or engine_status == "down":
         status = "down"
         response.status_code = 503
     elif redis_status in ("degraded", "down") or engine_status == "degraded":

@@ -30,7 +30,7 @@ from app.broker import groups, tokens
 from app.broker.delivery import membership
 from app.broker.delivery.frames import validate_max_in_flight
 from app.broker.delivery.push import PushMember
-from app.broker.errors import CODED_ERRORS, CodedError, InvalidRequest, RateLimitExceeded
+from app.broker.errors import CODED_ERRORS, CodedError, Draining, InvalidRequest, RateLimitExceeded
 from app.broker.keys import Principal
 from app.broker.rate_limits import Category
 from app.errors import STATUS_BY_CODE, ApiError, error_response
@@ -218,6 +218,9 @@ async def consume(websocket: WebSocket, name: str) -> None:
             if payload is None:
                 payload = message.get("bytes") or b""
             await member.handle(payload)
+        if isinstance(ending, Draining):
+            await _end_for_drain(websocket, send, request_id)
+            return
         if ending is not None:
             await _end_for_key(websocket, send, request_id, key_id, ending)
             return
@@ -246,6 +249,20 @@ async def consume(websocket: WebSocket, name: str) -> None:
         with contextlib.suppress(Exception):
             await asyncio.shield(member.leave())
         services.connections.close(connection)
+
+
+_DRAINING_FRAME = b'{"type":"draining"}'
+
+
+async def _end_for_drain(
+    websocket: WebSocket, send: Callable[[bytes], Awaitable[None]], request_id: str
+) -> None:
+    """This process is shutting down (SIGTERM): a ``draining`` frame, then close 1012 (service
+    restart); the member leaves as the connection ends, and its partitions go to the other members."""
+    logger.info("push connection ended: draining", extra={"requestId": request_id})
+    with contextlib.suppress(Exception):
+        await send(_DRAINING_FRAME)
+        await websocket.close(code=CloseCode.RESTART)
 
 
 async def _end_for_key(

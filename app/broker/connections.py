@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from app.broker.errors import CodedError, KeyNoLongerValid, RateLimitExceeded
+from app.broker.errors import CodedError, Draining, KeyNoLongerValid, RateLimitExceeded
 from app.broker.rate_limits import Tier
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.tenancy_repositories import ApiKeyRepository
@@ -108,6 +108,23 @@ class ConnectionRegistry:
     def cap(self, tier: str, custom_limits: Mapping[str, Any] | None) -> int:
         """``connection_cap`` under this process's ceiling."""
         return connection_cap(tier, custom_limits, self._ceiling)
+
+    def drain(self) -> int:
+        """End every push connection of this process with ``Draining`` (it is shutting down); long polls
+        finish as requests do. Answers how many were ended."""
+        push = [c for held in self._by_key.values() for c in held if c.kind in PUSH_KINDS and c.ended is None]
+        for connection in sorted(push, key=lambda c: c.seq):
+            self._end(connection, Draining())
+        return len(push)
+
+    async def drained(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every push connection to be over (closed and forgotten)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while any(c.kind in PUSH_KINDS for held in self._by_key.values() for c in held):
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="connection-key-sweep")

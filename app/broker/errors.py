@@ -143,6 +143,16 @@ class RateLimitExceeded(BrokerError):
     code = "RATE_LIMIT_EXCEEDED"
 
 
+class Draining(BrokerError):
+    """This API process is shutting down: its push connections end so that their members reconnect to
+    another node (which takes their partitions at once)."""
+
+    code = "SERVICE_UNAVAILABLE"
+
+    def __init__(self) -> None:
+        super().__init__("This API node is shutting down; reconnect to another.")
+
+
 class KeyNoLongerValid(BrokerError):
     """The key an open connection was authenticated with was revoked, or its project deleted."""
 

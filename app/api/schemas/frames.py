@@ -118,6 +118,16 @@ class RebalanceFrame(ServerFrame):
     assignments: list[int] = Field(examples=[[0]])
 
 
+class DrainingFrame(ServerFrame):
+    """This API node is shutting down (a deploy): the connection closes next with 1012. Reconnect, to
+    another node behind the same address; the member's partitions go to the other members at once, and
+    messages it held but did not ack are delivered again (acks already sent are kept)."""
+
+    summary: ClassVar[str] = "The node is shutting down; reconnect"
+    example: ClassVar[dict[str, Any]] = {"type": "draining"}
+    type: Literal["draining"]
+
+
 class AckedFrame(ServerFrame):
     """The answer to one ``ack``, ``nack`` or ``extend`` frame, once durable: the ids it settled, and per
     id why not (``ACK_EXPIRED``, ``MESSAGE_NOT_FOUND``, ``INVALID_REQUEST``), in the order named."""
@@ -211,6 +221,7 @@ SERVER_FRAMES: tuple[type[ServerFrame], ...] = (
     MessagesFrame,
     RebalanceFrame,
     AckedFrame,
+    DrainingFrame,
     ErrorFrame,
 )
 CLIENT_FRAMES: tuple[type[ClientFrame], ...] = (AckFrame, NackFrame, ExtendFrame)
@@ -239,13 +250,15 @@ CLOSE_CODES: dict[CloseCode, str] = {
     CloseCode.NORMAL: "Normal closure: the client closed, or the member ended after an `error` frame "
     "(`TOPIC_NOT_FOUND`: its topic was deleted).",
     CloseCode.INVALID_TEXT: "A text frame that is not valid UTF-8.",
-    CloseCode.POLICY: "More client frames in one second than the server allows (`ws_max_frames_per_second`), "
-    "after an `error` frame with `RATE_LIMIT_EXCEEDED`. Batch acks with `ids`.",
+    CloseCode.POLICY: "After an `error` frame: more client frames in one second than the server allows "
+    "(`ws_max_frames_per_second`, `RATE_LIMIT_EXCEEDED`; batch acks with `ids`); the connection's key was "
+    "revoked or its project deleted (`INVALID_API_KEY`, within a second, on every node); or its tier's "
+    "cap on push connections was lowered past it (`RATE_LIMIT_EXCEEDED`, the newest connections first).",
     CloseCode.TOO_BIG: "A client frame larger than the server allows (`ws_max_frame_bytes`).",
     CloseCode.INTERNAL: "Nothing heard from the client (no frame, no pong) for its group's "
     "`sessionTimeout` (the server pings it a few times within that), or an unexpected server failure.",
-    CloseCode.RESTART: "The server is shutting down; reconnect (another API node, or this one once "
-    "restarted, takes the member's partitions).",
+    CloseCode.RESTART: "The server is shutting down (after a `draining` frame when it drains on SIGTERM); "
+    "reconnect: another API node, or this one once restarted, takes the member's partitions.",
 }
 
 
