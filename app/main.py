@@ -22,6 +22,7 @@ from app.broker.alerts import AlertDispatcher, AlertPolicy
 from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher
+from app.broker.stored_bytes import StoredBytes
 from app.broker.topics import TopicDirectory, sweep_orphan_logs
 from app.broker.usage import UsageMeter
 from app.dashboard import install as install_dashboard
@@ -100,6 +101,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     alerts_store = MetadataStore(settings.resolved_database_url, pool_size=2)
     alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
     alerts.start()
+    stored_bytes = StoredBytes(metadata, log, refresh_seconds=settings.stored_bytes_refresh_seconds)
     application.state.services = Services(
         settings=settings,
         metadata=metadata,
@@ -115,6 +117,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         ),
         registry=application.state.registry,
         alerts=alerts,
+        stored_bytes=stored_bytes,
     )
     # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
     # which otherwise rescan it and stall requests (the p99 of publishing).
@@ -127,6 +130,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await stored_bytes.close()
         await alerts.close()
         await alerts_store.close()
         await usage.close()

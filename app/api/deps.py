@@ -16,6 +16,7 @@ from app.broker.alerts import AlertDispatcher
 from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
 from app.broker.rate_limits import Category, limit_for
+from app.broker.stored_bytes import StoredBytes
 from app.broker.topics import Scope, TopicDirectory, TopicRef
 from app.broker.usage import UsageMeter
 from app.errors import ApiError
@@ -38,6 +39,7 @@ class Services:
     usage: UsageMeter
     registry: CollectorRegistry
     alerts: AlertDispatcher
+    stored_bytes: StoredBytes
 
 
 async def get_services(request: Request) -> Services:
