@@ -134,6 +134,7 @@ def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
                     "message": _EXAMPLE_MESSAGES.get(code, code.replace("_", " ").capitalize() + "."),
                     "status": status,
                     "requestId": "req_7x9k2m4n",
+                    **({"details": _EXAMPLE_DETAILS[code]} if code in _EXAMPLE_DETAILS else {}),
                 }
             }
         }
@@ -155,6 +156,9 @@ _EXAMPLE_MESSAGES = {
     "and 100 are used.",
     "SERVICE_UNAVAILABLE": "QueueCore is temporarily unavailable.",
 }
+
+
+_EXAMPLE_DETAILS = {"QUOTA_EXCEEDED": [{"field": "topics", "issue": "limit 100, used 100"}]}
 
 
 def _field_of(loc: tuple[Any, ...]) -> str:
