@@ -19,6 +19,7 @@ from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
+from app.broker.groups import KnownGroups
 from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher
@@ -118,6 +119,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         registry=application.state.registry,
         alerts=alerts,
         stored_bytes=stored_bytes,
+        known_groups=KnownGroups(),
     )
     # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
     # which otherwise rescan it and stall requests (the p99 of publishing).

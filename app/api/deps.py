@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
 from app.broker.alerts import AlertDispatcher
+from app.broker.groups import KnownGroups
 from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
 from app.broker.rate_limits import Category, limit_for
@@ -40,6 +41,7 @@ class Services:
     registry: CollectorRegistry
     alerts: AlertDispatcher
     stored_bytes: StoredBytes
+    known_groups: KnownGroups
 
 
 async def get_services(request: Request) -> Services:

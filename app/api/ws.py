@@ -124,7 +124,7 @@ async def consume(websocket: WebSocket, name: str) -> None:
                     "INVALID_API_KEY", "The WebSocket token was issued for another topic or group."
                 )
             # A group this connection would create past the topic's quota is refused here (403).
-            await groups.ensure_exists(services.metadata, topic, group)
+            await groups.ensure_exists(services.metadata, topic, group, services.known_groups)
         except CODED_ERRORS as exc:
             raise ApiError.from_broker(exc) from None
     except ApiError as exc:

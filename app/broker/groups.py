@@ -1,14 +1,15 @@
 """Consumer groups: config (upsert with merge), list and describe with lag, delete.
 
 A group exists from its first config ``PUT`` or its first join (or WebSocket consume); creating one counts
-against the topic's groups quota (``quotas.py``). Its config durations are kept as the
-strings given (``"30s"``) and echoed back; ``deadLetter`` is stored with its defaults filled in.
+against the topic's groups quota (``quotas.py``). Its config durations are kept as the strings given
+(``"30s"``) and echoed back; ``deadLetter`` is stored with its defaults filled in.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -142,14 +143,42 @@ async def ensure_group(session: AsyncSession, topic: TopicRef, name: str) -> Con
     return group
 
 
-async def ensure_exists(metadata: MetadataStore, topic: TopicRef, name: str) -> None:
+class KnownGroups:
+    """Groups this process saw exist within the last ``ttl`` seconds, by topic id and name.
+
+    A WebSocket consume makes its group before the upgrade (``ensure_exists``); a consumer reconnecting to
+    a group seen meanwhile then costs no metadata read there (push connects come in bursts, while the
+    pool is busy with their members' joins). A group deleted within ``ttl`` is made again by the join
+    after the upgrade, where a quota refusal is an ``error`` frame instead of the HTTP 403."""
+
+    def __init__(self, ttl: float = 5.0) -> None:
+        self._ttl = ttl
+        self._seen: dict[tuple[str, str], float] = {}
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        at = self._seen.get(key)
+        return at is not None and time.monotonic() - at < self._ttl
+
+    def add(self, key: tuple[str, str]) -> None:
+        if len(self._seen) > 50_000:
+            self._seen.clear()
+        self._seen[key] = time.monotonic()
+
+
+async def ensure_exists(
+    metadata: MetadataStore, topic: TopicRef, name: str, known: KnownGroups | None = None
+) -> None:
     """Create the group (default config) unless it exists, in a unit of work of its own: how a WebSocket
     consume makes its group before the upgrade, so a quota refusal is an HTTP answer, not a frame."""
+    if known is not None and (topic.id, name) in known:
+        return
     async with metadata.session(readonly=True) as session:
-        if await GroupRepository.from_session(session).get(topic.id, name) is not None:
-            return
-    async with metadata.session() as session:
-        await ensure_group(session, topic, name)
+        exists = await GroupRepository.from_session(session).get(topic.id, name) is not None
+    if not exists:
+        async with metadata.session() as session:
+            await ensure_group(session, topic, name)
+    if known is not None:
+        known.add((topic.id, name))
 
 
 async def get_group(

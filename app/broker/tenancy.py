@@ -66,14 +66,12 @@ def parse_tier(value: str) -> Tier:
         raise InvalidRequest.field("tier", "must be one of developer, pro, enterprise") from None
 
 
+_MAX_LIMIT = 2**53 - 1  # what every JSON reader keeps exact
 _LIMITS_HINT = (
     "expected name=N pairs, comma-separated: publish, consume, admin (requests per second, N ≥ 1) and the "
     "quotas topics, partitions, groups, schedules, pushGroups, storedBytes (N ≥ 0; storedBytes also as "
     "<n>KiB, MiB, GiB or TiB)"
 )
-
-
-_MAX_LIMIT = 2**53 - 1  # what every JSON reader keeps exact
 
 
 def parse_custom_limits(value: str) -> dict[str, int]:
