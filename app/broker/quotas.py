@@ -24,7 +24,7 @@ How each is held, and why it cannot be overshot by concurrent requests:
   in the unit of work that inserts or grows the topic, then counts; the next creator of the project waits
   for that commit and counts what it made. (``FOR NO KEY UPDATE``: topic and key inserts' foreign-key
   checks are not blocked by it. SQLite serialises every write unit of work anyway.)
-- ``groups`` (group config ``PUT``, and the first join, poll or WebSocket connect that creates a group):
+- ``groups`` (group config ``PUT``, and the first join or WebSocket consume, which creates a group):
   ``groups.ensure_group`` locks the topic row (``lock_topic``) before counting and inserting.
 - ``storedBytes``: publishes are refused while the project's stored bytes are at or over the quota.
   The size is summed from the log engine's partition sizes by ``StoredBytes`` (``stored_bytes.py``) at most
@@ -32,8 +32,8 @@ How each is held, and why it cannot be overshot by concurrent requests:
   that time.
 - ``schedules`` and ``pushGroups``: the features do not exist yet; their numbers are in the table so the
   tiers are complete. The hook, for whoever builds them: in the unit of work that inserts a schedule (or
-  turns a group into a push group), ``limits = await lock_project(session, scope)``, count the scope's
-  schedules (push groups), then ``check(Quota.schedules, limits, used)`` before the insert.
+  turns a group into a push group), ``limits = await lock_project(session, project_id)``, count the
+  environment's schedules (push groups), then ``check(Quota.schedules, limits, used)`` before the insert.
 """
 
 from __future__ import annotations
