@@ -273,10 +273,16 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("--json", action="store_true")
     pl = projects.add_parser("list", help="list projects")
     pl.add_argument("--json", action="store_true")
-    pt = projects.add_parser("set-tier", help="change a project's tier (and custom limits, enterprise)")
+    pt = projects.add_parser(
+        "set-tier", help="change a project's tier (and custom limits and quotas, enterprise)"
+    )
     pt.add_argument("--project", required=True, help="project id or name")
     pt.add_argument("--tier", required=True, choices=[t.value for t in Tier])
-    pt.add_argument("--limits", help="publish=N,consume=N,admin=N (enterprise only)")
+    pt.add_argument(
+        "--limits",
+        help="enterprise only: publish=N,consume=N,admin=N (requests/s) and quotas topics=N,partitions=N,"
+        "groups=N,schedules=N,pushGroups=N,storedBytes=N|<n>GiB|<n>TiB; left out: the pro tier's",
+    )
     pt.add_argument("--json", action="store_true")
 
     alerts_ = sub.add_parser("alerts", help="a project environment's alert webhook").add_subparsers(

@@ -38,6 +38,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "METHOD_NOT_ALLOWED": 405,
     "INVALID_REQUEST": 400,
     "OFFSET_OUT_OF_RANGE": 400,
+    "QUOTA_EXCEEDED": 403,
     "TOPIC_ALREADY_EXISTS": 409,
     "GROUP_ACTIVE": 409,
     "STALE_GENERATION": 409,
@@ -133,6 +134,7 @@ def responses(*codes: str) -> dict[int | str, dict[str, Any]]:
                     "message": _EXAMPLE_MESSAGES.get(code, code.replace("_", " ").capitalize() + "."),
                     "status": status,
                     "requestId": "req_7x9k2m4n",
+                    **({"details": _EXAMPLE_DETAILS[code]} if code in _EXAMPLE_DETAILS else {}),
                 }
             }
         }
@@ -150,8 +152,13 @@ _EXAMPLE_MESSAGES = {
     "INVALID_REQUEST": "Invalid value for 'partitions': must be between 1 and 256.",
     "RATE_LIMIT_EXCEEDED": "Rate limit of 10 admin requests per second exceeded; retry after 1 second.",
     "PAYLOAD_TOO_LARGE": "The request body exceeds 10 MiB.",
+    "QUOTA_EXCEEDED": "Quota exceeded: topics per environment are limited to 100 on this project's tier, "
+    "and 100 are used.",
     "SERVICE_UNAVAILABLE": "QueueCore is temporarily unavailable.",
 }
+
+
+_EXAMPLE_DETAILS = {"QUOTA_EXCEEDED": [{"field": "topics", "issue": "limit 100, used 100"}]}
 
 
 def _field_of(loc: tuple[Any, ...]) -> str:

@@ -20,9 +20,11 @@ from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
 from app.broker.connections import ConnectionRegistry
+from app.broker.groups import KnownGroups
 from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher
+from app.broker.stored_bytes import StoredBytes
 from app.broker.topics import TopicDirectory, sweep_orphan_logs
 from app.broker.usage import UsageMeter
 from app.dashboard import install as install_dashboard
@@ -116,6 +118,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         ceiling=settings.ws_max_connections_per_key,
     )
     connections.start()
+    stored_bytes = StoredBytes(metadata, log, refresh_seconds=settings.stored_bytes_refresh_seconds)
     application.state.services = Services(
         settings=settings,
         metadata=metadata,
@@ -132,6 +135,8 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         registry=application.state.registry,
         alerts=alerts,
         connections=connections,
+        stored_bytes=stored_bytes,
+        known_groups=KnownGroups(),
     )
     # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
     # which otherwise rescan it and stall requests (the p99 of publishing).
@@ -145,6 +150,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await connections.close_all()
+        await stored_bytes.close()
         await alerts.close()
         await alerts_store.close()
         await usage.close()

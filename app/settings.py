@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     # Usage events for every authenticated request (the dashboard and Spark rollups read them); off only
     # for benchmarks that measure what metering costs.
     usage_metering: bool = True
+    # The storedBytes quota: how often (at most) a publishing project's stored bytes are measured from the
+    # log engine's partition sizes; a project at its quota is refused within about this long.
+    stored_bytes_refresh_seconds: float = Field(default=5.0, gt=0)
     # How long a publish idempotency key is remembered per topic.
     idempotency_window_ms: int = 24 * 3600 * 1000
     # WebSocket keepalive: a connection silent for interval + timeout is closed. Push connections use

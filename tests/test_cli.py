@@ -126,6 +126,58 @@ class TestProjectsAndUsers:
         )
         assert garbled.returncode == 1
 
+    def test_set_tier_with_quotas(self, env):
+        name = f"quota-{id(env)}"
+        cli(env, "projects", "create", "--name", name)
+        out = cli(
+            env,
+            "projects",
+            "set-tier",
+            "--project",
+            name,
+            "--tier",
+            "enterprise",
+            "--limits",
+            "publish=5000,topics=10,partitions=40,groups=3,schedules=0,pushGroups=2,storedBytes=5GiB",
+            "--json",
+        )
+        view = json.loads(out.stdout)
+        assert view["customLimits"] == {
+            "publish": 5000,
+            "topics": 10,
+            "partitions": 40,
+            "groups": 3,
+            "schedules": 0,
+            "pushGroups": 2,
+            "storedBytes": 5 << 30,
+        }
+        assert view["quotas"] == {
+            "topics": 10,
+            "partitions": 40,
+            "groups": 3,
+            "schedules": 0,
+            "pushGroups": 2,
+            "storedBytes": 5 << 30,
+        }
+        # Listed with the tier's quotas; a project off enterprise has its tier's table again.
+        cli(env, "projects", "set-tier", "--project", name, "--tier", "developer")
+        [listed] = [p for p in json.loads(cli(env, "projects", "list", "--json").stdout) if p["name"] == name]
+        assert listed["quotas"]["topics"] == 100 and listed["quotas"]["storedBytes"] == 10 << 30
+        for bad in ("topics=-1", "groupsPerTopic=3", "storedBytes=10GB", "topics=2,partitions=lots"):
+            result = cli(
+                env,
+                "projects",
+                "set-tier",
+                "--project",
+                name,
+                "--tier",
+                "enterprise",
+                "--limits",
+                bad,
+                check=False,
+            )
+            assert result.returncode == 1 and "limits" in result.stderr, (bad, result.stderr)
+
     def test_users_create(self, env):
         email = f"ops{id(env)}@example.com"
         out = json.loads(

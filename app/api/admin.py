@@ -1,4 +1,4 @@
-"""The operators' admin API: a project's tier and custom limits over HTTP, as the CLI does.
+"""The operators' admin API: a project's tier, custom limits and quotas over HTTP, as the CLI does.
 
 Authenticated by ``Authorization: Bearer <QUEUECORE_ADMIN_TOKEN>``, not by a project key; disabled (403)
 when no token is configured. Changes apply on every API node within one second.
@@ -16,7 +16,7 @@ from app.api.deps import SessionDep
 from app.api.routing import JsonRoute
 from app.api.schemas.common import RequestBody, ResponseBody
 from app.api.schemas.constraints import CustomLimits, TierName
-from app.broker import tenancy
+from app.broker import quotas, tenancy
 from app.broker.rate_limits import Category, limit_for
 from app.errors import ApiError, responses
 
@@ -25,8 +25,10 @@ class TierUpdate(RequestBody):
     tier: TierName = Field(examples=["enterprise"], description="developer, pro or enterprise")
     limits: CustomLimits | None = Field(
         None,
-        examples=[{"publish": 5000, "consume": 2000, "admin": 100}],
-        description="Requests per second per category; enterprise only.",
+        examples=[{"publish": 5000, "consume": 2000, "admin": 100, "topics": 5000, "storedBytes": 5 << 40}],
+        description="Enterprise only, replacing any set before: requests per second per category (publish, "
+        "consume, admin) and quotas (topics, partitions, groups, schedules, pushGroups, storedBytes); "
+        "one left out is the pro tier's.",
     )
 
 
@@ -36,6 +38,10 @@ class Project(ResponseBody):
     tier: str
     customLimits: dict[str, int] | None
     limits: dict[str, int] = Field(description="What each key of the project is allowed now, per category.")
+    quotas: dict[str, int] = Field(
+        description="What the project may hold now, per quota: topics, partitions, schedules and pushGroups "
+        "per environment, groups per topic, storedBytes over the project."
+    )
 
 
 async def operator(request: Request) -> None:
@@ -59,6 +65,7 @@ def _project(view: tenancy.ProjectView) -> Project:
         tier=view.tier,
         customLimits=view.custom_limits,
         limits={c.value: limit_for(view.tier, view.custom_limits, c) for c in Category},
+        quotas=quotas.QuotaLimits(view.tier, view.custom_limits).all(),
     )
 
 

@@ -43,12 +43,15 @@ def _settled(result: leases.Settled) -> Settled:
 
 
 @router.post(
-    "/members", response_model=Joined, responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND")
+    "/members",
+    response_model=Joined,
+    responses=responses("INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_NOT_FOUND"),
 )
 async def join(
     name: TopicNamePath, group: GroupNamePath, body: JoinIn, topics: ConsumeTopics, services: ServicesDep
 ) -> Joined:
-    """Join a group (created if needed), or rejoin with ``memberId``; answers the member's partitions."""
+    """Join a group (created if needed: 403 ``QUOTA_EXCEEDED`` past the topic's groups quota), or rejoin
+    with ``memberId``; answers the member's partitions."""
     topic = await topics.get(name)
     joined = await membership.join(
         services.metadata,

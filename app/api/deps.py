@@ -14,9 +14,11 @@ from starlette.requests import HTTPConnection
 
 from app.broker.alerts import AlertDispatcher
 from app.broker.connections import ConnectionRegistry
+from app.broker.groups import KnownGroups
 from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
 from app.broker.rate_limits import Category, limit_for
+from app.broker.stored_bytes import StoredBytes
 from app.broker.topics import Scope, TopicDirectory, TopicRef
 from app.broker.usage import UsageMeter
 from app.errors import ApiError
@@ -40,6 +42,8 @@ class Services:
     registry: CollectorRegistry
     alerts: AlertDispatcher
     connections: ConnectionRegistry
+    stored_bytes: StoredBytes
+    known_groups: KnownGroups
     # Set on SIGTERM (``app/api/draining.py``): health answers 503 ``draining`` so balancers move on.
     draining: bool = False
 

@@ -67,7 +67,9 @@ async def describe_group(
 
 
 @router.put(
-    "/{group}", response_model=Group, responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND")
+    "/{group}",
+    response_model=Group,
+    responses=responses("INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_NOT_FOUND"),
 )
 async def upsert_group(
     name: TopicNamePath,
@@ -77,7 +79,8 @@ async def upsert_group(
     services: ServicesDep,
     session: SessionDep,
 ) -> Group:
-    """Create the group or merge the given config fields (``deadLetter: null`` removes the DLQ)."""
+    """Create the group or merge the given config fields (``deadLetter: null`` removes the DLQ); creating
+    one past the topic's groups quota is 403 ``QUOTA_EXCEEDED``."""
     topic = await topics.get(name)
     extra = {}
     if "deadLetter" in body.model_fields_set:

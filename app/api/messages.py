@@ -29,9 +29,10 @@ from app.api.schemas.constraints import (
     TopicNamePath,
 )
 from app.api.schemas.messages import BatchIn, BatchPublished, Message, MessageIn, MessagePage, Published
-from app.broker import publishing, reading
+from app.broker import publishing, quotas, reading
 from app.broker.errors import InvalidRequest
 from app.broker.keys import Principal
+from app.broker.quotas import Quota
 from app.broker.rate_limits import Category
 from app.errors import ApiError, responses
 from app.kit.json_limits import MAX_DEPTH
@@ -107,7 +108,12 @@ _IDEMPOTENCY_HEADER = {
     response_model=Published,
     openapi_extra={**_request_body(MessageIn), "parameters": [_IDEMPOTENCY_HEADER]},
     responses=responses(
-        "INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "PAYLOAD_TOO_LARGE", "SERVICE_UNAVAILABLE"
+        "INVALID_REQUEST",
+        *_AUTH,
+        "QUOTA_EXCEEDED",
+        "TOPIC_NOT_FOUND",
+        "PAYLOAD_TOO_LARGE",
+        "SERVICE_UNAVAILABLE",
     ),
 )
 async def publish(name: TopicNamePath, request: Request) -> Response:
@@ -148,6 +154,7 @@ async def publish_one(
     publishing.check_integers(raw, (message.data,), batch=False)
     if trace is not None:
         message = publishing.with_trace_context(message, trace)
+    check_stored_bytes(services, key)
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish(scope_of(key), name, message, idempotency_key)
     state["messages"], state["data_bytes"] = (0, 0) if replayed else (1, len(message.data))
@@ -163,7 +170,12 @@ async def publish_one(
     response_model=BatchPublished,
     openapi_extra=_request_body(BatchIn),
     responses=responses(
-        "INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "PAYLOAD_TOO_LARGE", "SERVICE_UNAVAILABLE"
+        "INVALID_REQUEST",
+        *_AUTH,
+        "QUOTA_EXCEEDED",
+        "TOPIC_NOT_FOUND",
+        "PAYLOAD_TOO_LARGE",
+        "SERVICE_UNAVAILABLE",
     ),
 )
 async def publish_batch(
@@ -185,6 +197,7 @@ async def publish_many(
     """The batch publish once authenticated: the answer's JSON, and whether every item was a replay.
     ``started`` is when the call began (the answer's ``latency``)."""
     values, messages = _parse_batch(raw)
+    check_stored_bytes(services, key)
     if values is not None:  # bare messages only, the common case
         return await _publish_plain(services, state, key, name, values, started), False
     publisher = services.publisher
@@ -203,6 +216,14 @@ async def publish_many(
         "messages": items,
     }
     return orjson.dumps(answer), all(replayed)
+
+
+def check_stored_bytes(services: Services, key: Principal) -> None:
+    """403 ``QUOTA_EXCEEDED`` while the key's project stores as much as its tier allows (measured every
+    few seconds off this path: ``stored_bytes.py``); a body that is wrong is still answered 400 first."""
+    services.stored_bytes.check(
+        key.project_id, quotas.limit_for(key.tier, key.custom_limits, Quota.stored_bytes)
+    )
 
 
 def _parse_batch(raw: bytes) -> tuple[list[bytes] | None, list[publishing.Outgoing]]:

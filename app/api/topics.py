@@ -36,10 +36,13 @@ def _topic(view: topics.TopicView) -> Topic:
     "",
     status_code=201,
     response_model=Topic,
-    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_ALREADY_EXISTS", "PAYLOAD_TOO_LARGE"),
+    responses=responses(
+        "INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_ALREADY_EXISTS", "PAYLOAD_TOO_LARGE"
+    ),
 )
 async def create_topic(body: TopicCreate, key: AdminKey, services: ServicesDep, session: SessionDep) -> Topic:
-    """Create a topic in the key's environment."""
+    """Create a topic in the key's environment; 403 ``QUOTA_EXCEEDED`` past the environment's topics or
+    partitions quota."""
     row = await topics.create_topic(
         session,
         services.log,
@@ -89,12 +92,15 @@ async def describe_topic(
 
 
 @router.patch(
-    "/{name}", response_model=Topic, responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND")
+    "/{name}",
+    response_model=Topic,
+    responses=responses("INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_NOT_FOUND"),
 )
 async def update_topic(
     name: TopicNamePath, body: TopicUpdate, key: AdminKey, services: ServicesDep, session: SessionDep
 ) -> Topic:
-    """Increase partitions and/or change retention."""
+    """Increase partitions (403 ``QUOTA_EXCEEDED`` past the environment's partitions quota) and/or change
+    retention."""
     row = await topics.update_topic(
         session, services.log, scope_of(key), name, partitions=body.partitions, retention=body.retention
     )

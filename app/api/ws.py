@@ -3,12 +3,14 @@
 Everything that can refuse the connection is checked before the upgrade and answered with the HTTP
 status and the error envelope (``websocket.http.response``): a bad parameter (400), a missing,
 malformed, expired or revoked key or token (401), a token for another topic or group (401), the
-rate limit (429, opening a WebSocket is one ``consume`` request), a missing topic (404). Frames after
-the upgrade are not charged.
+rate limit (429, opening a WebSocket is one ``consume`` request), a missing topic (404), a group it would
+create past the topic's groups quota (403 ``QUOTA_EXCEEDED``; the group is made before the upgrade). Frames
+after the upgrade are not charged.
 
 An open connection is registered with ``connections.ConnectionRegistry`` under its key (a token's
 minting key): when that key is revoked, its project deleted, or its tier's connection cap lowered past
-it, the registry ends it and it says why in an ``error`` frame, then closes with 1008.
+it, the registry ends it and it says why in an ``error`` frame, then closes with 1008; when the process
+drains (SIGTERM), a ``draining`` frame, then 1012.
 """
 
 from __future__ import annotations
@@ -125,6 +127,8 @@ async def consume(websocket: WebSocket, name: str) -> None:
                 raise ApiError(
                     "INVALID_API_KEY", "The WebSocket token was issued for another topic or group."
                 )
+            # A group this connection would create past the topic's quota is refused here (403).
+            await groups.ensure_exists(services.metadata, topic, group, services.known_groups)
         except CODED_ERRORS as exc:
             raise ApiError.from_broker(exc) from None
     except ApiError as exc:

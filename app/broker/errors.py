@@ -7,8 +7,10 @@
      │                       ProjectAlreadyExists, UserAlreadyExists
      ├── InvalidRequest      a value the domain refuses (with optional field details); OffsetOutOfRange
      ├── PayloadTooLarge
- ├── RateLimitExceeded
+     ├── QuotaExceeded       a tier's quota (topics, partitions, groups, stored bytes, …) is used up
+     ├── RateLimitExceeded
      ├── KeyNoLongerValid    an open connection's key was revoked (or its project deleted)
+     ├── Draining            this API process is shutting down (its push connections reconnect elsewhere)
      └── Unavailable         a store cannot meet its promise right now
 
 A store that is down raises its own ``StoreUnavailable`` (``app/stores/errors.py``), which carries a
@@ -135,6 +137,24 @@ class OffsetOutOfRange(InvalidRequest):
             f"Invalid value for '{field}': {issue}.",
             details=[{"field": field, "issue": issue, "earliestOffset": earliest, "latestOffset": latest}],
         )
+
+
+class QuotaExceeded(BrokerError):
+    """Making more would go over one of the project's quotas (``app/broker/quotas.py``); nothing was made.
+
+    ``details`` name the quota, its limit and the amount used: ``[{"field": "topics", "issue": "limit 100,
+    used 100"}]``."""
+
+    code = "QUOTA_EXCEEDED"
+
+    def __init__(self, quota: str, description: str, limit: int, used: int, adding: int = 1) -> None:
+        asked = f"; this request would add {adding}" if adding > 1 else ""
+        super().__init__(
+            f"Quota exceeded: {description} are limited to {limit} on this project's tier, "
+            f"and {used} are used{asked}.",
+            details=[{"field": quota, "issue": f"limit {limit}, used {used}"}],
+        )
+        self.quota, self.limit, self.used = quota, limit, used
 
 
 class RateLimitExceeded(BrokerError):

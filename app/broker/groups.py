@@ -1,21 +1,24 @@
 """Consumer groups: config (upsert with merge), list and describe with lag, delete.
 
-A group exists from its first config ``PUT`` or its first join. Its config durations are kept as the
-strings given (``"30s"``) and echoed back; ``deadLetter`` is stored with its defaults filled in.
+A group exists from its first config ``PUT`` or its first join (or WebSocket consume); creating one counts
+against the topic's groups quota (``quotas.py``). Its config durations are kept as the strings given
+(``"30s"``) and echoed back; ``deadLetter`` is stored with its defaults filled in.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import dead_letter_logs, durations
+from app.broker import dead_letter_logs, durations, quotas
 from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
+from app.broker.quotas import Quota
 from app.broker.topics import TopicRef
 from app.kit.clock import now_ms, utcnow
 from app.kit.ids import new_id
@@ -99,11 +102,20 @@ def parse_dead_letter(value: Any) -> dict[str, Any] | None:
 
 
 async def ensure_group(session: AsyncSession, topic: TopicRef, name: str) -> ConsumerGroup:
-    """The group, created with the default config if it does not exist; its row locked for this unit of work."""
+    """The group, created with the default config if it does not exist; its row locked for this unit of work.
+
+    Creating one counts against the topic's groups quota (403 ``QUOTA_EXCEEDED``, nothing made): the
+    topic row is locked first, so concurrent creators of groups of one topic count each other's."""
     repo = GroupRepository.from_session(session)
     group = await repo.get(topic.id, name, for_update=True)
     if group is not None:
         return group
+    limits = await quotas.lock_topic(session, topic.id, topic.name)
+    # A creator we waited for may have made this very group: then it is not one more.
+    group = await repo.get(topic.id, name, for_update=True)
+    if group is not None:
+        return group
+    quotas.check(Quota.groups, limits, await repo.count_for_topic(topic.id))
     now = utcnow()
     group_id = new_id("grp")
     await repo.insert_if_absent(
@@ -129,6 +141,44 @@ async def ensure_group(session: AsyncSession, topic: TopicRef, name: str) -> Con
     if group.id == group_id:  # ours, not a concurrent creator's
         await PartitionRepository.from_session(session).add_partitions(group.id, range(topic.partitions))
     return group
+
+
+class KnownGroups:
+    """Groups this process saw exist within the last ``ttl`` seconds, by topic id and name.
+
+    A WebSocket consume makes its group before the upgrade (``ensure_exists``); a consumer reconnecting to
+    a group seen meanwhile then costs no metadata read there (push connects come in bursts, while the
+    pool is busy with their members' joins). A group deleted within ``ttl`` is made again by the join
+    after the upgrade, where a quota refusal is an ``error`` frame instead of the HTTP 403."""
+
+    def __init__(self, ttl: float = 5.0) -> None:
+        self._ttl = ttl
+        self._seen: dict[tuple[str, str], float] = {}
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        at = self._seen.get(key)
+        return at is not None and time.monotonic() - at < self._ttl
+
+    def add(self, key: tuple[str, str]) -> None:
+        if len(self._seen) > 50_000:
+            self._seen.clear()
+        self._seen[key] = time.monotonic()
+
+
+async def ensure_exists(
+    metadata: MetadataStore, topic: TopicRef, name: str, known: KnownGroups | None = None
+) -> None:
+    """Create the group (default config) unless it exists, in a unit of work of its own: how a WebSocket
+    consume makes its group before the upgrade, so a quota refusal is an HTTP answer, not a frame."""
+    if known is not None and (topic.id, name) in known:
+        return
+    async with metadata.session(readonly=True) as session:
+        exists = await GroupRepository.from_session(session).get(topic.id, name) is not None
+    if not exists:
+        async with metadata.session() as session:
+            await ensure_group(session, topic, name)
+    if known is not None:
+        known.add((topic.id, name))
 
 
 async def get_group(

@@ -15,7 +15,9 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerifyMismatchError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.broker import quotas
 from app.broker.errors import InvalidRequest, ProjectAlreadyExists, ProjectNotFound, UserAlreadyExists
+from app.broker.quotas import Quota
 from app.broker.rate_limits import Category, Tier
 from app.kit.clock import utcnow
 from app.kit.digits import is_ascii_digits
@@ -67,18 +69,37 @@ def parse_tier(value: str) -> Tier:
         raise InvalidRequest.field("tier", "must be one of developer, pro, enterprise") from None
 
 
+_MAX_LIMIT = 2**53 - 1  # what every JSON reader keeps exact
+_LIMITS_HINT = (
+    "expected name=N pairs, comma-separated: publish, consume, admin (requests per second, N ≥ 1), "
+    "connections (push connections per key per API process, N ≥ 1) and the "
+    "quotas topics, partitions, groups, schedules, pushGroups, storedBytes (N ≥ 0; storedBytes also as "
+    "<n>KiB, MiB, GiB or TiB)"
+)
+
+
 def parse_custom_limits(value: str) -> dict[str, int]:
-    """``publish=N,consume=N,admin=N`` → a mapping of category to requests per second; ``connections=N``
-    sets the key's cap on open push connections per API process (``app/broker/connections.py``)."""
+    """``publish=N,consume=N,admin=N,topics=N,storedBytes=10GiB,connections=N,…`` → a mapping of name to
+    limit: rate limits per category (``rate_limits.py``, at least 1), quotas (``quotas.py``, at least 0),
+    and ``connections``, the key's cap on open push connections per API process
+    (``app/broker/connections.py``, at least 1)."""
+    categories = {c.value for c in Category} | {"connections"}
+    names = categories | {q.value for q in Quota}
     limits: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in value.split(","))):
-        name, _, number = part.partition("=")
-        categories = {c.value for c in Category} | {"connections"}
-        if name not in categories or not is_ascii_digits(number) or int(number) < 1:
-            raise InvalidRequest.field("limits", "expected publish=N,consume=N,admin=N with positive N")
-        limits[name] = int(number)
+        name, _, text = part.partition("=")
+        name, text = name.strip(), text.strip()
+        number = (
+            quotas.parse_size(text)
+            if name == Quota.stored_bytes
+            else (int(text) if is_ascii_digits(text) else None)
+        )
+        low = 1 if name in categories else 0
+        if name not in names or number is None or not low <= number <= _MAX_LIMIT:
+            raise InvalidRequest.field("limits", _LIMITS_HINT)
+        limits[name] = number
     if not limits:
-        raise InvalidRequest.field("limits", "expected publish=N,consume=N,admin=N with positive N")
+        raise InvalidRequest.field("limits", _LIMITS_HINT)
     return limits
 
 
@@ -180,7 +201,9 @@ async def list_projects(session: AsyncSession) -> Sequence[Project]:
 async def set_tier(
     session: AsyncSession, ref: str, tier: Tier, custom_limits: dict[str, int] | None = None
 ) -> ProjectView:
-    """Change a project's tier; custom limits apply to the enterprise tier only."""
+    """Change a project's tier; custom limits (rate limits and quotas, replacing any set before) apply to
+    the enterprise tier only. Quotas hold against what exists: a project already past a lowered quota
+    keeps what it has and makes nothing more of that kind."""
     if custom_limits and tier is not Tier.enterprise:
         raise InvalidRequest.field("limits", "custom limits apply to the enterprise tier only")
     project = await get_project(session, ref, for_update=True)
@@ -196,4 +219,5 @@ def project_view(project: Project | ProjectView) -> dict[str, Any]:
         "name": project.name,
         "tier": project.tier,
         "customLimits": project.custom_limits,
+        "quotas": quotas.QuotaLimits(project.tier, project.custom_limits).all(),
     }

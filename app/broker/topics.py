@@ -23,8 +23,9 @@ from datetime import datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import dead_letter_logs, message_ids
+from app.broker import dead_letter_logs, message_ids, quotas
 from app.broker.errors import InvalidRequest, TopicAlreadyExists, TopicNotFound
+from app.broker.quotas import Quota
 from app.kit.clock import utcnow
 from app.kit.ids import new_id
 from app.kit.singleflight import SingleFlight
@@ -227,7 +228,8 @@ async def create_topic(
     partitions: int = 3,
     replicas: int | None = None,
 ) -> TopicView:
-    """Create a topic and its empty partition logs; 409 if the name is taken in this environment.
+    """Create a topic and its empty partition logs; 409 if the name is taken in this environment, 403
+    ``QUOTA_EXCEEDED`` (nothing made) past the environment's topics or partitions quota.
 
     ``replicas`` left out takes the engine's default (``LogEngine.default_replicas``)."""
     validate_name(name)
@@ -235,9 +237,15 @@ async def create_topic(
     mode = parse_delivery(delivery)
     validate_partitions(partitions)
     copies = validate_replicas(log.default_replicas if replicas is None else replicas, log.replica_choices)
+    # The project stays locked until this unit of work commits: the next creator counts this topic.
+    limits = await quotas.lock_project(session, scope.project_id)
     topics = TopicRepository.from_session(session)
     if await topics.get_by_name(scope.project_id, scope.environment, name):
         raise TopicAlreadyExists(name)
+    quotas.check(Quota.topics, limits, await topics.count(scope.project_id, scope.environment))
+    quotas.check(
+        Quota.partitions, limits, await topics.partition_sum(scope.project_id, scope.environment), partitions
+    )
     now = utcnow()
     topic = Topic(
         id=new_id("top"),
@@ -305,7 +313,10 @@ async def update_topic(
     partitions: int | None = None,
     retention: str | None = None,
 ) -> TopicView:
-    """Grow partitions (never shrink) and/or change retention."""
+    """Grow partitions (never shrink; 403 ``QUOTA_EXCEEDED`` past the environment's partitions quota)
+    and/or change retention."""
+    # A partition change counts against the environment's quota: lock the project before reading.
+    limits = await quotas.lock_project(session, scope.project_id) if partitions is not None else None
     topic = await _get_row(session, scope, name)
     if partitions is not None:
         validate_partitions(partitions)
@@ -313,6 +324,11 @@ async def update_topic(
             raise InvalidRequest.field(
                 "partitions", f"can only be increased (the topic has {topic.partitions})"
             )
+        if limits is not None and partitions > topic.partitions:
+            used = await TopicRepository.from_session(session).partition_sum(
+                scope.project_id, scope.environment
+            )
+            quotas.check(Quota.partitions, limits, used, partitions - topic.partitions)
     retention_ms = parse_retention(retention) if retention is not None else None
     if partitions is not None and partitions > topic.partitions:
         await log.add_partitions(topic.id, partitions)

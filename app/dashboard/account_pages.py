@@ -15,7 +15,7 @@ from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, Response
 
-from app.broker import alerts, dlq, keys
+from app.broker import alerts, dlq, keys, quotas
 from app.broker.errors import CODED_ERRORS
 from app.broker.rate_limits import limit_for
 from app.dashboard.routes import (
@@ -180,8 +180,17 @@ async def usage_page(request: Request, project_id: str, env: str) -> Response:
     series = await usage_source(request).series(
         ctx.project.id, env, start_ms=start, end_ms=end, bucket_ms=bucket, key_id=key_id, category=category
     )
-    async with _services(request).metadata.session(readonly=True) as session:
+    services = _services(request)
+    stored = await services.stored_bytes.measure(ctx.project.id)
+    async with services.metadata.session(readonly=True) as session:
         key_views = await _keys(ctx, session)
+        quota_uses = await quotas.usage(
+            session,
+            ctx.project.id,
+            env,
+            quotas.QuotaLimits(ctx.project.tier, ctx.project.custom_limits),
+            stored,
+        )
     limits = {c: limit_for(ctx.project.tier, ctx.project.custom_limits, c) for c in CATEGORIES}
     stamps = [(start + i * bucket) // 1000 for i in range(len(series.requests))]
     charts = {
@@ -206,6 +215,7 @@ async def usage_page(request: Request, project_id: str, env: str) -> Response:
         keys=key_views,
         totals=series.totals,
         limits=limits,
+        quotas=quota_uses,
         charts=charts,
         charts_json=json.dumps(charts),
     )
@@ -274,7 +284,14 @@ def _since(seconds: float) -> str:
 
 
 templates.env.filters["since"] = _since
-templates.env.filters["bytes"] = lambda n: (
-    f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
-)
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+templates.env.filters["bytes"] = _bytes
 templates.env.globals["now"] = time.time

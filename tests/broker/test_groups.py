@@ -315,3 +315,29 @@ class TestDeliveryStats:
         assert behind.oldest_unacked_seconds >= 0.0
         assert (mine["caught-up"].lag, mine["caught-up"].in_flight) == (0, 7)
         assert mine["caught-up"].oldest_unacked_seconds == 0.0
+
+
+@ON_DATABASES
+class TestEnsureExists:
+    """How a WebSocket consume makes its group before the upgrade (``ensure_exists``)."""
+
+    async def test_makes_the_group_once_and_remembers_it(self, make_topic):
+        topic: TopicUnderTest = await make_topic(partitions=2)
+        known = groups.KnownGroups(ttl=60)
+        await groups.ensure_exists(topic.services.metadata, topic.ref, "g", known)
+        assert (topic.ref.id, "g") in known
+        assert len(await topic.partitions("g")) == 2
+        await groups.ensure_exists(topic.services.metadata, topic.ref, "g", known)  # nothing more
+        async with topic.services.metadata.session(readonly=True) as session:
+            assert [g.name for g in await groups.list_groups(session, topic.services.log, topic.ref)] == ["g"]
+
+
+class TestKnownGroups:
+    def test_forgotten_after_the_ttl(self, monkeypatch):
+        known = groups.KnownGroups(ttl=5)
+        clock = [100.0]
+        monkeypatch.setattr(groups.time, "monotonic", lambda: clock[0])
+        known.add(("top_a", "g"))
+        assert ("top_a", "g") in known and ("top_a", "h") not in known
+        clock[0] += 5
+        assert ("top_a", "g") not in known

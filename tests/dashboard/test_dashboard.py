@@ -685,6 +685,35 @@ class TestUsage:
         assert all(re.fullmatch(r"\d+", v) for v in labels["throttled"]), labels["throttled"]
 
 
+class TestQuotas:
+    async def test_the_usage_page_shows_each_quota_its_limit_and_what_is_used(self, page, dashboard):
+        async with dashboard.api("production") as api:
+            r = await api.post("/topics", json={"name": "quota.a", "partitions": 4})
+            assert r.status_code == 201, r.text
+            assert (await api.put("/topics/quota.a/groups/g", json={})).status_code == 200
+        await page.goto(dashboard.project_url("production") + "/usage")
+        table = page.get_by_role("table", name="Quotas of the developer tier")
+        await expect(table).to_be_visible()
+        rows = {
+            quota: table.locator(f'tr[data-quota="{quota}"]')
+            for quota in ("topics", "partitions", "groups", "schedules", "pushGroups", "storedBytes")
+        }
+        expected = {
+            "topics": ("1", "100"),
+            "partitions": ("4", "500"),
+            "groups": ("1", "20"),
+            "schedules": ("0", "25"),
+            "pushGroups": ("0", "10"),
+        }
+        for quota, (used, limit) in expected.items():
+            await expect(rows[quota].locator("[data-used]")).to_have_attribute("data-used", used)
+            await expect(rows[quota].locator("[data-limit]")).to_have_attribute("data-limit", limit)
+        await expect(rows["groups"]).to_contain_text("on topic quota.a")
+        await expect(rows["storedBytes"].locator("[data-limit]")).to_have_text("10.0 GiB")
+        await expect(rows["partitions"]).to_contain_text("partitions per environment")
+        await shot(page, "usage-quotas")
+
+
 class TestAlerts:
     async def test_endpoint_secret_once_test_event_and_attempt_log(self, page, dashboard, receiver):
         await page.goto(dashboard.project_url("staging") + "/alerts")

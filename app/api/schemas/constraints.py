@@ -23,6 +23,7 @@ from pydantic import Field
 from app.broker import durations, groups, topics
 from app.broker.delivery import leases, membership
 from app.broker.publishing import MAX_IDEMPOTENCY_KEY, MAX_KEY_BYTES
+from app.broker.quotas import Quota
 from app.broker.rate_limits import Category, Tier
 
 # The server reads JSON integers as 64 bits (orjson; a larger one is read as a float and refused); the
@@ -138,8 +139,9 @@ TierName = Annotated[str, schema(enum=[t.value for t in Tier])]
 CustomLimits = Annotated[
     dict[str, int],
     schema(
-        propertyNames={"enum": [c.value for c in Category]},
-        additionalProperties={"type": "integer", "minimum": 1, "maximum": SAFE_INT},
+        # Rate limits per category (at least 1) and quotas (at least 0, ``app/broker/quotas.py``).
+        propertyNames={"enum": [c.value for c in Category] + [q.value for q in Quota]},
+        additionalProperties={"type": "integer", "minimum": 0, "maximum": SAFE_INT},
         minProperties=1,
     ),
 ]

@@ -18,7 +18,7 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, delete, func, select, update
 
 from app.stores.metadata.base import Repository
-from app.stores.metadata.models import ConsumerGroup, GroupMember
+from app.stores.metadata.models import ConsumerGroup, GroupMember, Topic
 from app.stores.metadata.protocol import CallerView
 
 groups = cast(Table, ConsumerGroup.__table__)
@@ -52,6 +52,35 @@ class GroupRepository(Repository):
     async def all_ids(self) -> set[str]:
         result = await self.session.execute(select(groups.c.id))
         return set(result.scalars().all())
+
+    async def count_for_topic(self, topic_id: str) -> int:
+        result = await self.session.execute(
+            select(func.count()).select_from(groups).where(groups.c.topic_id == topic_id)
+        )
+        return int(result.scalar_one())
+
+    async def busiest_topic(self, project_id: str, environment: str) -> tuple[str, int] | None:
+        """The topic of a project environment with the most groups (by name on a tie), and its count."""
+        count = func.count(groups.c.id)
+        stmt = (
+            select(Topic.name, count)
+            .join(groups, groups.c.topic_id == Topic.id)
+            .where(Topic.project_id == project_id, Topic.environment == environment)
+            .group_by(Topic.name)
+            .order_by(count.desc(), Topic.name)
+            .limit(1)
+        )
+        row = (await self.session.execute(stmt)).first()
+        return (str(row[0]), int(row[1])) if row else None
+
+    async def ids_of_project(self, project_id: str) -> list[str]:
+        """Ids of every group of a project's topics, in all its environments."""
+        result = await self.session.execute(
+            select(groups.c.id)
+            .join(Topic, Topic.id == groups.c.topic_id)
+            .where(Topic.project_id == project_id)
+        )
+        return list(result.scalars().all())
 
     async def list_for_topic(self, topic_id: str) -> Sequence[ConsumerGroup]:
         result = await self.session.execute(

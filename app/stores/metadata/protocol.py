@@ -169,6 +169,9 @@ class ProjectStore(Protocol):
     async def get(self, ref: str, *, for_update: bool = False) -> Project | None:
         """By id or by name."""
 
+    async def lock(self, project_id: str) -> Project | None:
+        """By id, its row locked for this unit of work (what quota checks serialise on)."""
+
     async def list(self) -> Sequence[Project]:
         """Every project, oldest first."""
 
@@ -241,6 +244,15 @@ class TopicStore(Protocol):
     async def count(self, project_id: str, environment: str) -> int:
         """How many topics a project environment has."""
 
+    async def partition_sum(self, project_id: str, environment: str) -> int:
+        """The partitions of a project environment's topics, summed."""
+
+    async def partitions_of_project(self, project_id: str) -> list[tuple[str, int]]:
+        """``(topic id, partitions)`` of every topic of a project, in all its environments."""
+
+    async def lock_with_project(self, topic_id: str) -> tuple[Topic, Project] | None:
+        """The topic, its row locked for this unit of work (group creators serialise on it), and its project."""
+
     async def all_ids(self) -> set[str]:
         """Every topic id (to find logs no topic owns)."""
 
@@ -263,6 +275,15 @@ class GroupStore(Protocol):
 
     async def insert_if_absent(self, values: dict[str, Any]) -> None:
         """Create a group unless one of that name exists (a concurrent create is not an error)."""
+
+    async def count_for_topic(self, topic_id: str) -> int:
+        """How many groups a topic has."""
+
+    async def busiest_topic(self, project_id: str, environment: str) -> tuple[str, int] | None:
+        """The topic of a project environment with the most groups, and its count."""
+
+    async def ids_of_project(self, project_id: str) -> list[str]:
+        """Ids of every group of a project's topics."""
 
     async def all_ids(self) -> set[str]:
         """Every group id."""

@@ -66,6 +66,13 @@ class ProjectRepository(Repository):
         result = await self.session.execute(stmt)
         return result.scalars().first()
 
+    async def lock(self, project_id: str) -> Project | None:
+        """By id, its row locked for this unit of work (``FOR NO KEY UPDATE``: inserts of rows that
+        refer to it are not blocked; whoever else locks it waits)."""
+        stmt = select(Project).where(Project.id == project_id).with_for_update(key_share=True)
+        result = await self.session.execute(stmt.execution_options(populate_existing=True))
+        return result.scalar_one_or_none()
+
     async def list(self) -> Sequence[Project]:
         result = await self.session.execute(select(Project).order_by(Project.created_at, Project.id))
         return result.scalars().all()

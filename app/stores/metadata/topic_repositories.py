@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import delete, func, select
 
 from app.stores.metadata.base import Repository
-from app.stores.metadata.models import Topic
+from app.stores.metadata.models import Project, Topic
 
 
 class TopicRepository(Repository):
@@ -36,6 +36,33 @@ class TopicRepository(Repository):
             .where(Topic.project_id == project_id, Topic.environment == environment)
         )
         return int(result.scalar_one())
+
+    async def partition_sum(self, project_id: str, environment: str) -> int:
+        """The partitions of a project environment's topics, summed."""
+        result = await self.session.execute(
+            select(func.coalesce(func.sum(Topic.partitions), 0)).where(
+                Topic.project_id == project_id, Topic.environment == environment
+            )
+        )
+        return int(result.scalar_one())
+
+    async def partitions_of_project(self, project_id: str) -> list[tuple[str, int]]:
+        """``(topic id, partitions)`` of every topic of a project, in all its environments."""
+        result = await self.session.execute(
+            select(Topic.id, Topic.partitions).where(Topic.project_id == project_id)
+        )
+        return [(topic_id, int(n)) for topic_id, n in result.all()]
+
+    async def lock_with_project(self, topic_id: str) -> tuple[Topic, Project] | None:
+        """The topic, its row locked for this unit of work (``FOR NO KEY UPDATE``), and its project."""
+        stmt = (
+            select(Topic, Project)
+            .join(Project, Project.id == Topic.project_id)
+            .where(Topic.id == topic_id)
+            .with_for_update(key_share=True, of=Topic)
+        )
+        row = (await self.session.execute(stmt.execution_options(populate_existing=True))).first()
+        return (row[0], row[1]) if row else None
 
     async def all_ids(self) -> set[str]:
         result = await self.session.execute(select(Topic.id))

@@ -3,6 +3,7 @@ SQLite and on Postgres over a schema the migrations built: what the domain relie
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from datetime import UTC, datetime, timedelta
 
@@ -202,6 +203,71 @@ class TestTopics:
             )
             assert group_id not in await GroupRepository.from_session(session).all_ids()
             assert await PartitionRepository.from_session(session).partitions(group_id) == []
+
+
+class TestQuotaCounts:
+    """What the quotas count and lock (``app/broker/quotas.py``)."""
+
+    async def test_partitions_summed_per_environment_and_listed_per_project(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        project = await rows.project()
+        a = await rows.topic(project.id, partitions=3)
+        b = await rows.topic(project.id, partitions=5)
+        async with metadata.session(readonly=True) as session:
+            topics = TopicRepository.from_session(session)
+            assert await topics.partition_sum(project.id, "production") == 8
+            assert await topics.partition_sum(project.id, "sandbox") == 0
+            assert sorted(await topics.partitions_of_project(project.id)) == sorted([(a.id, 3), (b.id, 5)])
+            assert await topics.partitions_of_project((await rows.project()).id) == []
+
+    async def test_locks_answer_the_rows_and_none_when_gone(self, metadata: MetadataStore, rows: Rows):
+        topic = await rows.topic()
+        async with metadata.session() as session:
+            project = await ProjectRepository.from_session(session).lock(topic.project_id)
+            assert project is not None and project.tier == "developer"
+            locked = await TopicRepository.from_session(session).lock_with_project(topic.id)
+            assert locked is not None and (locked[0].id, locked[1].id) == (topic.id, topic.project_id)
+            assert await ProjectRepository.from_session(session).lock("prj_nothing") is None
+            assert await TopicRepository.from_session(session).lock_with_project("top_nothing") is None
+
+    async def test_a_project_lock_makes_the_next_locker_wait_for_the_commit(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        """On Postgres the row lock holds until commit; SQLite serialises write units of work anyway."""
+        project = await rows.project()
+        order: list[str] = []
+        held = asyncio.Event()
+
+        async def first() -> None:
+            async with metadata.session() as session:
+                await ProjectRepository.from_session(session).lock(project.id)
+                held.set()
+                await asyncio.sleep(0.3)
+                order.append("first done")
+
+        async def second() -> None:
+            await held.wait()
+            async with metadata.session() as session:
+                await ProjectRepository.from_session(session).lock(project.id)
+                order.append("second locked")
+
+        await asyncio.gather(first(), second())
+        assert order == ["first done", "second locked"]
+
+    async def test_groups_counted_per_topic_busiest_topic_and_project_groups(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        project = await rows.project()
+        one = await rows.topic(project.id, name="one")
+        two = await rows.topic(project.id, name="two")
+        ids = [await rows.group(one), await rows.group(two), await rows.group(two)]
+        async with metadata.session(readonly=True) as session:
+            groups = GroupRepository.from_session(session)
+            assert (await groups.count_for_topic(one.id), await groups.count_for_topic(two.id)) == (1, 2)
+            assert await groups.busiest_topic(project.id, "production") == ("two", 2)
+            assert await groups.busiest_topic(project.id, "sandbox") is None
+            assert sorted(await groups.ids_of_project(project.id)) == sorted(ids)
 
 
 def _member(group_id: str, member_id: str, expires_at_ms: int, *, push: bool = False) -> GroupMember:
