@@ -27,9 +27,11 @@ from app.api.schemas.consumers import (
     Settled,
 )
 from app.broker import durations
+from app.broker import tracing as spans
 from app.broker.delivery import leases, membership
 from app.broker.delivery.membership import MemberRef
 from app.errors import responses
+from app.kit import tracing
 
 router = APIRouter(prefix="/v1/topics/{name}/groups/{group}", tags=["consumers"], route_class=JsonRoute)
 
@@ -132,15 +134,22 @@ async def poll(
     topic = await topics.get(name)
     abandoned = asyncio.Event()
     listener = asyncio.ensure_future(_hang_up(request, abandoned)) if body.waitSeconds > 0 else None
+    member = MemberRef(topic, group, body.memberId, body.generationId)
+    polling = leases.poll(
+        services.metadata,
+        services.log,
+        member,
+        max_messages=body.maxMessages,
+        wait_seconds=body.waitSeconds,
+        abandoned=abandoned,
+    )
     try:
-        messages = await leases.poll(
-            services.metadata,
-            services.log,
-            MemberRef(topic, group, body.memberId, body.generationId),
-            max_messages=body.maxMessages,
-            wait_seconds=body.waitSeconds,
-            abandoned=abandoned,
-        )
+        if tracing.enabled:
+            with spans.receiving(name, group, spans.request_context(request.scope["headers"])) as span:
+                messages = await polling
+                spans.delivered(span, messages)
+        else:
+            messages = await polling
     finally:
         if listener is not None:
             listener.cancel()
@@ -153,12 +162,20 @@ async def poll(
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
 async def ack(
-    name: TopicNamePath, group: GroupNamePath, body: AckIn, topics: ConsumeTopics, services: ServicesDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: AckIn,
+    topics: ConsumeTopics,
+    services: ServicesDep,
+    request: Request,
 ) -> Settled:
     """Acknowledge messages; answered once durable. Per id: ``ACK_EXPIRED`` after the deadline,
     ``MESSAGE_NOT_FOUND`` or ``INVALID_REQUEST`` for ids that were not delivered or are malformed."""
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
+    if tracing.enabled:
+        with spans.settling(name, group, "ack", body.ids, spans.request_context(request.scope["headers"])):
+            return _settled(await leases.ack(services.metadata, member, body.ids))
     return _settled(await leases.ack(services.metadata, member, body.ids))
 
 
@@ -168,12 +185,22 @@ async def ack(
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
 async def nack(
-    name: TopicNamePath, group: GroupNamePath, body: NackIn, topics: ConsumeTopics, services: ServicesDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: NackIn,
+    topics: ConsumeTopics,
+    services: ServicesDep,
+    request: Request,
 ) -> Settled:
     """Give a message back for redelivery, at once or after ``delay``; later messages are not held up."""
     delay_ms = durations.parse_delay(body.delay) if body.delay is not None else None
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
+    if tracing.enabled:
+        with spans.settling(name, group, "nack", [body.id], spans.request_context(request.scope["headers"])):
+            return _settled(
+                await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
+            )
     return _settled(
         await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
     )
