@@ -229,7 +229,7 @@ class TestSpans:
 class _Receiver(BaseHTTPRequestHandler):
     """``POST /v1/traces``: an OTLP/HTTP protobuf export, decoded and kept by the server."""
 
-    def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
@@ -243,7 +243,7 @@ class _Receiver(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(answer)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -294,8 +294,9 @@ class TestOtlpExport:
         process = await asyncio.to_thread(bootstrapped_server, env, tmp_path, "tracing")
         try:
             api = Api(process)
-            topic = api.topic(partitions=1, delivery="exactly-once")
-            r = httpx.post(
+            topic = await asyncio.to_thread(api.topic, partitions=1, delivery="exactly-once")
+            r = await asyncio.to_thread(
+                httpx.post,
                 f"{process.url}/v1/topics/{topic}/messages",
                 json={"data": {"order": 1}},
                 headers={**api.headers, "traceparent": TRACEPARENT},
