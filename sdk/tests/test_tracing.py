@@ -12,6 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+
+# OpenTelemetry is optional (queuecore[otel]): a clean install without it skips these tests.
+pytest.importorskip("opentelemetry.sdk")
+
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
