@@ -124,7 +124,7 @@ class Settings(BaseSettings):
     alert_poll_seconds: float = 0.5
     # Tracing (docs/operations.md "Tracing"): spans exported over OTLP/HTTP. Unset, it is on exactly when
     # the standard OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; off, it costs
-    # nothing (OpenTelemetry is not even imported). The exporter reads the other OTEL_EXPORTER_OTLP_*.
+    # nothing (OpenTelemetry's SDK and exporter are not even imported). The exporter reads the other OTEL_EXPORTER_OTLP_*.
     otel_enabled: bool | None = None
     # The collector's base URL (``/v1/traces`` is added); empty: the standard variables, else localhost:4318.
     otel_endpoint: str = ""

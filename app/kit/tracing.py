@@ -1,7 +1,7 @@
 """Tracing with OpenTelemetry: spans exported over OTLP/HTTP when turned on, off and free otherwise.
 
 ``enabled`` is the one check callers make before any span work: while it is False nothing here has
-imported OpenTelemetry, and the hot paths (publish, deliver, ack) pay one module attribute read. ``start``
+imported OpenTelemetry's SDK or exporter, and the hot paths (publish, deliver, ack) pay one module attribute read. ``start``
 builds this process's own ``TracerProvider`` (never the global one: an application embedding the server,
 or a test, keeps its own) with a batching processor, so spans are exported off the request path;
 ``stop`` flushes and shuts it down.

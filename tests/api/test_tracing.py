@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -336,6 +339,41 @@ class TestOtlpExport:
         assert _attributes(settle)["messaging.operation.name"] == "ack"
         assert _attributes(settle)["messaging.message.id"] == message_id
         assert json.dumps(_attributes(settle)).count(message_id) == 1
+
+
+def test_off_the_server_never_loads_the_opentelemetry_sdk(tmp_path: Path) -> None:
+    """A server without tracing settings serves a traced publish without importing OpenTelemetry's SDK or
+    exporter (FastAPI itself imports the API package)."""
+    script = f"""
+import asyncio, os, sys
+import httpx
+from app.main import create_app
+from app.settings import Settings
+from app.cli import migrate
+from app.kit import tracing
+
+settings = Settings(data_dir={str(tmp_path)!r})
+migrate(settings)
+
+async def main():
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            r = await http.post("/v1/topics/none/messages", json={{"data": 1}},
+                                headers={{"traceparent": "{TRACEPARENT}"}})
+            assert r.status_code == 401, r.text
+    assert not tracing.enabled
+    loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter")))
+    assert not loaded, loaded
+
+asyncio.run(main())
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUECORE_", "OTEL_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_tracing_is_off_unless_configured(monkeypatch: pytest.MonkeyPatch) -> None:
