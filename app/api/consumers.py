@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.deps import ConsumeTopics, ServicesDep
+from app.api.messages import trace_context
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, MemberIdPath, TopicNamePath
 from app.api.schemas.consumers import (
@@ -37,6 +38,12 @@ router = APIRouter(prefix="/v1/topics/{name}/groups/{group}", tags=["consumers"]
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 _MEMBER = ("MEMBER_NOT_FOUND", "STALE_GENERATION")
+
+
+def _trace(request: Request) -> dict[str, str] | None:
+    """The call's W3C trace context: the parent of its ``receive`` or ``settle`` span."""
+    headers = request.headers
+    return trace_context(headers.get("traceparent"), headers.get("tracestate"))
 
 
 def _settled(result: leases.Settled) -> Settled:
@@ -145,7 +152,7 @@ async def poll(
     )
     try:
         if tracing.enabled:
-            with spans.receiving(name, group, spans.request_context(request.scope["headers"])) as span:
+            with spans.receiving(name, group, _trace(request)) as span:
                 messages = await polling
                 spans.delivered(span, messages)
         else:
@@ -174,7 +181,7 @@ async def ack(
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
     if tracing.enabled:
-        with spans.settling(name, group, "ack", body.ids, spans.request_context(request.scope["headers"])):
+        with spans.settling(name, group, "ack", body.ids, _trace(request)):
             return _settled(await leases.ack(services.metadata, member, body.ids))
     return _settled(await leases.ack(services.metadata, member, body.ids))
 
@@ -197,7 +204,7 @@ async def nack(
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
     if tracing.enabled:
-        with spans.settling(name, group, "nack", [body.id], spans.request_context(request.scope["headers"])):
+        with spans.settling(name, group, "nack", [body.id], _trace(request)):
             return _settled(
                 await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
             )

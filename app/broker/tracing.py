@@ -178,12 +178,3 @@ def settling(
     _described(attributes, named, partitions)
     with _span(f"settle {topic}", SpanKind.CLIENT, attributes, tracing.span_context(request)) as span:
         yield span
-
-
-def request_context(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str] | None:
-    """A request's ``traceparent`` / ``tracestate`` from raw ASGI headers (the first of each)."""
-    found: dict[str, str] = {}
-    for name, value in headers:
-        if name in (b"traceparent", b"tracestate") and name.decode() not in found:
-            found[name.decode()] = value.decode("latin-1")
-    return found if "traceparent" in found else None
