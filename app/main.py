@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -29,6 +30,7 @@ from app.broker.topics import TopicDirectory, sweep_orphan_logs
 from app.broker.usage import UsageMeter
 from app.dashboard import install as install_dashboard
 from app.errors import add_exception_handlers
+from app.kit import tracing
 from app.openapi import install as install_openapi
 from app.settings import LogEngineKind, Settings, get_settings
 from app.stores.errors import StoreUnavailable
@@ -94,6 +96,11 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     except StoreUnavailable:
         logger.warning("metadata store unavailable at startup: orphan logs not swept this time")
     limiter = build_limiter(settings)
+    # Off unless configured; an embedding application (or a test) that started tracing keeps its own.
+    own_tracing = settings.tracing_enabled() and not tracing.enabled
+    if own_tracing:
+        tracing.start_otlp(settings.otel_endpoint or None, settings.tracing_service_name())
+        logger.info("tracing: spans exported over OTLP/HTTP")
     keys = KeyAuthenticator(
         metadata,
         settings.server_secret(),
@@ -158,6 +165,8 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         await limiter.close()
         await log.close()
         await metadata.close()
+        if own_tracing:
+            await asyncio.to_thread(tracing.stop)  # flushes the spans still buffered (a blocking export)
 
 
 class QueueCoreApp(FastAPI):

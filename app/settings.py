@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import enum
 import math
+import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -164,6 +165,14 @@ class Settings(BaseSettings):
     alert_breaker_threshold: int = 5
     alert_breaker_cooldown_seconds: float = 60.0
     alert_poll_seconds: float = 0.5
+    # Tracing (docs/operations.md "Tracing"): spans exported over OTLP/HTTP. Unset, it is on exactly when
+    # the standard OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; off, it costs
+    # nothing (OpenTelemetry's SDK and exporter are not even imported). The exporter reads the other OTEL_EXPORTER_OTLP_*.
+    otel_enabled: bool | None = None
+    # The collector's base URL (``/v1/traces`` is added); empty: the standard variables, else localhost:4318.
+    otel_endpoint: str = ""
+    # Empty: OTEL_SERVICE_NAME, else "queuecore".
+    otel_service_name: str = ""
     log: LogSettings = Field(default_factory=LogSettings)
     log_engine: LogEngineKind = LogEngineKind.local
     # One or more nats:// seeds, comma-separated (the JetStream engine).
@@ -216,6 +225,23 @@ class Settings(BaseSettings):
                     "QUEUECORE_ENVIRONMENT=production: /metrics then needs 'Authorization: Bearer <token>'"
                 )
         return self
+
+    def tracing_enabled(self) -> bool:
+        """Whether to export spans: ``otel_enabled`` when set, else whether an OTLP endpoint is configured
+        (``otel_endpoint`` or the standard variables); never under ``OTEL_SDK_DISABLED=true``."""
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            return False
+        if self.otel_enabled is not None:
+            return self.otel_enabled
+        return bool(
+            self.otel_endpoint
+            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        )
+
+    def tracing_service_name(self) -> str:
+        """The ``service.name`` of exported spans."""
+        return self.otel_service_name or os.environ.get("OTEL_SERVICE_NAME") or "queuecore"
 
     def sealer(self) -> Sealer:
         """Seals secrets kept at rest (alert signing secrets) under a key derived from the server secret."""

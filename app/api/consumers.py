@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.deps import ConsumeKey, ConsumeTopics, ServicesDep
+from app.api.messages import trace_context
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, MemberIdPath, TopicNamePath
 from app.api.schemas.consumers import (
@@ -27,15 +28,23 @@ from app.api.schemas.consumers import (
     Settled,
 )
 from app.broker import durations
+from app.broker import tracing as spans
 from app.broker.delivery import leases, membership
 from app.broker.delivery.membership import MemberRef
 from app.broker.errors import CodedError
 from app.errors import ApiError, responses
+from app.kit import tracing
 
 router = APIRouter(prefix="/v1/topics/{name}/groups/{group}", tags=["consumers"], route_class=JsonRoute)
 
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 _MEMBER = ("MEMBER_NOT_FOUND", "STALE_GENERATION")
+
+
+def _trace(request: Request) -> dict[str, str] | None:
+    """The call's W3C trace context: the parent of its ``receive`` or ``settle`` span."""
+    headers = request.headers
+    return trace_context(headers.get("traceparent"), headers.get("tracestate"))
 
 
 def _settled(result: leases.Settled) -> Settled:
@@ -145,15 +154,22 @@ async def poll(
         abandoned.set()  # ends the wait; nothing more is leased
 
     connection = services.connections.open(key.key_id, "poll", end) if listener is not None else None
+    member = MemberRef(topic, group, body.memberId, body.generationId)
+    polling = leases.poll(
+        services.metadata,
+        services.log,
+        member,
+        max_messages=body.maxMessages,
+        wait_seconds=body.waitSeconds,
+        abandoned=abandoned,
+    )
     try:
-        messages = await leases.poll(
-            services.metadata,
-            services.log,
-            MemberRef(topic, group, body.memberId, body.generationId),
-            max_messages=body.maxMessages,
-            wait_seconds=body.waitSeconds,
-            abandoned=abandoned,
-        )
+        if tracing.enabled:
+            with spans.receiving(name, group, _trace(request)) as span:
+                messages = await polling
+                spans.delivered(span, messages)
+        else:
+            messages = await polling
     finally:
         if listener is not None:
             listener.cancel()
@@ -170,12 +186,20 @@ async def poll(
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
 async def ack(
-    name: TopicNamePath, group: GroupNamePath, body: AckIn, topics: ConsumeTopics, services: ServicesDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: AckIn,
+    topics: ConsumeTopics,
+    services: ServicesDep,
+    request: Request,
 ) -> Settled:
     """Acknowledge messages; answered once durable. Per id: ``ACK_EXPIRED`` after the deadline,
     ``MESSAGE_NOT_FOUND`` or ``INVALID_REQUEST`` for ids that were not delivered or are malformed."""
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
+    if tracing.enabled:
+        with spans.settling(name, group, "ack", body.ids, _trace(request)):
+            return _settled(await leases.ack(services.metadata, member, body.ids))
     return _settled(await leases.ack(services.metadata, member, body.ids))
 
 
@@ -185,12 +209,22 @@ async def ack(
     responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", *_MEMBER),
 )
 async def nack(
-    name: TopicNamePath, group: GroupNamePath, body: NackIn, topics: ConsumeTopics, services: ServicesDep
+    name: TopicNamePath,
+    group: GroupNamePath,
+    body: NackIn,
+    topics: ConsumeTopics,
+    services: ServicesDep,
+    request: Request,
 ) -> Settled:
     """Give a message back for redelivery, at once or after ``delay``; later messages are not held up."""
     delay_ms = durations.parse_delay(body.delay) if body.delay is not None else None
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
+    if tracing.enabled:
+        with spans.settling(name, group, "nack", [body.id], _trace(request)):
+            return _settled(
+                await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
+            )
     return _settled(
         await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
     )

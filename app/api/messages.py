@@ -30,11 +30,13 @@ from app.api.schemas.constraints import (
 )
 from app.api.schemas.messages import BatchIn, BatchPublished, Message, MessageIn, MessagePage, Published
 from app.broker import publishing, quotas, reading
+from app.broker import tracing as spans
 from app.broker.errors import InvalidRequest
 from app.broker.keys import Principal
 from app.broker.quotas import Quota
 from app.broker.rate_limits import Category
 from app.errors import ApiError, responses
+from app.kit import tracing
 from app.kit.json_limits import MAX_DEPTH
 
 router = APIRouter(prefix="/v1/topics/{name}", tags=["messages"], route_class=JsonRoute)
@@ -152,11 +154,19 @@ async def publish_one(
         publishing.validate_idempotency_key(idempotency_key)
     message = publishing.parse_message(_parse(raw))
     publishing.check_integers(raw, (message.data,), batch=False)
+    sent = message
     if trace is not None:
         message = publishing.with_trace_context(message, trace)
     check_stored_bytes(services, key)
     publisher = services.publisher
-    topic, placed, replayed = await publisher.publish(scope_of(key), name, message, idempotency_key)
+    if tracing.enabled:
+        with spans.publishing(name, trace, [sent.headers], batch=False) as span:
+            topic, placed, replayed = await publisher.publish(scope_of(key), name, message, idempotency_key)
+            spans.placed(
+                span, [publisher.message_id(topic, placed.partition, placed.offset)], [placed.partition]
+            )
+    else:
+        topic, placed, replayed = await publisher.publish(scope_of(key), name, message, idempotency_key)
     state["messages"], state["data_bytes"] = (0, 0) if replayed else (1, len(message.data))
     body = publisher.result(topic, placed)
     body["latency"] = placed.latency_ms
@@ -185,21 +195,53 @@ async def publish_batch(
     seen answer ``replayed: true`` and are not written again."""
     # Served by ``publish_lane`` in practice; this is the same call through the router.
     started = time.perf_counter()
+    headers = request.headers
     body, replayed = await publish_many(
-        services, request.scope["state"], key, name, await request.body(), started
+        services,
+        request.scope["state"],
+        key,
+        name,
+        await request.body(),
+        started,
+        trace_context(headers.get("traceparent"), headers.get("tracestate")),
     )
     return _json(body, 201, _REPLAYED if replayed else None)
 
 
 async def publish_many(
-    services: Services, state: dict[str, Any], key: Principal, name: str, raw: bytes, started: float
+    services: Services,
+    state: dict[str, Any],
+    key: Principal,
+    name: str,
+    raw: bytes,
+    started: float,
+    trace: dict[str, str] | None = None,
 ) -> tuple[bytes, bool]:
     """The batch publish once authenticated: the answer's JSON, and whether every item was a replay.
-    ``started`` is when the call began (the answer's ``latency``)."""
+    ``started`` is when the call began (the answer's ``latency``); ``trace`` the request's trace
+    context, the parent of the publish span (not stored: each message carries its own, if any)."""
     values, messages = _parse_batch(raw)
     check_stored_bytes(services, key)
+    if tracing.enabled:
+        sent = [None] * len(values) if values is not None else [m.headers for m in messages]
+        with spans.publishing(name, trace, sent, batch=True):
+            if values is not None:
+                return await _publish_plain(services, state, key, name, values, started), False
+            return await _publish_parsed(services, state, key, name, messages, started)
     if values is not None:  # bare messages only, the common case
         return await _publish_plain(services, state, key, name, values, started), False
+    return await _publish_parsed(services, state, key, name, messages, started)
+
+
+async def _publish_parsed(
+    services: Services,
+    state: dict[str, Any],
+    key: Principal,
+    name: str,
+    messages: list[publishing.Outgoing],
+    started: float,
+) -> tuple[bytes, bool]:
+    """A batch with keys, headers, partitions or idempotency keys: every message parsed."""
     publisher = services.publisher
     topic, placed, replayed = await publisher.publish_batch(scope_of(key), name, messages)
     state["messages"] = replayed.count(False)

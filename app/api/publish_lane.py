@@ -71,7 +71,13 @@ class PublishLane:
             if batch:
                 started = time.perf_counter()
                 body, replayed = await messages.publish_many(
-                    services, state, key, name, await _read(receive), started
+                    services,
+                    state,
+                    key,
+                    name,
+                    await _read(receive),
+                    started,
+                    messages.trace_context(traceparent, tracestate),
                 )
             else:
                 body, replayed = await messages.publish_one(

@@ -72,6 +72,7 @@ type Client struct {
 	hc         *http.Client
 	log        *slog.Logger
 	headers    http.Header
+	tracer     Tracer // option.WithTracer; nil: no trace context
 }
 
 // NewClient makes a client. Without options it reads QUEUECORE_API_KEY and QUEUECORE_BASE_URL.
@@ -108,6 +109,7 @@ func NewClient(opts ...option.RequestOption) (*Client, error) {
 		hc:         cfg.HTTPClient,
 		log:        cfg.Logger,
 		headers:    cfg.Headers,
+		tracer:     cfg.Tracer,
 	}
 	if c.hc == nil {
 		transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -168,6 +170,7 @@ type request struct {
 	noAuth         bool
 	acceptStatus   int // a non-2xx status whose non-envelope body is an answer (health's 503)
 	maxRetries     *int
+	header         map[string]string // this call's own headers (a publish's trace context)
 }
 
 type response struct {
@@ -275,6 +278,9 @@ func (c *Client) attempt(ctx context.Context, r request, target string, payload 
 	}
 	if r.idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", r.idempotencyKey)
+	}
+	for k, v := range r.header {
+		req.Header.Set(k, v)
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {

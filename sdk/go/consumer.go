@@ -256,7 +256,7 @@ func (k *Consumer) handle(handler MessageHandler, m *Message) {
 			k.emit(fmt.Errorf("queuecore: the handler panicked on %s: %v", m.ID, r))
 		}
 	}()
-	if err := handler(k.hctx, m); err != nil {
+	if err := k.run(handler, m); err != nil {
 		_ = m.Nack(truncate(err.Error()), 0)
 		k.emit(fmt.Errorf("queuecore: the handler failed on %s: %w", m.ID, err))
 	}

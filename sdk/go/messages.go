@@ -58,7 +58,7 @@ func (c *Client) Publish(ctx context.Context, topic string, data any, params *Pu
 	}
 	var res PublishResult
 	resp, err := c.do(ctx, request{method: "POST", path: "/v1/topics/" + seg(topic) + "/messages", body: body,
-		idempotencyKey: key}, &res)
+		idempotencyKey: key, header: c.traceContext(ctx)}, &res)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +108,7 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, messages []any)
 		return nil, &Error{Code: "INVALID_REQUEST", Message: "a batch holds 1 to 1000 messages, not " + strconv.Itoa(len(messages))}
 	}
 	items := make([]BatchMessage, len(messages))
+	trace := c.traceContext(ctx) // each item carries the publisher's context (option.WithTracer)
 	for i, m := range messages {
 		switch v := m.(type) {
 		case BatchMessage:
@@ -123,6 +124,7 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, messages []any)
 		if items[i].IdempotencyKey == "" {
 			items[i].IdempotencyKey = newIdempotencyKey()
 		}
+		items[i].Headers = withTraceContext(items[i].Headers, trace)
 	}
 	body := struct {
 		Messages []BatchMessage `json:"messages"`

@@ -24,9 +24,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from app.broker import durations
+from app.broker import tracing as spans
 from app.broker.delivery import checkpoints, leases
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import ids_of, parse_client_frame, server_frame
@@ -40,6 +42,7 @@ from app.broker.errors import (
     TopicNotFound,
 )
 from app.broker.topics import TopicRef
+from app.kit import tracing
 from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore
@@ -99,7 +102,11 @@ class AckSettlement:
             if frame["type"] == "ack":
                 ids = leases.validate_ids(ids_of(frame))
                 if not self._durable_acks and all(self._is_held(i) for i in ids):
-                    await self._ack_lazily(ids)
+                    if tracing.enabled:
+                        with self._settling("ack", ids):
+                            await self._ack_lazily(ids)
+                    else:
+                        await self._ack_lazily(ids)
                     return
                 # Settled by one task, several frames per checkpoint when they arrive faster than one
                 # is written; each frame still gets its own ``acked``.
@@ -107,7 +114,11 @@ class AckSettlement:
                 if self._acking is None or self._acking.done():
                     self._acking = asyncio.ensure_future(self._settle_acks())
                 return
-            answer = await self._settle_other(frame)
+            if tracing.enabled and frame["type"] == "nack":
+                with self._settling("nack", [frame.get("id")]):
+                    answer = await self._settle_other(frame)
+            else:
+                answer = await self._settle_other(frame)
         except UnknownLog:
             await self._send(self._render_error(TopicNotFound(self._topic.name)))
             return
@@ -115,6 +126,12 @@ class AckSettlement:
             await self._send(self._render_error(error))
             return
         await self._send(server_frame("acked", ids=answer.ids, failed=answer.failed))
+
+    def _settling(self, operation: str, ids: list[Any]) -> AbstractContextManager[object]:
+        """A ``settle`` span around an ack or nack when tracing, else nothing."""
+        if not tracing.enabled:
+            return contextlib.nullcontext()
+        return spans.settling(self._topic.name, self._group, operation, ids)
 
     def _is_held(self, message_id: Any) -> bool:
         return isinstance(message_id, str) and message_id in self._held
@@ -196,28 +213,30 @@ class AckSettlement:
                 total += len(self._acks[0])
                 frames.append(self._acks.pop(0))
             ids = [i for f in frames for i in f]
-            try:
-                # Under the write lock: no release or checkpoint is half done, so each id is either
-                # an in-memory lease (written by the checkpoint below, or by the release that follows
-                # a fence) or a lease row.
-                acked: list[HeldPartition] = []
-                fenced: set[int] = set()
-                async with self._writing:
-                    done, failed, touched = self._ack_in_memory(ids, now_ms())
-                    if touched:
-                        acked, fenced = await self._write_checkpoint()
-                lost = await self._lost(acked, fenced)
-                if not self._durable_acks and lost:
-                    lost = set()  # at-least-once: redelivery is allowed
-                for message_id, partition in done.items():
-                    if partition in lost:
-                        failed[message_id] = "ACK_EXPIRED"
-                rest = [i for i in ids if not (isinstance(i, str) and (i in done or i in failed))]
-                answer = await self._settle({"type": "ack", "ids": rest}) if rest else None
-            except CODED_ERRORS as error:
-                for _ in frames:
-                    await self._send(self._render_error(error))
-                continue
+            # One span for the frames one checkpoint settles.
+            with self._settling("ack", ids):
+                try:
+                    # Under the write lock: no release or checkpoint is half done, so each id is either
+                    # an in-memory lease (written by the checkpoint below, or by the release that follows
+                    # a fence) or a lease row.
+                    acked: list[HeldPartition] = []
+                    fenced: set[int] = set()
+                    async with self._writing:
+                        done, failed, touched = self._ack_in_memory(ids, now_ms())
+                        if touched:
+                            acked, fenced = await self._write_checkpoint()
+                    lost = await self._lost(acked, fenced)
+                    if not self._durable_acks and lost:
+                        lost = set()  # at-least-once: redelivery is allowed
+                    for message_id, partition in done.items():
+                        if partition in lost:
+                            failed[message_id] = "ACK_EXPIRED"
+                    rest = [i for i in ids if not (isinstance(i, str) and (i in done or i in failed))]
+                    answer = await self._settle({"type": "ack", "ids": rest}) if rest else None
+                except CODED_ERRORS as error:
+                    for _ in frames:
+                        await self._send(self._render_error(error))
+                    continue
             ok = set(done) - set(failed)
             codes = dict(failed)
             if answer is not None:

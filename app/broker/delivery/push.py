@@ -49,6 +49,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 
 from app.broker import durations, message_ids, topics
+from app.broker import tracing as spans
 from app.broker.delivery import checkpoints, leases, membership
 from app.broker.delivery.acks import AckSettlement, RenderError, Send
 from app.broker.delivery.checkpoints import HeldPartition
@@ -58,6 +59,7 @@ from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import CODED_ERRORS, MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.messages import render_message
 from app.broker.topics import TopicRef
+from app.kit import tracing
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore
@@ -414,7 +416,7 @@ class PushMember(AckSettlement):
                 for message_id in polled.ids:
                     self._in_flight[message_id] = polled.deadline_ms
                 self._next_expiry = min(self._next_expiry, polled.deadline_ms)
-                await self._send(messages_frame(polled.messages))
+                await self._send_messages(polled.messages)
             if first:
                 self._nudge()  # the delivery loop starts once the group's ack timeout is known
         elif beat:
@@ -465,8 +467,17 @@ class PushMember(AckSettlement):
             budget -= len(records)
         self._next_expiry = min(self._next_expiry, deadline)
         if rendered:
-            await self._send(messages_frame(rendered))
+            await self._send_messages(rendered)
         return bool(rendered)
+
+    async def _send_messages(self, rendered: list[bytes]) -> None:
+        """One ``message`` / ``messages`` frame; a ``receive`` span around it when tracing."""
+        if not tracing.enabled:
+            await self._send(messages_frame(rendered))
+            return
+        with spans.receiving(self._topic.name, self._group) as span:
+            spans.delivered(span, rendered)
+            await self._send(messages_frame(rendered))
 
     async def _expire(self, now: int) -> None:
         """Deliveries past their deadline stop counting as held. In-memory leases among them become

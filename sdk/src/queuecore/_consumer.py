@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import random
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
 import httpx
 
+from . import _tracing
 from ._base_client import RequestOptions, parse_model
 from ._exceptions import (
     APIConnectionError,
@@ -232,7 +234,9 @@ class AsyncConsumer:
             await handler(arg)
             return
         if self._sync_handlers_in_threads:
-            result = await asyncio.get_running_loop().run_in_executor(None, handler, arg)
+            # In the handler's thread, the caller's context (its current span) as in its own.
+            context = contextvars.copy_context()
+            result = await asyncio.get_running_loop().run_in_executor(None, context.run, handler, arg)
         else:
             result = handler(arg)
         if inspect.isawaitable(result):
@@ -367,7 +371,8 @@ class AsyncConsumer:
                 return
             for handler in self._handlers["message"]:
                 try:
-                    await self._invoke(handler, message)
+                    with _tracing.processing(message, self.group):  # a ``process`` span (OpenTelemetry)
+                        await self._invoke(handler, message)
                 except Exception as exc:  # noqa: BLE001
                     message.nack(f"{type(exc).__name__}: {exc}"[:1024])
                     await self._emit_error(exc)

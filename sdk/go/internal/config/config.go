@@ -19,4 +19,5 @@ type Config struct {
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	Headers    http.Header
+	Tracer     Tracer // nil: no trace context is sent or followed
 }

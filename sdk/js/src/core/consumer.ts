@@ -32,6 +32,7 @@ import {
 import { AckError, QueueCoreError } from './error.js';
 import { PullTransport } from './pull-transport.js';
 import { PushTransport } from './push-transport.js';
+import { processing } from './tracing.js';
 import { defaultOpener, WebSocketUnavailableError, type OpenSocket } from './websocket.js';
 import type { DeadLetterConfig, RebalanceEvent, StartFrom, Transport } from '../types.js';
 
@@ -315,7 +316,10 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
     await handlerContext.run({ consumer: this, partition: message.partition }, async () => {
       for (const handler of [...this.#handlers.message]) {
         try {
-          await handler(message);
+          // Inside a `process` span of the message's context when OpenTelemetry is installed.
+          await processing(message, this.group, async () => {
+            await handler(message);
+          });
         } catch (error) {
           const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
           await message.nack(text.slice(0, 1024));

@@ -1,6 +1,7 @@
 import { newIdempotencyKey, seg } from '../core/api-client.js';
 import { QueueCoreError } from '../core/error.js';
 import { APIResource } from '../core/resource.js';
+import { currentTraceContext, withTraceContext } from '../core/tracing.js';
 import type {
   BatchResult,
   Message,
@@ -46,11 +47,15 @@ function isBatchMessage(value: unknown): value is BatchMessage {
   return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[BATCH_BRAND] === true;
 }
 
-function batchItem(message: unknown): Record<string, unknown> {
-  if (!isBatchMessage(message)) return { data: message, idempotencyKey: newIdempotencyKey() };
+function batchItem(message: unknown, trace: Record<string, string> | undefined): Record<string, unknown> {
+  if (!isBatchMessage(message)) {
+    if (trace !== undefined) return { data: message, headers: { ...trace }, idempotencyKey: newIdempotencyKey() };
+    return { data: message, idempotencyKey: newIdempotencyKey() };
+  }
   const item: Record<string, unknown> = { data: message.data };
   if (message.key !== undefined) item['key'] = message.key;
-  if (message.headers !== undefined) item['headers'] = message.headers;
+  const headers = withTraceContext(message.headers, trace);
+  if (headers !== undefined) item['headers'] = headers;
   if (message.partition !== undefined) item['partition'] = message.partition;
   item['idempotencyKey'] = message.idempotencyKey ?? newIdempotencyKey();
   return item;
@@ -73,12 +78,14 @@ export class Messages extends APIResource {
     if (params.key !== undefined) body['key'] = params.key;
     if (params.headers !== undefined) body['headers'] = params.headers;
     if (params.partition !== undefined) body['partition'] = params.partition;
+    const trace = await currentTraceContext(); // the server keeps it as the message's headers
     const response = await this.client.request<PublishResult>({
       method: 'POST',
       path: `/v1/topics/${seg(topic)}/messages`,
       body,
       idempotencyKey: params.idempotencyKey ?? newIdempotencyKey(),
       ...options,
+      ...(trace ? { headers: { ...trace, ...options?.headers } } : {}),
     });
     const replayed = (response.headers.get('idempotent-replayed') ?? '').toLowerCase() === 'true';
     return { ...response.body, replayed };
@@ -93,13 +100,15 @@ export class Messages extends APIResource {
     if (!Array.isArray(messages)) {
       throw new QueueCoreError('publishBatch takes an array of messages; to publish one message, use publish()');
     }
-    const body = { messages: messages.map(batchItem) };
-    return this.client.requestObject<BatchResult>({
-      method: 'POST',
-      path: `/v1/topics/${seg(topic)}/messages/batch`,
-      body,
-      ...options,
-    });
+    // Each item carries the publisher's trace context (OpenTelemetry), read before the first attempt.
+    return currentTraceContext().then((trace) =>
+      this.client.requestObject<BatchResult>({
+        method: 'POST',
+        path: `/v1/topics/${seg(topic)}/messages/batch`,
+        body: { messages: messages.map((message) => batchItem(message, trace)) },
+        ...options,
+      }),
+    );
   }
 
   /** One message by id (`NotFoundError` MESSAGE_NOT_FOUND if there is none). */

@@ -16,6 +16,7 @@ from typing import Any, Union
 
 import httpx
 
+from .. import _tracing
 from .._base_client import RequestOptions, new_idempotency_key, parse_model
 from .._models import wire_timestamp
 from .._resource import AsyncAPIResource, SyncAPIResource, path_segment
@@ -49,19 +50,23 @@ def _publish_options(
         "POST",
         f"/v1/topics/{path_segment(topic)}/messages",
         json=body,
+        headers=_tracing.current_context() or {},
         idempotent=True,
         idempotency_key=idempotency_key,
     )
 
 
-def _batch_item(message: Any) -> dict[str, Any]:
+def _batch_item(message: Any, trace: dict[str, str] | None = None) -> dict[str, Any]:
     if not isinstance(message, BatchMessage):
+        if trace is not None:
+            return {"data": message, "headers": dict(trace), "idempotencyKey": new_idempotency_key()}
         return {"data": message, "idempotencyKey": new_idempotency_key()}
     item: dict[str, Any] = {"data": message.data}
     if message.key is not None:
         item["key"] = message.key
-    if message.headers is not None:
-        item["headers"] = dict(message.headers)
+    headers = _tracing.with_context(message.headers, trace)
+    if headers is not None:
+        item["headers"] = headers
     if message.partition is not None:
         item["partition"] = message.partition
     item["idempotencyKey"] = message.idempotency_key or new_idempotency_key()
@@ -76,7 +81,8 @@ def _batch_options(topic: str, messages: Iterable[Any]) -> RequestOptions:
             "to publish one message, use publish()"
         )
     # The items' keys are made here, once: every retry sends the very same body.
-    body = {"messages": [_batch_item(m) for m in messages]}
+    trace = _tracing.current_context()  # each item carries the publisher's context (OpenTelemetry)
+    body = {"messages": [_batch_item(m, trace) for m in messages]}
     return RequestOptions("POST", f"/v1/topics/{path_segment(topic)}/messages/batch", json=body)
 
 
