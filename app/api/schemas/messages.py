@@ -9,11 +9,13 @@ from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
 from app.api.schemas.constraints import IdempotencyKey, MessageKey, Partition
+from app.broker.publishing import MAX_HEADERS
 
 
 class MessageIn(RequestBody):
     data: Any = Field(
-        description="Any JSON value (null included), at most 256 KiB serialized.",
+        description="Any JSON value (null included), at most 256 KiB serialized, nested at most 64 levels; "
+        "integers within 64 bits (larger ones as strings).",
         examples=[{"type": "order.created", "orderId": "ord_92jf8x", "amount": 9900}],
     )
     key: MessageKey | None = Field(
@@ -21,7 +23,12 @@ class MessageIn(RequestBody):
         description="Messages with one key land on one partition (Kafka's murmur2). At most 4096 bytes "
         "of UTF-8.",
     )
-    headers: dict[str, str] | None = None
+    headers: dict[str, str] | None = Field(
+        None,
+        description="String values; at most 64, names of 1–256 bytes. `data`, `key` and `headers` together "
+        "take at most 256 KiB. A `traceparent` header (W3C Trace Context) is carried through deliveries.",
+        json_schema_extra={"maxProperties": MAX_HEADERS},
+    )
     partition: Partition | None = Field(
         None, description="Explicit partition (below the topic's count); overrides the key."
     )
