@@ -70,6 +70,7 @@ from app.stores.log.protocol import (
     RecordIn,
     TopicLogConfig,
     TopicPartition,
+    UnknownLog,
     check_record_sizes,
 )
 
@@ -200,6 +201,9 @@ class PartitionLog:
         )
         self.failed: BaseException | None = None
         self.closed = False
+        self.deleted = False  # closed because its topic was deleted: calls meet ``UnknownLog``
+        # Appends waiting for the active segment's files to open, in arrival order (``_enqueue_when_open``).
+        self._held: deque[tuple[Sequence[RecordIn], asyncio.Future[PendingBatch]]] | None = None
 
     @property
     def name(self) -> str:
@@ -221,7 +225,22 @@ class PartitionLog:
         if self.failed is not None:
             raise LogOffline(f"the log is offline after a write failure: {self.failed}")
         if self.closed:
+            if self.deleted:
+                raise UnknownLog(f"topic {self.tp.topic_id} was deleted")
             raise LogOffline(f"the log of {self.tp.topic_id}/{self.tp.partition} is closed")
+
+    @property
+    def ready(self) -> bool:
+        """Whether an append can be queued at once: the active segment's files are open and no append
+        waits for them (a write to it then needs no ``open``)."""
+        return self._held is None and self.segments.active.is_open
+
+    async def open_active(self) -> None:
+        """Open the active segment's files, if they are not, before an append is assigned its offsets: out
+        of files, that append alone fails (``FilesExhausted``, 503) with nothing queued, rather than the
+        writer failing a write that others' offsets already follow."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._read_executor, self.open_segments.load, self.segments.active)
 
     def encode(self, records: Sequence[RecordIn], *, txn_id: int = 0, now: int | None = None) -> EncodedBatch:
         """Encode ``records`` as the next batch (nothing is assigned until ``enqueue``)."""
@@ -245,12 +264,42 @@ class PartitionLog:
 
     async def append(self, records: Sequence[RecordIn]) -> int:
         """Append a single-partition batch; returns its base offset once it is durable and committed."""
-        pending = self.enqueue(self.encode(records))
+        if self._held is None and self.segments.active.is_open:
+            pending = self.enqueue(self.encode(records))
+        else:  # an idle partition, whose files were closed (``OpenSegments``)
+            pending = await self._enqueue_when_open(records)
         assert pending.future is not None
         # Not shielded (one future less per append): if the caller is cancelled, the future is
         # cancelled, but the batch is already queued and the writer never looks at the future.
         await pending.future
         return pending.base_offset
+
+    async def _enqueue_when_open(self, records: Sequence[RecordIn]) -> PendingBatch:
+        """Queue ``records`` once the active segment's files are open (``open_active``). Appends arriving
+        meanwhile wait in the same line and are queued in the order they came, in one step, so offsets
+        still follow arrival order; out of files, all of them fail with nothing queued."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[PendingBatch] = loop.create_future()
+        if self._held is None:
+            self._held = deque()
+            opening = asyncio.ensure_future(self.open_active())
+            opening.add_done_callback(self._opened)
+        self._held.append((records, waiter))
+        return await waiter
+
+    def _opened(self, opening: asyncio.Future[None]) -> None:
+        held, self._held = self._held or deque(), None
+        error = opening.exception() if not opening.cancelled() else LogOffline("opening was cancelled")
+        for records, waiter in held:
+            if waiter.done():  # its caller went away before anything was assigned
+                continue
+            if error is not None:
+                waiter.set_exception(error)
+                continue
+            try:
+                waiter.set_result(self.enqueue(self.encode(records)))
+            except Exception as refused:  # noqa: BLE001 - that append's own answer (offline, too large...)
+                waiter.set_exception(refused)
 
     async def wait_idle(self) -> None:
         """Until no write is queued or in flight."""
@@ -545,7 +594,13 @@ class PartitionLog:
         if self._tail and self._tail[0][0].base_offset <= offset:
             return self._read_tail(offset, max_records, max_bytes, hw)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._read_executor, self._read, offset, max_records, max_bytes, hw)
+        found = await loop.run_in_executor(
+            self._read_executor, self._read, offset, max_records, max_bytes, hw
+        )
+        if self.deleted:
+            # Its segments went with the topic during the read (skipped as deleted): not a partial answer.
+            raise UnknownLog(f"topic {self.tp.topic_id} was deleted")
+        return found
 
     def _read_tail(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
         return reads.read_tail(self._tail, offset, max_records, max_bytes, hw)
@@ -580,8 +635,11 @@ class PartitionLog:
         )
 
     async def close(self, error: BaseException | None = None) -> None:
-        """Stop taking appends, let the writer finish, make indexes durable, close files, wake waiters."""
+        """Stop taking appends, let the writer finish, make indexes durable, close files, wake waiters.
+        ``error`` fails the appends still unresolved; ``UnknownLog`` says the topic was deleted, which
+        later calls on this log meet too."""
         self.closed = True
+        self.deleted = isinstance(error, UnknownLog)
         await self._committer.wait_idle()
         if error is not None:
             self.abandon(error)

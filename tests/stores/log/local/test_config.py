@@ -16,7 +16,7 @@ class TestBuiltFromSettings:
             segment_bytes=123_456,
             segment_ms=654_321,
             index_interval_bytes=777,
-            max_open_segments=9,
+            open_files=27,
             retention_check_interval_ms=4_242,
         )
         engine = build_log_engine(Settings(data_dir=tmp_path, log=knobs))
