@@ -218,9 +218,9 @@ class OpenSegments:
             limit = soft_file_limit()
             logger.error(
                 "the log engine could not open %s: %s (%s; RLIMIT_NOFILE soft limit %s). It held %d "
-                "segment(s) open (%d files), %d idle ones are closed, and its open-file budget is lowered "
-                "from %d to %d files (set QUEUECORE_LOG__OPEN_FILES below the limit). Calls that needed a "
-                "file answer 503 meanwhile.%s",
+                "segment(s) open (%d files); %d idle ones are closed and its cap is lowered from %d to %d "
+                "open segments (%d files): set QUEUECORE_LOG__OPEN_FILES below the limit, or raise the "
+                "limit. Calls that needed a file answer 503 meanwhile.%s",
                 handle,
                 errno.errorcode.get(error.errno or 0, "?"),
                 os.strerror(error.errno or 0),
@@ -228,7 +228,8 @@ class OpenSegments:
                 held,
                 held * FILES_PER_SEGMENT,
                 len(freed),
-                before * FILES_PER_SEGMENT,
+                before,
+                self.capacity,
                 self.capacity * FILES_PER_SEGMENT,
                 f" ({self._burst_failures} more since the last report)" if self._burst_failures else "",
             )
