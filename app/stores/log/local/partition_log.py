@@ -61,7 +61,7 @@ from app.stores.log.local.records import (
     read_header,
 )
 from app.stores.log.local.segment import Segment, SegmentState
-from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentHandle
+from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted, SegmentHandle
 from app.stores.log.protocol import (
     EngineUnavailable,
     LogEngineError,
@@ -240,7 +240,11 @@ class PartitionLog:
         of files, that append alone fails (``FilesExhausted``, 503) with nothing queued, rather than the
         writer failing a write that others' offsets already follow."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._read_executor, self.open_segments.load, self.segments.active)
+        try:
+            await loop.run_in_executor(self._read_executor, self.open_segments.load, self.segments.active)
+        except SegmentDeleted:
+            self.check_writable()  # its topic was deleted meanwhile (UnknownLog), or the log closed
+            raise LogOffline(f"the active segment of {self.name} went away") from None
 
     def encode(self, records: Sequence[RecordIn], *, txn_id: int = 0, now: int | None = None) -> EncodedBatch:
         """Encode ``records`` as the next batch (nothing is assigned until ``enqueue``)."""

@@ -5,6 +5,8 @@ refuses. (Its recovery after failed writes is ``test_recovery.py``; start-up sca
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -154,5 +156,36 @@ class TestOutOfFiles:
                 1,
                 0,
             ]
+        finally:
+            await engine.close()
+
+
+class TestDeletionRace:
+    async def test_an_append_waiting_for_its_files_meets_the_deletion_as_an_unknown_log(
+        self, tmp_path: Path, monkeypatch
+    ):
+        engine = await open_local(tmp_path)
+        try:
+            await engine.create_topic("top_d", 1, TopicLogConfig())
+            log = engine.manager.log("top_d", 0)
+            assert not log.ready  # a new partition holds no file until used
+            cache = engine.manager.open_segments
+            opening, go_on = threading.Event(), threading.Event()
+            load = cache.load
+
+            def slow_load(handle):
+                opening.set()
+                go_on.wait(5)
+                load(handle)
+
+            monkeypatch.setattr(cache, "load", slow_load)
+            append = asyncio.create_task(engine.append("top_d", {0: records(1)}))
+            await asyncio.to_thread(opening.wait, 5)
+            deleting = asyncio.create_task(engine.delete_topic("top_d"))
+            await asyncio.sleep(0.05)
+            go_on.set()
+            await deleting
+            with pytest.raises(UnknownLog):
+                await append
         finally:
             await engine.close()
