@@ -601,10 +601,13 @@ class PartitionLog:
         found = await loop.run_in_executor(
             self._read_executor, self._read, offset, max_records, max_bytes, hw
         )
-        if self.deleted:
-            # Its segments went with the topic during the read (skipped as deleted): not a partial answer.
-            raise UnknownLog(f"topic {self.tp.topic_id} was deleted")
+        self._check_not_deleted()
         return found
+
+    def _check_not_deleted(self) -> None:
+        if self.deleted:
+            # Its segments went with the topic during a read (skipped as deleted): not a partial answer.
+            raise UnknownLog(f"topic {self.tp.topic_id} was deleted")
 
     def _read_tail(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
         return reads.read_tail(self._tail, offset, max_records, max_bytes, hw)
@@ -623,7 +626,9 @@ class PartitionLog:
     async def offset_for_time(self, timestamp: int) -> int:
         hw = self.high_watermark
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._read_executor, self._offset_for_time, timestamp, hw)
+        found = await loop.run_in_executor(self._read_executor, self._offset_for_time, timestamp, hw)
+        self._check_not_deleted()
+        return found
 
     def _offset_for_time(self, timestamp: int, hw: int) -> int:
         return reads.offset_for_time(self.segments, self.open_segments, timestamp, hw)
