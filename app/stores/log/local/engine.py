@@ -10,6 +10,7 @@ How the pieces fit (each module's docstring has the details)::
       manager.LogManager             topics -> partitions, transactions, retention + checkpoint tasks
         partition_log.PartitionLog   one writer per partition, high-watermark, committed reads, waits
           committer.GroupCommitter   many appends -> one pwritev + one fdatasync, in a worker thread
+          writes / reads             the writer thread's writes and rolls; committed reads
           segments.LogSegments       base offset -> segment; OpenSegments caps open files (LRU)
             segment.Segment          .log + .index + .timeindex
               records                batch format, CRC32C

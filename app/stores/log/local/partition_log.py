@@ -49,7 +49,7 @@ from typing import Any
 
 from app.kit.clock import now_ms
 from app.stores.errors import StoreUnavailable
-from app.stores.log.local import files, reads
+from app.stores.log.local import files, reads, writes
 from app.stores.log.local.committer import GroupCommitter, Transaction
 from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.records import (
@@ -60,8 +60,8 @@ from app.stores.log.local.records import (
     encode_batch,
     read_header,
 )
-from app.stores.log.local.segment import Segment, SegmentState
-from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted, SegmentHandle
+from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted
+from app.stores.log.local.writes import RollRequest
 from app.stores.log.protocol import (
     EngineUnavailable,
     LogEngineError,
@@ -83,7 +83,6 @@ def _nothing() -> None:
 
 # In-memory tail per partition: a few hundred small messages, or one large batch at most.
 _TAIL_BYTES = 256 * 1024
-_MAX_RELATIVE = (1 << 31) - 1
 
 
 class OffsetOutOfRange(LogEngineError, ValueError):
@@ -147,15 +146,6 @@ class PendingBatch:
     @property
     def next_offset(self) -> int:
         return self.base_offset + self.batch.record_count
-
-
-class RollRequest:
-    """Ask the writer to roll the active segment (if it is not empty)."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self.future = future
 
 
 class PartitionLog:
@@ -319,83 +309,12 @@ class PartitionLog:
     # -- writing (worker thread) ------------------------------------------------------------------------
 
     def _write(self, items: list[Any]) -> bool:
-        """Write ``items`` (batches and roll requests) in order, rolling as needed, then fsync once.
-
-        Returns whether a segment was rolled.
-        """
+        """Write ``items`` (batches and roll requests) in order, rolling as needed, then fsync once
+        (``writes.write_items``). Returns whether a segment was rolled."""
         if self.failed is not None:
             # Queued before the failure (and failed with it): writing them would only add bytes to cut.
             raise LogOffline("the log is offline")
-        config = self.config
-        now = now_ms()
-        rolled = False
-        cache = self.open_segments
-        handle = self.segments.active
-        segment = cache.acquire(handle)
-        try:
-            run: list[tuple[int, EncodedBatch]] = []
-            run_bytes = 0
-            dirty = False
-            for item in items:
-                if isinstance(item, RollRequest):
-                    if run:
-                        segment.append(run, now)
-                        run, run_bytes = [], 0
-                        dirty = True
-                    if segment.size > 0:
-                        segment, handle = self._roll(segment, handle)
-                        rolled = True
-                        dirty = False
-                    continue
-                batch = item.batch
-                size = segment.size + run_bytes
-                if size > 0:
-                    # An empty segment receiving this run gets its first batch now.
-                    rolling_ts = segment.state.rolling_timestamp if segment.size else now
-                    if (
-                        size + batch.size > config.segment_bytes
-                        or (rolling_ts >= 0 and now - rolling_ts >= config.segment_ms)
-                        or item.next_offset - segment.base_offset > _MAX_RELATIVE
-                    ):
-                        if run:
-                            segment.append(run, now)
-                            run, run_bytes = [], 0
-                        segment, handle = self._roll(segment, handle)
-                        rolled = True
-                        dirty = False
-                run.append((item.base_offset, batch))
-                run_bytes += batch.size
-            if run:
-                segment.append(run, now)
-                dirty = True
-            if dirty:
-                segment.flush()
-        finally:
-            cache.release(handle)
-        return rolled
-
-    def _roll(self, segment: Segment, handle: SegmentHandle) -> tuple[Segment, SegmentHandle]:
-        """Seal the active segment (fsync it and its indexes) and start a new one at its end."""
-        segment.flush()
-        segment.on_become_inactive()
-        base = segment.next_offset
-        fresh = SegmentHandle(
-            self.directory,
-            base,
-            index_interval_bytes=self.config.index_interval_bytes,
-            state=SegmentState(next_offset=base),
-        )
-        new_segment = self.open_segments.acquire(fresh)
-        try:
-            files.fsync_dir(self.directory)
-            self.segments.add(fresh)
-        except BaseException:
-            self.open_segments.release(fresh)
-            self.open_segments.discard(fresh)  # never listed: close its files (recovery removes them)
-            raise
-        self.open_segments.release(handle)
-        # The caller's ``finally`` releases whatever handle is current: hand it the new one, pinned.
-        return new_segment, fresh
+        return writes.write_items(self.directory, self.config, self.segments, self.open_segments, items)
 
     # -- completion (event loop) --------------------------------------------------------------------------
 
