@@ -1,7 +1,8 @@
 """The error envelope, in one place.
 
 Every non-2xx answer is ``{"error": {code, message, status, requestId, details?}}``: raised ``ApiError``s,
-domain ``BrokerError``s and the stores' ``StoreUnavailable`` (mapped by ``STATUS_BY_CODE``), FastAPI's
+domain ``BrokerError``s, the stores' ``StoreUnavailable`` and the log engine's ``UnknownLog`` (a topic
+deleted under the call: 404 ``TOPIC_NOT_FOUND``) (mapped by ``STATUS_BY_CODE``), FastAPI's
 validation errors (400, never 422), Starlette's 404/405, and anything unhandled (500, no internals;
 answered by the request middleware).
 """
@@ -21,8 +22,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.routing import Match
 
-from app.broker.errors import CODED_ERRORS, BrokerError, CodedError
+from app.broker.errors import CODED_ERRORS, BrokerError, CodedError, TopicNotFound
 from app.stores.errors import StoreUnavailable
+from app.stores.log.protocol import UnknownLog
 
 logger = logging.getLogger("queuecore.errors")
 
@@ -250,6 +252,14 @@ def add_exception_handlers(app: FastAPI) -> None:
         err = ApiError.from_broker(exc)
         return error_response(request_id_of(request), err.code, err.message, err.status, err.details)
 
+    async def on_unknown_log(request: Request, exc: Exception) -> Response:
+        # The topic was found, then deleted under the call (PRODUCT.md "Deletion races"): the same 404
+        # as a topic that is not there, naming it when the path does.
+        assert isinstance(exc, UnknownLog)
+        name = request.scope.get("path_params", {}).get("name")
+        message = TopicNotFound(name).message if isinstance(name, str) else exc.message
+        return error_response(request_id_of(request), exc.code, message, STATUS_BY_CODE[exc.code])
+
     async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         message, details = _validation_details(exc)
@@ -287,5 +297,6 @@ def add_exception_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(BrokerError, on_broker_error)
     app.add_exception_handler(StoreUnavailable, on_broker_error)
+    app.add_exception_handler(UnknownLog, on_unknown_log)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

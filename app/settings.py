@@ -47,8 +47,10 @@ class LogSettings(BaseModel):
     segment_bytes: int = 256 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
     index_interval_bytes: int = 4096
-    # Open file handles kept by the engine; partitions beyond it are opened lazily and closed LRU.
-    max_open_segments: int = 512
+    # Segment files the engine keeps open (three per segment): idle ones beyond it are closed (LRU) and
+    # reopened on demand, so no number of partitions exhausts the process. Unset: half the soft
+    # RLIMIT_NOFILE, at most 4,096 (a stock limit of 1,024 gives 512). See docs/operations.md.
+    open_files: int | None = Field(default=None, ge=3)
     retention_check_interval_ms: int = 60_000
 
 

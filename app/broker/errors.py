@@ -14,7 +14,9 @@
      └── Unavailable         a store cannot meet its promise right now
 
 A store that is down raises its own ``StoreUnavailable`` (``app/stores/errors.py``), which carries a
-wire code too: ``CODED_ERRORS`` is what a caller catches to answer either kind with its code.
+wire code too, and so does the log engine's ``UnknownLog`` (a topic deleted under a call that was
+under way: ``TOPIC_NOT_FOUND``): ``CODED_ERRORS`` is what a caller catches to answer any of them with its
+code.
 
 The HTTP edge maps them to the error envelope in one table (``app/errors.py``); the CLI maps them to
 exit codes. Nothing here knows about HTTP.
@@ -25,6 +27,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, TypeAlias
 
 from app.stores.errors import StoreUnavailable
+from app.stores.log.protocol import UnknownLog
 
 
 class BrokerError(Exception):
@@ -190,8 +193,13 @@ class Unavailable(BrokerError):
     code = "SERVICE_UNAVAILABLE"
 
 
-CodedError: TypeAlias = BrokerError | StoreUnavailable
-"""An error answered with its wire ``code``: a domain error, or a store that cannot serve right now."""
+CodedError: TypeAlias = BrokerError | StoreUnavailable | UnknownLog
+"""An error answered with its wire ``code``: a domain error, a store that cannot serve right now, or a log
+that is not (or no longer) there, i.e. a topic deleted under the call (``TOPIC_NOT_FOUND``)."""
 
-CODED_ERRORS: tuple[type[BrokerError], type[StoreUnavailable]] = (BrokerError, StoreUnavailable)
+CODED_ERRORS: tuple[type[BrokerError], type[StoreUnavailable], type[UnknownLog]] = (
+    BrokerError,
+    StoreUnavailable,
+    UnknownLog,
+)
 """``except CODED_ERRORS`` catches every ``CodedError``."""

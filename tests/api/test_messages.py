@@ -351,3 +351,69 @@ class TestStreamRead:
             ]
             == 1
         )
+
+
+class TestDeletionRace:
+    """PRODUCT.md "Deletion races": a publish or read that meets its topic being deleted answers 404
+    ``TOPIC_NOT_FOUND`` (never 500), and nothing of it is half-written."""
+
+    async def test_calls_during_a_delete_answer_whole_or_topic_not_found(self, client, prod):
+        name = "race.events"
+        r = await client.post("/v1/topics", json={"name": name, "partitions": 4}, headers=prod)
+        assert r.status_code == 201, r.text
+        first = await client.post(
+            f"/v1/topics/{name}/messages", json={"data": 0, "partition": 0}, headers=prod
+        )
+        assert first.status_code == 201, first.text
+        message_id = first.json()["id"]
+        join = await client.post(f"/v1/topics/{name}/groups/g/members", json={}, headers=prod)
+        assert join.status_code == 200, join.text
+        member = {"memberId": join.json()["memberId"], "generationId": join.json()["generationId"]}
+        answers: list[tuple[str, int, str]] = []
+        deleted = asyncio.Event()
+
+        async def keep_calling(kind: str, call) -> None:
+            i = 0
+            while not deleted.is_set() or i < 3:
+                i += 1
+                response = await call(i)
+                code = response.json()["error"]["code"] if response.status_code >= 400 else ""
+                answers.append((kind, response.status_code, code))
+                if response.status_code >= 400:
+                    assert_envelope(response, 404, "TOPIC_NOT_FOUND")
+                await asyncio.sleep(0)
+
+        calls = {
+            "publish": lambda i: client.post(
+                f"/v1/topics/{name}/messages", json={"data": i, "partition": i % 4}, headers=prod
+            ),
+            "batch": lambda i: client.post(
+                f"/v1/topics/{name}/messages/batch",
+                json={"messages": [{"data": i, "partition": p} for p in range(4)]},
+                headers=prod,
+            ),
+            "stream read": lambda i: client.get(
+                f"/v1/topics/{name}/partitions/{i % 4}/messages", params={"fromOffset": 0}, headers=prod
+            ),
+            "message by id": lambda i: client.get(f"/v1/topics/{name}/messages/{message_id}", headers=prod),
+            "poll": lambda i: client.post(
+                f"/v1/topics/{name}/groups/g/poll", json={**member, "maxMessages": 10}, headers=prod
+            ),
+        }
+
+        async def delete() -> None:
+            await asyncio.sleep(0.1)
+            response = await client.delete(f"/v1/topics/{name}", headers=prod)
+            assert response.status_code == 204, response.text
+            deleted.set()
+
+        await asyncio.gather(*(keep_calling(kind, call) for kind, call in calls.items()), delete())
+        unexpected = [a for a in answers if a[1] not in (200, 201, 404)]
+        assert unexpected == [], unexpected
+        for kind in calls:
+            assert (kind, 404, "TOPIC_NOT_FOUND") in answers, (kind, answers)
+        # Nothing of the race is left: a topic made again under the name starts empty.
+        r = await client.post("/v1/topics", json={"name": name, "partitions": 4}, headers=prod)
+        assert r.status_code == 201, r.text
+        described = (await client.get(f"/v1/topics/{name}", headers=prod)).json()
+        assert [p["messages"] for p in described["partitionDetails"]] == [0, 0, 0, 0]

@@ -34,10 +34,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import dlq, message_ids
+from app.broker import dlq, message_ids, topics
 from app.broker.delivery import membership
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
-from app.broker.errors import BrokerError, InvalidRequest
+from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, TopicNotFound
 from app.broker.messages import render_message
 from app.broker.topics import TopicRef
 from app.kit.clock import isoformat_ms, now_ms
@@ -132,19 +132,26 @@ async def poll(
     leased to a poll nobody reads would wait out their ack timeout."""
     _validate_poll(max_messages, wait_seconds)
     until = time.monotonic() + wait_seconds
-    while True:
-        remaining = max(0.0, until - time.monotonic())
+    try:
+        while True:
+            remaining = max(0.0, until - time.monotonic())
 
-        polled = await poll_once(metadata, log, member, max_messages, round(remaining * 1000))
-        remaining = until - time.monotonic()
-        if polled.messages or remaining <= 0:
-            return polled.messages
-        timeout = remaining
-        if polled.next_deadline_ms is not None:
-            timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now_ms()) / 1000) + 0.005)
-        await wait_for_data(log, member.topic, polled.positions, timeout, abandoned)
-        if abandoned is not None and abandoned.is_set():
-            return []
+            polled = await poll_once(metadata, log, member, max_messages, round(remaining * 1000))
+            remaining = until - time.monotonic()
+            if polled.messages or remaining <= 0:
+                return polled.messages
+            timeout = remaining
+            if polled.next_deadline_ms is not None:
+                timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now_ms()) / 1000) + 0.005)
+            await wait_for_data(log, member.topic, polled.positions, timeout, abandoned)
+            if abandoned is not None and abandoned.is_set():
+                return []
+    except MemberNotFound:
+        # A topic deleted under the poll takes its groups' members with it: that is a read meeting a
+        # deleted topic (PRODUCT.md "Deletion races"), not an evicted member to join again.
+        if not await topics.exists(metadata, member.topic.id):
+            raise TopicNotFound(member.topic.name) from None
+        raise
 
 
 async def poll_once(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, overload, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, overload, runtime_checkable
 
 from app.stores.errors import StoreUnavailable
 
@@ -107,7 +107,14 @@ class LogEngineError(Exception):
 
 
 class UnknownLog(LogEngineError):
-    """The topic or partition has no log in this engine."""
+    """The topic or partition has no log in this engine: it never had one, or its topic was deleted (also
+    under a call that was under way). Carries a wire ``code`` and ``message`` as ``StoreUnavailable`` does:
+    whoever answers the domain's errors answers this one as the deleted topic it is (404
+    ``TOPIC_NOT_FOUND``, ``app.broker.errors.CODED_ERRORS``); ``str`` keeps the detail for the server log."""
+
+    code: ClassVar[str] = "TOPIC_NOT_FOUND"
+    message: ClassVar[str] = "The topic does not exist in the current environment."
+    details: ClassVar[list[dict[str, Any]] | None] = None
 
 
 class RecordTooLarge(LogEngineError):

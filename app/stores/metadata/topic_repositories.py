@@ -7,7 +7,15 @@ from collections.abc import Sequence
 from sqlalchemy import delete, func, select
 
 from app.stores.metadata.base import Repository
-from app.stores.metadata.models import Project, Topic
+from app.stores.metadata.models import (
+    ConsumerGroup,
+    DeadLetter,
+    GroupLease,
+    GroupMember,
+    GroupPartition,
+    Project,
+    Topic,
+)
 
 
 class TopicRepository(Repository):
@@ -74,4 +82,14 @@ class TopicRepository(Repository):
         return topic
 
     async def remove(self, topic_id: str) -> None:
+        """Delete the topic and everything of its groups, taking row locks in the lock order of every
+        consumer call (group -> members -> partitions -> leases, ``group_repositories``) rather than in
+        the order of the foreign keys' cascades: a cascade locks each group row for delete before its
+        members, and a poll holding its member row then waiting for its group (the foreign-key check of
+        a lease it inserts) deadlocked with it, so the DELETE of a topic being consumed failed."""
+        group_ids = select(ConsumerGroup.id).where(ConsumerGroup.topic_id == topic_id)
+        # FOR NO KEY UPDATE: serialised with rebalances, compatible with the polls' foreign-key checks.
+        await self.session.execute(group_ids.order_by(ConsumerGroup.id).with_for_update(key_share=True))
+        for child in (GroupMember, GroupPartition, GroupLease, DeadLetter):
+            await self.session.execute(delete(child).where(child.group_id.in_(group_ids)))
         await self.session.execute(delete(Topic).where(Topic.id == topic_id))

@@ -26,7 +26,7 @@ LOCAL_CONFIG = LocalLogConfig(
     segment_bytes=16 * 1024,
     segment_ms=7 * 24 * 3600 * 1000,
     index_interval_bytes=1024,
-    max_open_segments=64,
+    open_files=192,
     retention_check_interval_ms=3_600_000,
 )
 

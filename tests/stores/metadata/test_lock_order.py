@@ -1,5 +1,5 @@
-"""The lock order on real Postgres: group → partitions → leases, with the group row's lock leaving its
-children's foreign-key checks free.
+"""The lock order on real Postgres: group → members → partitions → leases, with the group row's lock leaving
+its children's foreign-key checks free (and a topic's deletion taking its locks in that order too).
 
 The interleaving a consumer's stop on the cluster met (Postgres's log: ``deadlock detected``, one side an
 ``INSERT INTO group_leases`` "while locking tuple … in relation consumer_groups", the other an ``UPDATE
@@ -12,6 +12,7 @@ Postgres aborted one after ``deadlock_timeout`` (1 s), which the stop paid.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
@@ -19,8 +20,10 @@ from sqlalchemy import text
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
+from app.stores.metadata.models import GroupMember
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import LeaseState
+from app.stores.metadata.topic_repositories import TopicRepository
 from tests.stores.metadata.conftest import Rows
 
 
@@ -113,3 +116,52 @@ async def test_a_deadlock_the_database_breaks_is_run_again_not_raised(
         30,
     )
     assert [type(o) for o in outcomes if o is not None] == [StoreConflict]
+
+
+async def test_a_poll_and_the_deletion_of_its_topic_both_commit(metadata: MetadataStore, rows: Rows) -> None:
+    """A poll locks its member row (its heartbeat), then inserts lease rows, whose foreign key takes
+    ``FOR KEY SHARE`` on the group row. The topic's deletion used to lock the group row for delete (the
+    cascade) and then wait for the member row: the two deadlocked and the DELETE answered 500."""
+    if metadata.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite serialises every write unit of work (BEGIN IMMEDIATE): no row locks to order")
+    topic = await rows.topic(partitions=1)
+    group_id = await rows.group(topic, partitions=1, name="deleted-under-a-poll")
+    async with metadata.session() as session:
+        await GroupRepository.from_session(session).add_member(
+            GroupMember(
+                group_id=group_id,
+                id="csr_polling",
+                session_timeout="30s",
+                session_timeout_ms=30_000,
+                expires_at_ms=2**62,
+                joined_at=datetime.now(UTC),
+            )
+        )
+    member_locked = asyncio.Event()
+
+    async def poll() -> None:  # as leases.poll_once: the member row, then lease rows
+        async with metadata.session() as session:
+            assert await GroupRepository.from_session(session).touch_member(group_id, "csr_polling", 1, 2**62)
+            member_locked.set()
+            await asyncio.sleep(0.3)  # the deletion takes its first locks meanwhile
+            await LeaseRepository.from_session(session).put_leases(
+                group_id, [LeaseState(0, 7, "csr_polling", 1, 1_000, False)]
+            )
+
+    async def delete_topic() -> None:
+        await member_locked.wait()
+        async with metadata.session() as session:
+            await TopicRepository.from_session(session).remove(topic.id)
+
+    await asyncio.wait_for(asyncio.gather(poll(), delete_topic()), 30)
+    async with metadata.session(readonly=True) as session:
+        for table in ("topics", "consumer_groups", "group_members", "group_leases"):
+            left = await session.execute(
+                text(f"SELECT count(*) FROM {table} WHERE {_key(table)} = :k"),
+                {"k": topic.id if table in ("topics", "consumer_groups") else group_id},
+            )
+            assert left.scalar_one() == 0, table
+
+
+def _key(table: str) -> str:
+    return {"topics": "id", "consumer_groups": "topic_id"}.get(table, "group_id")

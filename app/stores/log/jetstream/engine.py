@@ -268,7 +268,31 @@ class JetStreamLogEngine:
                 await self.nc.publish(_GONE_PREFIX + codec.token(topic_id), b"")
 
     async def _stream_info(self, topic_id: str, partition: int) -> dict[str, Any]:
-        return await self.streams.info(topic_id, partition)
+        try:
+            return await self.streams.info(topic_id, partition)
+        except EngineUnavailable:
+            # A stream being deleted may leave the call unanswered: deleted by now, the call met a
+            # deleted topic (PRODUCT.md "Deletion races"), not an outage.
+            await self._unless_deleted(topic_id, partition)
+            raise
+
+    async def _unless_deleted(self, topic_id: str, partition: int) -> None:
+        """After a call on a partition's stream failed as an outage: ``UnknownLog`` if the stream is gone
+        (its topic was deleted meanwhile), so that the call answers as one on a deleted topic; returns
+        when the stream is still there, or when that cannot be told (the outage stands)."""
+        name = codec.stream_name(topic_id, partition)
+        with contextlib.suppress(EngineUnavailable):
+            await self.streams.info(topic_id, partition)
+            return
+        if name not in self._known and not await self._stream_listed(topic_id, partition):
+            raise UnknownLog(f"no log for {topic_id}/{partition}: deleted")
+
+    async def _stream_listed(self, topic_id: str, partition: int) -> bool:
+        """Whether the stream is among the topic's (True when that cannot be told)."""
+        try:
+            return partition in await self.streams.partitions(topic_id)
+        except EngineUnavailable:
+            return True
 
     async def _on_gone(self, msg: Any) -> None:
         self._forget(msg.subject[len(_GONE_PREFIX) :])
@@ -347,6 +371,10 @@ class JetStreamLogEngine:
         except NoStream:
             await self._stream_info(topic_id, partition)
             raise EngineUnavailable(f"stream {name} has no leader right now") from None
+        except EngineUnavailable:
+            # Unanswered: the stream may have gone with its topic meanwhile (then nothing of it is left).
+            await self._unless_deleted(topic_id, partition)
+            raise
         except AlreadyApplied:
             if recovering:
                 return StoredAt(0, 0)
@@ -432,6 +460,9 @@ class JetStreamLogEngine:
         except NoStream:
             await self._stream_info(topic_id, partition)
             raise EngineUnavailable(f"no replica of {name} answers reads right now") from None
+        except EngineUnavailable:
+            await self._unless_deleted(topic_id, partition)
+            raise
 
     async def offset_for_time(self, topic_id: str, partition: int, timestamp_ms: int) -> int:
         info = await self.partition_info(topic_id, partition)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The derived budget never goes beyond this: each open segment also holds its indexes in memory.
+MAX_DERIVED_OPEN_FILES = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class LocalLogConfig:
@@ -17,6 +20,17 @@ class LocalLogConfig:
     segment_bytes: int = 256 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
     index_interval_bytes: int = 4096
-    # Open file handles kept by the engine; partitions beyond it are opened lazily and closed LRU.
-    max_open_segments: int = 512
+    # Segment files the engine keeps open (three per segment); idle ones beyond it are closed (LRU) and
+    # reopened on demand. None: half the process's soft RLIMIT_NOFILE (the other half is for sockets,
+    # the database and the rest), at most MAX_DERIVED_OPEN_FILES (``open_files_budget``).
+    open_files: int | None = None
     retention_check_interval_ms: int = 60_000
+
+    def open_files_budget(self, soft_limit: int | None) -> int:
+        """``open_files``, or the budget derived from the process's soft ``RLIMIT_NOFILE`` (None: unlimited).
+        With a limit of 1,024, as a stock Linux gives, that is 512 files: 170 open segments."""
+        if self.open_files is not None:
+            return self.open_files
+        if soft_limit is None:
+            return MAX_DERIVED_OPEN_FILES
+        return max(3, min(soft_limit // 2, MAX_DERIVED_OPEN_FILES))

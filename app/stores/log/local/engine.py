@@ -10,6 +10,7 @@ How the pieces fit (each module's docstring has the details)::
       manager.LogManager             topics -> partitions, transactions, retention + checkpoint tasks
         partition_log.PartitionLog   one writer per partition, high-watermark, committed reads, waits
           committer.GroupCommitter   many appends -> one pwritev + one fdatasync, in a worker thread
+          writes / reads             the writer thread's writes and rolls; committed reads
           segments.LogSegments       base offset -> segment; OpenSegments caps open files (LRU)
             segment.Segment          .log + .index + .timeindex
               records                batch format, CRC32C
@@ -21,10 +22,15 @@ How the pieces fit (each module's docstring has the details)::
       files                          names and positioned file I/O
       config.LocalLogConfig          the engine's knobs, frozen, built by whoever builds the engine
 
-Errors: ``UnknownLog`` (no such topic/partition), ``EngineUnavailable`` (``LogOffline``: a write or fsync
-failed and the disk has not recovered yet - the engine comes back by itself once it has, see ``manager``),
+Errors: ``UnknownLog`` (no such topic/partition, also for a call under way when its topic is deleted),
+``EngineUnavailable`` (``LogOffline``: a write or fsync failed and the disk has not recovered yet - the
+engine comes back by itself once it has, see ``manager``; ``FilesExhausted``: the process had no file
+descriptor left for a segment this call needed - that call alone fails, see ``segments``),
 ``OffsetOutOfRange`` (negative offsets), and internally ``CorruptRecordError`` /
 ``CorruptIndexError`` (handled by recovery and index rebuilds).
+
+Open files: at most ``LocalLogConfig.open_files`` segment files (by default half the process's soft
+``RLIMIT_NOFILE``); idle segments are closed and reopened on demand (``segments.OpenSegments``).
 
 Record timestamps: a record given ``timestamp_ms=0`` is stamped with the append time.
 """
@@ -128,8 +134,9 @@ class LocalLogEngine:
         return await self.manager.check()
 
     async def health(self) -> str:
-        # Reads and writes share one disk here: when appends fail, the engine is down.
-        return "ok" if await self.check() else "down"
+        # Reads and writes share one disk here: when appends fail, the engine is down. Out of file
+        # descriptors it is degraded: the partitions it holds open go on serving.
+        return await self.manager.health()
 
     # -- beyond the protocol --------------------------------------------------------------------------------
 

@@ -99,6 +99,7 @@ def load_partition(
         )
         with open_segments.use(fresh):
             pass  # creates the files
+        open_segments.close(fresh)  # a new partition holds no file until it is used
         files.fsync_dir(directory)
         return LoadedLog(LogSegments([fresh]), base, 0, 0, 0)
     segments = LogSegments(handles)

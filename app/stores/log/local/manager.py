@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -56,7 +57,7 @@ from app.stores.log.local.committer import Transaction, TransactionLog
 from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.loader import load_partition
 from app.stores.log.local.partition_log import LogConfig, LogOffline, PartitionLog
-from app.stores.log.local.segments import LogSegments, OpenSegments
+from app.stores.log.local.segments import LogSegments, OpenSegments, segments_for, soft_file_limit
 from app.stores.log.protocol import (
     EngineUnavailable,
     RecordIn,
@@ -72,6 +73,8 @@ _RECOVERY_FIRST_DELAY_S = 0.2
 _RECOVERY_MAX_DELAY_S = 2.0
 # The recovery probe writes this much: a disk that cannot take a large batch is not back yet.
 _PROBE_BYTES = 1 << 20
+# Health says ``degraded`` for this long after the process last ran out of file descriptors.
+_EXHAUSTED_DEGRADED_S = 30.0
 _WRITE_THREADS = 32
 _READ_THREADS = 8
 
@@ -89,7 +92,8 @@ class LogManager:
     def __init__(self, root: Path, config: LocalLogConfig) -> None:
         self.root = Path(root)
         self.config = config
-        self.open_segments = OpenSegments(config.max_open_segments)
+        self.open_files = config.open_files_budget(soft_file_limit())
+        self.open_segments = OpenSegments(segments_for(self.open_files))
         self._write_executor = ThreadPoolExecutor(_WRITE_THREADS, thread_name_prefix="log-writer")
         self._read_executor = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="log-reader")
         self.txn_log = TransactionLog(self.root / files.TXN_DIR, self._write_executor)
@@ -129,12 +133,17 @@ class LogManager:
             asyncio.create_task(self._retention_loop(), name="log-retention"),
             asyncio.create_task(self._checkpoint_loop(), name="log-checkpoint"),
         ]
+        limit = soft_file_limit()
         logger.info(
-            "log engine started in %.0f ms: %d partitions, %d segment(s) scanned, %d bytes cut",
+            "log engine started in %.0f ms: %d partitions, %d segment(s) scanned, %d bytes cut; open-file "
+            "budget %d (%d segments; RLIMIT_NOFILE soft limit %s)",
             (time.perf_counter() - started) * 1000,
             self.recovery_stats["partitions"],
             self.recovery_stats["scanned_segments"],
             self.recovery_stats["truncated_bytes"],
+            self.open_files,
+            self.open_segments.capacity,
+            "unlimited" if limit is None else limit,
         )
 
     def _load_all(self) -> list[tuple[PartitionLog, TopicLogConfig]]:
@@ -370,6 +379,9 @@ class LogManager:
         self, targets: list[tuple[int, PartitionLog, Sequence[RecordIn]]], bases: dict[int, int]
     ) -> dict[int, int]:
         """A multi-partition append as one transaction (protocol in ``committer``)."""
+        for _, log, _ in targets:
+            if not log.ready:  # before anything is assigned, as ``PartitionLog.append`` does
+                await log.open_active()
         txn = Transaction(self.txn_log.new_txn_id(), self.txn_log.commit)
         now = now_ms()
         # Encode everything first: if any partition's records are invalid, nothing is assigned.
@@ -532,14 +544,25 @@ class LogManager:
     # -- health -----------------------------------------------------------------------------------------------------
 
     async def check(self) -> bool:
-        if self.failed is not None or not self.started or self.closing:
-            return False
+        return await self.health() == "ok"
 
-        def probe() -> bool:
+    async def health(self) -> str:
+        """``ok``; ``degraded`` while the process is (or lately was) out of file descriptors - calls that
+        need a file the engine does not hold open answer 503, the others are served; ``down`` when the
+        engine is offline (a failed write) or the disk takes no writes."""
+        if not self.started or self.closing:
+            return "down"
+
+        def probe() -> str:
             try:
                 log_dir.probe(self.root, 2, False)
-                return True
-            except OSError:
-                return False
+                return "ok"
+            except OSError as error:
+                return "degraded" if error.errno in (errno.EMFILE, errno.ENFILE) else "down"
 
-        return await asyncio.get_running_loop().run_in_executor(None, probe)
+        status = await asyncio.get_running_loop().run_in_executor(None, probe)
+        if self.open_segments.exhausted_within(_EXHAUSTED_DEGRADED_S):
+            return "degraded"
+        if self.failed is not None:
+            return "down"
+        return status

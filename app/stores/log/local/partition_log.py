@@ -49,7 +49,7 @@ from typing import Any
 
 from app.kit.clock import now_ms
 from app.stores.errors import StoreUnavailable
-from app.stores.log.local import files, reads
+from app.stores.log.local import files, reads, writes
 from app.stores.log.local.committer import GroupCommitter, Transaction
 from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.records import (
@@ -60,8 +60,8 @@ from app.stores.log.local.records import (
     encode_batch,
     read_header,
 )
-from app.stores.log.local.segment import Segment, SegmentState
-from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentHandle
+from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted
+from app.stores.log.local.writes import RollRequest
 from app.stores.log.protocol import (
     EngineUnavailable,
     LogEngineError,
@@ -70,6 +70,7 @@ from app.stores.log.protocol import (
     RecordIn,
     TopicLogConfig,
     TopicPartition,
+    UnknownLog,
     check_record_sizes,
 )
 
@@ -82,7 +83,6 @@ def _nothing() -> None:
 
 # In-memory tail per partition: a few hundred small messages, or one large batch at most.
 _TAIL_BYTES = 256 * 1024
-_MAX_RELATIVE = (1 << 31) - 1
 
 
 class OffsetOutOfRange(LogEngineError, ValueError):
@@ -148,15 +148,6 @@ class PendingBatch:
         return self.base_offset + self.batch.record_count
 
 
-class RollRequest:
-    """Ask the writer to roll the active segment (if it is not empty)."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self.future = future
-
-
 class PartitionLog:
     """The log of one topic-partition; see the module docstring."""
 
@@ -200,6 +191,9 @@ class PartitionLog:
         )
         self.failed: BaseException | None = None
         self.closed = False
+        self.deleted = False  # closed because its topic was deleted: calls meet ``UnknownLog``
+        # Appends waiting for the active segment's files to open, in arrival order (``_enqueue_when_open``).
+        self._held: deque[tuple[Sequence[RecordIn], asyncio.Future[PendingBatch]]] | None = None
 
     @property
     def name(self) -> str:
@@ -221,7 +215,26 @@ class PartitionLog:
         if self.failed is not None:
             raise LogOffline(f"the log is offline after a write failure: {self.failed}")
         if self.closed:
+            if self.deleted:
+                raise UnknownLog(f"topic {self.tp.topic_id} was deleted")
             raise LogOffline(f"the log of {self.tp.topic_id}/{self.tp.partition} is closed")
+
+    @property
+    def ready(self) -> bool:
+        """Whether an append can be queued at once: the active segment's files are open and no append
+        waits for them (a write to it then needs no ``open``)."""
+        return self._held is None and self.segments.active.is_open
+
+    async def open_active(self) -> None:
+        """Open the active segment's files, if they are not, before an append is assigned its offsets: out
+        of files, that append alone fails (``FilesExhausted``, 503) with nothing queued, rather than the
+        writer failing a write that others' offsets already follow."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._read_executor, self.open_segments.load, self.segments.active)
+        except SegmentDeleted:
+            self.check_writable()  # its topic was deleted meanwhile (UnknownLog), or the log closed
+            raise LogOffline(f"the active segment of {self.name} went away") from None
 
     def encode(self, records: Sequence[RecordIn], *, txn_id: int = 0, now: int | None = None) -> EncodedBatch:
         """Encode ``records`` as the next batch (nothing is assigned until ``enqueue``)."""
@@ -245,12 +258,42 @@ class PartitionLog:
 
     async def append(self, records: Sequence[RecordIn]) -> int:
         """Append a single-partition batch; returns its base offset once it is durable and committed."""
-        pending = self.enqueue(self.encode(records))
+        if self._held is None and self.segments.active.is_open:
+            pending = self.enqueue(self.encode(records))
+        else:  # an idle partition, whose files were closed (``OpenSegments``)
+            pending = await self._enqueue_when_open(records)
         assert pending.future is not None
         # Not shielded (one future less per append): if the caller is cancelled, the future is
         # cancelled, but the batch is already queued and the writer never looks at the future.
         await pending.future
         return pending.base_offset
+
+    async def _enqueue_when_open(self, records: Sequence[RecordIn]) -> PendingBatch:
+        """Queue ``records`` once the active segment's files are open (``open_active``). Appends arriving
+        meanwhile wait in the same line and are queued in the order they came, in one step, so offsets
+        still follow arrival order; out of files, all of them fail with nothing queued."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[PendingBatch] = loop.create_future()
+        if self._held is None:
+            self._held = deque()
+            opening = asyncio.ensure_future(self.open_active())
+            opening.add_done_callback(self._opened)
+        self._held.append((records, waiter))
+        return await waiter
+
+    def _opened(self, opening: asyncio.Future[None]) -> None:
+        held, self._held = self._held or deque(), None
+        error = opening.exception() if not opening.cancelled() else LogOffline("opening was cancelled")
+        for records, waiter in held:
+            if waiter.done():  # its caller went away before anything was assigned
+                continue
+            if error is not None:
+                waiter.set_exception(error)
+                continue
+            try:
+                waiter.set_result(self.enqueue(self.encode(records)))
+            except Exception as refused:  # noqa: BLE001 - that append's own answer (offline, too large...)
+                waiter.set_exception(refused)
 
     async def wait_idle(self) -> None:
         """Until no write is queued or in flight."""
@@ -266,83 +309,12 @@ class PartitionLog:
     # -- writing (worker thread) ------------------------------------------------------------------------
 
     def _write(self, items: list[Any]) -> bool:
-        """Write ``items`` (batches and roll requests) in order, rolling as needed, then fsync once.
-
-        Returns whether a segment was rolled.
-        """
+        """Write ``items`` (batches and roll requests) in order, rolling as needed, then fsync once
+        (``writes.write_items``). Returns whether a segment was rolled."""
         if self.failed is not None:
             # Queued before the failure (and failed with it): writing them would only add bytes to cut.
             raise LogOffline("the log is offline")
-        config = self.config
-        now = now_ms()
-        rolled = False
-        cache = self.open_segments
-        handle = self.segments.active
-        segment = cache.acquire(handle)
-        try:
-            run: list[tuple[int, EncodedBatch]] = []
-            run_bytes = 0
-            dirty = False
-            for item in items:
-                if isinstance(item, RollRequest):
-                    if run:
-                        segment.append(run, now)
-                        run, run_bytes = [], 0
-                        dirty = True
-                    if segment.size > 0:
-                        segment, handle = self._roll(segment, handle)
-                        rolled = True
-                        dirty = False
-                    continue
-                batch = item.batch
-                size = segment.size + run_bytes
-                if size > 0:
-                    # An empty segment receiving this run gets its first batch now.
-                    rolling_ts = segment.state.rolling_timestamp if segment.size else now
-                    if (
-                        size + batch.size > config.segment_bytes
-                        or (rolling_ts >= 0 and now - rolling_ts >= config.segment_ms)
-                        or item.next_offset - segment.base_offset > _MAX_RELATIVE
-                    ):
-                        if run:
-                            segment.append(run, now)
-                            run, run_bytes = [], 0
-                        segment, handle = self._roll(segment, handle)
-                        rolled = True
-                        dirty = False
-                run.append((item.base_offset, batch))
-                run_bytes += batch.size
-            if run:
-                segment.append(run, now)
-                dirty = True
-            if dirty:
-                segment.flush()
-        finally:
-            cache.release(handle)
-        return rolled
-
-    def _roll(self, segment: Segment, handle: SegmentHandle) -> tuple[Segment, SegmentHandle]:
-        """Seal the active segment (fsync it and its indexes) and start a new one at its end."""
-        segment.flush()
-        segment.on_become_inactive()
-        base = segment.next_offset
-        fresh = SegmentHandle(
-            self.directory,
-            base,
-            index_interval_bytes=self.config.index_interval_bytes,
-            state=SegmentState(next_offset=base),
-        )
-        new_segment = self.open_segments.acquire(fresh)
-        try:
-            files.fsync_dir(self.directory)
-            self.segments.add(fresh)
-        except BaseException:
-            self.open_segments.release(fresh)
-            self.open_segments.discard(fresh)  # never listed: close its files (recovery removes them)
-            raise
-        self.open_segments.release(handle)
-        # The caller's ``finally`` releases whatever handle is current: hand it the new one, pinned.
-        return new_segment, fresh
+        return writes.write_items(self.directory, self.config, self.segments, self.open_segments, items)
 
     # -- completion (event loop) --------------------------------------------------------------------------
 
@@ -545,7 +517,16 @@ class PartitionLog:
         if self._tail and self._tail[0][0].base_offset <= offset:
             return self._read_tail(offset, max_records, max_bytes, hw)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._read_executor, self._read, offset, max_records, max_bytes, hw)
+        found = await loop.run_in_executor(
+            self._read_executor, self._read, offset, max_records, max_bytes, hw
+        )
+        self._check_not_deleted()
+        return found
+
+    def _check_not_deleted(self) -> None:
+        if self.deleted:
+            # Its segments went with the topic during a read (skipped as deleted): not a partial answer.
+            raise UnknownLog(f"topic {self.tp.topic_id} was deleted")
 
     def _read_tail(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
         return reads.read_tail(self._tail, offset, max_records, max_bytes, hw)
@@ -564,7 +545,9 @@ class PartitionLog:
     async def offset_for_time(self, timestamp: int) -> int:
         hw = self.high_watermark
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._read_executor, self._offset_for_time, timestamp, hw)
+        found = await loop.run_in_executor(self._read_executor, self._offset_for_time, timestamp, hw)
+        self._check_not_deleted()
+        return found
 
     def _offset_for_time(self, timestamp: int, hw: int) -> int:
         return reads.offset_for_time(self.segments, self.open_segments, timestamp, hw)
@@ -580,8 +563,11 @@ class PartitionLog:
         )
 
     async def close(self, error: BaseException | None = None) -> None:
-        """Stop taking appends, let the writer finish, make indexes durable, close files, wake waiters."""
+        """Stop taking appends, let the writer finish, make indexes durable, close files, wake waiters.
+        ``error`` fails the appends still unresolved; ``UnknownLog`` says the topic was deleted, which
+        later calls on this log meet too."""
         self.closed = True
+        self.deleted = isinstance(error, UnknownLog)
         await self._committer.wait_idle()
         if error is not None:
             self.abandon(error)

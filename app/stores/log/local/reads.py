@@ -1,7 +1,8 @@
 """Committed reads of one partition: by offset (from the in-memory tail or the segment files) and by time.
 
 Functions over a partition's segments, called by ``PartitionLog`` (in its read executor for file reads) with
-the high-watermark ``hw`` it read first: nothing at or past ``hw`` is ever returned.
+the high-watermark ``hw`` it read first: nothing at or past ``hw`` is ever returned. A read that needs a
+segment's files when the process has no descriptor left fails at once (``FilesExhausted``, 503).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def read_segments(
         if handle.base_offset >= hw:
             break
         try:
-            segment = open_segments.acquire(handle)
+            segment = open_segments.acquire(handle, retry=False)
         except SegmentDeleted:
             continue  # retention removed it meanwhile: go on from the next segment
         try:
@@ -110,7 +111,7 @@ def offset_for_time(segments: LogSegments, open_segments: OpenSegments, timestam
         if handle.base_offset >= hw:
             break
         try:
-            segment = open_segments.acquire(handle)
+            segment = open_segments.acquire(handle, retry=False)
         except SegmentDeleted:
             continue
         try:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import resource
 from pathlib import Path
 
 from app.main import build_log_engine
 from app.settings import LogSettings, Settings
 from app.stores.log.local import LocalLogConfig, LocalLogEngine
+from app.stores.log.local.config import MAX_DERIVED_OPEN_FILES
 
 
 class TestBuiltFromSettings:
@@ -16,7 +18,7 @@ class TestBuiltFromSettings:
             segment_bytes=123_456,
             segment_ms=654_321,
             index_interval_bytes=777,
-            max_open_segments=9,
+            open_files=27,
             retention_check_interval_ms=4_242,
         )
         engine = build_log_engine(Settings(data_dir=tmp_path, log=knobs))
@@ -34,3 +36,23 @@ class TestBuiltFromSettings:
 
 def test_an_engine_built_without_a_config_takes_the_defaults(tmp_path: Path) -> None:
     assert LocalLogEngine(tmp_path).config == LocalLogConfig()
+
+
+class TestOpenFilesBudget:
+    def test_unset_it_is_half_the_soft_limit_within_bounds(self) -> None:
+        config = LocalLogConfig()
+        assert config.open_files_budget(1024) == 512  # a stock Linux limit: 170 open segments
+        assert config.open_files_budget(256) == 128
+        assert config.open_files_budget(1 << 20) == MAX_DERIVED_OPEN_FILES
+        assert config.open_files_budget(None) == MAX_DERIVED_OPEN_FILES  # unlimited
+        assert config.open_files_budget(4) == 3  # one segment at least
+
+    def test_set_it_wins(self) -> None:
+        assert LocalLogConfig(open_files=90).open_files_budget(1024) == 90
+
+    async def test_the_engine_takes_it_from_the_process_limit(self, tmp_path: Path) -> None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        engine = LocalLogEngine(tmp_path)
+        expected = LocalLogConfig().open_files_budget(None if soft == resource.RLIM_INFINITY else soft)
+        assert engine.manager.open_files == expected
+        assert engine.manager.open_segments.capacity == expected // 3

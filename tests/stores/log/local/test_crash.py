@@ -297,7 +297,7 @@ CHILD = textwrap.dedent(
             n += 1
 
     async def main():
-        config = LocalLogConfig(segment_bytes=64 * 1024, index_interval_bytes=2048, max_open_segments=8)
+        config = LocalLogConfig(segment_bytes=64 * 1024, index_interval_bytes=2048, open_files=24)
         engine = LocalLogEngine(root, config)
         await engine.start()
         await engine.create_topic(TOPIC, PARTS, TopicLogConfig())

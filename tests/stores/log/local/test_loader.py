@@ -166,7 +166,7 @@ class TestIndexes:
 
 class TestManyPartitions:
     async def test_open_files_stay_under_the_cap(self, tmp_path):
-        engine = await open_local(tmp_path, max_open_segments=16)
+        engine = await open_local(tmp_path, open_files=48)
         before = len(os.listdir("/proc/self/fd"))
         try:
             await engine.create_topic("top_m", 600, TopicLogConfig())
@@ -179,7 +179,7 @@ class TestManyPartitions:
             assert len(os.listdir("/proc/self/fd")) - before <= 16 * 3 + 10
         finally:
             await engine.close()
-        engine = await open_local(tmp_path, max_open_segments=16)
+        engine = await open_local(tmp_path, open_files=48)
         try:
             assert (await engine.partition_info("top_m", 599)).latest_offset == 1
             assert (await engine.partition_info("top_m", 699)).latest_offset == 0

@@ -5,13 +5,17 @@ refuses. (Its recovery after failed writes is ``test_recovery.py``; start-up sca
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 
 from app.stores.log.local import files, log_dir
 from app.stores.log.local.partition_log import LogOffline
+from app.stores.log.local.segments import FilesExhausted
 from app.stores.log.protocol import RecordIn, TopicLogConfig, UnknownLog
+from tests.fixtures.files import fill, out_of_files
 from tests.stores.log.conftest import open_local
 
 
@@ -117,3 +121,71 @@ class TestCleanShutdown:
             await engine.append("top_a", {0: records(1)})
         with pytest.raises(LogOffline):
             await engine.create_topic("top_b", 1, TopicLogConfig())
+
+
+class TestOutOfFiles:
+    """A budget higher than the process may open (``EMFILE``): a call that needs a file answers
+    ``FilesExhausted`` (503) with nothing of it written, the others are served, health is degraded (not
+    down), and the next calls find room on the descriptors of the idle segments closed meanwhile."""
+
+    async def test_calls_needing_a_file_fail_alone_and_the_engine_heals(self, tmp_path: Path):
+        engine = await open_local(tmp_path, open_files=100_000)
+        try:
+            await engine.create_topic("top_f", 40, TopicLogConfig())
+            for p in range(20):
+                await engine.append("top_f", {p: records(2)})
+            assert await engine.health() == "ok"
+            with out_of_files() as fillers:
+                with pytest.raises(FilesExhausted):
+                    await engine.append("top_f", {30: records(1)})
+                fill(fillers)  # what closing idle segments freed is taken again
+                with pytest.raises(FilesExhausted):
+                    await engine.append("top_f", {31: records(1), 19: records(1)})  # atomic: none of it
+                assert await engine.append("top_f", {19: records(1)}) == {19: 2}  # open: served
+                assert await engine.health() == "degraded"
+                assert engine.manager.open_segments.capacity < 20
+                assert await engine.append("top_f", {30: records(1)}) == {30: 0}  # room again: healed
+            assert (await engine.partition_info("top_f", 31)).latest_offset == 0
+            assert [r.value for r in await engine.read("top_f", 19, 0)] == [b"r0", b"r1", b"r0"]
+        finally:
+            await engine.close()
+        engine = await open_local(tmp_path)
+        try:
+            assert [(await engine.partition_info("top_f", p)).latest_offset for p in (19, 30, 31)] == [
+                3,
+                1,
+                0,
+            ]
+        finally:
+            await engine.close()
+
+
+class TestDeletionRace:
+    async def test_an_append_waiting_for_its_files_meets_the_deletion_as_an_unknown_log(
+        self, tmp_path: Path, monkeypatch
+    ):
+        engine = await open_local(tmp_path)
+        try:
+            await engine.create_topic("top_d", 1, TopicLogConfig())
+            log = engine.manager.log("top_d", 0)
+            assert not log.ready  # a new partition holds no file until used
+            cache = engine.manager.open_segments
+            opening, go_on = threading.Event(), threading.Event()
+            load = cache.load
+
+            def slow_load(handle):
+                opening.set()
+                go_on.wait(5)
+                load(handle)
+
+            monkeypatch.setattr(cache, "load", slow_load)
+            append = asyncio.create_task(engine.append("top_d", {0: records(1)}))
+            await asyncio.to_thread(opening.wait, 5)
+            deleting = asyncio.create_task(engine.delete_topic("top_d"))
+            await asyncio.sleep(0.05)
+            go_on.set()
+            await deleting
+            with pytest.raises(UnknownLog):
+                await append
+        finally:
+            await engine.close()

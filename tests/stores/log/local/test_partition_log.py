@@ -182,6 +182,7 @@ class TestHighWatermark:
     async def test_a_batch_of_an_uncommitted_transaction_holds_back_everything_after_it(self, open_log):
         h = await open_log()
         log = h.log
+        await log.open_active()  # so the append below is queued at once, right behind the transaction's
         ready: list[int] = []
         txn = Transaction(7, lambda t: ready.append(t.txn_id))
         txn.waiting = 1

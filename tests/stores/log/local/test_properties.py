@@ -38,7 +38,7 @@ common = settings(max_examples=80, deadline=None, suppress_health_check=[HealthC
 
 
 def config_for(segment_bytes: int):
-    return local_config(segment_bytes=segment_bytes, index_interval_bytes=128, max_open_segments=4)
+    return local_config(segment_bytes=segment_bytes, index_interval_bytes=128, open_files=12)
 
 
 def as_tuple(r):

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
 
 from app.stores.log.local.segment import SegmentState
-from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted, SegmentHandle
+from app.stores.log.local.segments import (
+    FilesExhausted,
+    LogSegments,
+    OpenSegments,
+    SegmentDeleted,
+    SegmentHandle,
+)
+from app.stores.log.protocol import EngineUnavailable
+from tests.fixtures.files import out_of_files
 
 
 def handle(tmp_path, base: int) -> SegmentHandle:
@@ -152,3 +161,53 @@ class TestRolls:
             assert [h.base_offset for h in segments] == [0, 5]
         finally:
             await engine.close()
+
+
+class TestOutOfFiles:
+    """``EMFILE`` on opening a segment: the call fails alone (or retries, for the engine's own work), the
+    cache closes idle segments and lowers its cap, and says why once."""
+
+    def test_a_call_fails_alone_then_finds_room(self, tmp_path, caplog):
+        cache = OpenSegments(capacity=100)
+        idle = [handle(tmp_path, b) for b in range(8)]
+        for h in idle:
+            cache.load(h)
+        cold = handle(tmp_path, 100)
+        with out_of_files(), caplog.at_level(logging.ERROR, logger="queuecore.log"):
+            with pytest.raises(FilesExhausted) as failed:
+                cache.acquire(cold, retry=False)
+            assert isinstance(failed.value, EngineUnavailable)  # 503 for that call
+            assert not cold.is_open and cache.exhaustions == 1 and cache.exhausted_within(5)
+            assert cache.capacity == 6 and sum(h.is_open for h in idle) == 6  # the two oldest closed
+            with cache.use(cold):  # their descriptors are free now
+                pass
+        (report,) = [r for r in caplog.records if "could not open" in r.getMessage()]
+        assert "EMFILE" in report.getMessage() and "RLIMIT_NOFILE" in report.getMessage()
+        assert "QUEUECORE_LOG__OPEN_FILES" in report.getMessage()
+
+    def test_the_engines_own_work_retries_on_what_was_freed(self, tmp_path):
+        cache = OpenSegments(capacity=100)
+        for b in range(8):
+            cache.load(handle(tmp_path, b))
+        cold = handle(tmp_path, 100)
+        with out_of_files(), cache.use(cold) as segment:  # retry=True: a write, a roll, recovery
+            assert segment.size == 0
+        assert cache.exhaustions == 1
+
+    def test_nothing_idle_to_close_fails_even_with_a_retry(self, tmp_path):
+        cache = OpenSegments(capacity=100)
+        pinned = handle(tmp_path, 0)
+        cache.acquire(pinned)
+        with out_of_files(), pytest.raises(FilesExhausted):
+            cache.acquire(handle(tmp_path, 100))
+        assert pinned.is_open  # in use: never closed under its user
+        cache.release(pinned)
+
+    def test_a_burst_is_reported_once(self, tmp_path, caplog):
+        cache = OpenSegments(capacity=100)
+        with out_of_files(), caplog.at_level(logging.ERROR, logger="queuecore.log"):
+            for b in range(5):
+                with pytest.raises(FilesExhausted):
+                    cache.acquire(handle(tmp_path, b), retry=False)
+        assert cache.exhaustions == 5
+        assert len([r for r in caplog.records if "could not open" in r.getMessage()]) == 1
