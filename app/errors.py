@@ -151,7 +151,9 @@ _EXAMPLE_MESSAGES = {
     "RATE_LIMIT_EXCEEDED": "Rate limit of 10 admin requests per second exceeded; retry after 1 second.",
     "PAYLOAD_TOO_LARGE": "The request body exceeds 10 MiB.",
     "SERVICE_UNAVAILABLE": "QueueCore is temporarily unavailable.",
+    "INTERNAL_ERROR": "An internal error occurred; quote the request id to support.",
 }
+_INTERNAL_ERROR_MESSAGE = _EXAMPLE_MESSAGES["INTERNAL_ERROR"]
 
 
 def _field_of(loc: tuple[Any, ...]) -> str:
@@ -224,9 +226,7 @@ UNHANDLED_ANSWERED = "unhandled_answered"  # request state: the 500 envelope wen
 
 def internal_error_response(request_id: str) -> Response:
     """The 500 envelope: never the error's internals."""
-    return error_response(
-        request_id, "INTERNAL_ERROR", "An internal error occurred; quote the request id to support.", 500
-    )
+    return error_response(request_id, "INTERNAL_ERROR", _INTERNAL_ERROR_MESSAGE, 500)
 
 
 def add_exception_handlers(app: FastAPI) -> None:

@@ -101,7 +101,7 @@ Text = Annotated[str, schema(pattern="^[^\\x00]*$")]
 # Names: the broker's own patterns (1-249 characters).
 _TOPIC_NAME: dict[str, Any] = {"pattern": topics.NAME.pattern, "maxLength": 249}
 _GROUP_NAME: dict[str, Any] = {"pattern": groups.NAME.pattern, "maxLength": 249}
-_MEMBER_ID: dict[str, Any] = {"pattern": membership.MEMBER_ID.pattern}
+_MEMBER_ID: dict[str, Any] = {"pattern": membership.MEMBER_ID.pattern, "maxLength": 4 + 28}
 # A message id is "msg_" and the URL-safe base64 of where the message is; one that decodes to no place is
 # refused too, which no pattern can say.
 MESSAGE_ID_PATTERN = "^msg_[A-Za-z0-9_-]{1,60}$"
@@ -111,11 +111,23 @@ GroupName = Annotated[str, schema(**_GROUP_NAME)]
 MemberId = Annotated[str, schema(**_MEMBER_ID)]
 MessageId = Annotated[str, schema(**_MESSAGE_ID)]
 
-Retention = Annotated[str, schema(pattern=retention_pattern())]
-AckTimeout = Annotated[str, schema(pattern=duration_pattern(durations.ACK_TIMEOUT))]
-SessionTimeout = Annotated[str, schema(pattern=duration_pattern(durations.SESSION_TIMEOUT))]
-RetryDelay = Annotated[str, schema(pattern=duration_pattern(durations.RETRY_DELAY))]
-NackDelayText = Annotated[str, schema(pattern=duration_pattern(durations.NACK_DELAY))]
+# The longest string each pattern takes, said as maxLength too: 1-7 digits and a one-letter unit; 1-9
+# digits and a unit of up to two letters ("ms").
+RETENTION_MAX_LENGTH = 7 + 1
+DURATION_MAX_LENGTH = 9 + max(len(unit) for unit in durations.UNIT_MS)
+Retention = Annotated[str, schema(pattern=retention_pattern(), maxLength=RETENTION_MAX_LENGTH)]
+AckTimeout = Annotated[
+    str, schema(pattern=duration_pattern(durations.ACK_TIMEOUT), maxLength=DURATION_MAX_LENGTH)
+]
+SessionTimeout = Annotated[
+    str, schema(pattern=duration_pattern(durations.SESSION_TIMEOUT), maxLength=DURATION_MAX_LENGTH)
+]
+RetryDelay = Annotated[
+    str, schema(pattern=duration_pattern(durations.RETRY_DELAY), maxLength=DURATION_MAX_LENGTH)
+]
+NackDelayText = Annotated[
+    str, schema(pattern=duration_pattern(durations.NACK_DELAY), maxLength=DURATION_MAX_LENGTH)
+]
 NackDelaySeconds = Annotated[
     float, schema(minimum=durations.NACK_DELAY.min_ms / 1000, maximum=durations.NACK_DELAY.max_ms / 1000)
 ]
@@ -150,7 +162,7 @@ MessageKey = Annotated[str, schema(maxLength=MAX_KEY_BYTES)]
 # 1-256 printable characters: the contract names the printable ASCII ones (the server takes any printable
 # character, which no pattern without Unicode classes can list; HTTP headers are ASCII in practice).
 IDEMPOTENCY_KEY_PATTERN = rf"^[\x20-\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}$"
-IdempotencyKey = Annotated[str, schema(pattern=IDEMPOTENCY_KEY_PATTERN)]
+IdempotencyKey = Annotated[str, schema(pattern=IDEMPOTENCY_KEY_PATTERN, maxLength=MAX_IDEMPOTENCY_KEY)]
 
 # Path parameters (described, not checked by FastAPI: the broker answers a bad one as before).
 # A name in a path that is no valid name is refused (no such topic or group, 404; or 400 where a group is
