@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import Text
+from app.api.schemas.constraints import Instant, Text
 
 
 class EndpointIn(RequestBody):
@@ -29,8 +29,8 @@ class Endpoint(ResponseBody):
     url: str
     secretHint: str = Field(description="the secret's last four characters")
     state: Literal["closed", "open", "half-open"] = Field(description="the delivery circuit breaker")
-    createdAt: str
-    updatedAt: str
+    createdAt: Instant
+    updatedAt: Instant
     secret: str | None = Field(None, description="only in the answer that generated it")
 
 
@@ -47,7 +47,7 @@ class Delivery(ResponseBody):
     statusCode: int | None
     error: str | None
     durationMs: int
-    at: str
+    at: Instant
 
 
 class DeliveryPage(ResponseBody):

@@ -131,6 +131,8 @@ NackDelayText = Annotated[
 NackDelaySeconds = Annotated[
     float, schema(minimum=durations.NACK_DELAY.min_ms / 1000, maximum=durations.NACK_DELAY.max_ms / 1000)
 ]
+# What the server writes for an instant (app.kit.clock.isoformat_ms): UTC to the millisecond, "…T10:42:18.003Z".
+Instant = Annotated[str, schema(format="date-time", maxLength=len("2026-03-28T10:42:18.003Z"))]
 # ISO-8601 with a time zone, or epoch milliseconds as digits.
 Timestamp = Annotated[str, schema(anyOf=[{"format": "date-time"}, {"pattern": "^[0-9]+$"}])]
 StartFrom = Annotated[str, schema(enum=list(membership.START_FROM))]

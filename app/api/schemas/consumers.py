@@ -8,11 +8,13 @@ from app.api.schemas.common import RequestBody, ResponseBody
 from app.api.schemas.constraints import (
     ExtendSeconds,
     Generation,
+    Instant,
     MaxMessages,
     MemberId,
     MessageIds,
     NackDelaySeconds,
     NackDelayText,
+    Partition,
     SessionTimeout,
     StartFrom,
     Text,
@@ -34,9 +36,9 @@ class JoinIn(RequestBody):
 
 
 class Joined(ResponseBody):
-    memberId: str = Field(examples=["csr_a1b2c3d4e5f6g7h8"])
+    memberId: MemberId = Field(examples=["csr_a1b2c3d4e5f6g7h8"])
     generationId: int = Field(examples=[3])
-    assignments: list[int] = Field(examples=[[0, 2]])
+    assignments: list[Partition] = Field(examples=[[0, 2]])
     sessionTimeout: str = Field(examples=["10s"])
 
 
@@ -47,7 +49,7 @@ class HeartbeatIn(RequestBody):
 class HeartbeatOut(ResponseBody):
     generationId: int
     shouldRejoin: bool
-    assignments: list[int]
+    assignments: list[Partition]
 
 
 class PollIn(RequestBody):
@@ -59,7 +61,7 @@ class PollIn(RequestBody):
 
 class DeliveredMessage(Message):
     attempt: int = Field(examples=[1], description="1 on first delivery, +1 on every redelivery")
-    ackDeadline: str = Field(examples=["2026-03-28T10:42:48.003Z"])
+    ackDeadline: Instant = Field(examples=["2026-03-28T10:42:48.003Z"])
 
 
 class Polled(ResponseBody):

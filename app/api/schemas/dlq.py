@@ -7,19 +7,19 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import MessageId
+from app.api.schemas.constraints import Instant, MessageId, Partition
 
 
 class DeadLetterEntry(ResponseBody):
-    messageId: str = Field(examples=["msg_x8k2n4"])
+    messageId: MessageId = Field(examples=["msg_x8k2n4"])
     data: Any
     key: str | None
     headers: dict[str, str]
-    partition: int
+    partition: Partition
     offset: int
     reason: str = Field(examples=["ack timeout"])
     retryCount: int = Field(description="retries made before the message was dead-lettered")
-    failedAt: str
+    failedAt: Instant
 
 
 class DeadLetterPage(ResponseBody):
@@ -33,7 +33,7 @@ class ReplayIn(RequestBody):
 
 
 class Replayed(ResponseBody):
-    messageId: str
+    messageId: MessageId
     replayed: Literal[True]
 
 
@@ -53,10 +53,10 @@ class Actor(ResponseBody):
 class AuditEntry(ResponseBody):
     id: str
     action: Literal["replay", "replay_all", "delete"]
-    messageId: str | None = None
+    messageId: MessageId | None = None
     count: int | None = None
     actor: Actor
-    at: str
+    at: Instant
 
 
 class AuditPage(ResponseBody):

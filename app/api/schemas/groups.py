@@ -7,7 +7,17 @@ from typing import Annotated
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import AckTimeout, LogOffset, RetryDelay, SessionTimeout, schema
+from app.api.schemas.constraints import (
+    AckTimeout,
+    GroupName,
+    LogOffset,
+    MemberId,
+    Partition,
+    RetryDelay,
+    SessionTimeout,
+    TopicName,
+    schema,
+)
 
 Reset = Annotated[str, schema(enum=["earliest", "latest"])]
 
@@ -41,7 +51,7 @@ class GroupConfig(ResponseBody):
 
 
 class GroupSummary(ResponseBody):
-    name: str = Field(examples=["order-processing"])
+    name: GroupName = Field(examples=["order-processing"])
     consumers: int = Field(examples=[3])
     lag: int = Field(examples=[42])
 
@@ -51,15 +61,15 @@ class GroupList(ResponseBody):
 
 
 class GroupPartition(ResponseBody):
-    id: int
-    consumer: str | None = Field(examples=["csr_a1"])
+    id: Partition
+    consumer: MemberId | None = Field(examples=["csr_a1"])
     offset: int = Field(examples=[4821], description="The committed offset (current)")
     lag: int = Field(examples=[12])
 
 
 class Group(ResponseBody):
-    name: str
-    topic: str
+    name: GroupName
+    topic: TopicName
     consumers: int
     partitions: list[GroupPartition]
     config: GroupConfig
@@ -70,7 +80,7 @@ class ResetOffsetsIn(RequestBody):
 
 
 class PartitionPosition(ResponseBody):
-    partition: int
+    partition: Partition
     current: int
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import IdempotencyKey, MessageKey, Partition
+from app.api.schemas.constraints import IdempotencyKey, Instant, MessageId, MessageKey, Partition, TopicName
 
 
 class MessageIn(RequestBody):
@@ -38,19 +38,19 @@ class BatchIn(RequestBody):
 
 
 class Published(ResponseBody):
-    id: str = Field(examples=["msg_aaaaaaaaaaaaaaaaaaaaaaacqa"])
+    id: MessageId = Field(examples=["msg_aaaaaaaaaaaaaaaaaaaaaaacqa"])
     offset: int = Field(examples=[14829])
-    partition: int = Field(examples=[2])
-    timestamp: str = Field(examples=["2026-03-28T10:42:18.003Z"])
+    partition: Partition = Field(examples=[2])
+    timestamp: Instant = Field(examples=["2026-03-28T10:42:18.003Z"])
     latency: int = Field(examples=[12], description="Server-side milliseconds.")
     durability: str = Field(examples=["fsync"], description='"fsync" or "replicated:<n>"')
 
 
 class BatchItem(ResponseBody):
-    id: str
+    id: MessageId
     offset: int
-    partition: int
-    timestamp: str
+    partition: Partition
+    timestamp: Instant
     replayed: bool | None = Field(None, description="Present and true for items answered from idempotency.")
 
 
@@ -62,14 +62,14 @@ class BatchPublished(ResponseBody):
 
 
 class Message(ResponseBody):
-    id: str
-    topic: str
-    partition: int
+    id: MessageId
+    topic: TopicName
+    partition: Partition
     offset: int
     key: str | None
     headers: dict[str, str]
     data: Any
-    timestamp: str
+    timestamp: Instant
 
 
 class MessagePage(ResponseBody):

@@ -17,7 +17,7 @@ class Offset(ResponseBody):
 
 
 class PartitionOffset(Offset):
-    partition: int
+    partition: Partition
 
 
 class OffsetList(ResponseBody):
@@ -31,7 +31,7 @@ class SeekIn(RequestBody):
 
 
 class Seeked(ResponseBody):
-    partition: int
+    partition: Partition
     offset: int
 
 
