@@ -244,3 +244,19 @@ class TestWhatEveryRouteAnswers:
                 assert set(operation["tags"]) <= declared
         assert all(tag["description"] for tag in spec["tags"])
         assert spec["info"]["contact"] and spec["servers"][0]["x-internal"] is False
+
+    def test_a_page_holds_at_most_its_calls_largest_limit(self, repo_root):
+        """An answer's list says how many items it may hold; a page, exactly the most its ``limit`` asks."""
+        spec = yaml.safe_load((repo_root / "openapi.yaml").read_text())
+        schemas = spec["components"]["schemas"]
+        pages = 0
+        for path, operations in spec["paths"].items():
+            for method, operation in operations.items():
+                limit = [p for p in operation.get("parameters", []) if p["name"] == "limit"]
+                if not limit:
+                    continue
+                ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+                data = schemas[ref.rsplit("/", 1)[1]]["properties"]["data"]
+                assert data["maxItems"] == limit[0]["schema"]["maximum"], (method, path)
+                pages += 1
+        assert pages == 5

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import Instant, Text
+from app.api.schemas.constraints import PAGE_MAX, Instant, Text, at_most
 
 
 class EndpointIn(RequestBody):
@@ -51,5 +51,5 @@ class Delivery(ResponseBody):
 
 
 class DeliveryPage(ResponseBody):
-    data: list[Delivery]
+    data: Annotated[list[Delivery], at_most(PAGE_MAX)]
     nextCursor: str | None

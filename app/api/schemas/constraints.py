@@ -147,6 +147,16 @@ WaitSeconds = Annotated[float, schema(minimum=0, maximum=leases.MAX_WAIT_SECONDS
 ExtendSeconds = Annotated[float, schema(minimum=1, maximum=leases.MAX_EXTEND_SECONDS)]
 MessageIds = Annotated[list[Text], schema(minItems=1, maxItems=leases.MAX_IDS)]
 
+# How many items an answer's list holds at most: a page, its call's largest ``limit`` (the list routes'
+# ``le=``; tests/test_openapi.py holds them equal); a batch's answer, a poll's, an ack's; one per partition.
+PAGE_MAX = 1000
+
+
+def at_most(count: int) -> Any:
+    """An answer's list of at most ``count`` items, said in the contract."""
+    return schema(maxItems=count)
+
+
 # The admin API: a tier, and requests per second per category (a positive count each, at least one).
 TierName = Annotated[str, schema(enum=[t.value for t in Tier])]
 CustomLimits = Annotated[

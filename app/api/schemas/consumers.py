@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
@@ -19,8 +21,11 @@ from app.api.schemas.constraints import (
     StartFrom,
     Text,
     WaitSeconds,
+    at_most,
 )
 from app.api.schemas.messages import Message
+from app.broker import topics
+from app.broker.delivery import leases
 
 
 class JoinIn(RequestBody):
@@ -38,7 +43,7 @@ class JoinIn(RequestBody):
 class Joined(ResponseBody):
     memberId: MemberId = Field(examples=["csr_a1b2c3d4e5f6g7h8"])
     generationId: int = Field(examples=[3])
-    assignments: list[Partition] = Field(examples=[[0, 2]])
+    assignments: Annotated[list[Partition], at_most(topics.MAX_PARTITIONS)] = Field(examples=[[0, 2]])
     sessionTimeout: str = Field(examples=["10s"])
 
 
@@ -49,7 +54,7 @@ class HeartbeatIn(RequestBody):
 class HeartbeatOut(ResponseBody):
     generationId: int
     shouldRejoin: bool
-    assignments: list[Partition]
+    assignments: Annotated[list[Partition], at_most(topics.MAX_PARTITIONS)]
 
 
 class PollIn(RequestBody):
@@ -65,7 +70,7 @@ class DeliveredMessage(Message):
 
 
 class Polled(ResponseBody):
-    messages: list[DeliveredMessage]
+    messages: Annotated[list[DeliveredMessage], at_most(leases.MAX_MESSAGES)]
 
 
 class AckIn(RequestBody):
@@ -97,5 +102,5 @@ class FailedId(ResponseBody):
 
 
 class Settled(ResponseBody):
-    ids: list[str]
-    failed: list[FailedId]
+    ids: Annotated[list[str], at_most(leases.MAX_IDS)]
+    failed: Annotated[list[FailedId], at_most(leases.MAX_IDS)]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import Instant, MessageId, Partition
+from app.api.schemas.constraints import Instant, MessageId, Partition, at_most
+from app.broker import dlq
 
 
 class DeadLetterEntry(ResponseBody):
@@ -23,7 +24,7 @@ class DeadLetterEntry(ResponseBody):
 
 
 class DeadLetterPage(ResponseBody):
-    data: list[DeadLetterEntry]
+    data: Annotated[list[DeadLetterEntry], at_most(dlq.MAX_PAGE)]
     total: int = Field(description="the DLQ's depth")
     nextCursor: str | None
 
@@ -60,5 +61,5 @@ class AuditEntry(ResponseBody):
 
 
 class AuditPage(ResponseBody):
-    data: list[AuditEntry]
+    data: Annotated[list[AuditEntry], at_most(dlq.MAX_PAGE)]
     nextCursor: str | None

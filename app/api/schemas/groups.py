@@ -16,8 +16,10 @@ from app.api.schemas.constraints import (
     RetryDelay,
     SessionTimeout,
     TopicName,
+    at_most,
     schema,
 )
+from app.broker import topics
 
 Reset = Annotated[str, schema(enum=["earliest", "latest"])]
 
@@ -71,7 +73,7 @@ class Group(ResponseBody):
     name: GroupName
     topic: TopicName
     consumers: int
-    partitions: list[GroupPartition]
+    partitions: Annotated[list[GroupPartition], at_most(topics.MAX_PARTITIONS)]
     config: GroupConfig
 
 
@@ -85,4 +87,4 @@ class PartitionPosition(ResponseBody):
 
 
 class Positions(ResponseBody):
-    data: list[PartitionPosition]
+    data: Annotated[list[PartitionPosition], at_most(topics.MAX_PARTITIONS)]

@@ -3,12 +3,22 @@ models describe the same shapes for ``openapi.yaml``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import IdempotencyKey, Instant, MessageId, MessageKey, Partition, TopicName
+from app.api.schemas.constraints import (
+    PAGE_MAX,
+    IdempotencyKey,
+    Instant,
+    MessageId,
+    MessageKey,
+    Partition,
+    TopicName,
+    at_most,
+)
+from app.broker import publishing
 
 
 class MessageIn(RequestBody):
@@ -58,7 +68,7 @@ class BatchPublished(ResponseBody):
     count: int = Field(examples=[3])
     latency: int = Field(examples=[18])
     durability: str = Field(examples=["fsync"])
-    messages: list[BatchItem]
+    messages: Annotated[list[BatchItem], at_most(publishing.MAX_BATCH)]
 
 
 class Message(ResponseBody):
@@ -73,6 +83,6 @@ class Message(ResponseBody):
 
 
 class MessagePage(ResponseBody):
-    data: list[Message]
+    data: Annotated[list[Message], at_most(PAGE_MAX)]
     nextOffset: int
     earliestOffset: int

@@ -7,7 +7,8 @@ from typing import Annotated
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import LogOffset, Partition, Timestamp, schema
+from app.api.schemas.constraints import LogOffset, Partition, Timestamp, at_most, schema
+from app.broker import topics
 
 
 class Offset(ResponseBody):
@@ -21,7 +22,7 @@ class PartitionOffset(Offset):
 
 
 class OffsetList(ResponseBody):
-    data: list[PartitionOffset]
+    data: Annotated[list[PartitionOffset], at_most(topics.MAX_PARTITIONS)]
 
 
 class SeekIn(RequestBody):

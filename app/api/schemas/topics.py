@@ -8,7 +8,17 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import Instant, Partition, Partitions, Retention, TopicName, schema
+from app.api.schemas.constraints import (
+    PAGE_MAX,
+    Instant,
+    Partition,
+    Partitions,
+    Retention,
+    TopicName,
+    at_most,
+    schema,
+)
+from app.broker import topics
 
 # The contract's allowed values; the broker refuses others (and those the engine does not offer) with 400.
 _REPLICAS = {"enum": [1, 3, 5]}
@@ -75,9 +85,9 @@ class PartitionDetail(ResponseBody):
 
 
 class TopicDetail(Topic):
-    partitionDetails: list[PartitionDetail]
+    partitionDetails: Annotated[list[PartitionDetail], at_most(topics.MAX_PARTITIONS)]
 
 
 class TopicList(ResponseBody):
-    data: list[Topic]
+    data: Annotated[list[Topic], at_most(PAGE_MAX)]
     nextCursor: str | None
