@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap pipeline test audit test-sdk test-sdk-wheel services lint typecheck openapi bench fuzz clean install-js test-js bench-js cluster checkers
+.PHONY: install lock run serve migrate bootstrap pipeline test audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster checkers
 
 # The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
 # git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
@@ -43,6 +43,19 @@ $(DASH_BUILT): $(DASH_STAMP) $(DASH)/scripts/build.mjs
 
 $(CHROMIUM):
 	apt-get update && apt-get install -y chromium
+
+# The AsyncAPI project's parser (tools/asyncapi, npm ci from its lock file; no install scripts run), which
+# tests/test_asyncapi.py validates asyncapi.yaml with. make test installs it, make run does not need it.
+ASYNCAPI_TOOL := tools/asyncapi
+ASYNCAPI_STAMP := $(ASYNCAPI_TOOL)/node_modules/.installed
+
+install-asyncapi: $(ASYNCAPI_STAMP)
+
+$(ASYNCAPI_STAMP): $(ASYNCAPI_TOOL)/package.json $(ASYNCAPI_TOOL)/package-lock.json
+	@echo "==> the AsyncAPI parser (npm ci in $(ASYNCAPI_TOOL))"
+	command -v npm >/dev/null || (apt-get update && apt-get install -y nodejs npm)
+	cd $(ASYNCAPI_TOOL) && npm ci --no-audit --no-fund --ignore-scripts
+	touch $(ASYNCAPI_STAMP)
 
 # Debian's HAProxy: the one address in front of the API processes of `make cluster` (and its test/bench).
 HAPROXY := /usr/sbin/haproxy
@@ -107,7 +120,7 @@ $(CHECKERS_STAMP): $(CHECKERS)/package.json $(CHECKERS)/package-lock.json
 	touch $(CHECKERS_STAMP)
 
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY)
+test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go
@@ -134,6 +147,10 @@ audit: install
 
 openapi: install
 	$(BIN)/python -m app.openapi > openapi.yaml
+
+# The push WebSocket's contract (AsyncAPI 3), from app/api/schemas/frames.py; a test fails on drift.
+asyncapi: install
+	$(BIN)/python -m app.asyncapi > asyncapi.yaml
 
 bench: install services $(HAPROXY)
 	command -v wrk >/dev/null || apt-get install -y wrk

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.broker import alerts, keys, tenancy
+from app.broker import alerts, keys, sessions, tenancy
 from app.broker.errors import BrokerError, KeyLimitReached, Unavailable
 from app.broker.rate_limits import Tier
 from app.settings import Settings, get_settings
@@ -55,6 +55,19 @@ async def cmd_users_create(args: argparse.Namespace, store: MetadataStore) -> in
     async with store.session() as session:
         user = await tenancy.create_user(session, args.email, args.password)
     _print({"id": user.id, "email": user.email}, args.json, f"created user {user.id} <{user.email}>")
+    return 0
+
+
+async def cmd_users_disable(args: argparse.Namespace, store: MetadataStore, disabled: bool) -> int:
+    async with store.session() as session:
+        user, ended = await sessions.set_disabled(session, args.email, disabled)
+    state = "disabled" if disabled else "enabled"
+    human = f"{state} user {user.id} <{user.email}>"
+    if disabled:
+        human += f"; {ended} dashboard session{'s' if ended != 1 else ''} ended"
+    _print(
+        {"id": user.id, "email": user.email, "disabled": disabled, "sessionsEnded": ended}, args.json, human
+    )
     return 0
 
 
@@ -221,6 +234,12 @@ def _parser() -> argparse.ArgumentParser:
     uc.add_argument("--email", required=True)
     uc.add_argument("--password", required=True)
     uc.add_argument("--json", action="store_true")
+    ud = users.add_parser("disable", help="refuse a user's sign-in and end their dashboard sessions at once")
+    ud.add_argument("--email", required=True)
+    ud.add_argument("--json", action="store_true")
+    ue = users.add_parser("enable", help="let a disabled user sign in again")
+    ue.add_argument("--email", required=True)
+    ue.add_argument("--json", action="store_true")
 
     boot = sub.add_parser("bootstrap", help="create a project if missing and issue one key per environment")
     boot.add_argument("--project", required=True, help="project name (or id)")
@@ -294,6 +313,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     HttpProtocol.body_timeout = settings.http_body_timeout_seconds
     HttpProtocol.anonymous_body_timeout = settings.http_anonymous_body_timeout_seconds
     HttpProtocol.body_min_rate = settings.http_body_min_rate
+    proxies = settings.trusted_proxy_list()
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -312,6 +332,10 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         ws_ping_timeout=settings.ws_ping_timeout_seconds,
         ws_per_message_deflate=settings.ws_compression,
         lifespan="on",
+        # Forwarded headers only from QUEUECORE_TRUSTED_PROXIES; uvicorn's own default believes any
+        # client on 127.0.0.1, which let a local client pick the address it is counted as.
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or [],
     )
     return 0
 
@@ -328,6 +352,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     action = getattr(args, "action", None)
     handlers: dict[tuple[str, str | None], Callable[[MetadataStore], Awaitable[int]]] = {
         ("users", "create"): lambda s: cmd_users_create(args, s),
+        ("users", "disable"): lambda s: cmd_users_disable(args, s, True),
+        ("users", "enable"): lambda s: cmd_users_disable(args, s, False),
         ("bootstrap", None): lambda s: cmd_bootstrap(args, s, secret, settings),
         ("keys", "create"): lambda s: cmd_keys_create(args, s, secret),
         ("keys", "revoke"): lambda s: cmd_keys_revoke(args, s),

@@ -19,6 +19,7 @@ from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
+from app.broker.connections import ConnectionRegistry
 from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher
@@ -71,7 +72,11 @@ def shared_idempotency(log: LogEngine, settings: Settings) -> SharedIdempotency 
 async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     settings: Settings = application.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    metadata = MetadataStore(settings.resolved_database_url)
+    metadata = MetadataStore(
+        settings.resolved_database_url,
+        statement_timeout=settings.metadata_statement_timeout_seconds,
+        connect_timeout=settings.metadata_connect_timeout_seconds,
+    )
     log = build_log_engine(settings)
     await log.start()
     # A crash between a topic's deletion and its files' removal leaves logs nobody owns: remove them.
@@ -97,9 +102,20 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     usage = UsageMeter(log, enabled=settings.usage_metering)
     await usage.start()
     # Its own small pool: its polls never wait behind (nor count among) the request path's connections.
-    alerts_store = MetadataStore(settings.resolved_database_url, pool_size=2)
+    alerts_store = MetadataStore(
+        settings.resolved_database_url,
+        pool_size=2,
+        statement_timeout=settings.metadata_statement_timeout_seconds,
+        connect_timeout=settings.metadata_connect_timeout_seconds,
+    )
     alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
     alerts.start()
+    connections = ConnectionRegistry(
+        metadata,
+        interval=settings.open_connection_check_seconds,
+        ceiling=settings.ws_max_connections_per_key,
+    )
+    connections.start()
     application.state.services = Services(
         settings=settings,
         metadata=metadata,
@@ -115,6 +131,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         ),
         registry=application.state.registry,
         alerts=alerts,
+        connections=connections,
     )
     # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
     # which otherwise rescan it and stall requests (the p99 of publishing).
@@ -127,6 +144,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await connections.close_all()
         await alerts.close()
         await alerts_store.close()
         await usage.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import enum
+import math
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -13,6 +15,21 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from app.kit.sealing import Sealer
 
 _PLACEHOLDER_SECRETS = {"", "changeme", "change-me", "secret", "dev", "development"}
+# Estimated bits (length × the value's own Shannon entropy per character) a production secret needs.
+# ``secrets.token_hex(16)`` never scored below 97 in 10,000 draws, ``token_urlsafe(32)`` ~205; a repeated
+# character scores 0 whatever its length, and "test-secret-" + "x" * 32 scores 67.
+SECRET_KEY_MIN_BITS = 90.0
+METRICS_TOKEN_MIN_BITS = 32.0
+
+
+def estimated_bits(value: str) -> float:
+    """How many bits of randomness ``value`` shows: its length times its empirical Shannon entropy per
+    character. A lower bound for nothing, but it refuses ``ssss…`` and other padded placeholders however
+    long they are, which a length check alone lets through."""
+    if not value:
+        return 0.0
+    n = len(value)
+    return n * -sum(c / n * math.log2(c / n) for c in collections.Counter(value).values())
 
 
 class Environment(enum.StrEnum):
@@ -57,12 +74,20 @@ class JetStreamSettings(BaseModel):
 class Settings(BaseSettings):
     """QueueCore settings, read from ``QUEUECORE_*`` environment variables (nested with ``__``)."""
 
-    model_config = SettingsConfigDict(env_prefix="QUEUECORE_", env_nested_delimiter="__", extra="ignore")
+    # hide_input_in_errors: a validation error must never echo a value. pydantic's message carries
+    # ``input_value``, and for a model validator that is every setting, secrets included (an error once
+    # printed the tail of QUEUECORE_SECRET_KEY to stderr). The message still names the setting.
+    model_config = SettingsConfigDict(
+        env_prefix="QUEUECORE_", env_nested_delimiter="__", extra="ignore", hide_input_in_errors=True
+    )
 
     environment: Environment = Environment.development
     data_dir: Path = Path("./data")
     # Empty means: the embedded SQLite file under data_dir.
     database_url: str = ""
+    # Postgres: every statement and every new connection bounded (a stalled server answers 503, not never).
+    metadata_statement_timeout_seconds: float = Field(10.0, gt=0)
+    metadata_connect_timeout_seconds: float = Field(5.0, gt=0)
     # Empty means: in-process limits and fan-out (the embedded default).
     redis_url: str = ""
     # Keys of the Redis limiter start with this; separate deployments may share one Redis.
@@ -73,6 +98,10 @@ class Settings(BaseSettings):
     secret_key_previous: SecretStr = SecretStr("")
     host: str = "127.0.0.1"
     port: int = 8080
+    # Proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For / X-Forwarded-Proto are believed.
+    # Empty (the default) trusts nobody: the client address is the socket's peer, so a client cannot
+    # choose the address its failed sign-ins are counted against (uvicorn trusts 127.0.0.1 by default).
+    trusted_proxies: str = ""
     log_level: str = "INFO"
     metrics_token: SecretStr = SecretStr("")
     # Operators' token for /v1/admin (tiers and custom limits over HTTP); the admin API is off when unset.
@@ -80,6 +109,9 @@ class Settings(BaseSettings):
     # Revocations must reach every API process within one second; the key cache never holds longer.
     key_cache_ttl_seconds: float = 0.5
     key_last_used_flush_seconds: float = 5.0
+    # How often each API process re-reads the keys of its open WebSockets and long polls (one batched
+    # query): a revoked key's connections end within this plus a query, inside the product's one second.
+    open_connection_check_seconds: float = Field(default=0.5, gt=0, le=1)
     max_body_bytes: int = 10 * 1024 * 1024
     # Usage events for every authenticated request (the dashboard and Spark rollups read them); off only
     # for benchmarks that measure what metering costs.
@@ -103,7 +135,8 @@ class Settings(BaseSettings):
     http_anonymous_body_timeout_seconds: float = Field(5.0, gt=0)
     http_body_min_rate: int = Field(1024, ge=0)
     # Abuse limits of push connections: a client frame's size, client frames per second on one connection,
-    # and open push connections per API key on one API process. Refused cleanly, logged once.
+    # and open push connections per API key on one API process (the ceiling of every tier's cap,
+    # app/broker/connections.py). Refused cleanly, logged once.
     ws_max_frame_bytes: int = 1024 * 1024
     ws_max_frames_per_second: int = 5_000
     ws_max_connections_per_key: int = 200
@@ -111,6 +144,9 @@ class Settings(BaseSettings):
     # gets it to hand back its result (``sys.setswitchinterval``). Python's 5 ms default made every such
     # hop queue behind the loop under load: publish→deliver p50 at 1,000 msgs/s 31 -> 12 ms at 0.5 ms.
     gil_switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
+    # A dashboard session unused this long ends (it ends anyway 12 h after sign-in, at sign-out, at a
+    # password change and when an operator disables the account).
+    dashboard_idle_timeout_seconds: float = Field(default=30 * 60, gt=0)
     # Alert webhooks (DLQ depth). Hostnames or CIDRs exempt from the production SSRF rule (no loopback,
     # private or link-local targets): for tests and on-premise receivers.
     alert_allowed_hosts: list[str] = Field(default_factory=list)
@@ -138,6 +174,10 @@ class Settings(BaseSettings):
                 raise ValueError("QUEUECORE_JETSTREAM__DEFAULT_REPLICAS must be 1, 3 or 5")
         return self
 
+    def trusted_proxy_list(self) -> list[str]:
+        """The addresses of ``trusted_proxies``, in order."""
+        return [p.strip() for p in self.trusted_proxies.split(",") if p.strip()]
+
     def nats_servers(self) -> tuple[str, ...]:
         """The NATS seeds of ``nats_url``, in order."""
         return tuple(url.strip() for url in self.nats_url.split(",") if url.strip())
@@ -145,17 +185,27 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_secret(self) -> Settings:
         if self.environment is Environment.production:
+            # The messages name the setting and the rule, never the value (not even its length).
             value = self.secret_key.get_secret_value()
-            if value.lower() in _PLACEHOLDER_SECRETS or len(value) < 32:
+            if (
+                value.lower() in _PLACEHOLDER_SECRETS
+                or len(value) < 32
+                or estimated_bits(value) < SECRET_KEY_MIN_BITS
+            ):
                 raise ValueError(
                     "QUEUECORE_SECRET_KEY must be set to a random value of at least 32 characters "
-                    "when QUEUECORE_ENVIRONMENT=production"
+                    "(e.g. `openssl rand -hex 32`) when QUEUECORE_ENVIRONMENT=production; "
+                    "repeated or patterned values are refused"
                 )
             # /metrics names every environment's topics and groups with their lag: not for anyone who asks.
             token = self.metrics_token.get_secret_value()
-            if token.lower() in _PLACEHOLDER_SECRETS or len(token) < 16:
+            if (
+                token.lower() in _PLACEHOLDER_SECRETS
+                or len(token) < 16
+                or estimated_bits(token) < METRICS_TOKEN_MIN_BITS
+            ):
                 raise ValueError(
-                    "QUEUECORE_METRICS_TOKEN must be set (at least 16 characters) when "
+                    "QUEUECORE_METRICS_TOKEN must be set to a random value (at least 16 characters) when "
                     "QUEUECORE_ENVIRONMENT=production: /metrics then needs 'Authorization: Bearer <token>'"
                 )
         return self

@@ -62,14 +62,15 @@ class Deployment:
 def settings_for(backend: str, data_dir: Path, postgres_url: str, **overrides: object) -> Settings:
     values: dict[str, object] = {
         "data_dir": data_dir,
-        "secret_key": "test-secret-" + "x" * 32,
+        # Random-looking enough for production's entropy check (fixed, so every test shares it).
+        "secret_key": "test-secret-Xo3vQ9rTzL1bK7mW4pN8sD2fH6jC0gY5",
         # Tests flush last-used times explicitly.
         "key_last_used_flush_seconds": 3600.0,
     }
     if backend in ("postgres", "jetstream"):
         values["database_url"] = postgres_url
     if overrides.get("environment") == "production":
-        values["metrics_token"] = "test-metrics-" + "m" * 32  # production refuses to start without one
+        values["metrics_token"] = "test-metrics-u4Rk8Wq2Ze7Yt"  # production refuses to start without one
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
 

@@ -5,6 +5,7 @@ the envelope or an error frame, then a close) and logged once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -184,10 +185,8 @@ def trickle(
         started = time.monotonic()
         answer = b""
         while time.monotonic() - started < limit:
-            try:
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
                 sock.sendall(piece)
-            except (ConnectionResetError, BrokenPipeError):
-                pass
             sock.settimeout(every)
             try:
                 chunk = sock.recv(65536)

@@ -143,6 +143,37 @@ class TestProjectsAndUsers:
             == 1
         )
 
+    def test_users_disable_and_enable(self, env):
+        email = f"gone{id(env)}@example.com"
+        cli(env, "users", "create", "--email", email, "--password", "correct horse")
+        out = json.loads(cli(env, "users", "disable", "--email", email.upper(), "--json").stdout)
+        assert out["email"] == email and out["disabled"] is True and out["sessionsEnded"] == 0
+        again = json.loads(cli(env, "users", "disable", "--email", email, "--json").stdout)
+        assert again["disabled"] is True  # idempotent
+        assert json.loads(cli(env, "users", "enable", "--email", email, "--json").stdout)["disabled"] is False
+        unknown = cli(env, "users", "disable", "--email", "nobody@example.com", check=False)
+        assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr
+
+    def test_set_tier_takes_a_connection_cap(self, env):
+        name = f"conn-{id(env)}"
+        cli(env, "projects", "create", "--name", name)
+        limits = "publish=10,consume=10,admin=10,connections=3"
+        out = json.loads(
+            cli(
+                env,
+                "projects",
+                "set-tier",
+                "--project",
+                name,
+                "--tier",
+                "enterprise",
+                "--limits",
+                limits,
+                "--json",
+            ).stdout
+        )
+        assert out["customLimits"]["connections"] == 3
+
 
 class TestBadArguments:
     @pytest.mark.parametrize(

@@ -129,3 +129,49 @@ def test_the_api_answers_503_while_postgres_is_down_and_heals_by_itself(outage):
     assert server.log_path is not None
     requests = [json.loads(x) for x in server.log_path.read_text().splitlines() if '"msg":"request"' in x]
     assert requests and not [r for r in requests if r["status"] >= 500 and r["status"] != 503]
+
+
+def _cluster_pids(postgres: PrivatePostgres) -> list[int]:
+    """The postmaster of the private cluster and every process it started (backends, checkpointer...)."""
+    postmaster = int((postgres.dir / "postmaster.pid").read_text().split()[0])
+    found = subprocess.run(["pgrep", "-P", str(postmaster)], check=False, capture_output=True, text=True)
+    children = found.stdout
+    return [postmaster, *map(int, children.split())]
+
+
+def test_a_stalled_postgres_is_503_within_a_bound_and_heals(outage):
+    """SIGSTOP of every process of the cluster: connections stay open and silent, the fault a paused VM or
+    a hung disk gives. Calls that need the database answer 503 within a bound (never hang), health says
+    it is down, other calls keep working, and after SIGCONT everything works again by itself."""
+    import signal
+
+    postgres, server = outage
+    headers = {"Authorization": f"Bearer {server.keys['production']}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as http:
+        assert http.post("/v1/topics", json={"name": "stall.before"}).status_code == 201
+        pids = _cluster_pids(postgres)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            created = http.post("/v1/topics", json={"name": "stall.during"})
+            took = time.monotonic() - started
+            assert created.status_code == 503, created.text
+            assert took < 20, took  # bounded by the statement and pool timeouts, not by the client's patience
+            started = time.monotonic()
+            health = http.get("/v1/health")
+            assert health.status_code == 503 and health.json()["checks"]["database"] == "down"
+            assert time.monotonic() - started < 10
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while True:
+            answer = http.post("/v1/topics", json={"name": "stall.after"})
+            if answer.status_code == 201 or time.monotonic() > deadline:
+                break
+            assert answer.status_code == 503, answer.text
+            time.sleep(0.25)
+        assert answer.status_code == 201, answer.text
+    requests = [json.loads(x) for x in server.log_path.read_text().splitlines() if '"msg":"request"' in x]
+    assert not [r for r in requests if r["status"] >= 500 and r["status"] != 503]

@@ -11,7 +11,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.api.deps import ConsumeTopics, ServicesDep
+from app.api.deps import ConsumeKey, ConsumeTopics, ServicesDep
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, MemberIdPath, TopicNamePath
 from app.api.schemas.consumers import (
@@ -29,7 +29,8 @@ from app.api.schemas.consumers import (
 from app.broker import durations
 from app.broker.delivery import leases, membership
 from app.broker.delivery.membership import MemberRef
-from app.errors import responses
+from app.broker.errors import CodedError
+from app.errors import ApiError, responses
 
 router = APIRouter(prefix="/v1/topics/{name}/groups/{group}", tags=["consumers"], route_class=JsonRoute)
 
@@ -124,14 +125,23 @@ async def poll(
     group: GroupNamePath,
     body: PollIn,
     topics: ConsumeTopics,
+    key: ConsumeKey,
     services: ServicesDep,
     request: Request,
 ) -> Response:
     """Up to ``maxMessages`` messages of the member's partitions, in offset order per partition; waits
-    up to ``waitSeconds`` for the first. Counts as a heartbeat. A client that hangs up ends the wait."""
+    up to ``waitSeconds`` for the first. Counts as a heartbeat. A client that hangs up ends the wait;
+    so does the key's revocation (or its project's deletion), answered 401 ``INVALID_API_KEY``."""
     topic = await topics.get(name)
     abandoned = asyncio.Event()
     listener = asyncio.ensure_future(_hang_up(request, abandoned)) if body.waitSeconds > 0 else None
+    ended: list[CodedError] = []
+
+    def end(error: CodedError) -> None:
+        ended.append(error)
+        abandoned.set()  # ends the wait; nothing more is leased
+
+    connection = services.connections.open(key.key_id, "poll", end) if listener is not None else None
     try:
         messages = await leases.poll(
             services.metadata,
@@ -144,6 +154,10 @@ async def poll(
     finally:
         if listener is not None:
             listener.cancel()
+        if connection is not None:
+            services.connections.close(connection)
+    if ended:
+        raise ApiError.from_broker(ended[0])
     return Response(b'{"messages":[' + b",".join(messages) + b"]}", media_type="application/json")
 
 

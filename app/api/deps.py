@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
 from app.broker.alerts import AlertDispatcher
+from app.broker.connections import ConnectionRegistry
 from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
 from app.broker.rate_limits import Category, limit_for
@@ -38,6 +39,7 @@ class Services:
     usage: UsageMeter
     registry: CollectorRegistry
     alerts: AlertDispatcher
+    connections: ConnectionRegistry
 
 
 async def get_services(request: Request) -> Services:

@@ -113,9 +113,12 @@ async def reset_offsets(
     body: ResetOffsetsIn,
     topics: AdminTopics,
     services: ServicesDep,
-    session: SessionDep,
 ) -> Positions:
     """Move every partition of a stopped group to earliest, latest or an offset (clamped to what is
     retained); 409 ``GROUP_ACTIVE`` while members are connected."""
     topic = await topics.get(name)
-    return positions(await offsets.reset_stopped(session, services.log, topic, group, body.to))
+    return positions(
+        await services.metadata.transaction(
+            lambda session: offsets.reset_stopped(session, services.log, topic, group, body.to)
+        )
+    )

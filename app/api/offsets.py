@@ -51,13 +51,15 @@ async def seek(
     body: SeekIn,
     topics: AdminTopics,
     services: ServicesDep,
-    session: SessionDep,
 ) -> Seeked:
     """Move one partition to an offset or a time, also while consuming: in-flight messages of the
     partition are dropped and delivery resumes there."""
     topic = await topics.get(name)
-    moved = await offsets.seek(
-        session, services.log, topic, group, body.partition, offset=body.offset, timestamp=body.timestamp
+    # A seek meets members' writes of the group: a lock conflict the database breaks is run again.
+    moved = await services.metadata.transaction(
+        lambda session: offsets.seek(
+            session, services.log, topic, group, body.partition, offset=body.offset, timestamp=body.timestamp
+        )
     )
     return Seeked(partition=moved.partition, offset=moved.current)
 
@@ -69,8 +71,11 @@ async def reset(
     body: OffsetResetIn,
     topics: AdminTopics,
     services: ServicesDep,
-    session: SessionDep,
 ) -> Positions:
     """Move every partition (or one) to earliest or latest, also while consuming."""
     topic = await topics.get(name)
-    return positions(await offsets.reset_live(session, services.log, topic, group, body.to, body.partition))
+    return positions(
+        await services.metadata.transaction(
+            lambda session: offsets.reset_live(session, services.log, topic, group, body.to, body.partition)
+        )
+    )

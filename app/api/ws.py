@@ -5,6 +5,10 @@ status and the error envelope (``websocket.http.response``): a bad parameter (40
 malformed, expired or revoked key or token (401), a token for another topic or group (401), the
 rate limit (429, opening a WebSocket is one ``consume`` request), a missing topic (404). Frames after
 the upgrade are not charged.
+
+An open connection is registered with ``connections.ConnectionRegistry`` under its key (a token's
+minting key): when that key is revoked, its project deleted, or its tier's connection cap lowered past
+it, the registry ends it and it says why in an ``error`` frame, then closes with 1008.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from app.api.deps import Services, charge, topics_of
 from app.api.routing import JsonRoute
+from app.api.schemas.frames import CloseCode
 from app.broker import groups, tokens
 from app.broker.delivery import membership
 from app.broker.delivery.frames import validate_max_in_flight
@@ -32,9 +37,6 @@ from app.errors import STATUS_BY_CODE, ApiError, error_response
 from app.kit.websocket_protocol import KEEPALIVE
 
 logger = logging.getLogger("queuecore.ws")
-
-# Open push connections per API key in this process (``ws_max_connections_per_key``).
-_open_by_key: dict[str, int] = {}
 
 router = APIRouter(route_class=JsonRoute)
 
@@ -105,15 +107,16 @@ async def consume(websocket: WebSocket, name: str) -> None:
             principal, bound_topic_id = await _authenticate(websocket, services, name, group)
             websocket.scope["state"]["key_id"] = principal.key_id
             await charge(services, websocket, principal, Category.consume)
-            if _open_by_key.get(principal.key_id, 0) >= services.settings.ws_max_connections_per_key:
+            cap = services.connections.cap(principal.tier, principal.custom_limits)
+            if services.connections.push_count(principal.key_id) >= cap:
                 logger.warning(
                     "push connection refused: too many open for one key",
                     extra={"requestId": request_id, "keyId": principal.key_id},
                 )
                 raise ApiError(
                     "RATE_LIMIT_EXCEEDED",
-                    f"This API key has {services.settings.ws_max_connections_per_key} consumer connections "
-                    "open on this server already; close one first.",
+                    f"This API key has {cap} consumer connections open on this server already; "
+                    "close one first.",
                     headers={"Retry-After": "1"},
                 )
             topic = await topics_of(services, principal).get(name)
@@ -154,38 +157,49 @@ async def consume(websocket: WebSocket, name: str) -> None:
     )
     await websocket.accept()
     key_id = principal.key_id
-    _open_by_key[key_id] = _open_by_key.get(key_id, 0) + 1
     delivery: asyncio.Task[None] | None = None
+    # Frames are received in this task; should the delivery loop end on its own (an error), or the key
+    # stop standing (``connections``: revoked, its project deleted, its tier's cap lowered), the wait for
+    # the next frame is interrupted, never a frame's handling (which may be writing).
+    # (No task and no ``asyncio.wait`` per frame: this is the ack path.)
+    receiver = asyncio.current_task()
+    assert receiver is not None
+    interrupted = False
+    awaiting_frame = False
+    ending: CodedError | None = None
+
+    def wake_receiver() -> None:
+        if awaiting_frame and not receiver.cancelling():
+            receiver.cancel()
+
+    def end(error: CodedError) -> None:
+        nonlocal ending
+        ending = error
+        wake_receiver()
+
+    connection = services.connections.open(key_id, "websocket", end)
     try:
         await send(await member.join())
         tune = websocket.scope.get("extensions", {}).get(KEEPALIVE, {}).get("tune")
         if tune is not None:  # a peer silent for the group's sessionTimeout is gone (and not sooner)
             tune(member.session_timeout_ms / 1000)
         delivery = asyncio.create_task(member.deliver(), name=f"push-{member.member_id}")
-        # Frames are received in this task; should the delivery loop end on its own (an error), it
-        # interrupts the wait for the next frame, never a frame's handling (which may be writing).
-        # (No task and no ``asyncio.wait`` per frame: this is the ack path.)
-        receiver = asyncio.current_task()
-        assert receiver is not None
-        interrupted = False
-        awaiting_frame = False
 
         def interrupt(_: asyncio.Task[None]) -> None:
             nonlocal interrupted
             if not member.stopped:
                 interrupted = True
-                if awaiting_frame:
-                    receiver.cancel()
+                wake_receiver()
 
         delivery.add_done_callback(interrupt)
         frame_limit = services.settings.ws_max_frames_per_second
         second, frames = 0, 0
-        while not interrupted:
+        while not interrupted and ending is None:
             awaiting_frame = True
             try:
                 message = await websocket.receive()
             except asyncio.CancelledError:
-                if not interrupted:
+                if not interrupted and ending is None:
                     raise  # the server is shutting down
                 receiver.uncancel()
                 break
@@ -204,6 +218,9 @@ async def consume(websocket: WebSocket, name: str) -> None:
             if payload is None:
                 payload = message.get("bytes") or b""
             await member.handle(payload)
+        if ending is not None:
+            await _end_for_key(websocket, send, request_id, key_id, ending)
+            return
         delivery.result()  # raises what stopped it
     except (WebSocketDisconnect, RuntimeError, OSError) as exc:
         logger.debug("websocket closed: %s", exc)
@@ -213,11 +230,11 @@ async def consume(websocket: WebSocket, name: str) -> None:
         logger.info("push delivery ended: %s", exc.code, extra={"requestId": request_id})
         with contextlib.suppress(Exception):
             await send(_error_frame(request_id, exc))
-            await websocket.close(code=1000)
+            await websocket.close(code=CloseCode.NORMAL)
     except Exception:
         logger.exception("push delivery failed", extra={"requestId": request_id})
         with contextlib.suppress(Exception):
-            await websocket.close(code=1011)
+            await websocket.close(code=CloseCode.INTERNAL)
     finally:
         if delivery is not None:
             member.stop()
@@ -228,11 +245,22 @@ async def consume(websocket: WebSocket, name: str) -> None:
         # Leave at once (shielded: the connection task itself may be cancelled at shutdown).
         with contextlib.suppress(Exception):
             await asyncio.shield(member.leave())
-        left = _open_by_key.get(key_id, 1) - 1
-        if left > 0:
-            _open_by_key[key_id] = left
-        else:
-            _open_by_key.pop(key_id, None)
+        services.connections.close(connection)
+
+
+async def _end_for_key(
+    websocket: WebSocket,
+    send: Callable[[bytes], Awaitable[None]],
+    request_id: str,
+    key_id: str,
+    error: CodedError,
+) -> None:
+    """The key no longer allows this connection (revoked, project deleted, a lower cap): said in an
+    ``error`` frame, then closed with 1008 (policy violation)."""
+    logger.info("push connection ended: %s", error.code, extra={"requestId": request_id, "keyId": key_id})
+    with contextlib.suppress(Exception):
+        await send(_error_frame(request_id, error))
+        await websocket.close(code=1008)
 
 
 async def _end_flooding(
@@ -249,4 +277,4 @@ async def _end_flooding(
     )
     with contextlib.suppress(Exception):
         await send(_error_frame(request_id, error))
-        await websocket.close(code=1008)
+        await websocket.close(code=CloseCode.POLICY)

@@ -8,6 +8,7 @@
      ├── InvalidRequest      a value the domain refuses (with optional field details); OffsetOutOfRange
      ├── PayloadTooLarge
  ├── RateLimitExceeded
+     ├── KeyNoLongerValid    an open connection's key was revoked (or its project deleted)
      └── Unavailable         a store cannot meet its promise right now
 
 A store that is down raises its own ``StoreUnavailable`` (``app/stores/errors.py``), which carries a
@@ -140,6 +141,15 @@ class RateLimitExceeded(BrokerError):
     """More than a limit allows in a window (e.g. client frames per second on one connection)."""
 
     code = "RATE_LIMIT_EXCEEDED"
+
+
+class KeyNoLongerValid(BrokerError):
+    """The key an open connection was authenticated with was revoked, or its project deleted."""
+
+    code = "INVALID_API_KEY"
+
+    def __init__(self) -> None:
+        super().__init__("The API key of this connection has been revoked.")
 
 
 class PayloadTooLarge(BrokerError):

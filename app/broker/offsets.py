@@ -108,7 +108,8 @@ async def seek(
     else:
         assert offset is not None
         target = offset
-    group = await groups.get_group(session, topic, name)
+    # The group row first, as every writer of a group's partitions takes it: one lock order, no deadlock.
+    group = await groups.get_group(session, topic, name, for_update=True)
     (moved,) = await _move(session, log, topic, group, {partition: target})
     return moved
 
@@ -125,7 +126,7 @@ async def reset_live(
     target = parse_target(to, allow_offset=False)
     if partition is not None:
         check_partition(topic, partition)
-    group = await groups.get_group(session, topic, name)
+    group = await groups.get_group(session, topic, name, for_update=True)  # the lock order, as in seek
     numbers: Sequence[int] = [partition] if partition is not None else range(topic.partitions)
     return await _move(session, log, topic, group, {p: target for p in numbers})
 

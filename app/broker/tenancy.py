@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import functools
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,11 +68,12 @@ def parse_tier(value: str) -> Tier:
 
 
 def parse_custom_limits(value: str) -> dict[str, int]:
-    """``publish=N,consume=N,admin=N`` → a mapping of category to requests per second."""
+    """``publish=N,consume=N,admin=N`` → a mapping of category to requests per second; ``connections=N``
+    sets the key's cap on open push connections per API process (``app/broker/connections.py``)."""
     limits: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in value.split(","))):
         name, _, number = part.partition("=")
-        categories = {c.value for c in Category}
+        categories = {c.value for c in Category} | {"connections"}
         if name not in categories or not is_ascii_digits(number) or int(number) < 1:
             raise InvalidRequest.field("limits", "expected publish=N,consume=N,admin=N with positive N")
         limits[name] = int(number)
@@ -100,10 +104,37 @@ async def set_password(session: AsyncSession, user: User, password: str) -> None
 
 
 def verify_password(user: User, password: str) -> bool:
+    return _verify(user.password_hash, password)
+
+
+def _verify(password_hash: str, password: str) -> bool:
     try:
-        return _passwords.verify(user.password_hash, password)
+        return _passwords.verify(password_hash, password)
     except (VerifyMismatchError, InvalidHashError):
         return False
+
+
+@functools.cache
+def _stand_in_hash() -> str:
+    """A hash of a random password, made with the same parameters as every user's: what an unknown
+    email's sign-in is checked against, so it costs the same argon2 work as a known one."""
+    return _passwords.hash(secrets.token_urlsafe(16))
+
+
+async def authenticate_user(session: AsyncSession, email: str, password: str) -> User | None:
+    """The user whose email and password these are, or None.
+
+    Unknown emails run the same argon2 verification (against a stand-in hash) as known ones: answering
+    them at once told which emails have accounts (known 207–271 ms, unknown 6–9 ms). The hash runs in a
+    worker thread (argon2 releases the GIL): ~100 ms of CPU must not stall the API's event loop. A
+    disabled account (``users disable``) signs in with nothing, after the same work.
+    """
+    user = await get_user_by_email(session, email) if email else None
+    password_hash = user.password_hash if user is not None else _stand_in_hash()
+    matches = await asyncio.to_thread(_verify, password_hash, password)
+    if user is None or not matches or user.disabled_at is not None:
+        return None
+    return user
 
 
 async def get_user_by_email(session: AsyncSession, email: str) -> User | None:

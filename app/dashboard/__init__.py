@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.staticfiles import StaticFiles
 
 from app.dashboard import account_pages, auth, project_pages  # noqa: F401 - account_pages and project_pages register their pages
 from app.dashboard.routes import HERE, CsrfRefused, NotFoundPage, SignInRequired, router, templates
+from app.dashboard.security import StaticAssets, secure
 
 STATIC_DIR = HERE / "static"
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
-    return templates.TemplateResponse(request, "error.html", {"title": "Not found", "status": 404}, 404)
+    return secure(
+        templates.TemplateResponse(request, "error.html", {"title": "Not found", "status": 404}, 404)
+    )
 
 
 async def _sign_in(request: Request, exc: Exception) -> Response:
@@ -27,19 +29,21 @@ async def _sign_in(request: Request, exc: Exception) -> Response:
         response = RedirectResponse(f"/dashboard/login?next={exc.next_path}", status_code=303)
     # A session that is no longer good (password changed) must not send the sign-in page back here.
     response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH)
-    return response
+    return secure(response)
 
 
 async def _csrf(request: Request, exc: Exception) -> Response:
-    return templates.TemplateResponse(
-        request, "error.html", {"title": "Form expired or forged (CSRF check failed)", "status": 403}, 403
+    return secure(
+        templates.TemplateResponse(
+            request, "error.html", {"title": "Form expired or forged (CSRF check failed)", "status": 403}, 403
+        )
     )
 
 
 def install(application: FastAPI) -> None:
     application.include_router(router)
     application.mount(
-        "/dashboard/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="dashboard"
+        "/dashboard/static", StaticAssets(directory=STATIC_DIR, check_dir=False), name="dashboard"
     )
     application.add_exception_handler(NotFoundPage, _not_found)
     application.add_exception_handler(SignInRequired, _sign_in)

@@ -1,107 +1,38 @@
-"""Dashboard sessions: a signed cookie, a CSRF token per session, and sign-in backoff.
+"""Dashboard sign-in plumbing: the session cookie, CSRF tokens and sign-in backoff.
 
-The session cookie is ``base64url(json) "." hex(HMAC-SHA256)`` under a key derived from the server secret
-(never the secret itself), HttpOnly, SameSite=Lax, Secure outside development, scoped to ``/dashboard``;
-it carries the user id and email, a CSRF token and an expiry. Every state-changing request must carry the
-token (form field ``csrf_token`` or header ``X-CSRF-Token``); before sign-in a double-submit cookie plays
-that part. Failed sign-ins per email and per client address are counted in the shared rate-limit store, so
-the lockout holds across API nodes; a success clears the email's count.
+The session itself lives server-side (``app/broker/sessions.py``): the cookie ``qc_session`` holds only
+its random token — HttpOnly, SameSite=Lax, Secure outside development, scoped to ``/dashboard``. Every
+state-changing request must carry the session's CSRF token (form field ``csrf_token`` or header
+``X-CSRF-Token``), which the pages carry and the cookie does not; before sign-in a double-submit cookie
+plays that part. Failed sign-ins slow further attempts down (a doubling delay, never a lockout), counted
+per account and per client address apart in the shared rate-limit store, so it holds across API nodes;
+a browser that signed in to the account before is counted on its own (see "Sign-in backoff").
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from app.broker.sessions import LIFETIME_SECONDS, SignedIn
 from app.settings import Settings
 from app.stores.limits.protocol import RateLimiter
 
 SESSION_COOKIE = "qc_session"
 LOGIN_CSRF_COOKIE = "qc_login_csrf"
 COOKIE_PATH = "/dashboard"
-SESSION_SECONDS = 12 * 3600
-# After this many failed sign-ins per email (or per client address) in the window, sign-in is refused,
-# even with the right password, until the oldest failure leaves the window. Successes never count.
+SESSION_SECONDS = LIFETIME_SECONDS
+# Failed sign-ins per email (or per client address) in the window before each further attempt must wait
+# (see "Sign-in backoff" below). Successes never count.
 FAILURES_PER_EMAIL = 5
 FAILURES_PER_ADDRESS = 30
 FAILURE_WINDOW_MS = 15 * 60 * 1000
 
-
-@dataclass(frozen=True, slots=True)
-class DashboardSession:
-    user_id: str
-    email: str
-    csrf: str
-    expires: int
-    # A mark of the password the session was opened with: a password change ends every other session.
-    pw: str = ""
-
-
-def _key(settings: Settings) -> bytes:
-    return hmac.new(settings.server_secret(), b"queuecore dashboard session v1", hashlib.sha256).digest()
-
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def seal(settings: Settings, session: DashboardSession) -> str:
-    body = _b64(
-        orjson.dumps(
-            {
-                "u": session.user_id,
-                "e": session.email,
-                "c": session.csrf,
-                "x": session.expires,
-                "p": session.pw,
-            }
-        )
-    )
-    mac = hmac.new(_key(settings), body.encode(), hashlib.sha256).hexdigest()
-    return f"{body}.{mac}"
-
-
-def open_session(settings: Settings, cookie: str | None) -> DashboardSession | None:
-    """The session a cookie carries, or None for a missing, forged or expired one."""
-    if not cookie or "." not in cookie:
-        return None
-    body, _, mac = cookie.rpartition(".")
-    expected = hmac.new(_key(settings), body.encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(mac, expected):
-        return None
-    try:
-        data: dict[str, Any] = orjson.loads(_unb64(body))
-        session = DashboardSession(
-            str(data["u"]), str(data["e"]), str(data["c"]), int(data["x"]), str(data.get("p", ""))
-        )
-    except (ValueError, KeyError, TypeError):
-        return None
-    return session if session.expires > time.time() else None
-
-
-def new_session(user_id: str, email: str, pw: str = "") -> DashboardSession:
-    return DashboardSession(user_id, email, secrets.token_urlsafe(32), int(time.time()) + SESSION_SECONDS, pw)
-
-
-def password_mark(settings: Settings, password_hash: str) -> str:
-    """What a session keeps of the password it was opened with (an HMAC, never the hash itself)."""
-    return hmac.new(_key(settings), b"password " + password_hash.encode(), hashlib.sha256).hexdigest()[:24]
-
-
-def still_valid(settings: Settings, session: DashboardSession, password_hash: str) -> bool:
-    """False once the password changed after the session was opened."""
-    return hmac.compare_digest(session.pw, password_mark(settings, password_hash))
+DashboardSession = SignedIn
+"""A signed-in session as the pages see it: ``user_id``, ``email``, ``csrf`` (and ``session_id``)."""
 
 
 def new_token() -> str:
@@ -122,30 +53,102 @@ def cookie_options(settings: Settings, max_age: int) -> dict[str, Any]:
     }
 
 
-def _attempt_buckets(email: str, address: str) -> tuple[tuple[str, int], ...]:
+# Sign-in backoff -----------------------------------------------------------------------------------
+#
+# Failed sign-ins are counted per account (the email tried) and per client address, apart, over
+# FAILURE_WINDOW_MS, in the shared rate-limit store (so every API node sees them). Up to a bucket's
+# free allowance nothing happens; past it, each attempt must come at least a doubling delay after that
+# bucket's last failure (1 s, 2 s, 4 s, … at most MAX_DELAY_SECONDS), the right password included, or
+# guessing would go on at full speed. Nothing locks: whoever has the password is in within a minute,
+# whatever anyone else sends. A browser that signed in to the account before carries a device cookie
+# (``qc_device``, nothing readable in it) and is counted on its own instead: failures made elsewhere —
+# a guesser at the account, a neighbour behind the same address — never slow it down (OWASP's device
+# cookies). Successes never count; one clears the account's and the device's failures.
+
+
+@dataclass(frozen=True, slots=True)
+class _Bucket:
+    name: str
+    free: int  # failures allowed before any delay
+
+
+FREE_PER_ACCOUNT = FAILURES_PER_EMAIL
+FREE_PER_ADDRESS = FAILURES_PER_ADDRESS
+FREE_PER_DEVICE = FAILURES_PER_EMAIL
+MAX_DELAY_SECONDS = 60
+DEVICE_COOKIE = "qc_device"
+DEVICE_SECONDS = 90 * 24 * 3600
+_COUNT_ALL = 1_000_000  # a limit no bucket reaches: peeking with it tells how many failures are counted
+
+
+def delay_seconds(failures: int, free: int) -> int:
+    """How long after the last failure the next attempt must wait, once ``failures`` are counted."""
+    if failures < free:
+        return 0
+    return int(min(MAX_DELAY_SECONDS, 2 ** (failures - free)))
+
+
+def _device_key(settings: Settings) -> bytes:
+    return hmac.new(settings.server_secret(), b"queuecore dashboard device v1", hashlib.sha256).digest()
+
+
+def device_cookie(settings: Settings, email: str, device_id: str | None = None) -> str:
+    """The device cookie of a browser that signed in to ``email``: a random id and a MAC binding it to
+    the account (the email itself is not in it)."""
+    device_id = device_id or secrets.token_urlsafe(16)
+    mac = hmac.new(_device_key(settings), f"{device_id}:{email}".encode(), hashlib.sha256).hexdigest()
+    return f"{device_id}.{mac}"
+
+
+def known_device(settings: Settings, cookie: str | None, email: str) -> str | None:
+    """The device id when ``cookie`` is this browser's device cookie for ``email``, else None."""
+    if not cookie or "." not in cookie or len(cookie) > 200:
+        return None
+    device_id, _, mac = cookie.partition(".")
+    expected = device_cookie(settings, email, device_id).partition(".")[2]
+    return device_id if hmac.compare_digest(mac, expected) else None
+
+
+def _buckets(email: str, address: str, device_id: str | None) -> tuple[_Bucket, ...]:
+    if device_id is not None:
+        return (_Bucket(f"dashboard-login:device:{device_id}", FREE_PER_DEVICE),)
     return (
-        (f"dashboard-login:email:{email.strip().lower()}", FAILURES_PER_EMAIL),
-        (f"dashboard-login:addr:{address}", FAILURES_PER_ADDRESS),
+        _Bucket(f"dashboard-login:email:{email.strip().lower()}", FREE_PER_ACCOUNT),
+        _Bucket(f"dashboard-login:addr:{address}", FREE_PER_ADDRESS),
     )
 
 
-async def locked_out(limiter: RateLimiter, email: str, address: str) -> int:
-    """0 when a sign-in may be tried, else the seconds until the oldest failure leaves the window."""
-    for bucket, limit in _attempt_buckets(email, address):
-        decision = await limiter.peek(bucket, limit, FAILURE_WINDOW_MS)
-        if not decision.allowed:
-            return max(1, decision.retry_after_seconds)
-    return 0
+async def _failures(limiter: RateLimiter, bucket: _Bucket) -> int:
+    decision = await limiter.peek(bucket.name, _COUNT_ALL, FAILURE_WINDOW_MS)
+    return _COUNT_ALL - decision.remaining
 
 
-async def count_failure(limiter: RateLimiter, email: str, address: str) -> None:
-    """A wrong email or password counts against the account and the client address."""
-    for bucket, limit in _attempt_buckets(email, address):
-        await limiter.acquire(bucket, limit, FAILURE_WINDOW_MS)
+async def backoff(limiter: RateLimiter, email: str, address: str, device_id: str | None) -> int:
+    """0 when a sign-in may be tried now, else the seconds to wait first."""
+    wait = 0
+    for bucket in _buckets(email, address, device_id):
+        delay = delay_seconds(await _failures(limiter, bucket), bucket.free)
+        if delay:
+            last = await limiter.peek(bucket.name + ":last", 1, delay * 1000)
+            if not last.allowed:
+                wait = max(wait, last.retry_after_seconds)
+    return wait
 
 
-async def clear_failures(limiter: RateLimiter, email: str) -> None:
-    """A successful sign-in forgets the account's failures. The address's are kept: signing in to one's
-    own account must not buy more guesses at another."""
-    bucket, _ = _attempt_buckets(email, "")[0]
-    await limiter.forget(bucket)
+async def count_failure(limiter: RateLimiter, email: str, address: str, device_id: str | None) -> None:
+    """A wrong email or password counts against the account and the client address (or the device)."""
+    for bucket in _buckets(email, address, device_id):
+        await limiter.acquire(bucket.name, _COUNT_ALL, FAILURE_WINDOW_MS)
+        delay = delay_seconds(await _failures(limiter, bucket), bucket.free)
+        if delay:
+            # The time of the last failure, kept as long as the delay it starts (a sliding log of one).
+            await limiter.forget(bucket.name + ":last")
+            await limiter.acquire(bucket.name + ":last", 1, delay * 1000)
+
+
+async def clear_failures(limiter: RateLimiter, email: str, device_id: str | None) -> None:
+    """A successful sign-in forgets the account's (and the device's) failures. The address's are kept:
+    signing in to one's own account must not buy more guesses at another."""
+    for bucket in (*_buckets(email, "", None)[:1], *_buckets(email, "", device_id)[:1]):
+        await limiter.forget(bucket.name)
+        await limiter.forget(bucket.name + ":last")

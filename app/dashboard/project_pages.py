@@ -10,7 +10,7 @@ from urllib.parse import quote
 from fastapi import Request
 from starlette.responses import RedirectResponse, Response
 
-from app.broker import inspection, tenancy, topics
+from app.broker import inspection, sessions, tenancy, topics
 from app.broker.errors import CODED_ERRORS
 from app.broker.rate_limits import Tier, limit_for
 from app.dashboard import auth
@@ -19,7 +19,6 @@ from app.dashboard.routes import (
     _message,
     _require_session,
     _services,
-    require_current,
     router,
     templates,
 )
@@ -40,7 +39,6 @@ def _page(request: Request, template: str, status: int = 200, **values: Any) -> 
 
 async def _project_rows(request: Request, user: auth.DashboardSession) -> list[dict[str, Any]]:
     async with _services(request).metadata.session(readonly=True) as session:
-        await require_current(request, session, user)
         owned = await inspection.projects_owned_by(session, user.user_id)
         rows = []
         for project in owned:
@@ -55,18 +53,17 @@ async def _project_rows(request: Request, user: auth.DashboardSession) -> list[d
 
 @router.get("/projects")
 async def projects_page(request: Request) -> Response:
-    user = _require_session(request)
+    user = await _require_session(request)
     return _page(request, "projects.html", user=user, csrf=user.csrf, rows=await _project_rows(request, user))
 
 
 @router.post("/projects")
 async def create_project(request: Request) -> Response:
-    user = _require_session(request)
+    user = await _require_session(request)
     form = await _checked_form(request, user)
     name = form.get("name", "").strip()
     try:
         async with _services(request).metadata.session() as session:
-            await require_current(request, session, user)
             project = await tenancy.create_project(session, name, Tier.developer, owner_id=user.user_id)
     except CODED_ERRORS as e:
         rows = await _project_rows(request, user)
@@ -79,25 +76,23 @@ async def create_project(request: Request) -> Response:
 
 @router.get("/account")
 async def account_page(request: Request) -> Response:
-    user = _require_session(request)
-    async with _services(request).metadata.session(readonly=True) as session:
-        await require_current(request, session, user)
+    user = await _require_session(request)
     return _page(request, "account.html", user=user, csrf=user.csrf)
 
 
 @router.post("/account/password")
 async def change_password(request: Request) -> Response:
-    """A new password: this browser gets a new session, every other session of the account ends."""
-    user = _require_session(request)
+    """A new password: every session of the account ends; this browser gets a new one."""
+    user = await _require_session(request)
     form = await _checked_form(request, user)
     services = _services(request)
     current, new, again = form.get("current", ""), form.get("new", ""), form.get("again", "")
     error = None
     async with services.metadata.session() as session:
-        await require_current(request, session, user)
         row = await tenancy.get_user_by_email(session, user.email)
-        assert row is not None  # require_current checked it
-        if not tenancy.verify_password(row, current):
+        if row is None or row.id != user.user_id:
+            error = "The account is gone."
+        elif not tenancy.verify_password(row, current):
             error = "The current password is wrong."
         elif len(new) < MIN_PASSWORD:
             error = f"The new password must be at least {MIN_PASSWORD} characters."
@@ -105,17 +100,15 @@ async def change_password(request: Request) -> Response:
             error = "The new password and its confirmation differ."
         else:
             await tenancy.set_password(session, row, new)
-            mark = auth.password_mark(services.settings, row.password_hash)
+            await sessions.end_all(session, row.id)
+            token, _ = await sessions.open_session(session, row)
     if error:
         return _page(request, "account.html", 400, user=user, csrf=user.csrf, error=error)
-    renewed = auth.new_session(user.user_id, user.email, mark)
     response = RedirectResponse(
         "/dashboard/account?notice=" + quote("Password changed. Other sessions are signed out."),
         status_code=303,
     )
     response.set_cookie(
-        auth.SESSION_COOKIE,
-        auth.seal(services.settings, renewed),
-        **auth.cookie_options(services.settings, auth.SESSION_SECONDS),
+        auth.SESSION_COOKIE, token, **auth.cookie_options(services.settings, auth.SESSION_SECONDS)
     )
     return response

@@ -16,17 +16,18 @@ from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from app.broker import groups, inspection, offsets, publishing, tenancy, topics
+from app.broker import groups, inspection, offsets, publishing, sessions, tenancy, topics
 from app.broker.errors import CODED_ERRORS, CodedError
 from app.broker.topics import TopicRef
 from app.dashboard import auth, browser
+from app.dashboard.security import DashboardRoute
 from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits
 from app.stores.metadata.models import Project
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
-router = APIRouter(prefix="/dashboard", include_in_schema=False)
+router = APIRouter(prefix="/dashboard", include_in_schema=False, route_class=DashboardRoute)
 
 NAV = (
     ("topics", "Topics"),
@@ -57,12 +58,20 @@ def _services(request: Request) -> Any:
     return request.app.state.services
 
 
-def _session_of(request: Request) -> auth.DashboardSession | None:
-    return auth.open_session(_services(request).settings, request.cookies.get(auth.SESSION_COOKIE))
+async def _session_of(request: Request) -> auth.DashboardSession | None:
+    """The server-side session the cookie's token opens (its last use recorded), or None."""
+    services = _services(request)
+    token = request.cookies.get(auth.SESSION_COOKIE)
+    if not token:
+        return None
+    async with services.metadata.session() as session:
+        return await sessions.resolve(
+            session, token, idle_seconds=services.settings.dashboard_idle_timeout_seconds
+        )
 
 
-def _require_session(request: Request) -> auth.DashboardSession:
-    found = _session_of(request)
+async def _require_session(request: Request) -> auth.DashboardSession:
+    found = await _session_of(request)
     if found is None:
         raise SignInRequired(request.url.path)
     return found
@@ -72,17 +81,6 @@ async def _form(request: Request) -> dict[str, str]:
     """The urlencoded form body (the only kind the dashboard's forms send)."""
     raw = (await request.body()).decode("utf-8", "replace")
     return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
-
-
-async def require_current(request: Request, session: Any, user: auth.DashboardSession) -> None:
-    """Sign in again when the account is gone or its password changed since this session began."""
-    row = await tenancy.get_user_by_email(session, user.email)
-    if (
-        row is None
-        or row.id != user.user_id
-        or not auth.still_valid(_services(request).settings, user, row.password_hash)
-    ):
-        raise SignInRequired(request.url.path)
 
 
 async def _checked_form(request: Request, session: auth.DashboardSession) -> dict[str, str]:
@@ -136,11 +134,10 @@ class Ctx:
 
 
 async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
-    user = _require_session(request)
+    user = await _require_session(request)
     if env not in tenancy.ENVIRONMENTS:
         raise NotFoundPage()
     async with _services(request).metadata.session(readonly=True) as session:
-        await require_current(request, session, user)
         owned = await inspection.projects_owned_by(session, user.user_id)
     project = next((p for p in owned if p.id == project_id), None)
     if project is None:
@@ -177,7 +174,7 @@ def _login_page(request: Request, token: str, error: str | None = None, status: 
 
 @router.get("/login")
 async def login_form(request: Request) -> Response:
-    if _session_of(request) is not None:
+    if await _session_of(request) is not None:
         return RedirectResponse("/dashboard", status_code=303)
     return _login_page(request, auth.new_token())
 
@@ -189,30 +186,39 @@ async def login(request: Request) -> Response:
         raise CsrfRefused()
     email, password = form.get("email", "").strip().lower(), form.get("password", "")
     services = _services(request)
+    # The socket's peer, or what a trusted proxy says it is (QUEUECORE_TRUSTED_PROXIES, set in ``serve``):
+    # X-Forwarded-For from anyone else is ignored, so a client cannot pick the address it is counted as.
     address = request.client.host if request.client else "unknown"
-    wait = await auth.locked_out(services.limiter, email, address)
+    device = auth.known_device(services.settings, request.cookies.get(auth.DEVICE_COOKIE), email)
+    wait = await auth.backoff(services.limiter, email, address, device)
     if wait:
-        minutes = max(1, round(wait / 60))
-        return _login_page(
+        refused = _login_page(
             request,
             auth.new_token(),
-            f"Too many sign-in attempts. Try again in about {minutes} minute{'s' if minutes != 1 else ''}.",
+            f"Too many sign-in attempts. Try again in {wait} second{'s' if wait != 1 else ''}.",
             429,
         )
+        refused.headers["Retry-After"] = str(wait)
+        return refused
     async with services.metadata.session(readonly=True) as session:
-        user = await tenancy.get_user_by_email(session, email) if email else None
-    if user is None or not tenancy.verify_password(user, password):
-        await auth.count_failure(services.limiter, email, address)
+        user = await tenancy.authenticate_user(session, email, password)
+    if user is None:
+        await auth.count_failure(services.limiter, email, address, device)
         return _login_page(request, auth.new_token(), "Wrong email or password.", 401)
-    await auth.clear_failures(services.limiter, email)
+    await auth.clear_failures(services.limiter, email, device)
     target = form.get("next", "")
     if not target.startswith("/dashboard/") or target.startswith("//"):
         target = "/dashboard"
     response = RedirectResponse(target, status_code=303)
-    mark = auth.password_mark(services.settings, user.password_hash)
-    sealed = auth.seal(services.settings, auth.new_session(user.id, user.email, mark))
+    async with services.metadata.session() as session:
+        token, _ = await sessions.open_session(session, user)
     response.set_cookie(
-        auth.SESSION_COOKIE, sealed, **auth.cookie_options(services.settings, auth.SESSION_SECONDS)
+        auth.SESSION_COOKIE, token, **auth.cookie_options(services.settings, auth.SESSION_SECONDS)
+    )
+    response.set_cookie(
+        auth.DEVICE_COOKIE,
+        auth.device_cookie(services.settings, email, device),
+        **auth.cookie_options(services.settings, auth.DEVICE_SECONDS),
     )
     response.delete_cookie(auth.LOGIN_CSRF_COOKIE, path=auth.COOKIE_PATH)
     return response
@@ -220,8 +226,10 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    user = _require_session(request)
+    user = await _require_session(request)
     await _checked_form(request, user)
+    async with _services(request).metadata.session() as session:
+        await sessions.end(session, user.session_id)
     response = RedirectResponse("/dashboard/login", status_code=303)
     response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH)
     return response
@@ -230,9 +238,8 @@ async def logout(request: Request) -> Response:
 @router.get("")
 @router.get("/")
 async def home(request: Request) -> Response:
-    user = _require_session(request)
+    user = await _require_session(request)
     async with _services(request).metadata.session(readonly=True) as session:
-        await require_current(request, session, user)
         owned = await inspection.projects_owned_by(session, user.user_id)
     if not owned:
         return templates.TemplateResponse(request, "no_projects.html", {"user": user, "csrf": user.csrf})

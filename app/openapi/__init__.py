@@ -77,7 +77,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
             for name, definition in body.get("schema", {}).pop("$defs", {}).items():
                 schemas.setdefault(name, definition)
-    _integral_bounds(schema)
+    integral_bounds(schema)
     add_common_answers(schema, limited)
     add_integer_formats(schema)
     add_tags(schema)
@@ -87,7 +87,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
 _BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 
 
-def _integral_bounds(node: Any) -> None:
+def integral_bounds(node: Any) -> None:
     """FastAPI's OpenAPI model reads every bound as a float (``maximum: 255.0``): whole ones are integers
     again, as the models declare them."""
     if isinstance(node, dict):
@@ -95,10 +95,10 @@ def _integral_bounds(node: Any) -> None:
             if key in _BOUNDS and isinstance(value, float) and value.is_integer():
                 node[key] = int(value)
             else:
-                _integral_bounds(value)
+                integral_bounds(value)
     elif isinstance(node, list):
         for value in node:
-            _integral_bounds(value)
+            integral_bounds(value)
 
 
 def _examples(entry: dict[str, Any]) -> dict[str, Any]:

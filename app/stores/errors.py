@@ -17,3 +17,9 @@ class StoreUnavailable(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class StoreConflict(StoreUnavailable):
+    """A unit of work lost a lock conflict the database broke for it (a deadlock, or a serialization
+    failure): nothing of it was written, and running it again is safe. ``MetadataStore.transaction`` runs
+    it again; one that still escapes is answered as 503, like an outage."""

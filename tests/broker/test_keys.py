@@ -249,3 +249,17 @@ class TestLastUsed:
         used = await last_used()
         assert used["staging"] is not None
         assert (used["production"], used["development"]) == (None, None)
+
+
+@ON_DATABASES
+class TestStanding:
+    """What the live-revocation sweep reads (``connections.ConnectionRegistry``): one query for many keys."""
+
+    async def test_active_keys_answer_their_plan_and_fallen_ones_are_absent(self, deployment, tenant):
+        revoked = await issue(deployment, tenant.project_id, "staging")
+        await revoke(deployment.store, revoked.id)
+        asked = [*tenant.key_ids.values(), revoked.id, "key_nonexistent"]
+        async with deployment.store.session(readonly=True) as session:
+            standing = await ApiKeyRepository.from_session(session).standing_of(asked)
+        assert len(standing) == 3 and set(standing) == set(tenant.key_ids.values())
+        assert {plan[0] for plan in standing.values()} == {"enterprise"}

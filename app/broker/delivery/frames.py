@@ -11,6 +11,8 @@ import orjson
 from app.broker.errors import InvalidRequest
 
 MAX_IN_FLIGHT = 10_000
+# The client frames the server takes (app/api/schemas/frames.py describes each one for asyncapi.yaml).
+CLIENT_FRAME_TYPES = ("ack", "nack", "extend")
 
 
 def validate_max_in_flight(value: str | None) -> int:
@@ -44,7 +46,7 @@ def parse_client_frame(text: str | bytes) -> dict[str, Any]:
         frame = orjson.loads(text)
     except orjson.JSONDecodeError:
         raise InvalidRequest("The frame is not valid JSON.") from None
-    if not isinstance(frame, dict) or frame.get("type") not in ("ack", "nack", "extend"):
+    if not isinstance(frame, dict) or frame.get("type") not in CLIENT_FRAME_TYPES:
         raise InvalidRequest.field("type", "expected 'ack', 'nack' or 'extend'")
     return frame
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -93,14 +93,21 @@ async def committing_fences(metadata: MetadataStore, work: Callable[[AsyncSessio
     A sweep or rebalance done before a member is told it is stale or gone must stick; otherwise every
     retry would redo it and no member would ever see the new generation.
     """
-    fenced: BrokerError | None = None
-    async with metadata.session() as session:
+    fenced: list[BrokerError] = []
+
+    async def committing(session: AsyncSession) -> T | None:
+        fenced.clear()  # a run lost to a lock conflict left nothing behind, its fencing error included
         try:
             return await work(session)
         except (MemberNotFound, StaleGeneration) as error:
-            fenced = error
-    assert fenced is not None
-    raise fenced
+            fenced.append(error)
+            return None
+
+    # Membership writes of one group meet other writers (seeks, checkpoints): conflicts are run again.
+    result = await metadata.transaction(committing)
+    if fenced:
+        raise fenced[0]
+    return cast(T, result)  # None only when fenced, raised above
 
 
 async def settle(

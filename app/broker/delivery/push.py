@@ -68,7 +68,7 @@ logger = logging.getLogger("queuecore.push")
 BEAT_EVERY = 0.5  # heartbeat, rebalance check and due-lease scan; below the 2 s minimum sessionTimeout
 _BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
 _READ_BYTES = 8 << 20
-_FRAME_MAX = 500  # messages per frame, at most
+FRAME_MAX = 500  # messages per frame, at most (asyncapi.yaml says so)
 _NEVER = 1 << 62
 
 # The push members connected to this process, per (topic id, group): told when one of them joins,
@@ -109,7 +109,7 @@ class PushMember(AckSettlement):
         self._max_in_flight = max_in_flight
         # At most half the window per frame: the client works through one frame while the next is on
         # its way (one frame per window left both sides idle in turn: ~+10% msgs/s, bench/README.md).
-        self._frame_max = max(1, min(_FRAME_MAX, (max_in_flight + 1) // 2))
+        self._frame_max = max(1, min(FRAME_MAX, (max_in_flight + 1) // 2))
         self._send = send
         self._render_error = render_error
         self.member_id = ""

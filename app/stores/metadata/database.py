@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event, exc, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from app.stores.errors import StoreUnavailable
+from app.stores.errors import StoreConflict, StoreUnavailable
 from app.stores.metadata.checkpoint_writer import CheckpointWriter
 
 # What a lost or refused database connection looks like through the driver.
 _OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.InterfaceError)
+# Postgres broke a lock conflict by failing one side: deadlock detected, serialization failure.
+_CONFLICTS = frozenset({"40P01", "40001"})
+TRANSACTION_ATTEMPTS = 4
+STATEMENT_TIMEOUT_SECONDS = 10.0
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+logger = logging.getLogger("queuecore.metadata")
+T = TypeVar("T")
+
+
+def _is_conflict(error: exc.DBAPIError) -> bool:
+    return getattr(error.orig, "sqlstate", None) in _CONFLICTS
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -38,15 +52,34 @@ def _sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
+async def _discard(session: AsyncSession) -> None:
+    """After an outage or a timeout: drop the session's connections without a ROLLBACK (a stalled server
+    would never answer one; SQLAlchemy closes them with a bounded wait, then by force)."""
+    try:
+        await session.invalidate()
+    except Exception:  # the connection is being thrown away whatever went wrong
+        logger.debug("discarding a metadata connection failed", exc_info=True)
+
+
 class MetadataStore:
     """Owns the async engine; hands out sessions; answers the health check."""
 
-    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        statement_timeout: float = STATEMENT_TIMEOUT_SECONDS,
+        connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    ) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         kwargs: dict[str, Any] = {}
         if not self.is_sqlite:
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_timeout=5)
+            # A stalled server (paused, its disk hung) keeps connections open and silent: every statement
+            # and every new connection is bounded, so a caller gets 503 instead of waiting for ever.
+            kwargs["connect_args"] = {"timeout": connect_timeout, "command_timeout": statement_timeout}
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
@@ -69,12 +102,39 @@ class MetadataStore:
             try:
                 yield session
                 await session.commit()
-            except _OUTAGES as error:
+            except exc.DBAPIError as error:
+                if _is_conflict(error):
+                    await session.rollback()
+                    raise StoreConflict("The metadata store was busy; try again.") from error
+                if isinstance(error, _OUTAGES):
+                    await _discard(session)
+                    raise StoreUnavailable("The metadata store is unavailable.") from error
                 await session.rollback()
+                raise
+            except _OUTAGES as error:
+                await _discard(session)
                 raise StoreUnavailable("The metadata store is unavailable.") from error
             except BaseException:
                 await session.rollback()
                 raise
+
+    async def transaction(
+        self, work: Callable[[AsyncSession], Awaitable[T]], *, attempts: int = TRANSACTION_ATTEMPTS
+    ) -> T:
+        """Run ``work`` in a unit of work, and again (up to ``attempts`` times in all, after a short
+        random pause) when the database broke a lock conflict by failing it: a deadlock between two
+        writers of one group is the database's to detect, never the caller's to see. ``work`` must do
+        nothing but database work (it may run more than once). Still failing: ``StoreConflict`` (503)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.session() as session:
+                    return await work(session)
+            except StoreConflict:
+                if attempt == attempts:
+                    logger.warning("a unit of work lost %d lock conflicts in a row; giving up", attempts)
+                    raise
+                await asyncio.sleep(random.uniform(0.002, 0.02) * attempt)
+        raise AssertionError("unreachable")
 
     async def check(self, timeout: float = 2.0) -> bool:
         """True when a trivial query answers within ``timeout``."""

@@ -20,7 +20,7 @@ A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -35,6 +35,7 @@ from app.stores.metadata.models import (
     Project,
     Topic,
     User,
+    UserSession,
 )
 
 # values -------------------------------------------------------------------------------------------
@@ -199,6 +200,29 @@ class ApiKeyStore(Protocol):
 
     async def touch_last_used(self, last_used: dict[str, datetime]) -> None:
         """Record last-used times for many keys in one round trip."""
+
+    async def standing_of(self, key_ids: Collection[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+        """Of ``key_ids``, the unrevoked ones whose project exists: id -> (tier, custom limits)."""
+
+
+@runtime_checkable
+class UserSessionStore(Protocol):
+    """Dashboard sessions, by the SHA-256 of their cookie's token."""
+
+    async def add(self, row: UserSession) -> None:
+        """Insert a session (flushed)."""
+
+    async def get_with_user(self, session_id: str) -> tuple[UserSession, User] | None:
+        """The session with its user, if any."""
+
+    async def touch(self, session_id: str, at: datetime) -> None:
+        """Record that the session was used at ``at``."""
+
+    async def delete(self, session_id: str) -> None:
+        """End one session (nothing if it is gone already)."""
+
+    async def delete_for_user(self, user_id: str) -> int:
+        """End every session of a user; how many there were."""
 
 
 # topics -------------------------------------------------------------------------------------------

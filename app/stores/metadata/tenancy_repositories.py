@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 from app.stores.metadata.base import Repository
-from app.stores.metadata.models import ApiKey, Project, User
+from app.stores.metadata.models import ApiKey, Project, User, UserSession
 
 
 class UserRepository(Repository):
@@ -22,6 +23,36 @@ class UserRepository(Repository):
         self.session.add(user)
         await self.session.flush()
         return user
+
+
+class UserSessionRepository(Repository):
+    """Dashboard sessions, by the hash of their cookie's token."""
+
+    async def add(self, row: UserSession) -> None:
+        self.session.add(row)
+        await self.session.flush()
+
+    async def get_with_user(self, session_id: str) -> tuple[UserSession, User] | None:
+        result = await self.session.execute(
+            select(UserSession, User)
+            .join(User, User.id == UserSession.user_id)
+            .where(UserSession.id == session_id)
+        )
+        row = result.first()
+        return (row[0], row[1]) if row else None
+
+    async def touch(self, session_id: str, at: datetime) -> None:
+        await self.session.execute(
+            update(UserSession).where(UserSession.id == session_id).values(last_seen_at=at)
+        )
+
+    async def delete(self, session_id: str) -> None:
+        await self.session.execute(delete(UserSession).where(UserSession.id == session_id))
+
+    async def delete_for_user(self, user_id: str) -> int:
+        """End every session of the user; how many there were."""
+        result = await self.session.execute(delete(UserSession).where(UserSession.user_id == user_id))
+        return int(getattr(result, "rowcount", 0) or 0)
 
 
 class ProjectRepository(Repository):
@@ -89,6 +120,21 @@ class ApiKeyRepository(Repository):
         )
         row = result.first()
         return (row[0], row[1]) if row else None
+
+    async def standing_of(self, key_ids: Collection[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+        """Of ``key_ids``, those still active with their project: key id -> (tier, custom limits). A key
+        revoked, deleted or whose project is gone is absent. One round trip per 500 ids."""
+        found: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        ids = list(key_ids)
+        for start in range(0, len(ids), 500):
+            result = await self.session.execute(
+                select(ApiKey.id, Project.tier, Project.custom_limits)
+                .join(Project, Project.id == ApiKey.project_id)
+                .where(ApiKey.id.in_(ids[start : start + 500]), ApiKey.revoked_at.is_(None))
+            )
+            for key_id, tier, custom_limits in result.all():
+                found[key_id] = (tier, custom_limits)
+        return found
 
     async def add(self, key: ApiKey) -> ApiKey:
         self.session.add(key)

@@ -20,7 +20,12 @@ from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import AlertEndpoint, ApiKey, GroupMember, User
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import DeadLetterRow, LeaseState, Rollup
-from app.stores.metadata.tenancy_repositories import ApiKeyRepository, ProjectRepository, UserRepository
+from app.stores.metadata.tenancy_repositories import (
+    ApiKeyRepository,
+    ProjectRepository,
+    UserRepository,
+    UserSessionRepository,
+)
 from app.stores.metadata.topic_repositories import TopicRepository
 from app.stores.metadata.usage_repositories import UsageRollupRepository
 from tests.stores.metadata.conftest import Rows, now
@@ -33,6 +38,7 @@ class TestProtocols:
             (UserRepository, protocol.UserStore),
             (ProjectRepository, protocol.ProjectStore),
             (ApiKeyRepository, protocol.ApiKeyStore),
+            (UserSessionRepository, protocol.UserSessionStore),
             (TopicRepository, protocol.TopicStore),
             (GroupRepository, protocol.GroupStore),
             (PartitionRepository, protocol.PartitionStore),

@@ -56,3 +56,60 @@ async def test_a_release_and_a_leave_of_one_group_both_commit(metadata: Metadata
             text('SELECT partition, "offset" FROM group_leases WHERE group_id = :g'), {"g": group_id}
         )
         assert [tuple(row) for row in stored] == [(0, 7)]
+
+
+async def test_a_deadlock_the_database_breaks_is_run_again_not_raised(
+    metadata: MetadataStore, rows: Rows
+) -> None:
+    """Two units of work locking two partition rows in opposite orders: Postgres fails one with
+    ``deadlock detected``; ``transaction`` runs that one again, and both end written. A plain ``session``
+    answers the same conflict as ``StoreConflict`` (a 503 at the edge), never as an unknown error."""
+    if metadata.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite serialises every write unit of work (BEGIN IMMEDIATE): no row locks to order")
+    topic = await rows.topic(partitions=2)
+    group_id = await rows.group(topic, partitions=2, name="deadlock")
+    first_locked = {"a": asyncio.Event(), "b": asyncio.Event()}
+    runs = {"a": 0, "b": 0}
+
+    def crossing(name: str, mine: int, other: int, offset: int):
+        async def work(session) -> None:
+            runs[name] += 1
+            partition_rows = PartitionRepository.from_session(session)
+            await partition_rows.lock_partitions(group_id, numbers=[mine])
+            if runs[name] == 1:  # only the first run waits for the other: the retry goes straight through
+                first_locked[name].set()
+                await first_locked["b" if name == "a" else "a"].wait()
+            await partition_rows.lock_partitions(group_id, numbers=[other])
+            await partition_rows.set_offsets(group_id, {mine: offset, other: offset})
+
+        return work
+
+    await asyncio.wait_for(
+        asyncio.gather(
+            metadata.transaction(crossing("a", 0, 1, 10)), metadata.transaction(crossing("b", 1, 0, 20))
+        ),
+        30,
+    )
+    assert sorted(runs.values()) == [1, 2]  # one side lost the deadlock once and ran again
+    async with metadata.session(readonly=True) as session:
+        stored = await session.execute(
+            text("SELECT committed FROM group_partitions WHERE group_id = :g"), {"g": group_id}
+        )
+        assert {row[0] for row in stored} in ({10}, {20})  # whole units of work, one after the other
+
+    # Without the retry, the conflict is a StoreConflict (503), not a bare database error (500).
+    from app.stores.errors import StoreConflict
+
+    for event in first_locked.values():
+        event.clear()
+    runs.update(a=0, b=0)
+
+    async def once(work) -> None:
+        async with metadata.session() as session:
+            await work(session)
+
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(once(crossing("a", 0, 1, 30)), once(crossing("b", 1, 0, 40)), return_exceptions=True),
+        30,
+    )
+    assert [type(o) for o in outcomes if o is not None] == [StoreConflict]
