@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap pipeline test audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster
+.PHONY: install lock run serve migrate bootstrap pipeline test audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster checkers
 
 # The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
 # git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
@@ -105,8 +105,22 @@ services:
 pipeline: install
 	bash spark/scripts/pipeline.sh
 
+# The outside checkers (tests/test_outside_checkers.py): Spectral with the OWASP ruleset and Redocly on
+# openapi.yaml, publint and attw on the npm package, pyright on a typed SDK consumer; npm ci from their lock
+# file in tools/checkers. Accepted findings, each with its reason: tools/checkers/accepted-findings.yaml.
+CHECKERS := tools/checkers
+CHECKERS_STAMP := $(CHECKERS)/node_modules/.installed
+
+checkers: $(CHECKERS_STAMP)
+
+$(CHECKERS_STAMP): $(CHECKERS)/package.json $(CHECKERS)/package-lock.json
+	@echo "==> the outside checkers (npm ci in $(CHECKERS))"
+	command -v npm >/dev/null || (apt-get update && apt-get install -y nodejs npm)
+	cd $(CHECKERS) && npm ci --ignore-scripts --no-audit --no-fund  # no tool needs one; @scarf/scarf's is telemetry
+	touch $(CHECKERS_STAMP)
+
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services lint typecheck audit go-deps $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP)
+test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go

@@ -157,7 +157,9 @@ _EXAMPLE_MESSAGES = {
     "QUOTA_EXCEEDED": "Quota exceeded: topics per environment are limited to 100 on this project's tier, "
     "and 100 are used.",
     "SERVICE_UNAVAILABLE": "QueueCore is temporarily unavailable.",
+    "INTERNAL_ERROR": "An internal error occurred; quote the request id to support.",
 }
+_INTERNAL_ERROR_MESSAGE = _EXAMPLE_MESSAGES["INTERNAL_ERROR"]
 
 
 _EXAMPLE_DETAILS = {"QUOTA_EXCEEDED": [{"field": "topics", "issue": "limit 100, used 100"}]}
@@ -233,9 +235,7 @@ UNHANDLED_ANSWERED = "unhandled_answered"  # request state: the 500 envelope wen
 
 def internal_error_response(request_id: str) -> Response:
     """The 500 envelope: never the error's internals."""
-    return error_response(
-        request_id, "INTERNAL_ERROR", "An internal error occurred; quote the request id to support.", 500
-    )
+    return error_response(request_id, "INTERNAL_ERROR", _INTERNAL_ERROR_MESSAGE, 500)
 
 
 def add_exception_handlers(app: FastAPI) -> None:

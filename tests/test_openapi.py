@@ -109,6 +109,11 @@ class TestTheContractSaysWhatTheServerEnforces:
                 return re.compile(option["pattern"])
         raise AssertionError(f"{schema}.{field} has no pattern")
 
+    def _max_length(self, spec: dict, schema: str, field: str) -> int:
+        node = spec["components"]["schemas"][schema]["properties"][field]
+        (length,) = [o["maxLength"] for o in node.get("anyOf", [node]) if "pattern" in o]
+        return int(length)
+
     @pytest.mark.parametrize(
         ("schema", "field", "span"),
         [
@@ -121,7 +126,8 @@ class TestTheContractSaysWhatTheServerEnforces:
     def test_a_duration_matches_the_pattern_exactly_when_the_broker_takes_it(
         self, repo_root, schema, field, span
     ):
-        pattern = self._pattern(yaml.safe_load((repo_root / "openapi.yaml").read_text()), schema, field)
+        spec = yaml.safe_load((repo_root / "openapi.yaml").read_text())
+        pattern, max_length = self._pattern(spec, schema, field), self._max_length(spec, schema, field)
         rng = random.Random(20)
         numbers = [*range(1500), *(rng.randrange(10**9) for _ in range(1500))]
         numbers += [10**k + d for k in range(10) for d in (-1, 0)]
@@ -131,6 +137,8 @@ class TestTheContractSaysWhatTheServerEnforces:
                     assert bool(pattern.fullmatch(text)) == _takes(
                         lambda v: durations.parse(v, field, span), text
                     ), text
+                    # maxLength (the OWASP rules ask for one) never refuses what the pattern takes.
+                    assert not pattern.fullmatch(text) or len(text) <= max_length, text
 
     def test_a_retention_matches_the_pattern_exactly_when_the_broker_takes_it(self, repo_root):
         pattern = self._pattern(
@@ -154,3 +162,101 @@ def _takes(parse, value: str) -> bool:
     except InvalidRequest:
         return False
     return True
+
+
+class TestWhatEveryRouteAnswers:
+    """What the generator adds to every route (app/openapi/answers.py): the answers the server gives on
+    any route, and the rate-limit headers of the routes a project key calls."""
+
+    def test_every_operation_documents_400_and_500_in_the_envelope(self, repo_root):
+        spec = yaml.safe_load((repo_root / "openapi.yaml").read_text())
+        for path, operations in spec["paths"].items():
+            for method, operation in operations.items():
+                for status in ("400", "500"):
+                    content = operation["responses"][status]["content"]["application/json"]
+                    assert content["schema"] == {"$ref": "#/components/schemas/ErrorEnvelope"}, (method, path)
+                    assert content["examples"], (method, path, status)
+
+    def test_routes_a_key_calls_document_the_rate_limit_headers(self, repo_root):
+        spec = yaml.safe_load((repo_root / "openapi.yaml").read_text())
+        names = {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
+        assert names | {"Retry-After"} <= set(spec["components"]["headers"])
+        limited = 0
+        for path, operations in spec["paths"].items():
+            for method, operation in operations.items():
+                if operation["security"] != [{"ApiKey": []}]:
+                    for answer in operation["responses"].values():
+                        assert "headers" not in answer, (method, path)  # no key, no limit
+                    continue
+                limited += 1
+                for status, answer in operation["responses"].items():
+                    documented = set(answer.get("headers", {}))
+                    if status[0] in "24" and status != "401":
+                        assert names <= documented, (method, path, status)
+                    else:  # a 401 comes before the key is known; a 5xx is not a limited answer
+                        assert not documented & names, (method, path, status)
+                    assert ("Retry-After" in documented) == (status == "429"), (method, path, status)
+                assert "429" in operation["responses"], (method, path)
+        assert limited > 30
+
+    def test_the_documented_rate_limit_headers_match_what_the_server_sends(self, repo_root):
+        """The draft's fields as app/api/deps.py writes them fit the documented patterns."""
+        spec = yaml.safe_load((repo_root / "openapi.yaml").read_text())
+        headers = spec["components"]["headers"]
+        policy = re.compile(headers["RateLimit-Policy"]["schema"]["pattern"])
+        state = re.compile(headers["RateLimit"]["schema"]["pattern"])
+        for category in ("publish", "consume", "admin"):
+            for limit in (1, 100, 2**53 - 1):
+                value = f'"{category}";q={limit};w=1'
+                assert (
+                    policy.fullmatch(value)
+                    and len(value) <= headers["RateLimit-Policy"]["schema"]["maxLength"]
+                )
+                for reset in (0, 1):
+                    value = f'"{category}";r={limit - 1};t={reset}'
+                    assert (
+                        state.fullmatch(value) and len(value) <= headers["RateLimit"]["schema"]["maxLength"]
+                    )
+
+    def test_every_integer_says_its_format_and_every_tag_is_declared(self, repo_root):
+        spec = yaml.safe_load((repo_root / "openapi.yaml").read_text())
+        integers: list[dict] = []
+
+        def collect(node: object) -> None:
+            if isinstance(node, dict):
+                if node.get("type") == "integer":
+                    integers.append(node)
+                for value in node.values():
+                    collect(value)
+            elif isinstance(node, list):
+                for value in node:
+                    collect(value)
+
+        collect(spec)
+        assert integers and all(node.get("format") in ("int32", "int64") for node in integers)
+        for node in integers:
+            if node["format"] == "int32":
+                assert -(2**31) <= node.get("minimum", min(node.get("enum", [0]))) <= 2**31 - 1, node
+                assert node.get("maximum", max(node.get("enum", [0]))) <= 2**31 - 1, node
+        declared = {tag["name"] for tag in spec["tags"]}
+        for operations in spec["paths"].values():
+            for operation in operations.values():
+                assert set(operation["tags"]) <= declared
+        assert all(tag["description"] for tag in spec["tags"])
+        assert spec["info"]["contact"] and spec["servers"][0]["x-internal"] is False
+
+    def test_a_page_holds_at_most_its_calls_largest_limit(self, repo_root):
+        """An answer's list says how many items it may hold; a page, exactly the most its ``limit`` asks."""
+        spec = yaml.safe_load((repo_root / "openapi.yaml").read_text())
+        schemas = spec["components"]["schemas"]
+        pages = 0
+        for path, operations in spec["paths"].items():
+            for method, operation in operations.items():
+                limit = [p for p in operation.get("parameters", []) if p["name"] == "limit"]
+                if not limit:
+                    continue
+                ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+                data = schemas[ref.rsplit("/", 1)[1]]["properties"]["data"]
+                assert data["maxItems"] == limit[0]["schema"]["maximum"], (method, path)
+                pages += 1
+        assert pages == 5

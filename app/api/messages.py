@@ -98,7 +98,12 @@ _IDEMPOTENCY_HEADER = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN, "title": "Idempotency-Key"},
+    "schema": {
+        "type": "string",
+        "pattern": IDEMPOTENCY_KEY_PATTERN,
+        "maxLength": publishing.MAX_IDEMPOTENCY_KEY,
+        "title": "Idempotency-Key",
+    },
     "description": "1 to 256 printable characters (the contract names the ASCII ones); one namespace with "
     "a batch item's idempotencyKey.",
 }

@@ -4,7 +4,8 @@ writes it lives in ``__main__.py``, the one module that builds an app, so nothin
 
 FastAPI's generated schema is adjusted in one place: its 422 answers become our 400 envelope, the two
 bearer security schemes are declared (a project's API key; the operators' admin token, for the admin API
-only), and every authenticated route says which it takes.
+only), and every authenticated route says which it takes; ``answers.py`` adds what every route answers
+(400, 500), the rate-limit headers of the routes a project key calls, the tags and the integer formats.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.errors import ErrorEnvelope, responses
+from app.openapi.answers import add_common_answers, add_integer_formats, add_tags
 
 _PUBLIC = {"/v1/health"}
 _ADMIN_PREFIX = "/v1/admin/"  # app/api/admin.py: QUEUECORE_ADMIN_TOKEN, not a project key
@@ -24,7 +26,11 @@ _ADMIN_PREFIX = "/v1/admin/"  # app/api/admin.py: QUEUECORE_ADMIN_TOKEN, not a p
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     """The OpenAPI document of ``app`` as QueueCore publishes it."""
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-    schema["servers"] = [{"url": "http://127.0.0.1:8080", "description": "local (make run)"}]
+    schema["info"]["contact"] = {"name": "QueueCore support"}
+    # The one address every checkout has; a deployment's own (TLS-terminated) address is its operators'.
+    schema["servers"] = [
+        {"url": "http://127.0.0.1:8080", "description": "local (make run)", "x-internal": False}
+    ]
     components = schema.setdefault("components", {})
     components.setdefault("securitySchemes", {}).update(
         {
@@ -50,8 +56,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     )
     bad_request = responses("INVALID_REQUEST")[400]
     envelope_ref = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    limited: set[tuple[str, str]] = set()  # what a project key calls: charged against its rate limit
     for path, operations in schema.get("paths", {}).items():
-        for operation in operations.values():
+        for method, operation in operations.items():
             answers = operation.setdefault("responses", {})
             if answers.pop("422", None) is not None and "400" not in answers:
                 answers["400"] = {
@@ -62,12 +69,18 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 operation["security"] = [{"AdminToken": []}]
             elif path not in _PUBLIC:
                 operation["security"] = [{"ApiKey": []}]
+                limited.add((path, method))
+            else:
+                operation["security"] = []  # said, not forgotten: the health check takes no key
             # Request bodies given as whole schemas (openapi_extra) keep their nested models under
             # ``$defs`` while pointing at components: hoist them there, so every $ref resolves.
             body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
             for name, definition in body.get("schema", {}).pop("$defs", {}).items():
                 schemas.setdefault(name, definition)
     integral_bounds(schema)
+    add_common_answers(schema, limited)
+    add_integer_formats(schema)
+    add_tags(schema)
     return schema
 
 

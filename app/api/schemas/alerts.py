@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import Text
+from app.api.schemas.constraints import PAGE_MAX, Instant, Text, at_most
 
 
 class EndpointIn(RequestBody):
@@ -29,8 +29,8 @@ class Endpoint(ResponseBody):
     url: str
     secretHint: str = Field(description="the secret's last four characters")
     state: Literal["closed", "open", "half-open"] = Field(description="the delivery circuit breaker")
-    createdAt: str
-    updatedAt: str
+    createdAt: Instant
+    updatedAt: Instant
     secret: str | None = Field(None, description="only in the answer that generated it")
 
 
@@ -47,9 +47,9 @@ class Delivery(ResponseBody):
     statusCode: int | None
     error: str | None
     durationMs: int
-    at: str
+    at: Instant
 
 
 class DeliveryPage(ResponseBody):
-    data: list[Delivery]
+    data: Annotated[list[Delivery], at_most(PAGE_MAX)]
     nextCursor: str | None

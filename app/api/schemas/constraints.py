@@ -102,7 +102,7 @@ Text = Annotated[str, schema(pattern="^[^\\x00]*$")]
 # Names: the broker's own patterns (1-249 characters).
 _TOPIC_NAME: dict[str, Any] = {"pattern": topics.NAME.pattern, "maxLength": 249}
 _GROUP_NAME: dict[str, Any] = {"pattern": groups.NAME.pattern, "maxLength": 249}
-_MEMBER_ID: dict[str, Any] = {"pattern": membership.MEMBER_ID.pattern}
+_MEMBER_ID: dict[str, Any] = {"pattern": membership.MEMBER_ID.pattern, "maxLength": 4 + 28}
 # A message id is "msg_" and the URL-safe base64 of where the message is; one that decodes to no place is
 # refused too, which no pattern can say.
 MESSAGE_ID_PATTERN = "^msg_[A-Za-z0-9_-]{1,60}$"
@@ -112,14 +112,28 @@ GroupName = Annotated[str, schema(**_GROUP_NAME)]
 MemberId = Annotated[str, schema(**_MEMBER_ID)]
 MessageId = Annotated[str, schema(**_MESSAGE_ID)]
 
-Retention = Annotated[str, schema(pattern=retention_pattern())]
-AckTimeout = Annotated[str, schema(pattern=duration_pattern(durations.ACK_TIMEOUT))]
-SessionTimeout = Annotated[str, schema(pattern=duration_pattern(durations.SESSION_TIMEOUT))]
-RetryDelay = Annotated[str, schema(pattern=duration_pattern(durations.RETRY_DELAY))]
-NackDelayText = Annotated[str, schema(pattern=duration_pattern(durations.NACK_DELAY))]
+# The longest string each pattern takes, said as maxLength too: 1-7 digits and a one-letter unit; 1-9
+# digits and a unit of up to two letters ("ms").
+RETENTION_MAX_LENGTH = 7 + 1
+DURATION_MAX_LENGTH = 9 + max(len(unit) for unit in durations.UNIT_MS)
+Retention = Annotated[str, schema(pattern=retention_pattern(), maxLength=RETENTION_MAX_LENGTH)]
+AckTimeout = Annotated[
+    str, schema(pattern=duration_pattern(durations.ACK_TIMEOUT), maxLength=DURATION_MAX_LENGTH)
+]
+SessionTimeout = Annotated[
+    str, schema(pattern=duration_pattern(durations.SESSION_TIMEOUT), maxLength=DURATION_MAX_LENGTH)
+]
+RetryDelay = Annotated[
+    str, schema(pattern=duration_pattern(durations.RETRY_DELAY), maxLength=DURATION_MAX_LENGTH)
+]
+NackDelayText = Annotated[
+    str, schema(pattern=duration_pattern(durations.NACK_DELAY), maxLength=DURATION_MAX_LENGTH)
+]
 NackDelaySeconds = Annotated[
     float, schema(minimum=durations.NACK_DELAY.min_ms / 1000, maximum=durations.NACK_DELAY.max_ms / 1000)
 ]
+# What the server writes for an instant (app.kit.clock.isoformat_ms): UTC to the millisecond, "…T10:42:18.003Z".
+Instant = Annotated[str, schema(format="date-time", maxLength=len("2026-03-28T10:42:18.003Z"))]
 # ISO-8601 with a time zone, or epoch milliseconds as digits.
 Timestamp = Annotated[str, schema(anyOf=[{"format": "date-time"}, {"pattern": "^[0-9]+$"}])]
 StartFrom = Annotated[str, schema(enum=list(membership.START_FROM))]
@@ -133,6 +147,16 @@ MaxMessages = Annotated[int, schema(minimum=1, maximum=leases.MAX_MESSAGES)]
 WaitSeconds = Annotated[float, schema(minimum=0, maximum=leases.MAX_WAIT_SECONDS)]
 ExtendSeconds = Annotated[float, schema(minimum=1, maximum=leases.MAX_EXTEND_SECONDS)]
 MessageIds = Annotated[list[Text], schema(minItems=1, maxItems=leases.MAX_IDS)]
+
+# How many items an answer's list holds at most: a page, its call's largest ``limit`` (the list routes'
+# ``le=``; tests/test_openapi.py holds them equal); a batch's answer, a poll's, an ack's; one per partition.
+PAGE_MAX = 1000
+
+
+def at_most(count: int) -> Any:
+    """An answer's list of at most ``count`` items, said in the contract."""
+    return schema(maxItems=count)
+
 
 # The admin API: a tier, and requests per second per category (a positive count each, at least one).
 TierName = Annotated[str, schema(enum=[t.value for t in Tier])]
@@ -152,7 +176,7 @@ MessageKey = Annotated[str, schema(maxLength=MAX_KEY_BYTES)]
 # 1-256 printable characters: the contract names the printable ASCII ones (the server takes any printable
 # character, which no pattern without Unicode classes can list; HTTP headers are ASCII in practice).
 IDEMPOTENCY_KEY_PATTERN = rf"^[\x20-\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}$"
-IdempotencyKey = Annotated[str, schema(pattern=IDEMPOTENCY_KEY_PATTERN)]
+IdempotencyKey = Annotated[str, schema(pattern=IDEMPOTENCY_KEY_PATTERN, maxLength=MAX_IDEMPOTENCY_KEY)]
 
 # Path parameters (described, not checked by FastAPI: the broker answers a bad one as before).
 # A name in a path that is no valid name is refused (no such topic or group, 404; or 400 where a group is

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
 from app.api.schemas.constraints import (
     ExtendSeconds,
     Generation,
+    Instant,
     MaxMessages,
     MemberId,
     MessageIds,
     NackDelaySeconds,
     NackDelayText,
+    Partition,
     SessionTimeout,
     StartFrom,
     Text,
     WaitSeconds,
+    at_most,
 )
 from app.api.schemas.messages import Message
+from app.broker import topics
+from app.broker.delivery import leases
 
 
 class JoinIn(RequestBody):
@@ -34,9 +41,9 @@ class JoinIn(RequestBody):
 
 
 class Joined(ResponseBody):
-    memberId: str = Field(examples=["csr_a1b2c3d4e5f6g7h8"])
+    memberId: MemberId = Field(examples=["csr_a1b2c3d4e5f6g7h8"])
     generationId: int = Field(examples=[3])
-    assignments: list[int] = Field(examples=[[0, 2]])
+    assignments: Annotated[list[Partition], at_most(topics.MAX_PARTITIONS)] = Field(examples=[[0, 2]])
     sessionTimeout: str = Field(examples=["10s"])
 
 
@@ -47,7 +54,7 @@ class HeartbeatIn(RequestBody):
 class HeartbeatOut(ResponseBody):
     generationId: int
     shouldRejoin: bool
-    assignments: list[int]
+    assignments: Annotated[list[Partition], at_most(topics.MAX_PARTITIONS)]
 
 
 class PollIn(RequestBody):
@@ -59,11 +66,11 @@ class PollIn(RequestBody):
 
 class DeliveredMessage(Message):
     attempt: int = Field(examples=[1], description="1 on first delivery, +1 on every redelivery")
-    ackDeadline: str = Field(examples=["2026-03-28T10:42:48.003Z"])
+    ackDeadline: Instant = Field(examples=["2026-03-28T10:42:48.003Z"])
 
 
 class Polled(ResponseBody):
-    messages: list[DeliveredMessage]
+    messages: Annotated[list[DeliveredMessage], at_most(leases.MAX_MESSAGES)]
 
 
 class AckIn(RequestBody):
@@ -95,5 +102,5 @@ class FailedId(ResponseBody):
 
 
 class Settled(ResponseBody):
-    ids: list[str]
-    failed: list[FailedId]
+    ids: Annotated[list[str], at_most(leases.MAX_IDS)]
+    failed: Annotated[list[FailedId], at_most(leases.MAX_IDS)]

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import MessageId
+from app.api.schemas.constraints import Instant, MessageId, Partition, at_most
+from app.broker import dlq
 
 
 class DeadLetterEntry(ResponseBody):
-    messageId: str = Field(examples=["msg_x8k2n4"])
+    messageId: MessageId = Field(examples=["msg_x8k2n4"])
     data: Any
     key: str | None
     headers: dict[str, str]
-    partition: int
+    partition: Partition
     offset: int
     reason: str = Field(examples=["ack timeout"])
     retryCount: int = Field(description="retries made before the message was dead-lettered")
-    failedAt: str
+    failedAt: Instant
 
 
 class DeadLetterPage(ResponseBody):
-    data: list[DeadLetterEntry]
+    data: Annotated[list[DeadLetterEntry], at_most(dlq.MAX_PAGE)]
     total: int = Field(description="the DLQ's depth")
     nextCursor: str | None
 
@@ -33,7 +34,7 @@ class ReplayIn(RequestBody):
 
 
 class Replayed(ResponseBody):
-    messageId: str
+    messageId: MessageId
     replayed: Literal[True]
 
 
@@ -53,12 +54,12 @@ class Actor(ResponseBody):
 class AuditEntry(ResponseBody):
     id: str
     action: Literal["replay", "replay_all", "delete"]
-    messageId: str | None = None
+    messageId: MessageId | None = None
     count: int | None = None
     actor: Actor
-    at: str
+    at: Instant
 
 
 class AuditPage(ResponseBody):
-    data: list[AuditEntry]
+    data: Annotated[list[AuditEntry], at_most(dlq.MAX_PAGE)]
     nextCursor: str | None

@@ -7,7 +7,19 @@ from typing import Annotated
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import AckTimeout, LogOffset, RetryDelay, SessionTimeout, schema
+from app.api.schemas.constraints import (
+    AckTimeout,
+    GroupName,
+    LogOffset,
+    MemberId,
+    Partition,
+    RetryDelay,
+    SessionTimeout,
+    TopicName,
+    at_most,
+    schema,
+)
+from app.broker import topics
 
 Reset = Annotated[str, schema(enum=["earliest", "latest"])]
 
@@ -41,7 +53,7 @@ class GroupConfig(ResponseBody):
 
 
 class GroupSummary(ResponseBody):
-    name: str = Field(examples=["order-processing"])
+    name: GroupName = Field(examples=["order-processing"])
     consumers: int = Field(examples=[3])
     lag: int = Field(examples=[42])
 
@@ -51,17 +63,17 @@ class GroupList(ResponseBody):
 
 
 class GroupPartition(ResponseBody):
-    id: int
-    consumer: str | None = Field(examples=["csr_a1"])
+    id: Partition
+    consumer: MemberId | None = Field(examples=["csr_a1"])
     offset: int = Field(examples=[4821], description="The committed offset (current)")
     lag: int = Field(examples=[12])
 
 
 class Group(ResponseBody):
-    name: str
-    topic: str
+    name: GroupName
+    topic: TopicName
     consumers: int
-    partitions: list[GroupPartition]
+    partitions: Annotated[list[GroupPartition], at_most(topics.MAX_PARTITIONS)]
     config: GroupConfig
 
 
@@ -70,9 +82,9 @@ class ResetOffsetsIn(RequestBody):
 
 
 class PartitionPosition(ResponseBody):
-    partition: int
+    partition: Partition
     current: int
 
 
 class Positions(ResponseBody):
-    data: list[PartitionPosition]
+    data: Annotated[list[PartitionPosition], at_most(topics.MAX_PARTITIONS)]

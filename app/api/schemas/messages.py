@@ -3,12 +3,22 @@ models describe the same shapes for ``openapi.yaml``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import IdempotencyKey, MessageKey, Partition
+from app.api.schemas.constraints import (
+    PAGE_MAX,
+    IdempotencyKey,
+    Instant,
+    MessageId,
+    MessageKey,
+    Partition,
+    TopicName,
+    at_most,
+)
+from app.broker import publishing
 from app.broker.publishing import MAX_HEADERS
 
 
@@ -45,19 +55,19 @@ class BatchIn(RequestBody):
 
 
 class Published(ResponseBody):
-    id: str = Field(examples=["msg_aaaaaaaaaaaaaaaaaaaaaaacqa"])
+    id: MessageId = Field(examples=["msg_aaaaaaaaaaaaaaaaaaaaaaacqa"])
     offset: int = Field(examples=[14829])
-    partition: int = Field(examples=[2])
-    timestamp: str = Field(examples=["2026-03-28T10:42:18.003Z"])
+    partition: Partition = Field(examples=[2])
+    timestamp: Instant = Field(examples=["2026-03-28T10:42:18.003Z"])
     latency: int = Field(examples=[12], description="Server-side milliseconds.")
     durability: str = Field(examples=["fsync"], description='"fsync" or "replicated:<n>"')
 
 
 class BatchItem(ResponseBody):
-    id: str
+    id: MessageId
     offset: int
-    partition: int
-    timestamp: str
+    partition: Partition
+    timestamp: Instant
     replayed: bool | None = Field(None, description="Present and true for items answered from idempotency.")
 
 
@@ -65,21 +75,21 @@ class BatchPublished(ResponseBody):
     count: int = Field(examples=[3])
     latency: int = Field(examples=[18])
     durability: str = Field(examples=["fsync"])
-    messages: list[BatchItem]
+    messages: Annotated[list[BatchItem], at_most(publishing.MAX_BATCH)]
 
 
 class Message(ResponseBody):
-    id: str
-    topic: str
-    partition: int
+    id: MessageId
+    topic: TopicName
+    partition: Partition
     offset: int
     key: str | None
     headers: dict[str, str]
     data: Any
-    timestamp: str
+    timestamp: Instant
 
 
 class MessagePage(ResponseBody):
-    data: list[Message]
+    data: Annotated[list[Message], at_most(PAGE_MAX)]
     nextOffset: int
     earliestOffset: int

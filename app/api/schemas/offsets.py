@@ -7,7 +7,8 @@ from typing import Annotated
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import LogOffset, Partition, Timestamp, schema
+from app.api.schemas.constraints import LogOffset, Partition, Timestamp, at_most, schema
+from app.broker import topics
 
 
 class Offset(ResponseBody):
@@ -17,11 +18,11 @@ class Offset(ResponseBody):
 
 
 class PartitionOffset(Offset):
-    partition: int
+    partition: Partition
 
 
 class OffsetList(ResponseBody):
-    data: list[PartitionOffset]
+    data: Annotated[list[PartitionOffset], at_most(topics.MAX_PARTITIONS)]
 
 
 class SeekIn(RequestBody):
@@ -31,7 +32,7 @@ class SeekIn(RequestBody):
 
 
 class Seeked(ResponseBody):
-    partition: int
+    partition: Partition
     offset: int
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import GroupName, TopicName
+from app.api.schemas.constraints import GroupName, Instant, TopicName
 
 
 class WebSocketTokenCreate(RequestBody):
@@ -15,4 +15,6 @@ class WebSocketTokenCreate(RequestBody):
 
 class WebSocketToken(ResponseBody):
     token: str = Field(description="Pass as `?token=` when opening the WebSocket.")
-    expiresAt: str = Field(examples=["2026-03-28T10:47:00.000Z"], description="At most 5 minutes from now.")
+    expiresAt: Instant = Field(
+        examples=["2026-03-28T10:47:00.000Z"], description="At most 5 minutes from now."
+    )

@@ -8,7 +8,17 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.api.schemas.common import RequestBody, ResponseBody
-from app.api.schemas.constraints import Partitions, Retention, TopicName, schema
+from app.api.schemas.constraints import (
+    PAGE_MAX,
+    Instant,
+    Partition,
+    Partitions,
+    Retention,
+    TopicName,
+    at_most,
+    schema,
+)
+from app.broker import topics
 
 # The contract's allowed values; the broker refuses others (and those the engine does not offer) with 400.
 _REPLICAS = {"enum": [1, 3, 5]}
@@ -57,17 +67,17 @@ class TopicUpdate(RequestBody):
 
 class Topic(ResponseBody):
     id: str = Field(examples=["top_8xk2m9"])
-    name: str = Field(examples=["order.events"])
-    partitions: int = Field(examples=[6])
+    name: TopicName = Field(examples=["order.events"])
+    partitions: Partitions = Field(examples=[6])
     retention: str = Field(examples=["30d"])
     delivery: str = Field(examples=["exactly-once"])
     replicas: Replicas = Field(examples=[3], description="copies of each message the engine keeps")
     status: str = Field(examples=["active"])
-    createdAt: str = Field(examples=["2026-03-28T10:42:18.003Z"])
+    createdAt: Instant = Field(examples=["2026-03-28T10:42:18.003Z"])
 
 
 class PartitionDetail(ResponseBody):
-    id: int
+    id: Partition
     earliestOffset: int
     latestOffset: int
     messages: int
@@ -75,9 +85,9 @@ class PartitionDetail(ResponseBody):
 
 
 class TopicDetail(Topic):
-    partitionDetails: list[PartitionDetail]
+    partitionDetails: Annotated[list[PartitionDetail], at_most(topics.MAX_PARTITIONS)]
 
 
 class TopicList(ResponseBody):
-    data: list[Topic]
+    data: Annotated[list[Topic], at_most(PAGE_MAX)]
     nextCursor: str | None
