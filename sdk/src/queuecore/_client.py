@@ -22,6 +22,7 @@ from ._base_client import AsyncAPIClient, RequestOptions, SyncAPIClient, Timeout
 from ._constants import DEFAULT_BASE_URL, DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
 from ._exceptions import APIError, QueueCoreError
+from ._raw_response import AsyncRawResponse, RawResponse
 from .resources.alerts import Alerts, AsyncAlerts
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.dlq import AsyncDlq, Dlq
@@ -211,6 +212,7 @@ class QueueCore(SyncAPIClient):
         engine_client = AsyncQueueCore(
             api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
         )
+        engine_client._rate_limit_state = self._rate_limit_state
         engine = AsyncConsumer(
             engine_client,
             topic,
@@ -249,7 +251,7 @@ class QueueCore(SyncAPIClient):
 
         client.with_options(max_retries=5).publish("order.events", {...})
         """
-        return QueueCore(
+        copy = QueueCore(
             api_key=api_key or self.api_key,
             base_url=base_url or self.base_url,
             timeout=self.timeout if isinstance(timeout, NotGiven) else timeout,
@@ -258,6 +260,19 @@ class QueueCore(SyncAPIClient):
             default_headers=self._custom_headers,
             http_client=self._client,
         )
+        copy._rate_limit_state = self._rate_limit_state
+        return copy
+
+    @cached_property
+    def with_raw_response(self) -> RawResponse:
+        """The same calls, answering an ``APIResponse`` (status, headers, request id, rate-limit state;
+        ``.parse()`` gives what the plain call returns)::
+
+            response = client.with_raw_response.topics.describe("order.events")
+            print(response.status_code, response.rate_limit)
+            topic = response.parse()
+        """
+        return RawResponse(self, lambda client: client)
 
     def is_closed(self) -> bool:
         """Whether the connection pool is closed."""
@@ -409,7 +424,7 @@ class AsyncQueueCore(AsyncAPIClient):
         logger: logging.Logger | None = None,
     ) -> AsyncQueueCore:
         """A copy with some options changed, sharing this client's connection pool."""
-        return AsyncQueueCore(
+        copy = AsyncQueueCore(
             api_key=api_key or self.api_key,
             base_url=base_url or self.base_url,
             timeout=self.timeout if isinstance(timeout, NotGiven) else timeout,
@@ -418,6 +433,19 @@ class AsyncQueueCore(AsyncAPIClient):
             default_headers=self._custom_headers,
             http_client=self._client,
         )
+        copy._rate_limit_state = self._rate_limit_state
+        return copy
+
+    @cached_property
+    def with_raw_response(self) -> AsyncRawResponse:
+        """The same calls, answering an ``APIResponse`` (status, headers, request id, rate-limit state;
+        ``.parse()`` gives what the plain call returns)::
+
+            response = await client.with_raw_response.topics.describe("order.events")
+            print(response.status_code, response.rate_limit)
+            topic = response.parse()
+        """
+        return AsyncRawResponse(self, lambda client: client)
 
     def is_closed(self) -> bool:
         """Whether the connection pool is closed."""

@@ -18,12 +18,14 @@ import re
 import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, Union
 
 import httpx
 
 from ._base_client import RequestOptions, parse_model
 from ._exceptions import (
+    AckError,
     APIConnectionError,
     APIStatusError,
     InternalServerError,
@@ -38,11 +40,13 @@ from .types.consumed_message import ConsumedMessage
 if TYPE_CHECKING:
     from ._client import AsyncQueueCore
 
-__all__ = ["AsyncConsumer", "Consumer", "Handler", "StartFrom", "Transport"]
+__all__ = ["AsyncConsumer", "Consumer", "Event", "Handler", "RebalanceEvent", "StartFrom", "Transport"]
 
 StartFrom = Literal["earliest", "latest"]
 Transport = Literal["websocket", "pull"]
 Handler = Callable[[Any], Union[Awaitable[None], None]]
+Event = Literal["message", "error", "rebalance"]
+_EVENTS = "'message', 'error' or 'rebalance'"
 
 ACK_FLUSH_INTERVAL = 0.1
 POLL_WAIT_SECONDS = 5.0
@@ -55,6 +59,16 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 def _seconds(duration: str, default: float) -> float:
     match = _DURATION.match(duration.strip())
     return float(match.group(1)) * _UNITS[match.group(2)] if match else default
+
+
+@dataclass(frozen=True)
+class RebalanceEvent:
+    """What ``consumer.on("rebalance", ...)`` handlers get after each join and rebalance: the partitions
+    this member holds from now on (the same event, with the same fields, in every QueueCore SDK)."""
+
+    member_id: str | None
+    generation_id: int
+    assignments: list[int]
 
 
 class _Joined(BaseModel):
@@ -165,7 +179,8 @@ class AsyncConsumer:
         self.transport = transport
         self._client = client
         self._log = logger or logging.getLogger("queuecore")
-        self._handlers: dict[str, list[Handler]] = {"message": [], "error": []}
+        self._handlers: dict[str, list[Handler]] = {"message": [], "error": [], "rebalance": []}
+        self._assignments: list[int] = []
         self._settler = _Settler()
         self._member_id: str | None = None
         self._generation = 0
@@ -183,12 +198,27 @@ class AsyncConsumer:
         """The member id while joined (``csr_…``)."""
         return self._member_id
 
-    def on(self, event: Literal["message", "error"], handler: Handler) -> AsyncConsumer:
+    @property
+    def assignments(self) -> list[int]:
+        """The partitions this member holds now."""
+        return list(self._assignments)
+
+    def on(self, event: Event, handler: Handler) -> AsyncConsumer:
         """Register a handler: ``"message"`` gets each ``ConsumedMessage`` (raise to nack it), ``"error"``
-        each exception the consumer survives (connection errors, refused calls, handler failures)."""
+        each exception the consumer survives (connection errors, refused calls, handler failures, and an
+        ``AckError`` for each ack, nack or extend the server refused), ``"rebalance"`` a ``RebalanceEvent``
+        after each join and rebalance."""
         if event not in self._handlers:
-            raise ValueError(f"unknown event {event!r}: 'message' or 'error'")
+            raise ValueError(f"unknown event {event!r}: {_EVENTS}")
         self._handlers[event].append(handler)
+        return self
+
+    def off(self, event: Event, handler: Handler) -> AsyncConsumer:
+        """Remove a handler registered with ``on``."""
+        if event not in self._handlers:
+            raise ValueError(f"unknown event {event!r}: {_EVENTS}")
+        with contextlib.suppress(ValueError):
+            self._handlers[event].remove(handler)
         return self
 
     # -- paths and calls ------------------------------------------------------------------------------------
@@ -217,6 +247,28 @@ class AsyncConsumer:
             joined.member_id,
             joined.generation_id,
         )
+        await self._rebalanced(joined.assignments)
+
+    async def _rebalanced(self, assignments: list[int]) -> None:
+        """Note the member's partitions and tell the ``"rebalance"`` handlers (a handler's failure goes
+        to ``"error"``)."""
+        self._assignments = list(assignments)
+        self._log.debug("%s/%s: partitions %s", self.topic, self.group, self._assignments)
+        event = RebalanceEvent(self._member_id, self._generation, list(self._assignments))
+        for handler in list(self._handlers["rebalance"]):
+            try:
+                await self._invoke(handler, event)
+            except Exception as exc:  # noqa: BLE001 — reported, the consumer goes on
+                await self._emit_error(exc)
+
+    async def _report_failed(self, answer: object, action: str) -> None:
+        """Each settlement the server refused (``failed: [{id, code}]``) as an ``AckError`` on ``"error"``."""
+        failed = answer.get("failed") if isinstance(answer, dict) else None
+        if not isinstance(failed, list):
+            return
+        for item in failed:
+            if isinstance(item, dict):
+                await self._emit_error(AckError(str(item.get("id")), str(item.get("code")), action))
 
     async def _emit_error(self, exc: BaseException) -> None:
         if not self._handlers["error"]:
@@ -385,6 +437,9 @@ class AsyncConsumer:
                 )
                 if beat.should_rejoin:
                     self._generation = 0
+                elif beat.assignments != self._assignments:
+                    self._generation = beat.generation_id
+                    await self._rebalanced(beat.assignments)
             except APIStatusError as exc:
                 if exc.code in _REJOIN_CODES:
                     if exc.code == "MEMBER_NOT_FOUND":
@@ -414,7 +469,8 @@ class AsyncConsumer:
         try:
             for start in range(0, len(acks), 1000):
                 try:
-                    await self._call("POST", "/ack", {**member, "ids": acks[start : start + 1000]})
+                    answer = await self._call("POST", "/ack", {**member, "ids": acks[start : start + 1000]})
+                    await self._report_failed(answer.json(), "ack")
                 except Exception as exc:  # noqa: BLE001
                     if _retryable(exc) and not self._stopping:
                         retry_acks.extend(acks[start : start + 1000])
@@ -427,7 +483,8 @@ class AsyncConsumer:
                 if delay is not None:
                     body["delay"] = delay
                 try:
-                    await self._call("POST", "/nack", body)
+                    answer = await self._call("POST", "/nack", body)
+                    await self._report_failed(answer.json(), "nack")
                 except Exception as exc:  # noqa: BLE001
                     if _retryable(exc) and not self._stopping:
                         retry_nacks.append((message_id, reason, delay))
@@ -435,7 +492,9 @@ class AsyncConsumer:
                         await self._emit_error(exc)
             for message_id, seconds in extends:
                 try:
-                    await self._call("POST", "/extend", {**member, "ids": [message_id], "seconds": seconds})
+                    body = {**member, "ids": [message_id], "seconds": seconds}
+                    answer = await self._call("POST", "/extend", body)
+                    await self._report_failed(answer.json(), "extend")
                 except Exception as exc:  # noqa: BLE001
                     if _retryable(exc) and not self._stopping:
                         retry_extends.append((message_id, seconds))
@@ -541,9 +600,19 @@ class Consumer:
         """The member id while joined (``csr_…``)."""
         return self._engine.member_id
 
-    def on(self, event: Literal["message", "error"], handler: Handler) -> Consumer:
+    @property
+    def assignments(self) -> list[int]:
+        """The partitions this member holds now."""
+        return self._engine.assignments
+
+    def on(self, event: Event, handler: Handler) -> Consumer:
         """Register a handler (sync or async); see ``AsyncConsumer.on``."""
         self._engine.on(event, handler)
+        return self
+
+    def off(self, event: Event, handler: Handler) -> Consumer:
+        """Remove a handler registered with ``on``."""
+        self._engine.off(event, handler)
         return self
 
     def start(self) -> None:
