@@ -72,6 +72,9 @@ type Client struct {
 	hc         *http.Client
 	log        *slog.Logger
 	headers    http.Header
+
+	rateLimit      *rateLimitState // shared with the copies WithOptions and per-call options make
+	idempotencyKey string          // option.WithIdempotencyKey, per call
 }
 
 // NewClient makes a client. Without options it reads QUEUECORE_API_KEY and QUEUECORE_BASE_URL.
@@ -108,6 +111,10 @@ func NewClient(opts ...option.RequestOption) (*Client, error) {
 		hc:         cfg.HTTPClient,
 		log:        cfg.Logger,
 		headers:    cfg.Headers,
+		rateLimit:  &rateLimitState{},
+	}
+	if cfg.IdempotencyKey != "" {
+		return nil, errors.New("queuecore: option.WithIdempotencyKey is an option of a call, not of a client")
 	}
 	if c.hc == nil {
 		transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -144,6 +151,69 @@ func resolveBaseURL(explicit, env, region string) (string, error) {
 		return "", fmt.Errorf("queuecore: the base URL %q is not an http(s) URL", base)
 	}
 	return strings.TrimRight(base, "/"), nil
+}
+
+// WithOptions is a copy of the client with opts applied, sharing its connection pool and rate-limit
+// state (as Python's with_options and Node's withOptions):
+//
+//	fast, err := client.WithOptions(option.WithMaxRetries(0), option.WithTimeout(2*time.Second))
+//
+// The same options can be given to a single call, as its last arguments:
+//
+//	topic, err := client.Topics.Get(ctx, "order.events", option.WithTimeout(2*time.Second))
+func (c *Client) WithOptions(opts ...option.RequestOption) (*Client, error) {
+	copied, err := c.with(opts)
+	if err != nil {
+		return nil, err
+	}
+	if copied.idempotencyKey != "" {
+		return nil, errors.New("queuecore: option.WithIdempotencyKey is an option of a call, not of a client")
+	}
+	return copied, nil
+}
+
+// with applies a call's options to a copy of the client (the client itself when there are none). A
+// base URL or key given per call is used as given; WithRegion does not change a client's base URL.
+func (c *Client) with(opts []option.RequestOption) (*Client, error) {
+	if len(opts) == 0 {
+		return c, nil
+	}
+	cfg := config.Config{APIKey: c.apiKey, APIKeySet: true, BaseURL: c.baseURL, Timeout: c.timeout,
+		MaxRetries: c.maxRetries, HTTPClient: c.hc, Logger: c.log, Headers: c.headers.Clone(),
+		IdempotencyKey: c.idempotencyKey}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	copied := *c
+	copied.apiKey = strings.TrimSpace(cfg.APIKey)
+	if copied.apiKey == "" || strings.ContainsAny(copied.apiKey, " \t\r\n") {
+		return nil, errors.New("queuecore: the API key given to the call is empty or contains whitespace")
+	}
+	if cfg.BaseURL != c.baseURL {
+		base, err := resolveBaseURL(cfg.BaseURL, "", "")
+		if err != nil {
+			return nil, err
+		}
+		copied.baseURL = base
+	}
+	copied.timeout, copied.maxRetries, copied.hc = cfg.Timeout, cfg.MaxRetries, cfg.HTTPClient
+	copied.headers, copied.idempotencyKey = cfg.Headers, cfg.IdempotencyKey
+	if cfg.Logger != nil {
+		copied.log = cfg.Logger
+	}
+	// Services point at their client: the copy gets its own.
+	copied.Topics = &TopicService{&copied}
+	copied.Messages = &MessageService{&copied}
+	copied.ConsumerGroups = &ConsumerGroupService{&copied}
+	copied.DLQ = &DLQService{&copied}
+	copied.Offsets = &OffsetService{&copied}
+	copied.Alerts = &AlertService{&copied}
+	return &copied, nil
 }
 
 // BaseURL is where the client sends its requests.
@@ -285,6 +355,7 @@ func (c *Client) attempt(ctx context.Context, r request, target string, payload 
 	if err != nil {
 		return nil, transportError(actx, err)
 	}
+	c.rateLimit.set(ParseRateLimit(res.Header))
 	return &response{status: res.StatusCode, header: res.Header, body: data, requestID: res.Header.Get("X-Request-Id")}, nil
 }
 
@@ -378,6 +449,7 @@ func parseError(resp *response) *Error {
 		e.RequestID = resp.requestID
 	}
 	e.RetryAfter = parseRetryAfter(resp.header)
+	e.RateLimit = ParseRateLimit(resp.header)
 	return e
 }
 

@@ -8,6 +8,8 @@ import (
 	mrand "math/rand"
 	"sync"
 	"time"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // Transport is how a consumer gets its messages.
@@ -33,8 +35,11 @@ type ConsumeParams struct {
 	// Transport is TransportWebSocket (default) or TransportPull.
 	Transport Transport
 	// OnError gets every error the consumer survives (dropped connections, refused calls, handler
-	// errors); by default they are logged. It must not block for long.
+	// errors, and an *AckError for each ack, nack or extend the server refused); by default they are
+	// logged. It must not block for long.
 	OnError func(error)
+	// OnRebalance gets the member's partitions after each join and rebalance. It must not block for long.
+	OnRebalance func(RebalanceEvent)
 }
 
 // MessageHandler processes one message and settles it (msg.Ack()). Returning an error, or panicking,
@@ -50,12 +55,13 @@ type Consumer struct {
 	params ConsumeParams
 	settle *settler
 
-	mu       sync.Mutex
-	started  bool
-	stopping bool
-	memberID string
-	stopCh   chan struct{}
-	doneCh   chan struct{}
+	mu          sync.Mutex
+	started     bool
+	stopping    bool
+	memberID    string
+	assignments []int
+	stopCh      chan struct{}
+	doneCh      chan struct{}
 
 	hctx    context.Context // handlers' context: canceled only when Close gives up waiting
 	hcancel context.CancelFunc
@@ -73,7 +79,11 @@ const (
 
 // Consume makes a consumer of topic in params.Group; it does not connect until Start. With
 // params.DeadLetter it first sets the group's dead-letter queue.
-func (c *Client) Consume(ctx context.Context, topic string, params ConsumeParams) (*Consumer, error) {
+func (c *Client) Consume(ctx context.Context, topic string, params ConsumeParams, opts ...option.RequestOption) (*Consumer, error) {
+	c, err := c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	if params.Group == "" {
 		return nil, &Error{Code: "INVALID_REQUEST", Message: "Consume needs a Group"}
 	}

@@ -1,10 +1,13 @@
-// Package option holds the functional options of queuecore.NewClient.
+// Package option holds the functional options of queuecore.NewClient, of Client.WithOptions, and of
+// every call (its last arguments, applied to that call only):
 //
 //	client, err := queuecore.NewClient(
 //		option.WithAPIKey(os.Getenv("QUEUECORE_API_KEY")),
 //		option.WithRegion("us-east-1"),
 //		option.WithMaxRetries(4),
 //	)
+//	topic, err := client.Topics.Get(ctx, "order.events", option.WithTimeout(2*time.Second))
+//	res, err := client.Publish(ctx, "order.events", data, nil, option.WithIdempotencyKey("order-42"))
 package option
 
 import (
@@ -16,7 +19,7 @@ import (
 	"github.com/queuecore/queuecore-go/internal/config"
 )
 
-// RequestOption configures a client. Options are applied in order; a later one wins.
+// RequestOption configures a client, or one call. Options are applied in order; a later one wins.
 type RequestOption func(*config.Config) error
 
 // WithAPIKey sets the project environment's key (pq_live_sk_… / pq_test_sk_…). Surrounding whitespace is
@@ -97,6 +100,20 @@ func WithHeader(key, value string) RequestOption {
 			c.Headers = http.Header{}
 		}
 		c.Headers.Add(key, value)
+		return nil
+	}
+}
+
+// WithIdempotencyKey sets the idempotency key of one Publish (it wins over PublishParams.IdempotencyKey);
+// on a PublishBatch, the messages without a key of their own get "<key>:<index>" (0-based), so running
+// the same batch again publishes nothing twice. Other calls ignore it; NewClient and WithOptions refuse
+// it (a key belongs to one publish).
+func WithIdempotencyKey(key string) RequestOption {
+	return func(c *config.Config) error {
+		if key == "" {
+			return errors.New("queuecore: WithIdempotencyKey(\"\")")
+		}
+		c.IdempotencyKey = key
 		return nil
 	}
 }

@@ -19,4 +19,6 @@ type Config struct {
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 	Headers    http.Header
+	// IdempotencyKey is a per-call option (a publish's key).
+	IdempotencyKey string
 }
