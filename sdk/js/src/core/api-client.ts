@@ -19,7 +19,9 @@ import {
   QueueCoreError,
   isObject,
   makeStatusError,
+  parseRateLimit,
   parseRetryAfter,
+  type RateLimit,
 } from './error.js';
 import { VERSION } from '../version.js';
 
@@ -104,6 +106,8 @@ export class APIClient {
   readonly logger: Logger;
   protected readonly fetch: Fetch;
   protected readonly defaultHeaders: Record<string, string>;
+  /** The last rate-limit state seen; shared with the copies `withOptions` makes. */
+  protected rateLimitState: { value: RateLimit | undefined } = { value: undefined };
 
   constructor(options: APIClientOptions) {
     if (!Number.isInteger(options.maxRetries) || options.maxRetries < 0) {
@@ -117,6 +121,14 @@ export class APIClient {
     this.logger = options.logger;
     this.fetch = options.fetch;
     this.defaultHeaders = options.defaultHeaders;
+  }
+
+  /**
+   * The key's rate-limit state as the last answer that carried one reported it (`undefined` before any):
+   * `{policy, limit, remaining, reset, window}`, seconds for `reset` and `window`.
+   */
+  get rateLimit(): RateLimit | undefined {
+    return this.rateLimitState.value;
   }
 
   /** Wait before a retry. Tests override it to record the waits instead. */
@@ -216,6 +228,8 @@ export class APIClient {
         continue;
       }
       attempt.clear();
+      const rateLimit = parseRateLimit(response.headers);
+      if (rateLimit) this.rateLimitState.value = rateLimit;
       const parsed = parseJSON(text);
       this.logger.debug(
         `Answer: ${options.method} ${options.path} ${response.status} (${response.headers.get('x-request-id') ?? '-'})`,

@@ -1,0 +1,52 @@
+// What the three SDKs share (sdk/README.md's parity table), in Node: the error classes (APIStatusError
+// above the status classes), and the rate-limit state from the draft structured fields, else the older ones,
+// on errors and on the client. No server: a fake fetch.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import * as sdk from '../../dist/esm/index.js';
+
+const DRAFT = {
+  'RateLimit-Policy': '"admin";q=10;w=1, "publish";q=100;w=1',
+  RateLimit: '"publish";r=37;t=1',
+  'RateLimit-Limit': '999',
+};
+
+test('the draft structured fields win; the policy is matched by name', () => {
+  assert.deepEqual(sdk.parseRateLimit(new Headers(DRAFT)), {
+    policy: 'publish',
+    limit: 100,
+    remaining: 37,
+    reset: 1,
+    window: 1,
+  });
+});
+
+test('the older fields when the structured ones are missing; nothing without either', () => {
+  const old = new Headers({ 'RateLimit-Limit': '100', 'RateLimit-Remaining': '0', 'RateLimit-Reset': '1' });
+  assert.deepEqual(sdk.parseRateLimit(old), { policy: undefined, limit: 100, remaining: 0, reset: 1, window: undefined });
+  assert.equal(sdk.parseRateLimit(new Headers({ 'x-request-id': 'req_1' })), undefined);
+});
+
+test('status errors are APIStatusErrors; a RateLimitError and the client carry the rate-limit state', async () => {
+  const client = new sdk.QueueCore({
+    apiKey: 'pq_test_sk_unit',
+    baseUrl: 'http://queuecore.test',
+    maxRetries: 0,
+    fetch: async () =>
+      new Response(JSON.stringify({ error: { code: 'RATE_LIMIT_EXCEEDED', message: 'slow down', status: 429 } }), {
+        status: 429,
+        headers: { 'content-type': 'application/json', 'retry-after': '1', ...DRAFT },
+      }),
+  });
+  assert.equal(client.rateLimit, undefined);
+  const error = await client.topics.describe('x').catch((err) => err);
+  assert.ok(error instanceof sdk.RateLimitError && error instanceof sdk.APIStatusError && error instanceof sdk.APIError);
+  assert.deepEqual(error.rateLimit, { policy: 'publish', limit: 100, remaining: 37, reset: 1, window: 1 });
+  assert.deepEqual(client.rateLimit, error.rateLimit);
+  assert.deepEqual(client.withOptions({ maxRetries: 1 }).rateLimit, error.rateLimit); // shared with copies
+  for (const cls of [sdk.BadRequestError, sdk.NotFoundError, sdk.InternalServerError, sdk.ServiceUnavailableError]) {
+    assert.ok(cls.prototype instanceof sdk.APIStatusError, cls.name);
+  }
+  assert.ok(!(sdk.APIConnectionError.prototype instanceof sdk.APIStatusError));
+});
