@@ -333,7 +333,30 @@ func (s *settler) take() []settlement {
 	defer s.mu.Unlock()
 	items := s.items
 	s.items = nil
-	return items
+	return withoutSupersededExtends(items)
+}
+
+// withoutSupersededExtends drops each extend followed, in the same batch, by an ack or nack of the same
+// message: settling ends the lease anyway, and as acks are sent first the extend would reach the server
+// after the ack and be refused (ACK_EXPIRED), a failure the application never caused.
+func withoutSupersededExtends(items []settlement) []settlement {
+	settled := map[string]int{} // id -> index of its last ack or nack
+	for i, x := range items {
+		if x.kind != "extend" {
+			settled[x.id] = i
+		}
+	}
+	if len(settled) == 0 {
+		return items
+	}
+	kept := items[:0:0]
+	for i, x := range items {
+		if last, ok := settled[x.id]; x.kind == "extend" && ok && last > i {
+			continue
+		}
+		kept = append(kept, x)
+	}
+	return kept
 }
 
 // putBack returns settlements that could not be sent, ahead of newer ones.

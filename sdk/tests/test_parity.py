@@ -254,6 +254,43 @@ async def test_a_refused_ack_over_websocket_is_an_ack_error():
     ]
 
 
+def test_an_extend_settled_in_the_same_batch_is_not_sent():
+    from queuecore._consumer import _Settler
+
+    settler = _Settler()
+    settler.extend("a", 30)
+    settler.ack("a")
+    settler.extend("b", 30)
+    settler.nack("b", "no", None)
+    settler.extend("c", 30)
+    acks, nacks, extends = settler.take()
+    assert acks == ["a"] and [nack[0] for nack in nacks] == ["b"] and extends == [("c", 30)]
+
+
+@integration
+def test_extend_then_ack_reports_no_error(client, topic, transport):
+    """Acks are sent before extends: an extend of a message acked meanwhile must not be sent (it would be
+    refused, an AckError the application never caused)."""
+    client.publish(topic, {"n": 1}, partition=0)
+    consumer = client.consume(topic, group=unique("g"), start_from="earliest", transport=transport)
+    errors: list[Exception] = []
+    handled: list[str] = []
+
+    def handle(msg: queuecore.ConsumedMessage) -> None:
+        msg.extend(60)
+        msg.ack()
+        handled.append(msg.id)
+        consumer.stop()
+
+    consumer.on("message", handle)
+    consumer.on("error", errors.append)
+    thread = threading.Thread(target=consumer.start)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive() and handled
+    assert errors == []
+
+
 def test_no_deprecation_warning_for_the_new_names():
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -121,9 +121,15 @@ class _Settler:
         self,
     ) -> tuple[list[str], list[tuple[str, str | None, str | float | None]], list[tuple[str, float]]]:
         with self._lock:
-            taken = (self.acks, self.nacks, self.extends)
+            acks, nacks, extends = self.acks, self.nacks, self.extends
             self.acks, self.nacks, self.extends = [], [], []
-        return taken
+        # An extend of a message acked or nacked in the same batch is dropped: settling ends the lease
+        # anyway, and as acks and nacks go first the extend would reach the server after them and be
+        # refused (ACK_EXPIRED, an AckError the application never caused).
+        settled = set(acks) | {message_id for message_id, _, _ in nacks}
+        if settled:
+            extends = [item for item in extends if item[0] not in settled]
+        return acks, nacks, extends
 
     def pending(self) -> bool:
         with self._lock:

@@ -50,3 +50,15 @@ test('status errors are APIStatusErrors; a RateLimitError and the client carry t
   }
   assert.ok(!(sdk.APIConnectionError.prototype instanceof sdk.APIStatusError));
 });
+
+test('an extend of a message acked or nacked in the same batch is not sent', async () => {
+  const { Pending } = await import('../../dist/esm/core/consumer-kit.js');
+  const pending = new Pending();
+  pending.extends.push({ id: 'a', seconds: 30 }, { id: 'b', seconds: 30 }, { id: 'c', seconds: 30 });
+  pending.acks.push('a');
+  pending.nacks.push({ id: 'b', reason: 'no', delay: undefined });
+  const taken = pending.take();
+  assert.deepEqual(taken.acks, ['a']);
+  assert.deepEqual(taken.nacks.map((nack) => nack.id), ['b']);
+  assert.deepEqual(taken.extends, [{ id: 'c', seconds: 30 }]);
+});
