@@ -89,6 +89,26 @@ def test_rate_limit_error_and_client_carry_the_last_state(mock_client):
     assert client.with_options(max_retries=1).rate_limit == info.value.rate_limit  # shared with copies
 
 
+def test_with_options_adds_headers_for_the_calls_made_through_it(mock_client, recorder):
+    ok = {
+        "id": "top_1",
+        "name": "x",
+        "partitions": 1,
+        "retention": "7d",
+        "delivery": "exactly-once",
+        "replicas": 1,
+        "status": "active",
+        "createdAt": "2026-03-28T10:00:00Z",
+        "partitionDetails": [],
+    }
+    client = mock_client(sequence(json_response(200, ok), json_response(200, ok)), default_headers={"A": "1"})
+    client.with_options(default_headers={"X-Request-Id": "req-per-call"}).topics.describe("x")
+    client.topics.describe("x")
+    first, second = recorder.requests
+    assert first.headers["x-request-id"] == "req-per-call" and first.headers["a"] == "1"
+    assert "x-request-id" not in second.headers and second.headers["a"] == "1"
+
+
 # -- raw responses -----------------------------------------------------------------------------------------
 
 integration = pytest.mark.integration

@@ -246,10 +246,13 @@ class QueueCore(SyncAPIClient):
         timeout: TimeoutTypes | NotGiven = NOT_GIVEN,
         max_retries: int | None = None,
         logger: logging.Logger | None = None,
+        default_headers: Mapping[str, str] | None = None,
     ) -> QueueCore:
-        """A copy with some options changed, sharing this client's connection pool::
+        """A copy with some options changed, sharing this client's connection pool and rate-limit state
+        (``default_headers`` are added to this client's)::
 
         client.with_options(max_retries=5).publish("order.events", {...})
+        client.with_options(default_headers={"X-Request-Id": "req-import-42"}).topics.list()
         """
         copy = QueueCore(
             api_key=api_key or self.api_key,
@@ -257,7 +260,7 @@ class QueueCore(SyncAPIClient):
             timeout=self.timeout if isinstance(timeout, NotGiven) else timeout,
             max_retries=self.max_retries if max_retries is None else max_retries,
             logger=logger or self._logger,
-            default_headers=self._custom_headers,
+            default_headers={**self._custom_headers, **(default_headers or {})},
             http_client=self._client,
         )
         copy._rate_limit_state = self._rate_limit_state
@@ -422,6 +425,7 @@ class AsyncQueueCore(AsyncAPIClient):
         timeout: TimeoutTypes | NotGiven = NOT_GIVEN,
         max_retries: int | None = None,
         logger: logging.Logger | None = None,
+        default_headers: Mapping[str, str] | None = None,
     ) -> AsyncQueueCore:
         """A copy with some options changed, sharing this client's connection pool."""
         copy = AsyncQueueCore(
@@ -430,7 +434,7 @@ class AsyncQueueCore(AsyncAPIClient):
             timeout=self.timeout if isinstance(timeout, NotGiven) else timeout,
             max_retries=self.max_retries if max_retries is None else max_retries,
             logger=logger or self._logger,
-            default_headers=self._custom_headers,
+            default_headers={**self._custom_headers, **(default_headers or {})},
             http_client=self._client,
         )
         copy._rate_limit_state = self._rate_limit_state

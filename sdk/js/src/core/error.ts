@@ -133,10 +133,13 @@ export class APIResponseValidationError extends APIError {}
 export class AckError extends QueueCoreError {
   readonly code: string;
   readonly messageId: string;
+  /** What was refused: `'ack'`, `'nack'` or `'extend'`. */
+  readonly action: 'ack' | 'nack' | 'extend';
   constructor(messageId: string, code: string, action: 'ack' | 'nack' | 'extend' = 'ack') {
     super(`The ${action} of ${messageId} failed: ${code}`);
     this.code = code;
     this.messageId = messageId;
+    this.action = action;
   }
 }
 

@@ -62,3 +62,10 @@ test('an extend of a message acked or nacked in the same batch is not sent', asy
   assert.deepEqual(taken.nacks.map((nack) => nack.id), ['b']);
   assert.deepEqual(taken.extends, [{ id: 'c', seconds: 30 }]);
 });
+
+test('an AckError says what was refused', () => {
+  const error = new sdk.AckError('msg_1', 'ACK_EXPIRED', 'nack');
+  assert.ok(error instanceof sdk.QueueCoreError && !(error instanceof sdk.APIError));
+  assert.deepEqual([error.messageId, error.code, error.action], ['msg_1', 'ACK_EXPIRED', 'nack']);
+  assert.equal(error.message, 'The nack of msg_1 failed: ACK_EXPIRED');
+});
