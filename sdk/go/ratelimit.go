@@ -1,15 +1,12 @@
 package queuecore
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
-
-// -- the rate-limit state ---------------------------------------------------------------------------------
 
 // RateLimit is the key's rate-limit state for one category, as an answer reported it: from the IETF
 // draft's structured fields (RateLimit-Policy: "publish";q=100;w=1 and RateLimit: "publish";r=37;t=1)
@@ -147,52 +144,4 @@ func sfSeconds(v string) time.Duration {
 		return 0
 	}
 	return time.Duration(f * float64(time.Second))
-}
-
-// -- consumer events --------------------------------------------------------------------------------------
-
-// RebalanceEvent is what ConsumeParams.OnRebalance gets after each join and rebalance: the partitions
-// this member holds from now on (the same event, with the same fields, in every QueueCore SDK).
-type RebalanceEvent struct {
-	MemberID     string
-	GenerationID int
-	Assignments  []int
-}
-
-// AckError is a settlement (ack, nack or extend) the server refused, reported to ConsumeParams.OnError
-// (never returned by Message.Ack). Code is the reason: ACK_EXPIRED when the ack deadline passed or the
-// partition moved to another member, so the message was or will be redelivered. Read it with errors.As.
-type AckError struct {
-	MessageID string
-	Code      string
-	// Action is "ack", "nack" or "extend".
-	Action string
-}
-
-func (e *AckError) Error() string {
-	return fmt.Sprintf("queuecore: the %s of %s failed: %s", e.Action, e.MessageID, e.Code)
-}
-
-func (k *Consumer) emitRebalance(memberID string, generation int, assignments []int) {
-	k.mu.Lock()
-	k.assignments = append([]int(nil), assignments...)
-	k.mu.Unlock()
-	k.c.log.Debug("queuecore consumer: partitions", "topic", k.topic, "generation", generation, "assignments", assignments)
-	if k.params.OnRebalance != nil {
-		k.params.OnRebalance(RebalanceEvent{MemberID: memberID, GenerationID: generation,
-			Assignments: append([]int(nil), assignments...)})
-	}
-}
-
-func (k *Consumer) reportFailed(failed []failedID, action string) {
-	for _, x := range failed {
-		k.emit(&AckError{MessageID: x.ID, Code: x.Code, Action: action})
-	}
-}
-
-// Assignments are the partitions this member holds now.
-func (k *Consumer) Assignments() []int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return append([]int(nil), k.assignments...)
 }
