@@ -275,7 +275,7 @@ async def test_a_refused_ack_over_websocket_is_an_ack_error():
 
 
 def test_an_extend_settled_in_the_same_batch_is_not_sent():
-    from queuecore._consumer import _Settler
+    from queuecore._consumer_kit import _Settler
 
     settler = _Settler()
     settler.extend("a", 30)
