@@ -75,6 +75,7 @@ type Client struct {
 
 	rateLimit      *rateLimitState // shared with the copies WithOptions and per-call options make
 	idempotencyKey string          // option.WithIdempotencyKey, per call
+	responseInto   **http.Response // option.WithResponseInto, per call
 }
 
 // NewClient makes a client. Without options it reads QUEUECORE_API_KEY and QUEUECORE_BASE_URL.
@@ -113,8 +114,8 @@ func NewClient(opts ...option.RequestOption) (*Client, error) {
 		headers:    cfg.Headers,
 		rateLimit:  &rateLimitState{},
 	}
-	if cfg.IdempotencyKey != "" {
-		return nil, errors.New("queuecore: option.WithIdempotencyKey is an option of a call, not of a client")
+	if cfg.IdempotencyKey != "" || cfg.ResponseInto != nil {
+		return nil, errors.New("queuecore: option.WithIdempotencyKey and option.WithResponseInto are options of a call, not of a client")
 	}
 	if c.hc == nil {
 		transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -166,8 +167,8 @@ func (c *Client) WithOptions(opts ...option.RequestOption) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if copied.idempotencyKey != "" {
-		return nil, errors.New("queuecore: option.WithIdempotencyKey is an option of a call, not of a client")
+	if copied.idempotencyKey != "" || copied.responseInto != nil {
+		return nil, errors.New("queuecore: option.WithIdempotencyKey and option.WithResponseInto are options of a call, not of a client")
 	}
 	return copied, nil
 }
@@ -180,7 +181,7 @@ func (c *Client) with(opts []option.RequestOption) (*Client, error) {
 	}
 	cfg := config.Config{APIKey: c.apiKey, APIKeySet: true, BaseURL: c.baseURL, Timeout: c.timeout,
 		MaxRetries: c.maxRetries, HTTPClient: c.hc, Logger: c.log, Headers: c.headers.Clone(),
-		IdempotencyKey: c.idempotencyKey}
+		IdempotencyKey: c.idempotencyKey, ResponseInto: c.responseInto}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -202,7 +203,7 @@ func (c *Client) with(opts []option.RequestOption) (*Client, error) {
 		copied.baseURL = base
 	}
 	copied.timeout, copied.maxRetries, copied.hc = cfg.Timeout, cfg.MaxRetries, cfg.HTTPClient
-	copied.headers, copied.idempotencyKey = cfg.Headers, cfg.IdempotencyKey
+	copied.headers, copied.idempotencyKey, copied.responseInto = cfg.Headers, cfg.IdempotencyKey, cfg.ResponseInto
 	if cfg.Logger != nil {
 		copied.log = cfg.Logger
 	}
@@ -245,6 +246,7 @@ type response struct {
 	header    http.Header
 	body      []byte
 	requestID string
+	raw       *http.Response // its Body reads body again
 }
 
 func newIdempotencyKey() string {
@@ -301,6 +303,9 @@ func (c *Client) send(ctx context.Context, r request) (*response, error) {
 			wait = backoff(attempt)
 			c.log.Info("queuecore: retrying", "method", r.method, "path", r.path, "in", wait, "error", err)
 		} else {
+			if c.responseInto != nil {
+				*c.responseInto = resp.raw
+			}
 			if (resp.status >= 200 && resp.status < 300) || (r.acceptStatus != 0 && resp.status == r.acceptStatus) {
 				return resp, nil
 			}
@@ -356,7 +361,8 @@ func (c *Client) attempt(ctx context.Context, r request, target string, payload 
 		return nil, transportError(actx, err)
 	}
 	c.rateLimit.set(ParseRateLimit(res.Header))
-	return &response{status: res.StatusCode, header: res.Header, body: data, requestID: res.Header.Get("X-Request-Id")}, nil
+	res.Body = io.NopCloser(bytes.NewReader(data))
+	return &response{status: res.StatusCode, header: res.Header, body: data, requestID: res.Header.Get("X-Request-Id"), raw: res}, nil
 }
 
 func (c *Client) setHeaders(h http.Header, auth bool) {

@@ -121,6 +121,19 @@ func TestPerCallOptions(t *testing.T) {
 	if it := c.Topics.List(ctx, nil, option.WithTimeout(-1)); it.Next() || it.Err() == nil {
 		t.Fatal("a bad per-call option stops a list")
 	}
+	var raw *http.Response
+	if _, err := c.Topics.Get(ctx, topic, option.WithResponseInto(&raw)); err != nil || raw == nil || raw.StatusCode != 200 {
+		t.Fatalf("response into: %v %v", raw, err)
+	}
+	if rl := queuecore.ParseRateLimit(raw.Header); rl == nil || rl.Policy != "admin" || raw.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("the raw answer's headers: %v", raw.Header)
+	}
+	if _, err := c.Topics.Get(ctx, unique("missing"), option.WithResponseInto(&raw)); !queuecore.IsNotFound(err) || raw.StatusCode != 404 {
+		t.Fatalf("response into, on an error: %v %v", raw, err)
+	}
+	if _, err := c.WithOptions(option.WithResponseInto(&raw)); err == nil {
+		t.Fatal("a response destination is per call")
+	}
 	if _, err := c.WithOptions(option.WithIdempotencyKey("k")); err == nil {
 		t.Fatal("an idempotency key is per call")
 	}

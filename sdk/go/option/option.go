@@ -8,6 +8,8 @@
 //	)
 //	topic, err := client.Topics.Get(ctx, "order.events", option.WithTimeout(2*time.Second))
 //	res, err := client.Publish(ctx, "order.events", data, nil, option.WithIdempotencyKey("order-42"))
+//	var raw *http.Response
+//	topic, err = client.Topics.Get(ctx, "order.events", option.WithResponseInto(&raw))
 package option
 
 import (
@@ -114,6 +116,20 @@ func WithIdempotencyKey(key string) RequestOption {
 			return errors.New("queuecore: WithIdempotencyKey(\"\")")
 		}
 		c.IdempotencyKey = key
+		return nil
+	}
+}
+
+// WithResponseInto stores the call's final HTTP answer (after retries; its body already read, and readable
+// again) in *dst, also when the call returns an API error: the Go counterpart of Python's
+// with_raw_response. queuecore.ParseRateLimit(resp.Header) reads its rate-limit state. A call option only
+// (NewClient and WithOptions refuse it).
+func WithResponseInto(dst **http.Response) RequestOption {
+	return func(c *config.Config) error {
+		if dst == nil {
+			return errors.New("queuecore: WithResponseInto(nil)")
+		}
+		c.ResponseInto = dst
 		return nil
 	}
 }

@@ -21,4 +21,6 @@ type Config struct {
 	Headers    http.Header
 	// IdempotencyKey is a per-call option (a publish's key).
 	IdempotencyKey string
+	// ResponseInto is a per-call option: where the call's final HTTP answer goes.
+	ResponseInto **http.Response
 }
