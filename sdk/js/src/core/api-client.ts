@@ -24,6 +24,7 @@ import {
   type RateLimit,
 } from './error.js';
 import { VERSION } from '../version.js';
+import type { RawResponse } from '../types.js';
 
 /** Milliseconds per attempt, by default. Publishes answer once durable (fsync'd): allow more than a read. */
 export const DEFAULT_TIMEOUT = 30_000;
@@ -70,6 +71,8 @@ export interface FinalRequestOptions {
   timeout?: number;
   maxRetries?: number;
   signal?: AbortSignal;
+  /** Gets the final HTTP answer (see `RequestOptions.onResponse`). */
+  onResponse?: (response: RawResponse) => void;
 }
 
 export interface APIResponse<T> {
@@ -234,6 +237,19 @@ export class APIClient {
       this.logger.debug(
         `Answer: ${options.method} ${options.path} ${response.status} (${response.headers.get('x-request-id') ?? '-'})`,
       );
+      const final =
+        response.ok ||
+        options.acceptStatuses?.includes(response.status) ||
+        !RETRYABLE_STATUSES.has(response.status) ||
+        retriesTaken >= maxRetries;
+      if (final && options.onResponse) {
+        options.onResponse({
+          status: response.status,
+          headers: response.headers,
+          requestId: response.headers.get('x-request-id') ?? undefined,
+          rateLimit,
+        });
+      }
       if (response.ok) {
         return { status: response.status, headers: response.headers, body: parsed.value as T };
       }

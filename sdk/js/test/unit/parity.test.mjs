@@ -69,3 +69,37 @@ test('an AckError says what was refused', () => {
   assert.deepEqual([error.messageId, error.code, error.action], ['msg_1', 'ACK_EXPIRED', 'nack']);
   assert.equal(error.message, 'The nack of msg_1 failed: ACK_EXPIRED');
 });
+
+test('onResponse gets the final answer of a call, after retries, also when the call throws', async () => {
+  const answers = [
+    () => new Response('{}', { status: 503, headers: { 'retry-after': '0' } }),
+    () =>
+      new Response(JSON.stringify({ name: 'x', partitionDetails: [] }), {
+        status: 200,
+        headers: { 'content-type': 'application/json', 'x-request-id': 'req_ok', ...DRAFT },
+      }),
+    () =>
+      new Response(JSON.stringify({ error: { code: 'TOPIC_NOT_FOUND', message: 'no', status: 404 } }), {
+        status: 404,
+        headers: { 'content-type': 'application/json', 'x-request-id': 'req_404' },
+      }),
+  ];
+  class NoWait extends sdk.QueueCore {
+    sleep() {
+      return Promise.resolve();
+    }
+  }
+  const client = new NoWait({
+    apiKey: 'pq_test_sk_unit',
+    baseUrl: 'http://queuecore.test',
+    fetch: async () => answers.shift()(),
+  });
+  const seen = [];
+  await client.topics.describe('x', { onResponse: (response) => seen.push(response) });
+  assert.equal(seen.length, 1); // not the retried 503
+  assert.equal(seen[0].status, 200);
+  assert.equal(seen[0].requestId, 'req_ok');
+  assert.equal(seen[0].rateLimit.policy, 'publish');
+  await assert.rejects(client.topics.describe('y', { onResponse: (response) => seen.push(response) }), sdk.NotFoundError);
+  assert.deepEqual([seen[1].status, seen[1].requestId, seen[1].rateLimit], [404, 'req_404', undefined]);
+});
