@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/url"
 	"time"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // AlertEndpoint is the project's alert webhook.
@@ -42,42 +44,62 @@ type AlertService struct{ c *Client }
 const alertEndpoint = "/v1/alerts/endpoint"
 
 // Set creates or updates the endpoint.
-func (s *AlertService) Set(ctx context.Context, params AlertEndpointParams) (*AlertEndpoint, error) {
+func (s *AlertService) Set(ctx context.Context, params AlertEndpointParams, opts ...option.RequestOption) (*AlertEndpoint, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var e AlertEndpoint
-	if _, err := s.c.do(ctx, request{method: "PUT", path: alertEndpoint, body: params}, &e); err != nil {
+	if _, err := c.do(ctx, request{method: "PUT", path: alertEndpoint, body: params}, &e); err != nil {
 		return nil, err
 	}
 	return &e, nil
 }
 
 // Get returns the endpoint (never its secret); a 404 when none is set.
-func (s *AlertService) Get(ctx context.Context) (*AlertEndpoint, error) {
+func (s *AlertService) Get(ctx context.Context, opts ...option.RequestOption) (*AlertEndpoint, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var e AlertEndpoint
-	if _, err := s.c.do(ctx, request{method: "GET", path: alertEndpoint}, &e); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: alertEndpoint}, &e); err != nil {
 		return nil, err
 	}
 	return &e, nil
 }
 
 // Delete removes the endpoint.
-func (s *AlertService) Delete(ctx context.Context) error {
-	_, err := s.c.do(ctx, request{method: "DELETE", path: alertEndpoint}, nil)
+func (s *AlertService) Delete(ctx context.Context, opts ...option.RequestOption) error {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, request{method: "DELETE", path: alertEndpoint}, nil)
 	return err
 }
 
 // SendTestEvent queues a signed test event for the endpoint and returns its event id.
-func (s *AlertService) SendTestEvent(ctx context.Context) (string, error) {
+func (s *AlertService) SendTestEvent(ctx context.Context, opts ...option.RequestOption) (string, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return "", err
+	}
 	var out struct {
 		EventID string `json:"eventId"`
 	}
-	if _, err := s.c.do(ctx, request{method: "POST", path: alertEndpoint + "/test"}, &out); err != nil {
+	if _, err := c.do(ctx, request{method: "POST", path: alertEndpoint + "/test"}, &out); err != nil {
 		return "", err
 	}
 	return out.EventID, nil
 }
 
 // Deliveries iterates over every delivery attempt, newest first (params may be nil).
-func (s *AlertService) Deliveries(ctx context.Context, params *ListParams) *Iter[AlertDelivery] {
+func (s *AlertService) Deliveries(ctx context.Context, params *ListParams, opts ...option.RequestOption) *Iter[AlertDelivery] {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return failedIter[AlertDelivery](ctx, err)
+	}
 	first := true
 	return newIter(ctx, func(ctx context.Context, cursor string) ([]AlertDelivery, string, error) {
 		q := url.Values(params.query())
@@ -92,7 +114,7 @@ func (s *AlertService) Deliveries(ctx context.Context, params *ListParams) *Iter
 			Data       []AlertDelivery `json:"data"`
 			NextCursor string          `json:"nextCursor"`
 		}
-		_, err := s.c.do(ctx, request{method: "GET", path: "/v1/alerts/deliveries", query: q}, &page)
+		_, err := c.do(ctx, request{method: "GET", path: "/v1/alerts/deliveries", query: q}, &page)
 		return page.Data, page.NextCursor, err
 	})
 }

@@ -73,6 +73,10 @@ type Client struct {
 	log        *slog.Logger
 	headers    http.Header
 	tracer     Tracer // option.WithTracer; nil: no trace context
+
+	rateLimit      *rateLimitState // shared with the copies WithOptions and per-call options make
+	idempotencyKey string          // option.WithIdempotencyKey, per call
+	responseInto   **http.Response // option.WithResponseInto, per call
 }
 
 // NewClient makes a client. Without options it reads QUEUECORE_API_KEY and QUEUECORE_BASE_URL.
@@ -110,6 +114,10 @@ func NewClient(opts ...option.RequestOption) (*Client, error) {
 		log:        cfg.Logger,
 		headers:    cfg.Headers,
 		tracer:     cfg.Tracer,
+		rateLimit:  &rateLimitState{},
+	}
+	if cfg.IdempotencyKey != "" || cfg.ResponseInto != nil {
+		return nil, errors.New("queuecore: option.WithIdempotencyKey and option.WithResponseInto are options of a call, not of a client")
 	}
 	if c.hc == nil {
 		transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -148,6 +156,70 @@ func resolveBaseURL(explicit, env, region string) (string, error) {
 	return strings.TrimRight(base, "/"), nil
 }
 
+// WithOptions is a copy of the client with opts applied, sharing its connection pool and rate-limit
+// state (as Python's with_options and Node's withOptions):
+//
+//	fast, err := client.WithOptions(option.WithMaxRetries(0), option.WithTimeout(2*time.Second))
+//
+// The same options can be given to a single call, as its last arguments:
+//
+//	topic, err := client.Topics.Get(ctx, "order.events", option.WithTimeout(2*time.Second))
+func (c *Client) WithOptions(opts ...option.RequestOption) (*Client, error) {
+	copied, err := c.with(opts)
+	if err != nil {
+		return nil, err
+	}
+	if copied.idempotencyKey != "" || copied.responseInto != nil {
+		return nil, errors.New("queuecore: option.WithIdempotencyKey and option.WithResponseInto are options of a call, not of a client")
+	}
+	return copied, nil
+}
+
+// with applies a call's options to a copy of the client (the client itself when there are none). A
+// base URL or key given per call is used as given; WithRegion does not change a client's base URL.
+func (c *Client) with(opts []option.RequestOption) (*Client, error) {
+	if len(opts) == 0 {
+		return c, nil
+	}
+	cfg := config.Config{APIKey: c.apiKey, APIKeySet: true, BaseURL: c.baseURL, Timeout: c.timeout,
+		MaxRetries: c.maxRetries, HTTPClient: c.hc, Logger: c.log, Headers: c.headers.Clone(),
+		Tracer: c.tracer, IdempotencyKey: c.idempotencyKey, ResponseInto: c.responseInto}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	copied := *c
+	copied.apiKey = strings.TrimSpace(cfg.APIKey)
+	if copied.apiKey == "" || strings.ContainsAny(copied.apiKey, " \t\r\n") {
+		return nil, errors.New("queuecore: the API key given to the call is empty or contains whitespace")
+	}
+	if cfg.BaseURL != c.baseURL {
+		base, err := resolveBaseURL(cfg.BaseURL, "", "")
+		if err != nil {
+			return nil, err
+		}
+		copied.baseURL = base
+	}
+	copied.timeout, copied.maxRetries, copied.hc = cfg.Timeout, cfg.MaxRetries, cfg.HTTPClient
+	copied.headers, copied.idempotencyKey, copied.responseInto = cfg.Headers, cfg.IdempotencyKey, cfg.ResponseInto
+	copied.tracer = cfg.Tracer
+	if cfg.Logger != nil {
+		copied.log = cfg.Logger
+	}
+	// Services point at their client: the copy gets its own.
+	copied.Topics = &TopicService{&copied}
+	copied.Messages = &MessageService{&copied}
+	copied.ConsumerGroups = &ConsumerGroupService{&copied}
+	copied.DLQ = &DLQService{&copied}
+	copied.Offsets = &OffsetService{&copied}
+	copied.Alerts = &AlertService{&copied}
+	return &copied, nil
+}
+
 // BaseURL is where the client sends its requests.
 func (c *Client) BaseURL() string { return c.baseURL }
 
@@ -178,6 +250,7 @@ type response struct {
 	header    http.Header
 	body      []byte
 	requestID string
+	raw       *http.Response // its Body reads body again
 }
 
 func newIdempotencyKey() string {
@@ -234,6 +307,9 @@ func (c *Client) send(ctx context.Context, r request) (*response, error) {
 			wait = backoff(attempt)
 			c.log.Info("queuecore: retrying", "method", r.method, "path", r.path, "in", wait, "error", err)
 		} else {
+			if c.responseInto != nil {
+				*c.responseInto = resp.raw
+			}
 			if (resp.status >= 200 && resp.status < 300) || (r.acceptStatus != 0 && resp.status == r.acceptStatus) {
 				return resp, nil
 			}
@@ -291,7 +367,9 @@ func (c *Client) attempt(ctx context.Context, r request, target string, payload 
 	if err != nil {
 		return nil, transportError(actx, err)
 	}
-	return &response{status: res.StatusCode, header: res.Header, body: data, requestID: res.Header.Get("X-Request-Id")}, nil
+	c.rateLimit.set(ParseRateLimit(res.Header))
+	res.Body = io.NopCloser(bytes.NewReader(data))
+	return &response{status: res.StatusCode, header: res.Header, body: data, requestID: res.Header.Get("X-Request-Id"), raw: res}, nil
 }
 
 func (c *Client) setHeaders(h http.Header, auth bool) {
@@ -384,6 +462,7 @@ func parseError(resp *response) *Error {
 		e.RequestID = resp.requestID
 	}
 	e.RetryAfter = parseRetryAfter(resp.header)
+	e.RateLimit = ParseRateLimit(resp.header)
 	return e
 }
 

@@ -8,6 +8,8 @@ import (
 	mrand "math/rand"
 	"sync"
 	"time"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // Transport is how a consumer gets its messages.
@@ -33,8 +35,11 @@ type ConsumeParams struct {
 	// Transport is TransportWebSocket (default) or TransportPull.
 	Transport Transport
 	// OnError gets every error the consumer survives (dropped connections, refused calls, handler
-	// errors); by default they are logged. It must not block for long.
+	// errors, and an *AckError for each ack, nack or extend the server refused); by default they are
+	// logged. It must not block for long.
 	OnError func(error)
+	// OnRebalance gets the member's partitions after each join and rebalance. It must not block for long.
+	OnRebalance func(RebalanceEvent)
 }
 
 // MessageHandler processes one message and settles it (msg.Ack()). Returning an error, or panicking,
@@ -50,12 +55,13 @@ type Consumer struct {
 	params ConsumeParams
 	settle *settler
 
-	mu       sync.Mutex
-	started  bool
-	stopping bool
-	memberID string
-	stopCh   chan struct{}
-	doneCh   chan struct{}
+	mu          sync.Mutex
+	started     bool
+	stopping    bool
+	memberID    string
+	assignments []int
+	stopCh      chan struct{}
+	doneCh      chan struct{}
 
 	hctx    context.Context // handlers' context: canceled only when Close gives up waiting
 	hcancel context.CancelFunc
@@ -73,7 +79,11 @@ const (
 
 // Consume makes a consumer of topic in params.Group; it does not connect until Start. With
 // params.DeadLetter it first sets the group's dead-letter queue.
-func (c *Client) Consume(ctx context.Context, topic string, params ConsumeParams) (*Consumer, error) {
+func (c *Client) Consume(ctx context.Context, topic string, params ConsumeParams, opts ...option.RequestOption) (*Consumer, error) {
+	c, err := c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	if params.Group == "" {
 		return nil, &Error{Code: "INVALID_REQUEST", Message: "Consume needs a Group"}
 	}
@@ -323,7 +333,30 @@ func (s *settler) take() []settlement {
 	defer s.mu.Unlock()
 	items := s.items
 	s.items = nil
-	return items
+	return withoutSupersededExtends(items)
+}
+
+// withoutSupersededExtends drops each extend followed, in the same batch, by an ack or nack of the same
+// message: settling ends the lease anyway, and as acks are sent first the extend would reach the server
+// after the ack and be refused (ACK_EXPIRED), a failure the application never caused.
+func withoutSupersededExtends(items []settlement) []settlement {
+	settled := map[string]int{} // id -> index of its last ack or nack
+	for i, x := range items {
+		if x.kind != "extend" {
+			settled[x.id] = i
+		}
+	}
+	if len(settled) == 0 {
+		return items
+	}
+	kept := items[:0:0]
+	for i, x := range items {
+		if last, ok := settled[x.id]; x.kind == "extend" && ok && last > i {
+			continue
+		}
+		kept = append(kept, x)
+	}
+	return kept
 }
 
 // putBack returns settlements that could not be sent, ahead of newer ones.
@@ -347,4 +380,52 @@ func durationString(d time.Duration) string {
 		return fmt.Sprintf("%ds", int64(d/time.Second))
 	}
 	return fmt.Sprintf("%dms", d.Milliseconds())
+}
+
+// -- events ---------------------------------------------------------------------------------------------
+
+// RebalanceEvent is what ConsumeParams.OnRebalance gets after each join and rebalance: the partitions
+// this member holds from now on (the same event, with the same fields, in every QueueCore SDK).
+type RebalanceEvent struct {
+	MemberID     string
+	GenerationID int
+	Assignments  []int
+}
+
+// AckError is a settlement (ack, nack or extend) the server refused, reported to ConsumeParams.OnError
+// (never returned by Message.Ack). Code is the reason: ACK_EXPIRED when the ack deadline passed or the
+// partition moved to another member, so the message was or will be redelivered. Read it with errors.As.
+type AckError struct {
+	MessageID string
+	Code      string
+	// Action is "ack", "nack" or "extend".
+	Action string
+}
+
+func (e *AckError) Error() string {
+	return fmt.Sprintf("queuecore: the %s of %s failed: %s", e.Action, e.MessageID, e.Code)
+}
+
+func (k *Consumer) emitRebalance(memberID string, generation int, assignments []int) {
+	k.mu.Lock()
+	k.assignments = append([]int(nil), assignments...)
+	k.mu.Unlock()
+	k.c.log.Debug("queuecore consumer: partitions", "topic", k.topic, "generation", generation, "assignments", assignments)
+	if k.params.OnRebalance != nil {
+		k.params.OnRebalance(RebalanceEvent{MemberID: memberID, GenerationID: generation,
+			Assignments: append([]int(nil), assignments...)})
+	}
+}
+
+func (k *Consumer) reportFailed(failed []failedID, action string) {
+	for _, x := range failed {
+		k.emit(&AckError{MessageID: x.ID, Code: x.Code, Action: action})
+	}
+}
+
+// Assignments are the partitions this member holds now.
+func (k *Consumer) Assignments() []int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]int(nil), k.assignments...)
 }

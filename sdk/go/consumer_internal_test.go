@@ -132,3 +132,23 @@ func closeReleases(t *testing.T, transport Transport) {
 		t.Fatal("the acked message 0 was delivered again")
 	}
 }
+
+func TestAnExtendSettledInTheSameBatchIsNotSent(t *testing.T) {
+	items := []settlement{
+		{kind: "extend", id: "a"}, {kind: "ack", id: "a"},
+		{kind: "extend", id: "b"}, {kind: "nack", id: "b"},
+		{kind: "extend", id: "c"},
+		{kind: "ack", id: "d"}, {kind: "extend", id: "d"}, // after the ack: the application's own doing, kept
+	}
+	got := withoutSupersededExtends(items)
+	want := []settlement{{kind: "ack", id: "a"}, {kind: "nack", id: "b"}, {kind: "extend", id: "c"},
+		{kind: "ack", id: "d"}, {kind: "extend", id: "d"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %+v", got)
+		}
+	}
+}

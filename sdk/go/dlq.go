@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // DeadLetterMessage is a message in a group's dead-letter queue and why it failed.
@@ -73,7 +75,11 @@ type DLQService struct{ c *Client }
 func dlqPath(topic, group string) string { return groupPath(topic, group) + "/dlq" }
 
 // Inspect returns one page of the group's dead letters (a group without a DLQ has an empty one).
-func (s *DLQService) Inspect(ctx context.Context, topic string, params DLQInspectParams) (*DeadLetterPage, error) {
+func (s *DLQService) Inspect(ctx context.Context, topic string, params DLQInspectParams, opts ...option.RequestOption) (*DeadLetterPage, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	if params.Limit > 0 {
 		q.Set("limit", strconv.Itoa(params.Limit))
@@ -82,43 +88,59 @@ func (s *DLQService) Inspect(ctx context.Context, topic string, params DLQInspec
 		q.Set("cursor", params.Cursor)
 	}
 	var page DeadLetterPage
-	if _, err := s.c.do(ctx, request{method: "GET", path: dlqPath(topic, params.Group), query: q}, &page); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: dlqPath(topic, params.Group), query: q}, &page); err != nil {
 		return nil, err
 	}
 	return &page, nil
 }
 
 // Replay sends one dead letter back to the group, under its original id, with a fresh retry budget.
-func (s *DLQService) Replay(ctx context.Context, topic, group, messageID string) (*ReplayResult, error) {
+func (s *DLQService) Replay(ctx context.Context, topic, group, messageID string, opts ...option.RequestOption) (*ReplayResult, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var out ReplayResult
 	body := map[string]string{"messageId": messageID}
-	if _, err := s.c.do(ctx, request{method: "POST", path: dlqPath(topic, group) + "/replay", body: body}, &out); err != nil {
+	if _, err := c.do(ctx, request{method: "POST", path: dlqPath(topic, group) + "/replay", body: body}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
 // ReplayAll sends every dead letter back to the group (params may be nil).
-func (s *DLQService) ReplayAll(ctx context.Context, topic, group string, params *ReplayAllParams) (*ReplayAllResult, error) {
+func (s *DLQService) ReplayAll(ctx context.Context, topic, group string, params *ReplayAllParams, opts ...option.RequestOption) (*ReplayAllResult, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	body := map[string]any{}
 	if params != nil && params.Rate > 0 {
 		body["rate"] = params.Rate
 	}
 	var out ReplayAllResult
-	if _, err := s.c.do(ctx, request{method: "POST", path: dlqPath(topic, group) + "/replay-all", body: body}, &out); err != nil {
+	if _, err := c.do(ctx, request{method: "POST", path: dlqPath(topic, group) + "/replay-all", body: body}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
 // Delete drops one dead letter for good.
-func (s *DLQService) Delete(ctx context.Context, topic, group, messageID string) error {
-	_, err := s.c.do(ctx, request{method: "DELETE", path: dlqPath(topic, group) + "/" + seg(messageID)}, nil)
+func (s *DLQService) Delete(ctx context.Context, topic, group, messageID string, opts ...option.RequestOption) error {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, request{method: "DELETE", path: dlqPath(topic, group) + "/" + seg(messageID)}, nil)
 	return err
 }
 
 // Audit iterates over every replay and delete of the group's DLQ (params may be nil).
-func (s *DLQService) Audit(ctx context.Context, topic, group string, params *ListParams) *Iter[AuditEntry] {
+func (s *DLQService) Audit(ctx context.Context, topic, group string, params *ListParams, opts ...option.RequestOption) *Iter[AuditEntry] {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return failedIter[AuditEntry](ctx, err)
+	}
 	first := true
 	return newIter(ctx, func(ctx context.Context, cursor string) ([]AuditEntry, string, error) {
 		q := url.Values(params.query())
@@ -133,7 +155,7 @@ func (s *DLQService) Audit(ctx context.Context, topic, group string, params *Lis
 			Data       []AuditEntry `json:"data"`
 			NextCursor string       `json:"nextCursor"`
 		}
-		_, err := s.c.do(ctx, request{method: "GET", path: dlqPath(topic, group) + "/audit", query: q}, &page)
+		_, err := c.do(ctx, request{method: "GET", path: dlqPath(topic, group) + "/audit", query: q}, &page)
 		return page.Data, page.NextCursor, err
 	})
 }

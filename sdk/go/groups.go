@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // DeadLetter configures a group's dead-letter queue: after MaxRetries failed attempts (nacks or ack
@@ -85,27 +87,39 @@ func groupPath(topic, group string) string {
 }
 
 // List returns the topic's groups with their consumers and lag.
-func (s *ConsumerGroupService) List(ctx context.Context, topic string) ([]ConsumerGroupSummary, error) {
+func (s *ConsumerGroupService) List(ctx context.Context, topic string, opts ...option.RequestOption) ([]ConsumerGroupSummary, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var out struct {
 		Data []ConsumerGroupSummary `json:"data"`
 	}
-	if _, err := s.c.do(ctx, request{method: "GET", path: "/v1/topics/" + seg(topic) + "/groups"}, &out); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: "/v1/topics/" + seg(topic) + "/groups"}, &out); err != nil {
 		return nil, err
 	}
 	return out.Data, nil
 }
 
 // Describe returns a group with its partitions and config. ErrGroupNotFound when there is none.
-func (s *ConsumerGroupService) Describe(ctx context.Context, topic, group string) (*ConsumerGroup, error) {
+func (s *ConsumerGroupService) Describe(ctx context.Context, topic, group string, opts ...option.RequestOption) (*ConsumerGroup, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var g ConsumerGroup
-	if _, err := s.c.do(ctx, request{method: "GET", path: groupPath(topic, group)}, &g); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: groupPath(topic, group)}, &g); err != nil {
 		return nil, err
 	}
 	return &g, nil
 }
 
 // Update merges params into the group's config, creating the group if needed.
-func (s *ConsumerGroupService) Update(ctx context.Context, topic, group string, params ConsumerGroupUpdateParams) (*ConsumerGroup, error) {
+func (s *ConsumerGroupService) Update(ctx context.Context, topic, group string, params ConsumerGroupUpdateParams, opts ...option.RequestOption) (*ConsumerGroup, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	body := map[string]any{}
 	if params.AckTimeout != "" {
 		body["ackTimeout"] = params.AckTimeout
@@ -119,26 +133,34 @@ func (s *ConsumerGroupService) Update(ctx context.Context, topic, group string, 
 		body["deadLetter"] = params.DeadLetter
 	}
 	var g ConsumerGroup
-	if _, err := s.c.do(ctx, request{method: "PUT", path: groupPath(topic, group), body: body}, &g); err != nil {
+	if _, err := c.do(ctx, request{method: "PUT", path: groupPath(topic, group), body: body}, &g); err != nil {
 		return nil, err
 	}
 	return &g, nil
 }
 
 // Delete removes a group (ErrGroupActive while members are connected).
-func (s *ConsumerGroupService) Delete(ctx context.Context, topic, group string) error {
-	_, err := s.c.do(ctx, request{method: "DELETE", path: groupPath(topic, group)}, nil)
+func (s *ConsumerGroupService) Delete(ctx context.Context, topic, group string, opts ...option.RequestOption) error {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, request{method: "DELETE", path: groupPath(topic, group)}, nil)
 	return err
 }
 
 // ResetOffsets moves every partition of a stopped group to To; ErrGroupActive while members are
 // connected (use Offsets.Reset or Offsets.Seek on a running group).
-func (s *ConsumerGroupService) ResetOffsets(ctx context.Context, topic, group string, params ResetOffsetsParams) ([]PartitionPosition, error) {
+func (s *ConsumerGroupService) ResetOffsets(ctx context.Context, topic, group string, params ResetOffsetsParams, opts ...option.RequestOption) ([]PartitionPosition, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var out struct {
 		Data []PartitionPosition `json:"data"`
 	}
 	body := map[string]any{"to": toValue(params.To)}
-	if _, err := s.c.do(ctx, request{method: "POST", path: groupPath(topic, group) + "/reset-offsets", body: body}, &out); err != nil {
+	if _, err := c.do(ctx, request{method: "POST", path: groupPath(topic, group) + "/reset-offsets", body: body}, &out); err != nil {
 		return nil, err
 	}
 	return out.Data, nil

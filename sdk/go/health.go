@@ -3,6 +3,8 @@ package queuecore
 import (
 	"context"
 	"encoding/json"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // Health is the service's readiness.
@@ -19,7 +21,11 @@ func (h *Health) OK() bool { return h.Status != "down" }
 
 // Health asks the service whether it is ready. It never fails: a service that is down, unreachable or
 // answers nonsense reports Status "down" (with Error saying why).
-func (c *Client) Health(ctx context.Context) *Health {
+func (c *Client) Health(ctx context.Context, opts ...option.RequestOption) *Health {
+	c, err := c.with(opts)
+	if err != nil {
+		return &Health{Status: "down", Checks: map[string]string{}, Error: err.Error()}
+	}
 	zero := 0
 	resp, err := c.send(ctx, request{method: "GET", path: "/v1/health", noAuth: true, acceptStatus: 503, maxRetries: &zero})
 	if err != nil {
@@ -42,7 +48,11 @@ type WebSocketToken struct {
 }
 
 // CreateWebSocketToken issues a token bound to topic (and group, if not empty).
-func (c *Client) CreateWebSocketToken(ctx context.Context, topic, group string) (*WebSocketToken, error) {
+func (c *Client) CreateWebSocketToken(ctx context.Context, topic, group string, opts ...option.RequestOption) (*WebSocketToken, error) {
+	c, err := c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	body := map[string]string{"topic": topic}
 	if group != "" {
 		body["group"] = group

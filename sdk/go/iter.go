@@ -72,3 +72,8 @@ func (p *ListParams) query() map[string][]string {
 	}
 	return q
 }
+
+// failedIter is an iterator that yields nothing and reports err (a bad per-call option).
+func failedIter[T any](ctx context.Context, err error) *Iter[T] {
+	return &Iter[T]{ctx: ctx, err: err}
+}

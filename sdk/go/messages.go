@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // PublishParams are the optional parts of a publish (nil for none).
@@ -46,12 +48,19 @@ type publishBody struct {
 }
 
 // Publish appends data (any value encoding/json takes; a json.RawMessage is sent as is) to topic.
-func (c *Client) Publish(ctx context.Context, topic string, data any, params *PublishParams) (*PublishResult, error) {
+func (c *Client) Publish(ctx context.Context, topic string, data any, params *PublishParams, opts ...option.RequestOption) (*PublishResult, error) {
+	c, err := c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	body := publishBody{Data: data}
 	key := ""
 	if params != nil {
 		body.Key, body.Headers, body.Partition = params.Key, params.Headers, params.Partition
 		key = params.IdempotencyKey
+	}
+	if c.idempotencyKey != "" {
+		key = c.idempotencyKey
 	}
 	if key == "" {
 		key = newIdempotencyKey() // once, before the retries: they all carry it
@@ -103,7 +112,11 @@ const MaxBatchSize = 1000
 // PublishBatch appends 1 to 1000 messages atomically: all are written or none. Each element is the data
 // of a message, or a BatchMessage / *BatchMessage with options. Every item gets an idempotency key
 // (unless it has one) once, so the call's retries never duplicate.
-func (c *Client) PublishBatch(ctx context.Context, topic string, messages []any) (*BatchResult, error) {
+func (c *Client) PublishBatch(ctx context.Context, topic string, messages []any, opts ...option.RequestOption) (*BatchResult, error) {
+	c, err := c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	if len(messages) == 0 || len(messages) > MaxBatchSize {
 		return nil, &Error{Code: "INVALID_REQUEST", Message: "a batch holds 1 to 1000 messages, not " + strconv.Itoa(len(messages))}
 	}
@@ -120,6 +133,9 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, messages []any)
 			items[i] = *v
 		default:
 			items[i] = BatchMessage{Data: m}
+		}
+		if items[i].IdempotencyKey == "" && c.idempotencyKey != "" {
+			items[i].IdempotencyKey = c.idempotencyKey + ":" + strconv.Itoa(i)
 		}
 		if items[i].IdempotencyKey == "" {
 			items[i].IdempotencyKey = newIdempotencyKey()
@@ -209,9 +225,13 @@ type ReadParams struct {
 type MessageService struct{ c *Client }
 
 // Get reads one message by id. ErrMessageNotFound when there is none.
-func (s *MessageService) Get(ctx context.Context, topic, id string) (*Message, error) {
+func (s *MessageService) Get(ctx context.Context, topic, id string, opts ...option.RequestOption) (*Message, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var m Message
-	if _, err := s.c.do(ctx, request{method: "GET", path: "/v1/topics/" + seg(topic) + "/messages/" + seg(id)}, &m); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: "/v1/topics/" + seg(topic) + "/messages/" + seg(id)}, &m); err != nil {
 		return nil, err
 	}
 	return &m, nil
@@ -219,7 +239,11 @@ func (s *MessageService) Get(ctx context.Context, topic, id string) (*Message, e
 
 // Read reads a partition by offset, without a consumer group (browsing, replay). Follow NextOffset to
 // read on; an empty page means the end for now.
-func (s *MessageService) Read(ctx context.Context, topic string, partition int, params *ReadParams) (*MessagePage, error) {
+func (s *MessageService) Read(ctx context.Context, topic string, partition int, params *ReadParams, opts ...option.RequestOption) (*MessagePage, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	q := url.Values{}
 	if params != nil {
 		if params.FromOffset != nil {
@@ -234,7 +258,7 @@ func (s *MessageService) Read(ctx context.Context, topic string, partition int, 
 	}
 	var page MessagePage
 	path := "/v1/topics/" + seg(topic) + "/partitions/" + strconv.Itoa(partition) + "/messages"
-	if _, err := s.c.do(ctx, request{method: "GET", path: path, query: q}, &page); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: path, query: q}, &page); err != nil {
 		return nil, err
 	}
 	return &page, nil

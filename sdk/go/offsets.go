@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 // Offset is a group's position on one partition.
@@ -53,21 +55,29 @@ type OffsetResetParams struct {
 type OffsetService struct{ c *Client }
 
 // Get returns the group's current, latest and lag on one partition.
-func (s *OffsetService) Get(ctx context.Context, topic string, params OffsetGetParams) (*Offset, error) {
+func (s *OffsetService) Get(ctx context.Context, topic string, params OffsetGetParams, opts ...option.RequestOption) (*Offset, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var o Offset
 	q := url.Values{"partition": {strconv.Itoa(params.Partition)}}
-	if _, err := s.c.do(ctx, request{method: "GET", path: groupPath(topic, params.Group) + "/offsets", query: q}, &o); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: groupPath(topic, params.Group) + "/offsets", query: q}, &o); err != nil {
 		return nil, err
 	}
 	return &o, nil
 }
 
 // List returns the group's offsets on every partition.
-func (s *OffsetService) List(ctx context.Context, topic, group string) ([]PartitionOffset, error) {
+func (s *OffsetService) List(ctx context.Context, topic, group string, opts ...option.RequestOption) ([]PartitionOffset, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var out struct {
 		Data []PartitionOffset `json:"data"`
 	}
-	if _, err := s.c.do(ctx, request{method: "GET", path: groupPath(topic, group) + "/offsets"}, &out); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: groupPath(topic, group) + "/offsets"}, &out); err != nil {
 		return nil, err
 	}
 	return out.Data, nil
@@ -76,7 +86,11 @@ func (s *OffsetService) List(ctx context.Context, topic, group string) ([]Partit
 // Seek moves one partition of the group to an offset or a timestamp. An offset outside the partition's
 // range is clamped into it: the result says where it landed, and a warning is logged (WithLogger) when
 // that differs from what was asked.
-func (s *OffsetService) Seek(ctx context.Context, topic string, params OffsetSeekParams) (*SeekResult, error) {
+func (s *OffsetService) Seek(ctx context.Context, topic string, params OffsetSeekParams, opts ...option.RequestOption) (*SeekResult, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	body := map[string]any{"partition": params.Partition}
 	switch {
 	case params.Offset != nil && !params.Timestamp.IsZero():
@@ -89,19 +103,23 @@ func (s *OffsetService) Seek(ctx context.Context, topic string, params OffsetSee
 		return nil, &Error{Code: "INVALID_REQUEST", Message: "Seek takes Offset or Timestamp"}
 	}
 	var out SeekResult
-	if _, err := s.c.do(ctx, request{method: "POST", path: groupPath(topic, params.Group) + "/offsets/seek", body: body}, &out); err != nil {
+	if _, err := c.do(ctx, request{method: "POST", path: groupPath(topic, params.Group) + "/offsets/seek", body: body}, &out); err != nil {
 		return nil, err
 	}
 	// An offset outside the partition's range is clamped into it: say so when it landed elsewhere.
 	if params.Offset != nil && out.Offset != *params.Offset {
-		s.c.log.Warn("queuecore: seek landed elsewhere than asked (the partition's range ends there)",
+		c.log.Warn("queuecore: seek landed elsewhere than asked (the partition's range ends there)",
 			"topic", topic, "group", params.Group, "partition", out.Partition, "asked", *params.Offset, "landed", out.Offset)
 	}
 	return &out, nil
 }
 
 // Reset moves the group to the earliest or latest offset.
-func (s *OffsetService) Reset(ctx context.Context, topic string, params OffsetResetParams) ([]PartitionPosition, error) {
+func (s *OffsetService) Reset(ctx context.Context, topic string, params OffsetResetParams, opts ...option.RequestOption) ([]PartitionPosition, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	body := map[string]any{"to": params.To}
 	if params.Partition != nil {
 		body["partition"] = *params.Partition
@@ -109,7 +127,7 @@ func (s *OffsetService) Reset(ctx context.Context, topic string, params OffsetRe
 	var out struct {
 		Data []PartitionPosition `json:"data"`
 	}
-	if _, err := s.c.do(ctx, request{method: "POST", path: groupPath(topic, params.Group) + "/offsets/reset", body: body}, &out); err != nil {
+	if _, err := c.do(ctx, request{method: "POST", path: groupPath(topic, params.Group) + "/offsets/reset", body: body}, &out); err != nil {
 		return nil, err
 	}
 	return out.Data, nil

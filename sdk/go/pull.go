@@ -85,6 +85,7 @@ func (k *Consumer) join(ctx context.Context, m *pullMember, base string) error {
 	var out struct {
 		MemberID       string `json:"memberId"`
 		GenerationID   int    `json:"generationId"`
+		Assignments    []int  `json:"assignments"`
 		SessionTimeout string `json:"sessionTimeout"`
 	}
 	if _, err := k.c.do(ctx, request{method: "POST", path: base + "/members", body: body}, &out); err != nil {
@@ -97,6 +98,7 @@ func (k *Consumer) join(ctx context.Context, m *pullMember, base string) error {
 		m.mu.Unlock()
 	}
 	k.setMember(out.MemberID)
+	k.emitRebalance(out.MemberID, out.GenerationID, out.Assignments)
 	return nil
 }
 
@@ -202,8 +204,9 @@ func (k *Consumer) heartbeat(ctx context.Context, m *pullMember, base string) {
 			continue
 		}
 		var out struct {
-			GenerationID int  `json:"generationId"`
-			ShouldRejoin bool `json:"shouldRejoin"`
+			GenerationID int   `json:"generationId"`
+			ShouldRejoin bool  `json:"shouldRejoin"`
+			Assignments  []int `json:"assignments"`
 		}
 		_, err := k.c.do(ctx, request{method: "POST", path: base + "/members/" + seg(id) + "/heartbeat",
 			body: map[string]any{"generationId": gen}}, &out)
@@ -215,6 +218,13 @@ func (k *Consumer) heartbeat(ctx context.Context, m *pullMember, base string) {
 			m.mu.Lock()
 			m.generation = 0
 			m.mu.Unlock()
+		} else if out.Assignments != nil && !sameInts(out.Assignments, k.Assignments()) {
+			m.mu.Lock()
+			if m.id == id {
+				m.generation = out.GenerationID
+			}
+			m.mu.Unlock()
+			k.emitRebalance(id, out.GenerationID, out.Assignments)
 		}
 	}
 }
@@ -261,7 +271,12 @@ func (k *Consumer) pullFlush(ctx context.Context, m *pullMember, base string, fi
 			body["ids"] = []string{x.id}
 			body["seconds"] = x.delay.Seconds()
 		}
-		if _, err := k.c.do(ctx, request{method: "POST", path: path, body: body}, nil); err != nil {
+		var answer struct {
+			Failed []failedID `json:"failed"`
+		}
+		if _, err := k.c.do(ctx, request{method: "POST", path: path, body: body}, &answer); err == nil {
+			k.reportFailed(answer.Failed, x.kind)
+		} else {
 			if !final && !fatal(err) && ctx.Err() == nil {
 				failed = append(failed, x)
 			} else {
@@ -272,7 +287,12 @@ func (k *Consumer) pullFlush(ctx context.Context, m *pullMember, base string, fi
 	for start := 0; start < len(acks); start += 1000 {
 		end := min(start+1000, len(acks))
 		body := map[string]any{"memberId": id, "generationId": gen, "ids": acks[start:end]}
-		if _, err := k.c.do(ctx, request{method: "POST", path: base + "/ack", body: body}, nil); err != nil {
+		var answer struct {
+			Failed []failedID `json:"failed"`
+		}
+		if _, err := k.c.do(ctx, request{method: "POST", path: base + "/ack", body: body}, &answer); err == nil {
+			k.reportFailed(answer.Failed, "ack")
+		} else {
 			if !final && !fatal(err) && ctx.Err() == nil {
 				for _, a := range acks[start:end] {
 					failed = append(failed, settlement{kind: "ack", id: a})
@@ -283,4 +303,16 @@ func (k *Consumer) pullFlush(ctx context.Context, m *pullMember, base string, fi
 		}
 	}
 	k.settle.putBack(failed)
+}
+
+func sameInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -146,6 +146,7 @@ func (k *Consumer) pushSession(target string, handler MessageHandler) (welcomed 
 	}
 	k.setMember(hello.MemberID)
 	defer k.setMember("")
+	k.emitRebalance(hello.MemberID, hello.GenerationID, hello.Assignments)
 	k.c.log.Debug("queuecore consumer: joined", "topic", k.topic, "member", hello.MemberID)
 	s := &pushSession{k: k, conn: conn, handler: handler, done: make(chan struct{}), ended: make(chan error, 3),
 		answered: make(chan struct{}, 1), queues: map[int]chan *Message{}}
@@ -244,11 +245,9 @@ func (s *pushSession) read() {
 			case s.answered <- struct{}{}:
 			default:
 			}
-			for _, x := range f.Failed {
-				s.k.c.log.Debug("queuecore consumer: settling failed", "id", x.ID, "code", x.Code)
-			}
+			s.k.reportFailed(f.Failed, "ack")
 		case "rebalance":
-			s.k.c.log.Debug("queuecore consumer: rebalanced", "generation", f.GenerationID, "assignments", f.Assignments)
+			s.k.emitRebalance(s.k.MemberID(), f.GenerationID, f.Assignments)
 		case "error":
 			// A refused client frame is answered by an error frame instead of "acked".
 			if s.unanswered.Add(-1) < 0 {

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/queuecore/queuecore-go/option"
 )
 
 func itoa(v int) string { return strconv.Itoa(v) }
@@ -57,9 +59,13 @@ type TopicUpdateParams struct {
 type TopicService struct{ c *Client }
 
 // Create makes a topic. ErrTopicAlreadyExists (409) when the name is taken.
-func (s *TopicService) Create(ctx context.Context, params TopicCreateParams) (*Topic, error) {
+func (s *TopicService) Create(ctx context.Context, params TopicCreateParams, opts ...option.RequestOption) (*Topic, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var t Topic
-	_, err := s.c.do(ctx, request{method: "POST", path: "/v1/topics", body: params}, &t)
+	_, err = c.do(ctx, request{method: "POST", path: "/v1/topics", body: params}, &t)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +73,11 @@ func (s *TopicService) Create(ctx context.Context, params TopicCreateParams) (*T
 }
 
 // List iterates over every topic of the environment, fetching pages lazily (params may be nil).
-func (s *TopicService) List(ctx context.Context, params *ListParams) *Iter[Topic] {
+func (s *TopicService) List(ctx context.Context, params *ListParams, opts ...option.RequestOption) *Iter[Topic] {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return failedIter[Topic](ctx, err)
+	}
 	cursor := ""
 	if params != nil {
 		cursor = params.Cursor
@@ -85,24 +95,32 @@ func (s *TopicService) List(ctx context.Context, params *ListParams) *Iter[Topic
 			Data       []Topic `json:"data"`
 			NextCursor string  `json:"nextCursor"`
 		}
-		_, err := s.c.do(ctx, request{method: "GET", path: "/v1/topics", query: q}, &page)
+		_, err := c.do(ctx, request{method: "GET", path: "/v1/topics", query: q}, &page)
 		return page.Data, page.NextCursor, err
 	})
 }
 
 // Get describes a topic with its partitions. ErrTopicNotFound when it does not exist.
-func (s *TopicService) Get(ctx context.Context, name string) (*TopicDetail, error) {
+func (s *TopicService) Get(ctx context.Context, name string, opts ...option.RequestOption) (*TopicDetail, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var t TopicDetail
-	if _, err := s.c.do(ctx, request{method: "GET", path: "/v1/topics/" + seg(name)}, &t); err != nil {
+	if _, err := c.do(ctx, request{method: "GET", path: "/v1/topics/" + seg(name)}, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil
 }
 
 // Update adds partitions or changes the retention.
-func (s *TopicService) Update(ctx context.Context, name string, params TopicUpdateParams) (*Topic, error) {
+func (s *TopicService) Update(ctx context.Context, name string, params TopicUpdateParams, opts ...option.RequestOption) (*Topic, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
 	var t Topic
-	_, err := s.c.do(ctx, request{method: "PATCH", path: "/v1/topics/" + seg(name), body: params}, &t)
+	_, err = c.do(ctx, request{method: "PATCH", path: "/v1/topics/" + seg(name), body: params}, &t)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +128,11 @@ func (s *TopicService) Update(ctx context.Context, name string, params TopicUpda
 }
 
 // Delete removes a topic with its data, groups and dead-letter queues.
-func (s *TopicService) Delete(ctx context.Context, name string) error {
-	_, err := s.c.do(ctx, request{method: "DELETE", path: "/v1/topics/" + seg(name)}, nil)
+func (s *TopicService) Delete(ctx context.Context, name string, opts ...option.RequestOption) error {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, request{method: "DELETE", path: "/v1/topics/" + seg(name)}, nil)
 	return err
 }

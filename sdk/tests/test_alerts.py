@@ -24,5 +24,5 @@ async def test_the_async_resource(server):
         with pytest.raises(queuecore.NotFoundError) as gone:
             await client.alerts.get()
         assert gone.value.code == "ALERT_ENDPOINT_NOT_FOUND"
-        with pytest.raises(queuecore.ValidationError):
+        with pytest.raises(queuecore.BadRequestError):
             await client.alerts.set(url="ftp://example.com")

@@ -19,7 +19,7 @@ def answer(status: int, body: object, headers: dict[str, str] | None = None) -> 
 @pytest.mark.parametrize(
     ("status", "code", "cls"),
     [
-        (400, "INVALID_REQUEST", queuecore.ValidationError),
+        (400, "INVALID_REQUEST", queuecore.BadRequestError),
         (401, "INVALID_API_KEY", queuecore.AuthenticationError),
         (403, "FORBIDDEN", queuecore.PermissionDeniedError),
         (404, "TOPIC_NOT_FOUND", queuecore.NotFoundError),
@@ -72,7 +72,7 @@ def test_validation_details():
     body = envelope(400, "INVALID_REQUEST", "Invalid value for 'partitions'.")
     body["error"]["details"] = [{"field": "partitions", "issue": "must be between 1 and 256"}]
     err = make_status_error(answer(400, body), body)
-    assert isinstance(err, queuecore.ValidationError)
+    assert isinstance(err, queuecore.BadRequestError)
     assert err.details == [{"field": "partitions", "issue": "must be between 1 and 256"}]
 
 

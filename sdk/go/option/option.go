@@ -1,10 +1,15 @@
-// Package option holds the functional options of queuecore.NewClient.
+// Package option holds the functional options of queuecore.NewClient, of Client.WithOptions, and of
+// every call (its last arguments, applied to that call only):
 //
 //	client, err := queuecore.NewClient(
 //		option.WithAPIKey(os.Getenv("QUEUECORE_API_KEY")),
 //		option.WithRegion("us-east-1"),
 //		option.WithMaxRetries(4),
 //	)
+//	topic, err := client.Topics.Get(ctx, "order.events", option.WithTimeout(2*time.Second))
+//	res, err := client.Publish(ctx, "order.events", data, nil, option.WithIdempotencyKey("order-42"))
+//	var raw *http.Response
+//	topic, err = client.Topics.Get(ctx, "order.events", option.WithResponseInto(&raw))
 package option
 
 import (
@@ -16,7 +21,7 @@ import (
 	"github.com/queuecore/queuecore-go/internal/config"
 )
 
-// RequestOption configures a client. Options are applied in order; a later one wins.
+// RequestOption configures a client, or one call. Options are applied in order; a later one wins.
 type RequestOption func(*config.Config) error
 
 // WithAPIKey sets the project environment's key (pq_live_sk_… / pq_test_sk_…). Surrounding whitespace is
@@ -97,6 +102,34 @@ func WithHeader(key, value string) RequestOption {
 			c.Headers = http.Header{}
 		}
 		c.Headers.Add(key, value)
+		return nil
+	}
+}
+
+// WithIdempotencyKey sets the idempotency key of one Publish (it wins over PublishParams.IdempotencyKey);
+// on a PublishBatch, the messages without a key of their own get "<key>:<index>" (0-based), so running
+// the same batch again publishes nothing twice. Other calls ignore it; NewClient and WithOptions refuse
+// it (a key belongs to one publish).
+func WithIdempotencyKey(key string) RequestOption {
+	return func(c *config.Config) error {
+		if key == "" {
+			return errors.New("queuecore: WithIdempotencyKey(\"\")")
+		}
+		c.IdempotencyKey = key
+		return nil
+	}
+}
+
+// WithResponseInto stores the call's final HTTP answer (after retries; its body already read, and readable
+// again) in *dst, also when the call returns an API error: the Go counterpart of Python's
+// with_raw_response. queuecore.ParseRateLimit(resp.Header) reads its rate-limit state. A call option only
+// (NewClient and WithOptions refuse it).
+func WithResponseInto(dst **http.Response) RequestOption {
+	return func(c *config.Config) error {
+		if dst == nil {
+			return errors.New("queuecore: WithResponseInto(nil)")
+		}
+		c.ResponseInto = dst
 		return nil
 	}
 }

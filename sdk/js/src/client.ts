@@ -172,7 +172,7 @@ export class QueueCore extends APIClient {
 
   /** A copy with some options changed (sharing `fetch`, hence Node's connection pool). */
   withOptions(options: ClientOptions): QueueCore {
-    return new QueueCore({
+    const copy = new QueueCore({
       ...this.#options,
       apiKey: this.apiKey,
       baseUrl: this.baseURL,
@@ -183,5 +183,7 @@ export class QueueCore extends APIClient {
       defaultHeaders: this.defaultHeaders,
       ...options,
     });
+    copy.rateLimitState = this.rateLimitState;
+    return copy;
   }
 }

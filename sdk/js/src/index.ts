@@ -16,6 +16,7 @@ export {
   APIConnectionError,
   APIError,
   APIResponseValidationError,
+  APIStatusError,
   APITimeoutError,
   AuthenticationError,
   BadRequestError,
@@ -27,8 +28,9 @@ export {
   QueueCoreError,
   RateLimitError,
   ServiceUnavailableError,
+  parseRateLimit,
 } from './core/error.js';
-export type { ErrorDetail } from './core/error.js';
+export type { ErrorDetail, RateLimit } from './core/error.js';
 export { PagedList } from './core/pagination.js';
 export { defaultOpener, wsOpener, WebSocketUnavailableError } from './core/websocket.js';
 export type { OpenSocket, Socket, SocketEvents } from './core/websocket.js';

@@ -2,6 +2,7 @@
  * The shapes of the API's answers and of the calls' parameters. Answers are the API's JSON as it is
  * (camelCase fields, timestamps as ISO-8601 UTC strings with milliseconds, e.g. `2026-03-28T10:42:18.003Z`).
  */
+import type { RateLimit } from './core/error.js';
 
 /** Any JSON value: what a message's `data` may be. */
 export type JSONValue = string | number | boolean | null | JSONValue[] | { [key: string]: JSONValue };
@@ -309,4 +310,19 @@ export interface RequestOptions {
   /** Abort the call (no retry after an abort). */
   signal?: AbortSignal;
   headers?: Record<string, string>;
+  /**
+   * Called with the call's final HTTP answer (after retries; also when the call then throws an API error):
+   * the counterpart of Python's `with_raw_response` and Go's `option.WithResponseInto`.
+   */
+  onResponse?: (response: RawResponse) => void;
+}
+
+/** The HTTP answer of one call, as `RequestOptions.onResponse` gets it. */
+export interface RawResponse {
+  status: number;
+  headers: Headers;
+  /** The answer's `X-Request-Id`. */
+  requestId: string | undefined;
+  /** The key's rate-limit state the answer reported (`undefined` on routes without a limit). */
+  rateLimit: RateLimit | undefined;
 }

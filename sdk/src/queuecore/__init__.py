@@ -13,14 +13,16 @@
 from . import pagination, resources, types
 from ._client import AsyncQueueCore, QueueCore
 from ._constants import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
-from ._consumer import AsyncConsumer, Consumer
+from ._consumer import AsyncConsumer, Consumer, RebalanceEvent
 from ._exceptions import (
+    AckError,
     APIConnectionError,
     APIError,
     APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
+    BadRequestError,
     ConflictError,
     InternalServerError,
     NotFoundError,
@@ -29,8 +31,9 @@ from ._exceptions import (
     QueueCoreError,
     RateLimitError,
     ServiceUnavailableError,
-    ValidationError,
 )
+from ._ratelimit import RateLimit
+from ._raw_response import APIResponse
 from ._version import __version__
 from .pagination import AsyncCursorPage, AsyncPaginator, SyncCursorPage
 from .types import (
@@ -72,9 +75,11 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "APIConnectionError",
     "APIError",
+    "APIResponse",
     "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
+    "AckError",
     "AlertDelivery",
     "AlertDeliveryPage",
     "AlertEndpoint",
@@ -87,6 +92,7 @@ __all__ = [
     "AuditEntry",
     "AuditPage",
     "AuthenticationError",
+    "BadRequestError",
     "BatchItem",
     "BatchMessage",
     "BatchResult",
@@ -114,7 +120,9 @@ __all__ = [
     "PublishResult",
     "QueueCore",
     "QueueCoreError",
+    "RateLimit",
     "RateLimitError",
+    "RebalanceEvent",
     "ReplayAllResult",
     "ReplayResult",
     "SeekResult",
@@ -122,7 +130,6 @@ __all__ = [
     "SyncCursorPage",
     "Topic",
     "TopicDetail",
-    "ValidationError",
     "__version__",
     "pagination",
     "resources",
@@ -153,8 +160,26 @@ _public: tuple[type, ...] = (
     QueueCoreError,
     RateLimitError,
     ServiceUnavailableError,
-    ValidationError,
+    BadRequestError,
+    AckError,
+    APIResponse,
+    RateLimit,
+    RebalanceEvent,
 )
 for _obj in _public:
     _obj.__module__ = "queuecore"
 del _obj, _public
+
+
+def __getattr__(name: str) -> object:
+    # Deprecated names, kept working for existing code; each access warns once per call site.
+    if name == "ValidationError":
+        import warnings
+
+        warnings.warn(
+            "queuecore.ValidationError is deprecated: use queuecore.BadRequestError (the same class)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return BadRequestError
+    raise AttributeError(f"module 'queuecore' has no attribute {name!r}")

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar, Union
+from typing import Any, Callable, Generic, TypeVar, Union
 
 import httpx
 import pydantic
@@ -38,6 +38,7 @@ from ._exceptions import (
     parse_retry_after,
 )
 from ._models import BaseModel
+from ._ratelimit import RateLimit, parse_rate_limit
 from ._version import __version__
 
 __all__ = ["AsyncAPIClient", "BaseClient", "RequestOptions", "SyncAPIClient", "parse_model"]
@@ -103,6 +104,12 @@ def parse_model(cls: type[_ModelT], response: httpx.Response, **overrides: Any) 
     return model
 
 
+class RateLimitState:
+    """The last rate-limit state a client saw; shared by a client and the copies ``with_options`` makes."""
+
+    value: RateLimit | None = None
+
+
 def _dump_json(value: Any) -> bytes:
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
@@ -137,6 +144,15 @@ class BaseClient(Generic[_HttpxClientT]):
         self.max_retries = max_retries
         self._logger = logger or logging.getLogger("queuecore")
         self._custom_headers = dict(default_headers or {})
+        self._rate_limit_state = RateLimitState()
+        # Set on the copies ``with_raw_response`` makes: gets the final answer of each call.
+        self._response_hook: Callable[[httpx.Response], None] | None = None
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The key's rate-limit state as the last answer that carried one reported it (``None`` before
+        any): ``policy``, ``limit``, ``remaining``, ``reset`` seconds, ``window`` seconds."""
+        return self._rate_limit_state.value
 
     # -- building ---------------------------------------------------------------------------------------
 
@@ -242,7 +258,12 @@ class BaseClient(Generic[_HttpxClientT]):
             response.status_code,
             response.headers.get("x-request-id"),
         )
+        rate_limit = parse_rate_limit(response.headers)
+        if rate_limit is not None:
+            self._rate_limit_state.value = rate_limit
         if self._is_answer(options, response):
+            if self._response_hook is not None:
+                self._response_hook(response)
             return None
         if not self._should_retry(response) or retries_taken >= self.max_retries:
             raise self._status_error(response)

@@ -22,6 +22,7 @@ from ._base_client import AsyncAPIClient, RequestOptions, SyncAPIClient, Timeout
 from ._constants import DEFAULT_BASE_URL, DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
 from ._exceptions import APIError, QueueCoreError
+from ._raw_response import AsyncRawResponse, RawResponse
 from .resources.alerts import Alerts, AsyncAlerts
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.dlq import AsyncDlq, Dlq
@@ -211,6 +212,7 @@ class QueueCore(SyncAPIClient):
         engine_client = AsyncQueueCore(
             api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
         )
+        engine_client._rate_limit_state = self._rate_limit_state
         engine = AsyncConsumer(
             engine_client,
             topic,
@@ -244,20 +246,36 @@ class QueueCore(SyncAPIClient):
         timeout: TimeoutTypes | NotGiven = NOT_GIVEN,
         max_retries: int | None = None,
         logger: logging.Logger | None = None,
+        default_headers: Mapping[str, str] | None = None,
     ) -> QueueCore:
-        """A copy with some options changed, sharing this client's connection pool::
+        """A copy with some options changed, sharing this client's connection pool and rate-limit state
+        (``default_headers`` are added to this client's)::
 
         client.with_options(max_retries=5).publish("order.events", {...})
+        client.with_options(default_headers={"X-Request-Id": "req-import-42"}).topics.list()
         """
-        return QueueCore(
+        copy = QueueCore(
             api_key=api_key or self.api_key,
             base_url=base_url or self.base_url,
             timeout=self.timeout if isinstance(timeout, NotGiven) else timeout,
             max_retries=self.max_retries if max_retries is None else max_retries,
             logger=logger or self._logger,
-            default_headers=self._custom_headers,
+            default_headers={**self._custom_headers, **(default_headers or {})},
             http_client=self._client,
         )
+        copy._rate_limit_state = self._rate_limit_state
+        return copy
+
+    @cached_property
+    def with_raw_response(self) -> RawResponse:
+        """The same calls, answering an ``APIResponse`` (status, headers, request id, rate-limit state;
+        ``.parse()`` gives what the plain call returns)::
+
+            response = client.with_raw_response.topics.describe("order.events")
+            print(response.status_code, response.rate_limit)
+            topic = response.parse()
+        """
+        return RawResponse(self, lambda client: client)
 
     def is_closed(self) -> bool:
         """Whether the connection pool is closed."""
@@ -407,17 +425,31 @@ class AsyncQueueCore(AsyncAPIClient):
         timeout: TimeoutTypes | NotGiven = NOT_GIVEN,
         max_retries: int | None = None,
         logger: logging.Logger | None = None,
+        default_headers: Mapping[str, str] | None = None,
     ) -> AsyncQueueCore:
         """A copy with some options changed, sharing this client's connection pool."""
-        return AsyncQueueCore(
+        copy = AsyncQueueCore(
             api_key=api_key or self.api_key,
             base_url=base_url or self.base_url,
             timeout=self.timeout if isinstance(timeout, NotGiven) else timeout,
             max_retries=self.max_retries if max_retries is None else max_retries,
             logger=logger or self._logger,
-            default_headers=self._custom_headers,
+            default_headers={**self._custom_headers, **(default_headers or {})},
             http_client=self._client,
         )
+        copy._rate_limit_state = self._rate_limit_state
+        return copy
+
+    @cached_property
+    def with_raw_response(self) -> AsyncRawResponse:
+        """The same calls, answering an ``APIResponse`` (status, headers, request id, rate-limit state;
+        ``.parse()`` gives what the plain call returns)::
+
+            response = await client.with_raw_response.topics.describe("order.events")
+            print(response.status_code, response.rate_limit)
+            topic = response.parse()
+        """
+        return AsyncRawResponse(self, lambda client: client)
 
     def is_closed(self) -> bool:
         """Whether the connection pool is closed."""

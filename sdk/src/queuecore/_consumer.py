@@ -25,7 +25,9 @@ import httpx
 
 from . import _tracing
 from ._base_client import RequestOptions, parse_model
+from ._consumer_kit import RebalanceEvent, _Settler
 from ._exceptions import (
+    AckError,
     APIConnectionError,
     APIStatusError,
     InternalServerError,
@@ -40,11 +42,13 @@ from .types.consumed_message import ConsumedMessage
 if TYPE_CHECKING:
     from ._client import AsyncQueueCore
 
-__all__ = ["AsyncConsumer", "Consumer", "Handler", "StartFrom", "Transport"]
+__all__ = ["AsyncConsumer", "Consumer", "Event", "Handler", "RebalanceEvent", "StartFrom", "Transport"]
 
 StartFrom = Literal["earliest", "latest"]
 Transport = Literal["websocket", "pull"]
 Handler = Callable[[Any], Union[Awaitable[None], None]]
+Event = Literal["message", "error", "rebalance"]
+_EVENTS = "'message', 'error' or 'rebalance'"
 
 ACK_FLUSH_INTERVAL = 0.1
 POLL_WAIT_SECONDS = 5.0
@@ -74,48 +78,6 @@ class _Heartbeat(BaseModel):
 
 class _Rejoin(Exception):
     """The membership is gone or stale: join again."""
-
-
-class _Settler:
-    """Thread-safe queue of acks, nacks and extends; the engine sends them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.acks: list[str] = []
-        self.nacks: list[tuple[str, str | None, str | float | None]] = []
-        self.extends: list[tuple[str, float]] = []
-        self.wake: Callable[[], None] | None = None
-        self.wake_on_ack = False  # push: acks go out within milliseconds; pull: on the flush interval
-
-    def ack(self, message_id: str) -> None:
-        with self._lock:
-            self.acks.append(message_id)
-        if self.wake_on_ack and self.wake is not None:
-            self.wake()
-
-    def nack(self, message_id: str, reason: str | None, delay: str | float | None) -> None:
-        with self._lock:
-            self.nacks.append((message_id, reason, delay))
-        if self.wake is not None:
-            self.wake()
-
-    def extend(self, message_id: str, seconds: float) -> None:
-        with self._lock:
-            self.extends.append((message_id, seconds))
-        if self.wake is not None:
-            self.wake()
-
-    def take(
-        self,
-    ) -> tuple[list[str], list[tuple[str, str | None, str | float | None]], list[tuple[str, float]]]:
-        with self._lock:
-            taken = (self.acks, self.nacks, self.extends)
-            self.acks, self.nacks, self.extends = [], [], []
-        return taken
-
-    def pending(self) -> bool:
-        with self._lock:
-            return bool(self.acks or self.nacks or self.extends)
 
 
 def _retryable(exc: Exception) -> bool:
@@ -167,7 +129,8 @@ class AsyncConsumer:
         self.transport = transport
         self._client = client
         self._log = logger or logging.getLogger("queuecore")
-        self._handlers: dict[str, list[Handler]] = {"message": [], "error": []}
+        self._handlers: dict[str, list[Handler]] = {"message": [], "error": [], "rebalance": []}
+        self._assignments: list[int] = []
         self._settler = _Settler()
         self._member_id: str | None = None
         self._generation = 0
@@ -185,12 +148,27 @@ class AsyncConsumer:
         """The member id while joined (``csr_…``)."""
         return self._member_id
 
-    def on(self, event: Literal["message", "error"], handler: Handler) -> AsyncConsumer:
+    @property
+    def assignments(self) -> list[int]:
+        """The partitions this member holds now."""
+        return list(self._assignments)
+
+    def on(self, event: Event, handler: Handler) -> AsyncConsumer:
         """Register a handler: ``"message"`` gets each ``ConsumedMessage`` (raise to nack it), ``"error"``
-        each exception the consumer survives (connection errors, refused calls, handler failures)."""
+        each exception the consumer survives (connection errors, refused calls, handler failures, and an
+        ``AckError`` for each ack, nack or extend the server refused), ``"rebalance"`` a ``RebalanceEvent``
+        after each join and rebalance."""
         if event not in self._handlers:
-            raise ValueError(f"unknown event {event!r}: 'message' or 'error'")
+            raise ValueError(f"unknown event {event!r}: {_EVENTS}")
         self._handlers[event].append(handler)
+        return self
+
+    def off(self, event: Event, handler: Handler) -> AsyncConsumer:
+        """Remove a handler registered with ``on``."""
+        if event not in self._handlers:
+            raise ValueError(f"unknown event {event!r}: {_EVENTS}")
+        with contextlib.suppress(ValueError):
+            self._handlers[event].remove(handler)
         return self
 
     # -- paths and calls ------------------------------------------------------------------------------------
@@ -219,6 +197,28 @@ class AsyncConsumer:
             joined.member_id,
             joined.generation_id,
         )
+        await self._rebalanced(joined.assignments)
+
+    async def _rebalanced(self, assignments: list[int]) -> None:
+        """Note the member's partitions and tell the ``"rebalance"`` handlers (a handler's failure goes
+        to ``"error"``)."""
+        self._assignments = list(assignments)
+        self._log.debug("%s/%s: partitions %s", self.topic, self.group, self._assignments)
+        event = RebalanceEvent(self._member_id, self._generation, list(self._assignments))
+        for handler in list(self._handlers["rebalance"]):
+            try:
+                await self._invoke(handler, event)
+            except Exception as exc:  # noqa: BLE001 — reported, the consumer goes on
+                await self._emit_error(exc)
+
+    async def _report_failed(self, answer: object, action: str) -> None:
+        """Each settlement the server refused (``failed: [{id, code}]``) as an ``AckError`` on ``"error"``."""
+        failed = answer.get("failed") if isinstance(answer, dict) else None
+        if not isinstance(failed, list):
+            return
+        for item in failed:
+            if isinstance(item, dict):
+                await self._emit_error(AckError(str(item.get("id")), str(item.get("code")), action))
 
     async def _emit_error(self, exc: BaseException) -> None:
         if not self._handlers["error"]:
@@ -390,6 +390,9 @@ class AsyncConsumer:
                 )
                 if beat.should_rejoin:
                     self._generation = 0
+                elif beat.assignments != self._assignments:
+                    self._generation = beat.generation_id
+                    await self._rebalanced(beat.assignments)
             except APIStatusError as exc:
                 if exc.code in _REJOIN_CODES:
                     if exc.code == "MEMBER_NOT_FOUND":
@@ -419,7 +422,8 @@ class AsyncConsumer:
         try:
             for start in range(0, len(acks), 1000):
                 try:
-                    await self._call("POST", "/ack", {**member, "ids": acks[start : start + 1000]})
+                    answer = await self._call("POST", "/ack", {**member, "ids": acks[start : start + 1000]})
+                    await self._report_failed(answer.json(), "ack")
                 except Exception as exc:  # noqa: BLE001
                     if _retryable(exc) and not self._stopping:
                         retry_acks.extend(acks[start : start + 1000])
@@ -432,7 +436,8 @@ class AsyncConsumer:
                 if delay is not None:
                     body["delay"] = delay
                 try:
-                    await self._call("POST", "/nack", body)
+                    answer = await self._call("POST", "/nack", body)
+                    await self._report_failed(answer.json(), "nack")
                 except Exception as exc:  # noqa: BLE001
                     if _retryable(exc) and not self._stopping:
                         retry_nacks.append((message_id, reason, delay))
@@ -440,7 +445,9 @@ class AsyncConsumer:
                         await self._emit_error(exc)
             for message_id, seconds in extends:
                 try:
-                    await self._call("POST", "/extend", {**member, "ids": [message_id], "seconds": seconds})
+                    body = {**member, "ids": [message_id], "seconds": seconds}
+                    answer = await self._call("POST", "/extend", body)
+                    await self._report_failed(answer.json(), "extend")
                 except Exception as exc:  # noqa: BLE001
                     if _retryable(exc) and not self._stopping:
                         retry_extends.append((message_id, seconds))
@@ -546,9 +553,19 @@ class Consumer:
         """The member id while joined (``csr_…``)."""
         return self._engine.member_id
 
-    def on(self, event: Literal["message", "error"], handler: Handler) -> Consumer:
+    @property
+    def assignments(self) -> list[int]:
+        """The partitions this member holds now."""
+        return self._engine.assignments
+
+    def on(self, event: Event, handler: Handler) -> Consumer:
         """Register a handler (sync or async); see ``AsyncConsumer.on``."""
         self._engine.on(event, handler)
+        return self
+
+    def off(self, event: Event, handler: Handler) -> Consumer:
+        """Remove a handler registered with ``on``."""
+        self._engine.off(event, handler)
         return self
 
     def start(self) -> None:

@@ -3,7 +3,8 @@
     QueueCoreError
      ├── APIError                       anything that went wrong talking to the API
      │    ├── APIStatusError            the API answered a non-2xx status (carries the response)
-     │    │    ├── ValidationError              400 INVALID_REQUEST
+     │    │    ├── BadRequestError              400 INVALID_REQUEST, OFFSET_OUT_OF_RANGE (``ValidationError``,
+     │    │    │                                 its old name, is a deprecated alias)
      │    │    ├── AuthenticationError          401 INVALID_API_KEY
      │    │    ├── PermissionDeniedError        403 FORBIDDEN
      │    │    ├── NotFoundError                404 TOPIC_NOT_FOUND, MESSAGE_NOT_FOUND, NOT_FOUND, ...
@@ -15,10 +16,13 @@
      │    ├── APIConnectionError        no answer: connection refused or reset, DNS, TLS, ...
      │    │    └── APITimeoutError      no answer in time
      │    └── APIResponseValidationError  a 2xx answer that is not what the API promises
+     ├── AckError                       a consumer's ack/nack/extend the server refused (``ACK_EXPIRED``),
+     │                                  reported to ``on("error")``
      └── (client misuse, e.g. no API key, raises QueueCoreError itself)
 
 Every ``APIError`` carries ``code``, ``status``, ``request_id`` and ``message``; ``str()`` leads with the
-request id, which is what support needs.
+request id, which is what support needs. The names are those of the Node.js SDK, and the Go SDK's
+``Err*`` values match the same classes (sdk/README.md has the table).
 """
 
 from __future__ import annotations
@@ -30,13 +34,17 @@ from typing import Any
 
 import httpx
 
+from ._ratelimit import RateLimit, parse_rate_limit
+
 __all__ = [
     "APIConnectionError",
     "APIError",
     "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
+    "AckError",
     "AuthenticationError",
+    "BadRequestError",
     "ConflictError",
     "InternalServerError",
     "NotFoundError",
@@ -137,9 +145,21 @@ class APIStatusError(APIError):
         """Alias of ``status``, as httpx names it."""
         return self.status
 
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The key's rate-limit state this answer reported (``RateLimit``/``RateLimit-Policy``, else the
+        older ``RateLimit-*`` fields); ``None`` on routes without a limit."""
+        return parse_rate_limit(self.response.headers)
 
-class ValidationError(APIStatusError):
-    """400: the request was malformed or a value is out of range (``details`` says which field)."""
+
+class BadRequestError(APIStatusError):
+    """400: the request was malformed or a value is out of range (``details`` says which field);
+    ``INVALID_REQUEST``, or ``OFFSET_OUT_OF_RANGE`` for a read beyond a partition's end."""
+
+
+ValidationError = BadRequestError
+"""Deprecated: the old name of ``BadRequestError`` (the name every QueueCore SDK now uses). Kept so that
+existing ``except queuecore.ValidationError`` code goes on working."""
 
 
 class AuthenticationError(APIStatusError):
@@ -205,6 +225,23 @@ class APITimeoutError(APIConnectionError):
         super().__init__(request=request, message=f"Request to {address(request)} timed out.")
 
 
+class AckError(QueueCoreError):
+    """The server refused to settle a consumed message: reported to the consumer's ``on("error")``
+    handlers, never raised by ``ack()``. ``code`` is the reason (``ACK_EXPIRED``: the ack deadline passed or
+    the partition moved to another member, so the message was or will be redelivered)."""
+
+    code: str
+    message_id: str
+    action: str
+    """``"ack"``, ``"nack"`` or ``"extend"``."""
+
+    def __init__(self, message_id: str, code: str, action: str = "ack") -> None:
+        super().__init__(f"The {action} of {message_id} failed: {code}")
+        self.message_id = message_id
+        self.code = code
+        self.action = action
+
+
 class APIResponseValidationError(APIError):
     """A 2xx answer whose body is not what the API promises (a proxy in the way, or a version skew)."""
 
@@ -222,7 +259,7 @@ class APIResponseValidationError(APIError):
 
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {
-    400: ValidationError,
+    400: BadRequestError,
     401: AuthenticationError,
     403: PermissionDeniedError,
     404: NotFoundError,

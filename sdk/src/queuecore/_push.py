@@ -122,6 +122,9 @@ class PushSession:
         consumer._log.debug(
             "joined %s/%s as %s over WebSocket", consumer.topic, consumer.group, self.member_id
         )
+        consumer._generation = self.generation
+        assignments = welcome.get("assignments")
+        await consumer._rebalanced(assignments if isinstance(assignments, list) else [])
         self._unanswered = 0
         reader = asyncio.ensure_future(self._read(ws))
         writer = asyncio.ensure_future(self._write(ws))
@@ -187,11 +190,12 @@ class PushSession:
             elif kind == "acked":
                 self._unanswered = max(0, self._unanswered - 1)
                 self._answered.set()
-                for failed in frame.get("failed", []):
-                    consumer._log.debug("settling %s failed: %s", failed.get("id"), failed.get("code"))
+                await consumer._report_failed(frame, "ack")
             elif kind == "rebalance":
                 self.generation = int(frame.get("generationId", self.generation))
-                consumer._log.debug("rebalanced: partitions %s", frame.get("assignments"))
+                consumer._generation = self.generation
+                assignments = frame.get("assignments")
+                await consumer._rebalanced(assignments if isinstance(assignments, list) else [])
             elif kind == "error":
                 error = frame.get("error", {})
                 await consumer._emit_error(

@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 if TYPE_CHECKING:
     from ._client import AsyncQueueCore, QueueCore
+    from ._raw_response import AsyncRawResponse, RawResponse
 
 __all__ = ["AsyncAPIResource", "SyncAPIResource", "path_segment"]
 
@@ -24,6 +25,13 @@ class SyncAPIResource:
     def __init__(self, client: QueueCore) -> None:
         self._client = client
 
+    @property
+    def with_raw_response(self) -> RawResponse:
+        """These calls answering an ``APIResponse`` (see ``QueueCore.with_raw_response``)."""
+        from ._raw_response import RawResponse
+
+        return RawResponse(self._client, type(self))
+
 
 class AsyncAPIResource:
     """A namespace of calls on an ``AsyncQueueCore`` client."""
@@ -32,3 +40,10 @@ class AsyncAPIResource:
 
     def __init__(self, client: AsyncQueueCore) -> None:
         self._client = client
+
+    @property
+    def with_raw_response(self) -> AsyncRawResponse:
+        """These calls answering an ``APIResponse`` (see ``AsyncQueueCore.with_raw_response``)."""
+        from ._raw_response import AsyncRawResponse
+
+        return AsyncRawResponse(self._client, type(self))

@@ -43,7 +43,7 @@ class TestSync:
         assert removed.config.ack_timeout == "45s"
 
     def test_invalid_config(self, client, topic):
-        with pytest.raises(queuecore.ValidationError):
+        with pytest.raises(queuecore.BadRequestError):
             client.consumer_groups.update(topic, unique("g"), ack_timeout="13h")
 
     def test_list_and_describe(self, client, topic):

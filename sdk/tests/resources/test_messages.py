@@ -78,7 +78,7 @@ class TestPublish:
         assert len(sent) == 1
 
     def test_out_of_range_partition(self, client, topic):
-        with pytest.raises(queuecore.ValidationError):
+        with pytest.raises(queuecore.BadRequestError):
             client.publish(topic, 1, partition=99)
 
 
@@ -126,9 +126,9 @@ class TestPublishBatch:
         assert sum(p.messages for p in client.topics.describe(topic).partition_details) == 2
 
     def test_limits(self, client, topic):
-        with pytest.raises(queuecore.ValidationError):
+        with pytest.raises(queuecore.BadRequestError):
             client.publish_batch(topic, [])
-        with pytest.raises(queuecore.ValidationError):
+        with pytest.raises(queuecore.BadRequestError):
             client.publish_batch(topic, list(range(1001)))
         with pytest.raises(queuecore.PayloadTooLargeError):
             client.publish_batch(topic, ["small", "x" * (300 * 1024)])
@@ -167,7 +167,7 @@ class TestRead:
         assert page.data == [] and page.next_offset == 0
 
     def test_bad_partition_and_topic(self, client, topic):
-        with pytest.raises(queuecore.ValidationError):
+        with pytest.raises(queuecore.BadRequestError):
             client.messages.read(topic, 99)
         with pytest.raises(queuecore.NotFoundError):
             client.messages.read(unique("missing"), 0)
@@ -175,7 +175,7 @@ class TestRead:
 
 class TestGet:
     def test_malformed_id(self, client, topic):
-        with pytest.raises(queuecore.ValidationError) as info:
+        with pytest.raises(queuecore.BadRequestError) as info:
             client.messages.get(topic, "not-an-id")
         assert info.value.code == "INVALID_REQUEST"
 

@@ -47,7 +47,7 @@ class TestCreate:
     @pytest.mark.parametrize("replicas", [3, 5])
     def test_more_replicas_than_the_local_engine_keeps(self, client, replicas):
         name = unique("replicas")
-        with pytest.raises(queuecore.ValidationError) as info:
+        with pytest.raises(queuecore.BadRequestError) as info:
             client.topics.create(name, replicas=replicas)
         assert info.value.code == "INVALID_REQUEST"
         assert "keeps one copy" in info.value.message
@@ -74,13 +74,13 @@ class TestCreate:
         ],
     )
     def test_invalid_values(self, client, options):
-        with pytest.raises(queuecore.ValidationError) as info:
+        with pytest.raises(queuecore.BadRequestError) as info:
             client.topics.create(unique("bad"), **options)
         assert info.value.code == "INVALID_REQUEST"
         assert info.value.details
 
     def test_invalid_name(self, client):
-        with pytest.raises(queuecore.ValidationError):
+        with pytest.raises(queuecore.BadRequestError):
             client.topics.create("Not A Valid Name")
 
 
@@ -143,7 +143,7 @@ class TestUpdate:
         assert len(client.topics.describe(topic).partition_details) == 5
 
     def test_a_decrease_is_refused(self, client, topic):
-        with pytest.raises(queuecore.ValidationError):
+        with pytest.raises(queuecore.BadRequestError):
             client.topics.update(topic, partitions=1)
 
     def test_missing(self, client):

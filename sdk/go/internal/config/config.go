@@ -20,4 +20,8 @@ type Config struct {
 	Logger     *slog.Logger
 	Headers    http.Header
 	Tracer     Tracer // nil: no trace context is sent or followed
+	// IdempotencyKey is a per-call option (a publish's key).
+	IdempotencyKey string
+	// ResponseInto is a per-call option: where the call's final HTTP answer goes.
+	ResponseInto **http.Response
 }

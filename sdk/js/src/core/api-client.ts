@@ -19,9 +19,12 @@ import {
   QueueCoreError,
   isObject,
   makeStatusError,
+  parseRateLimit,
   parseRetryAfter,
+  type RateLimit,
 } from './error.js';
 import { VERSION } from '../version.js';
+import type { RawResponse } from '../types.js';
 
 /** Milliseconds per attempt, by default. Publishes answer once durable (fsync'd): allow more than a read. */
 export const DEFAULT_TIMEOUT = 30_000;
@@ -68,6 +71,8 @@ export interface FinalRequestOptions {
   timeout?: number;
   maxRetries?: number;
   signal?: AbortSignal;
+  /** Gets the final HTTP answer (see `RequestOptions.onResponse`). */
+  onResponse?: (response: RawResponse) => void;
 }
 
 export interface APIResponse<T> {
@@ -104,6 +109,8 @@ export class APIClient {
   readonly logger: Logger;
   protected readonly fetch: Fetch;
   protected readonly defaultHeaders: Record<string, string>;
+  /** The last rate-limit state seen; shared with the copies `withOptions` makes. */
+  protected rateLimitState: { value: RateLimit | undefined } = { value: undefined };
 
   constructor(options: APIClientOptions) {
     if (!Number.isInteger(options.maxRetries) || options.maxRetries < 0) {
@@ -117,6 +124,14 @@ export class APIClient {
     this.logger = options.logger;
     this.fetch = options.fetch;
     this.defaultHeaders = options.defaultHeaders;
+  }
+
+  /**
+   * The key's rate-limit state as the last answer that carried one reported it (`undefined` before any):
+   * `{policy, limit, remaining, reset, window}`, seconds for `reset` and `window`.
+   */
+  get rateLimit(): RateLimit | undefined {
+    return this.rateLimitState.value;
   }
 
   /** Wait before a retry. Tests override it to record the waits instead. */
@@ -216,10 +231,25 @@ export class APIClient {
         continue;
       }
       attempt.clear();
+      const rateLimit = parseRateLimit(response.headers);
+      if (rateLimit) this.rateLimitState.value = rateLimit;
       const parsed = parseJSON(text);
       this.logger.debug(
         `Answer: ${options.method} ${options.path} ${response.status} (${response.headers.get('x-request-id') ?? '-'})`,
       );
+      const final =
+        response.ok ||
+        options.acceptStatuses?.includes(response.status) ||
+        !RETRYABLE_STATUSES.has(response.status) ||
+        retriesTaken >= maxRetries;
+      if (final && options.onResponse) {
+        options.onResponse({
+          status: response.status,
+          headers: response.headers,
+          requestId: response.headers.get('x-request-id') ?? undefined,
+          rateLimit,
+        });
+      }
       if (response.ok) {
         return { status: response.status, headers: response.headers, body: parsed.value as T };
       }

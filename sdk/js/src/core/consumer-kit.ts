@@ -92,8 +92,15 @@ export class Pending {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #flush: (() => void) | undefined;
 
+  /**
+   * What is pending, emptied. An extend of a message acked or nacked in the same batch is dropped: settling
+   * ends the lease anyway, and as acks go first the extend would reach the server after it and be refused
+   * (`ACK_EXPIRED`, an `AckError` the application never caused).
+   */
   take() {
-    const taken = { acks: this.acks, nacks: this.nacks, extends: this.extends };
+    const settled = new Set([...this.acks, ...this.nacks.map((nack) => nack.id)]);
+    const extensions = settled.size ? this.extends.filter((extension) => !settled.has(extension.id)) : this.extends;
+    const taken = { acks: this.acks, nacks: this.nacks, extends: extensions };
     this.acks = [];
     this.nacks = [];
     this.extends = [];

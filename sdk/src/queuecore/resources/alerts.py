@@ -32,7 +32,7 @@ class Alerts(SyncAPIResource):
         ``secret``; an update without it keeps the current one.
 
         Raises:
-            ValidationError: not an http(s) URL, or (production) an internal address.
+            BadRequestError: not an http(s) URL, or (production) an internal address.
         """
         return parse_model(AlertEndpoint, self._client.request(_set_options(url, secret)))
 

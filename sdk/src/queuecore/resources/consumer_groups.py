@@ -94,7 +94,7 @@ class ConsumerGroups(SyncAPIResource):
                 fields; ``None`` removes the dead-letter queue.
 
         Raises:
-            ValidationError: a value is out of range.
+            BadRequestError: a value is out of range.
             NotFoundError: no such topic.
         """
         options = _update_options(topic, group, ack_timeout, session_timeout, dead_letter)

@@ -152,7 +152,7 @@ class Messages(SyncAPIResource):
         retries); items whose key was already seen answer ``replayed=True`` and are not written again.
 
         Raises:
-            ValidationError: no messages, more than 1000, or an invalid item (the whole batch is refused).
+            BadRequestError: no messages, more than 1000, or an invalid item (the whole batch is refused).
             PayloadTooLargeError: an item over 256 KiB or a body over 10 MiB (the whole batch is refused).
         """
         return parse_model(BatchResult, self._client.request(_batch_options(topic, messages)))
@@ -162,7 +162,7 @@ class Messages(SyncAPIResource):
 
         Raises:
             NotFoundError: no such topic or message (``MESSAGE_NOT_FOUND``).
-            ValidationError: a malformed message id.
+            BadRequestError: a malformed message id.
         """
         return parse_model(Message, self._client.request(_get_options(topic, message_id)))
 

@@ -90,7 +90,7 @@ class Topics(SyncAPIResource):
 
         Raises:
             ConflictError: a topic of that name exists (``TOPIC_ALREADY_EXISTS``).
-            ValidationError: a value is out of range, or more replicas than the server's engine keeps.
+            BadRequestError: a value is out of range, or more replicas than the server's engine keeps.
         """
         options = RequestOptions(
             "POST", "/v1/topics", json=_create_body(name, retention, delivery, partitions, replicas)
@@ -124,7 +124,7 @@ class Topics(SyncAPIResource):
         """Increase a topic's partitions and/or change its retention.
 
         Raises:
-            ValidationError: a partition decrease, or a value out of range.
+            BadRequestError: a partition decrease, or a value out of range.
             NotFoundError: no such topic.
         """
         options = RequestOptions(
