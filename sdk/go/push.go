@@ -58,6 +58,9 @@ func (k *Consumer) wsURL() (string, error) {
 		"/consume?" + q.Encode(), nil
 }
 
+// errDraining ends a push session whose server said "draining" before closing: a deploy, not a failure.
+var errDraining = errors.New("queuecore: the server is draining")
+
 func (k *Consumer) runPush(handler MessageHandler) error {
 	target, err := k.wsURL()
 	if err != nil {
@@ -71,6 +74,13 @@ func (k *Consumer) runPush(handler MessageHandler) error {
 		}
 		if k.isStopping() {
 			return nil
+		}
+		if errors.Is(err, errDraining) {
+			// A deploy: the node said "draining" and closed (1012). Reconnect at once (to another node
+			// behind the same address), reporting nothing: no error happened.
+			failures = 0
+			k.c.log.Info("queuecore consumer: the server is draining; reconnecting", "topic", k.topic)
+			continue
 		}
 		k.emit(err)
 		if fatal(err) {
@@ -213,6 +223,7 @@ type pushSession struct {
 	ended      chan error    // why the connection ended (reader or writer)
 	answered   chan struct{} // an acked frame arrived
 	unanswered atomic.Int64  // ack/nack/extend frames sent and not yet answered
+	draining   atomic.Bool   // the server said "draining": the close that follows is a deploy
 	workers    sync.WaitGroup
 	queues     map[int]chan *Message // reader's goroutine only
 }
@@ -225,11 +236,17 @@ func (s *pushSession) read() {
 			err = json.Unmarshal(data, &f)
 		}
 		if err != nil {
+			if s.draining.Load() {
+				s.ended <- errDraining
+				return
+			}
 			s.ended <- &Error{Code: "CONNECTION_ERROR", Message: "WebSocket connection lost: " + err.Error(), Err: err}
 			return
 		}
 		_ = s.conn.SetReadDeadline(time.Now().Add(wsReadIdle))
 		switch f.Type {
+		case "draining":
+			s.draining.Store(true)
 		case "message":
 			var m Message
 			if json.Unmarshal(data, &m) == nil {

@@ -315,3 +315,45 @@ def test_no_deprecation_warning_for_the_new_names():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert queuecore.BadRequestError.__name__ == "BadRequestError"
+
+
+async def test_a_draining_server_is_left_for_another_without_an_error():
+    """A deploy: the node sends ``draining`` and closes with 1012; the consumer reconnects at once (here
+    to the same scripted address, as to another node behind one balancer) and reports no error."""
+    from websockets.asyncio.server import serve
+
+    connections = 0
+    acked = asyncio.Event()
+
+    async def peer(ws) -> None:
+        nonlocal connections
+        connections += 1
+        welcome = {"type": "welcome", "memberId": f"csr_{connections}", "generationId": 1, "assignments": [0]}
+        await ws.send(json.dumps(welcome))
+        if connections == 1:
+            await ws.send(json.dumps({"type": "draining"}))
+            await ws.close(code=1012)
+            return
+        await ws.send(json.dumps({"type": "message", **MESSAGE}))
+        async for raw in ws:
+            frame = json.loads(raw)
+            if frame.get("type") == "ack":
+                await ws.send(json.dumps({"type": "acked", "ids": [MESSAGE["id"]], "failed": []}))
+                acked.set()
+
+    async with serve(peer, "127.0.0.1", 0) as ws_server:
+        port = ws_server.sockets[0].getsockname()[1]
+        client = queuecore.AsyncQueueCore(api_key="pq_test_sk_unit", base_url=f"http://127.0.0.1:{port}")
+        consumer = client.consume("t", group="g")
+        errors: list[BaseException] = []
+        consumer.on("error", errors.append)
+        consumer.on("message", lambda msg: msg.ack())
+        started = time.monotonic()
+        runner = asyncio.ensure_future(consumer.start())
+        await asyncio.wait_for(acked.wait(), 10)
+        took = time.monotonic() - started
+        consumer.stop()
+        await asyncio.wait_for(runner, 10)
+        await client.close()
+    assert connections == 2 and errors == []
+    assert took < 2  # at once, not after a backoff

@@ -60,6 +60,7 @@ class PushSession:
         self._answered = asyncio.Event()
         self._workers: dict[int, asyncio.Task[None]] = {}
         self._accepting = True  # False once stopping: deliveries after that are left to the server
+        self._draining = False  # the server said it is shutting down: its close is no failure
         self._queues: dict[int, asyncio.Queue[ConsumedMessage | None]] = {}
 
     async def run(self) -> None:
@@ -99,6 +100,13 @@ class PushSession:
             except (OSError, asyncio.TimeoutError, WebSocketException) as exc:
                 if consumer._stopping:
                     return
+                if self._draining:
+                    # A deploy: the node said `draining` and closed (1012). Reconnect at once (to another
+                    # node behind the same address), reporting nothing: no error happened.
+                    self._draining, failures = False, 0
+                    consumer._log.info("the server is draining; reconnecting")
+                    await consumer._sleep(random.random() / 10)
+                    continue
                 failures += 1
                 request = httpx.Request("GET", url)
                 await consumer._emit_error(
@@ -191,6 +199,8 @@ class PushSession:
                 self._unanswered = max(0, self._unanswered - 1)
                 self._answered.set()
                 await consumer._report_failed(frame, "ack")
+            elif kind == "draining":
+                self._draining = True
             elif kind == "rebalance":
                 self.generation = int(frame.get("generationId", self.generation))
                 consumer._generation = self.generation

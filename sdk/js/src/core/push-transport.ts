@@ -109,19 +109,28 @@ export class PushTransport implements ConsumerTransport {
     host.pending.connect(() => this.#flush(session));
     host.emitRebalance();
     host.joined();
-    session.onFrame = (frame) => this.#onFrame(frame);
+    session.onFrame = (frame) => this.#onFrame(frame, session);
     if (host.pending.size > 0) host.pending.schedule(0);
     const ended = await Promise.race([session.ended, host.stop.promise]);
     if (ended === 'stopped') {
       await this.#finish(session);
       return;
     }
+    // A deploy: the node said `draining` and closed (1012). Reconnect at once (to another node behind the
+    // same address), reporting nothing: no error happened.
+    if (session.draining) {
+      host.client.logger.info('the server is draining; reconnecting');
+      return;
+    }
     throw new APIConnectionError(`WebSocket connection lost (${ended})`);
   }
 
-  #onFrame(frame: Record<string, any>): void {
+  #onFrame(frame: Record<string, any>, session: PushSession): void {
     const host = this.#host;
     switch (frame['type']) {
+      case 'draining':
+        session.draining = true;
+        break;
       case 'message':
         host.deliver(frame);
         break;
@@ -218,6 +227,8 @@ export class PushTransport implements ConsumerTransport {
 class PushSession {
   socket: Socket | undefined;
   closed = false;
+  /** The server sent `draining`: its close that follows is a deploy, not a failure. */
+  draining = false;
   #onFrame: ((frame: Record<string, any>) => void) | undefined;
   #early: Record<string, any>[] = [];
   readonly welcome: Promise<Record<string, any>>;
