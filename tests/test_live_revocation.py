@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import secrets
 import time
@@ -23,15 +24,27 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 BOUND = 2.0
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory, postgres_database):
+async def own_database():
+    """A database of this module's own: its bootstrap makes the demo user, which other modules' bootstraps
+    on the session's shared database expect to make themselves."""
+    name = f"qc_test_revocation_{os.getpid()}_{secrets.token_hex(4)}"
+    await create_database(name)
+    yield database_url(name)
+    await drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, own_database):
     """Two API processes of one deployment (shared Postgres, Redis and secret); each keeps its own log
     (the local engine), so a topic lives on the node that created it."""
+    postgres_database = own_database
     tmp = tmp_path_factory.mktemp("live-revocation")
     prefix = f"qc:test:{secrets.token_hex(4)}:"
     secret = secrets.token_urlsafe(32)
@@ -191,7 +204,7 @@ class TestRevocation:
             assert error is not None and error["code"] == "INVALID_API_KEY"
             assert code == 1008
 
-    async def test_a_deleted_projects_connections_end_like_a_revoked_keys(self, pair, postgres_database):
+    async def test_a_deleted_projects_connections_end_like_a_revoked_keys(self, pair, own_database):
         first, second = pair
         boot = new_project(first)
         _, key = new_key(first, boot["projectId"])
@@ -201,7 +214,7 @@ class TestRevocation:
         poll = asyncio.create_task(api.long_poll(topic, "pollers"))
         await asyncio.sleep(1)
         # No call deletes a project yet: the operator's SQL, which takes its keys with it (ON DELETE CASCADE).
-        engine = create_async_engine(postgres_database)
+        engine = create_async_engine(own_database)
         async with engine.begin() as conn:
             await conn.execute(text("DELETE FROM projects WHERE id = :id"), {"id": boot["projectId"]})
         await engine.dispose()
