@@ -14,6 +14,8 @@ adjacent round of the other; the figure is how many pairs the working tree wins,
 With ``--drain N``, each round is instead the one-consumer drain of ``consume_bench.py`` (N messages
 pre-published, one WebSocket consumer acking every frame, exactly-once topic), and the figure is msgs/s.
 
+With ``--batch C``, the same with batches of 100 messages (``messages/batch``).
+
 With ``--single C``, each round is ``wrk`` at C connections publishing single 200-byte messages to a
 3-partition topic (as ``publish_bench.py``), and the figures are req/s and the server's CPU per request
 (all its threads, from ``/proc``): the second tells a change in cost from a change in the machine.
@@ -59,12 +61,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+BATCH = 100  # messages per --batch request
+
+
 def single_round(args: argparse.Namespace, server: BenchServer, seconds: float) -> tuple[float, float]:
-    """(req/s, server CPU µs per request) of ``wrk`` single publishes."""
+    """(req/s, server CPU µs per request) of ``wrk`` single publishes; with ``--batch``, of batches of
+    ``BATCH`` messages."""
     assert server.process is not None
-    body = json.dumps({"data": payload()}, separators=(",", ":"))
+    if args.batch:
+        body = json.dumps({"messages": [{"data": payload()} for _ in range(BATCH)]}, separators=(",", ":"))
+        url, connections = f"{server.url}/v1/topics/ab/messages/batch", args.batch
+    else:
+        body = json.dumps({"data": payload()}, separators=(",", ":"))
+        url, connections = f"{server.url}/v1/topics/ab/messages", args.single
     before = cpu_seconds(server.process.pid)
-    result = wrk(f"{server.url}/v1/topics/ab/messages", server.key, body, args.single, max(1, round(seconds)))
+    result = wrk(url, server.key, body, connections, max(1, round(seconds)))
     used = cpu_seconds(server.process.pid) - before
     return result["rps"], used / (result["rps"] * seconds) * 1e6
 
@@ -72,7 +83,7 @@ def single_round(args: argparse.Namespace, server: BenchServer, seconds: float) 
 async def one_round(args: argparse.Namespace, server: BenchServer, seconds: float) -> tuple[float, float]:
     """(p50 ms, p99 ms) of publish→deliver, with ``--drain`` (msgs/s, msgs/s), with ``--single``
     (req/s, CPU µs per request)."""
-    if args.single:
+    if args.single or args.batch:
         return await asyncio.to_thread(single_round, args, server, seconds)
     if args.drain:
         topic = await cb.qc_topic(server, 1, args.drain)
@@ -91,7 +102,7 @@ async def run(args: argparse.Namespace, tree: Path) -> None:
             server.env.update(env)
             server.start()
             servers[name] = server
-            if args.single:
+            if args.single or args.batch:
                 async with httpx.AsyncClient(base_url=server.url) as http:
                     created = await http.post(
                         "/v1/topics",
@@ -105,7 +116,7 @@ async def run(args: argparse.Namespace, tree: Path) -> None:
             order = list(servers.items()) if i % 2 == 0 else list(servers.items())[::-1]
             for name, server in order:
                 results[name].append(await one_round(args, server, args.seconds))
-            if args.single:
+            if args.single or args.batch:
                 print(
                     f"round {i + 1}: "
                     + ", ".join(
@@ -125,14 +136,15 @@ async def run(args: argparse.Namespace, tree: Path) -> None:
         for server in servers.values():
             server.stop()
     base, cand = list(sides)
-    if args.single:
+    if args.single or args.batch:
         pairs = list(zip(results[base], results[cand], strict=True))
         faster = sum(c[0] > b[0] for b, c in pairs)
         cheaper = sum(c[1] < b[1] for b, c in pairs)
         for name, rounds in results.items():
             rps = statistics.median(r for r, _ in rounds)
             cpu = statistics.median(c for _, c in rounds)
-            print(f"{name}: single publish median {rps:,.0f} req/s, {cpu:.0f} µs of server CPU per request")
+            kind = f"{BATCH}-message batch" if args.batch else "single publish"
+            print(f"{name}: {kind} median {rps:,.0f} req/s, {cpu:.0f} µs of server CPU per request")
         print(f"working tree faster in {faster}/{args.rounds} pairs, cheaper in {cheaper}/{args.rounds}")
         return
     if args.drain:
@@ -160,6 +172,9 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--drain", type=int, default=0, help="messages per drain round (0: latency rounds)")
     parser.add_argument("--single", type=int, default=0, help="wrk connections for single-publish rounds")
+    parser.add_argument(
+        "--batch", type=int, default=0, help=f"wrk connections for rounds of {BATCH}-message batches"
+    )
     args = parser.parse_args()
     tree = worktree(args.rev)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -107,6 +108,18 @@ async def charge(
     await charge_state(services, request.scope["state"], principal, category)
 
 
+_REMAINING = {c: b'"%s";r=%%d;t=%%d' % c.value.encode() for c in Category}
+
+
+@functools.lru_cache(maxsize=256)
+def _limit_fields(category: Category, limit: int) -> tuple[tuple[bytes, bytes], tuple[bytes, bytes]]:
+    """The fields that depend only on the category and its limit, made once per pair."""
+    return (
+        (b"ratelimit-limit", b"%d" % limit),
+        (b"ratelimit-policy", b'"%s";q=%d;w=1' % (category.value.encode(), limit)),
+    )
+
+
 async def charge_state(
     services: Services, state: dict[str, Any], principal: Principal, category: Category
 ) -> None:
@@ -115,13 +128,13 @@ async def charge_state(
     decision = await services.limiter.acquire(f"{principal.key_id}:{category.value}", limit)
     # Raw header pairs, as the envelope adds them to the answer: the fields clients read today, and the
     # current IETF draft's (draft-ietf-httpapi-ratelimit-headers: one policy per category, a 1 s window).
-    name = category.value.encode()
+    limit_field, policy = _limit_fields(category, decision.limit)
     state["response_headers"] = [
-        (b"ratelimit-limit", b"%d" % decision.limit),
+        limit_field,
         (b"ratelimit-remaining", b"%d" % decision.remaining),
         (b"ratelimit-reset", b"%d" % decision.reset_seconds),
-        (b"ratelimit-policy", b'"%s";q=%d;w=1' % (name, decision.limit)),
-        (b"ratelimit", b'"%s";r=%d;t=%d' % (name, decision.remaining, decision.reset_seconds)),
+        policy,
+        (b"ratelimit", _REMAINING[category] % (decision.remaining, decision.reset_seconds)),
     ]
     state["category"] = category.value
     state["accepted_at_us"] = decision.at_us if decision.allowed else None

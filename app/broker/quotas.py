@@ -113,10 +113,14 @@ DEFAULT_QUOTAS: Mapping[Tier, Mapping[Quota, int]] = MappingProxyType(
 def limit_for(tier: Tier | str, custom_limits: Mapping[str, object] | None, quota: Quota | str) -> int:
     """The quota's limit on ``tier``, honouring enterprise custom limits (a missing or unusable entry
     is the tier's default). An unknown tier or quota raises ``ValueError``."""
-    if not custom_limits or tier != Tier.enterprise:
-        found = _DEFAULTS.get((tier, quota))  # on every publish: no Enum construction
-        if found is not None:
-            return found
+    # On every publish: plain dict lookups, no Enum construction (StrEnum members are their values).
+    if custom_limits and tier == Tier.enterprise:
+        custom = custom_limits.get(quota)
+        if type(custom) is int and custom >= 0:  # bool is no limit; 0 is: nothing of that kind
+            return custom
+    found = _DEFAULTS.get((tier, quota))
+    if found is not None:
+        return found
     tier, quota = Tier(tier), Quota(quota)
     if tier is Tier.enterprise and custom_limits:
         custom = custom_limits.get(quota.value)

@@ -76,6 +76,8 @@ class HttpProtocol(HttpToolsProtocol):
         self._body_bytes_checked = 0
         self._body_checked_at = 0.0
         self._body_interval = BODY_CHECK_SECONDS
+        self._head_done_at = 0.0
+        self._awaiting_body = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -105,15 +107,25 @@ class HttpProtocol(HttpToolsProtocol):
         if self.cycle is not None and type(self.cycle) is RequestResponseCycle:
             # uvicorn builds the cycle itself; its task has not run yet, so every ``send`` is ours.
             self.cycle.__class__ = _OneWriteCycle
-        self._arm_body_timer()
+        # The body's clock starts now; a timer is armed only if the body is still incomplete once the
+        # bytes at hand are parsed (``data_received``): a request that came whole costs no timer.
+        self._head_done_at = self.loop.time()
+        self._body_bytes = 0
+        self._awaiting_body = True
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._awaiting_body = False
         self._disarm_body_timer()
         super().on_message_complete()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._awaiting_body and self._body_timer is None:
+            self._arm_body_timer()
 
     def send_400_response(self, msg: str) -> None:
         if self._refusal is None:
@@ -151,8 +163,8 @@ class HttpProtocol(HttpToolsProtocol):
         self._refuse(408, f"The request head was not complete within {self.head_timeout:g} s.")
 
     def _arm_body_timer(self) -> None:
-        """Start timing the body of the request whose head just ended, if it has one."""
-        self._disarm_body_timer()
+        """Start timing the body of the request whose head has ended, if it has one still to come."""
+        self._awaiting_body = False
         length = b"0"
         credentials = chunked = False
         for name, value in self.headers:
@@ -167,12 +179,13 @@ class HttpProtocol(HttpToolsProtocol):
         if self.parser.should_upgrade():
             return  # a WebSocket handshake: no body, and the connection is the protocol's from here
         limit = self.body_timeout if credentials else self.anonymous_body_timeout
-        now = self.loop.time()
-        self._body_deadline = now + limit
-        self._body_checked_at = now
-        self._body_bytes = self._body_bytes_checked = 0
+        started = self._head_done_at
+        self._body_deadline = started + limit
+        self._body_checked_at = started
+        self._body_bytes_checked = 0
         self._body_interval = min(self.body_check_seconds, limit / 3)
-        self._body_timer = self.loop.call_later(self._body_interval, self._check_body)
+        wait = max(0.0, started + self._body_interval - self.loop.time())
+        self._body_timer = self.loop.call_later(wait, self._check_body)
 
     def _disarm_body_timer(self) -> None:
         if self._body_timer is not None:
