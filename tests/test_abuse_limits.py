@@ -18,25 +18,34 @@ from websockets.asyncio.client import connect
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory):
-    data = tmp_path_factory.mktemp("abuse")
-    env = server_env(
-        data / "data",
-        QUEUECORE_HTTP_HEAD_TIMEOUT_SECONDS="1",
-        QUEUECORE_WS_MAX_FRAMES_PER_SECOND="50",
-        QUEUECORE_WS_MAX_CONNECTIONS_PER_KEY="2",
-        QUEUECORE_WS_MAX_FRAME_BYTES="65536",
-    )
+def limited_server(tmp_path_factory, name: str, topic: str, **settings: str) -> ServerProcess:
+    """A real server with some limits lowered (``settings``: QUEUECORE_* values), an enterprise project
+    and one 1-partition ``topic``."""
+    data = tmp_path_factory.mktemp(name)
+    env = server_env(data / "data", **settings)
     cli(env, "migrate")
-    keys = bootstrap(env, "abuse", "--tier", "enterprise")["keys"]
+    keys = bootstrap(env, name, "--tier", "enterprise")["keys"]
     proc = ServerProcess(env=env, port=free_port(), data_dir=data / "data", log_path=data / "server.log")
     proc.keys = keys
     proc.start()
     headers = {"Authorization": f"Bearer {keys['production']}"}
     assert httpx.post(
-        proc.url + "/v1/topics", json={"name": "abuse", "partitions": 1}, headers=headers
+        proc.url + "/v1/topics", json={"name": topic, "partitions": 1}, headers=headers
     ).is_success
+    return proc
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    proc = limited_server(
+        tmp_path_factory,
+        "abuse",
+        "abuse",
+        QUEUECORE_HTTP_HEAD_TIMEOUT_SECONDS="1",
+        QUEUECORE_WS_MAX_FRAMES_PER_SECOND="50",
+        QUEUECORE_WS_MAX_CONNECTIONS_PER_KEY="2",
+        QUEUECORE_WS_MAX_FRAME_BYTES="65536",
+    )
     yield proc
     proc.stop()
 
@@ -155,22 +164,14 @@ class TestPushConnections:
 @pytest.fixture(scope="module")
 def body_limited(tmp_path_factory):
     """A server whose body limits are short enough to watch: 4 s with credentials, 1.5 s without."""
-    data = tmp_path_factory.mktemp("bodies")
-    env = server_env(
-        data / "data",
+    proc = limited_server(
+        tmp_path_factory,
+        "bodies",
+        "bodies",
         QUEUECORE_HTTP_BODY_TIMEOUT_SECONDS="4",
         QUEUECORE_HTTP_ANONYMOUS_BODY_TIMEOUT_SECONDS="1.5",
         QUEUECORE_HTTP_BODY_MIN_RATE="1024",
     )
-    cli(env, "migrate")
-    keys = bootstrap(env, "bodies", "--tier", "enterprise")["keys"]
-    proc = ServerProcess(env=env, port=free_port(), data_dir=data / "data", log_path=data / "server.log")
-    proc.keys = keys
-    proc.start()
-    headers = {"Authorization": f"Bearer {keys['production']}"}
-    assert httpx.post(
-        proc.url + "/v1/topics", json={"name": "bodies", "partitions": 1}, headers=headers
-    ).is_success
     yield proc
     proc.stop()
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.fixtures.server import bootstrap, cli, server_env
+from tests.fixtures.server import bootstrap, cli, server_env, set_tier
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -86,61 +86,18 @@ class TestProjectsAndUsers:
         assert created["tier"] == "developer"
         dup = cli(env, "projects", "create", "--name", name, check=False)
         assert dup.returncode == 1
-        out = cli(
-            env,
-            "projects",
-            "set-tier",
-            "--project",
-            name,
-            "--tier",
-            "enterprise",
-            "--limits",
-            "publish=5000,consume=2000,admin=100",
-            "--json",
-        )
+        out = set_tier(env, name, "enterprise", "publish=5000,consume=2000,admin=100", "--json")
         assert json.loads(out.stdout)["customLimits"] == {"publish": 5000, "consume": 2000, "admin": 100}
-        bad = cli(
-            env,
-            "projects",
-            "set-tier",
-            "--project",
-            name,
-            "--tier",
-            "pro",
-            "--limits",
-            "publish=5",
-            check=False,
-        )
+        bad = set_tier(env, name, "pro", "publish=5", check=False)
         assert bad.returncode == 1 and "enterprise" in bad.stderr
-        garbled = cli(
-            env,
-            "projects",
-            "set-tier",
-            "--project",
-            created["id"],
-            "--tier",
-            "enterprise",
-            "--limits",
-            "publish=lots",
-            check=False,
-        )
+        garbled = set_tier(env, created["id"], "enterprise", "publish=lots", check=False)
         assert garbled.returncode == 1
 
     def test_set_tier_with_quotas(self, env):
         name = f"quota-{id(env)}"
         cli(env, "projects", "create", "--name", name)
-        out = cli(
-            env,
-            "projects",
-            "set-tier",
-            "--project",
-            name,
-            "--tier",
-            "enterprise",
-            "--limits",
-            "publish=5000,topics=10,partitions=40,groups=3,schedules=0,pushGroups=2,storedBytes=5GiB",
-            "--json",
-        )
+        quotas = "publish=5000,topics=10,partitions=40,groups=3,schedules=0,pushGroups=2,storedBytes=5GiB"
+        out = set_tier(env, name, "enterprise", quotas, "--json")
         view = json.loads(out.stdout)
         assert view["customLimits"] == {
             "publish": 5000,
@@ -160,22 +117,11 @@ class TestProjectsAndUsers:
             "storedBytes": 5 << 30,
         }
         # Listed with the tier's quotas; a project off enterprise has its tier's table again.
-        cli(env, "projects", "set-tier", "--project", name, "--tier", "developer")
+        set_tier(env, name, "developer")
         [listed] = [p for p in json.loads(cli(env, "projects", "list", "--json").stdout) if p["name"] == name]
         assert listed["quotas"]["topics"] == 100 and listed["quotas"]["storedBytes"] == 10 << 30
         for bad in ("topics=-1", "groupsPerTopic=3", "storedBytes=10GB", "topics=2,partitions=lots"):
-            result = cli(
-                env,
-                "projects",
-                "set-tier",
-                "--project",
-                name,
-                "--tier",
-                "enterprise",
-                "--limits",
-                bad,
-                check=False,
-            )
+            result = set_tier(env, name, "enterprise", bad, check=False)
             assert result.returncode == 1 and "limits" in result.stderr, (bad, result.stderr)
 
     def test_users_create(self, env):
@@ -210,20 +156,7 @@ class TestProjectsAndUsers:
         name = f"conn-{id(env)}"
         cli(env, "projects", "create", "--name", name)
         limits = "publish=10,consume=10,admin=10,connections=3"
-        out = json.loads(
-            cli(
-                env,
-                "projects",
-                "set-tier",
-                "--project",
-                name,
-                "--tier",
-                "enterprise",
-                "--limits",
-                limits,
-                "--json",
-            ).stdout
-        )
+        out = json.loads(set_tier(env, name, "enterprise", limits, "--json").stdout)
         assert out["customLimits"]["connections"] == 3
 
 

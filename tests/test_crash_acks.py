@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
 
 KILLS = 3
 TOPIC = "/v1/topics/acks"
@@ -146,7 +146,7 @@ async def test_sigkill_with_acks_and_batch_writes_in_flight(tmp_path):
     key = bootstrap(env, "crash-acks", "--tier", "enterprise")["keys"]["production"]
     # Limits out of the way: a refused request here would be noise, not a finding.
     limits = "publish=100000,consume=100000,admin=10000"
-    cli(env, "projects", "set-tier", "--project", "crash-acks", "--tier", "enterprise", "--limits", limits)
+    set_tier(env, "crash-acks", "enterprise", limits)
     server = ServerProcess(
         env=env, port=free_port(), data_dir=tmp_path / "data", log_path=tmp_path / "srv.log"
     )

@@ -12,7 +12,7 @@ import pytest
 
 from app.broker.usage import read_usage
 from app.stores.log.local import LocalLogConfig, LocalLogEngine
-from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
 
 LIMIT = 20
 
@@ -39,17 +39,7 @@ def pair(tmp_path, postgres_database):
     cli(env, "migrate")
     name = f"mp-{secrets.token_hex(3)}"
     boot = bootstrap(env, name, "--tier", "enterprise")
-    cli(
-        env,
-        "projects",
-        "set-tier",
-        "--project",
-        name,
-        "--tier",
-        "enterprise",
-        "--limits",
-        f"publish=1000,consume=1000,admin={LIMIT}",
-    )
+    set_tier(env, name, "enterprise", f"publish=1000,consume=1000,admin={LIMIT}")
     for s in servers:
         s.keys, s.project_id = boot["keys"], boot["projectId"]
         s.start()
@@ -130,17 +120,7 @@ class TestSharedLimits:
             assert refused is not None
             await asyncio.sleep(int(refused.headers["Retry-After"]))
             assert (await http.get(servers[1].url + "/v1/topics", headers=headers)).status_code == 200
-            cli(
-                servers[0].env,
-                "projects",
-                "set-tier",
-                "--project",
-                name,
-                "--tier",
-                "enterprise",
-                "--limits",
-                "publish=1000,consume=1000,admin=77",
-            )
+            set_tier(servers[0].env, name, "enterprise", "publish=1000,consume=1000,admin=77")
             # Each process holds a key's limits for at most its key cache TTL (0.5 s): the new limit
             # reaches both without a restart. How soon is the benchmarks' business, not a test's.
             for s in servers:

@@ -15,7 +15,7 @@ import websockets
 from websockets.asyncio.client import connect
 
 from tests.api.ws_client import Api, Consumer, unique_name
-from tests.fixtures.server import bootstrap, cli
+from tests.fixtures.server import bootstrap, set_tier
 
 
 @pytest.fixture
@@ -23,17 +23,7 @@ def limited(api: Api) -> Api:
     """A project of its own on the api's server, enterprise with one group per topic (set by the CLI)."""
     name = unique_name("quota")
     keys = bootstrap(api.server.env, name)["keys"]
-    cli(
-        api.server.env,
-        "projects",
-        "set-tier",
-        "--project",
-        name,
-        "--tier",
-        "enterprise",
-        "--limits",
-        "publish=10000,consume=10000,admin=10000,groups=1",
-    )
+    set_tier(api.server.env, name, "enterprise", "publish=10000,consume=10000,admin=10000,groups=1")
     return Api(api.server, keys["production"])
 
 
