@@ -63,6 +63,14 @@ HAPROXY := /usr/sbin/haproxy
 $(HAPROXY):
 	apt-get install -y haproxy || (apt-get update && apt-get install -y haproxy)
 
+# Debian's Prometheus, for its promtool: tests/infra/test_alert_rules.py checks infra/prometheus/alerts.yml
+# and runs its unit tests (alerts_test.yml) with it. Only the binary is used; no Prometheus server is started.
+PROMTOOL := /usr/bin/promtool
+
+$(PROMTOOL):
+	apt-get install -y --no-install-recommends prometheus || \
+		(apt-get update && apt-get install -y --no-install-recommends prometheus)
+
 # Re-resolve every dependency in a scratch virtualenv and pin what it got.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
@@ -120,7 +128,7 @@ $(CHECKERS_STAMP): $(CHECKERS)/package.json $(CHECKERS)/package-lock.json
 	touch $(CHECKERS_STAMP)
 
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP)
+test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go

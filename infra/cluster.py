@@ -39,7 +39,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from infra.nats_cluster import NatsCluster
+from infra.nats_cluster import ZONES, NatsCluster
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
@@ -273,7 +273,8 @@ class Cluster:
         """What ``make cluster`` prints: the addresses, the demo keys and login (as ``make run`` does)."""
         lines = [
             f"QueueCore cluster: {self.url} (HAProxy, round-robin) in front of " + ", ".join(self.api_urls),
-            f"  NATS JetStream (3 nodes, R=3 topics by default): {self.nats.url if self.nats else ''}",
+            f"  NATS JetStream (3 nodes, zones {'/'.join(ZONES)}, R=3 topics by default, a replica per zone): "
+            + (self.nats.url if self.nats else ""),
             f"  metadata: Postgres {self.database}; limits and fan-out: Redis {self.redis_url}",
             f"  logs: {self.root}/api-N/server.log, {self.root}/nats/nN.log, {self.root}/haproxy.log",
             f"Project {self.project} ({self.boot.get('projectId', '')}), tier {self.tier}",

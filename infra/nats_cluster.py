@@ -32,6 +32,11 @@ from pathlib import Path
 # Large enough for one record of 256 KiB plus framing, and for a transaction chunk (see the engine).
 MAX_PAYLOAD = 2 * 1024 * 1024
 
+# The availability zones of the nodes, as server tags ``az:<zone>``; JetStream's ``unique_tag`` keeps each
+# stream's replicas in different zones.
+ZONE_TAG = "az"
+ZONES = ("zone-a", "zone-b", "zone-c")
+
 
 def nats_server_binary() -> str:
     """The ``nats-server`` next to this interpreter (the virtualenv's), else the first on PATH."""
@@ -51,6 +56,7 @@ class NatsNode:
     """One server of the cluster: its ports, store and process."""
 
     index: int
+    zone: str
     client_port: int
     cluster_port: int
     monitor_port: int
@@ -65,12 +71,17 @@ class NatsNode:
 
 @dataclass
 class NatsCluster:
-    """``size`` nodes on ports ``base_port + i`` (clients), ``+100`` (routes), ``+200`` (monitoring)."""
+    """``size`` nodes on ports ``base_port + i`` (clients), ``+100`` (routes), ``+200`` (monitoring).
+
+    Node ``i`` is in availability zone ``zones[i % len(zones)]`` (its ``az:<zone>`` server tag), and JetStream
+    places the replicas of a stream in different zones (``unique_tag: "az"``): three nodes in three zones
+    hold an R3 stream's replicas one per zone, so losing a zone loses one replica of each."""
 
     root: Path
     base_port: int = 4311
     size: int = 3
     name: str = "queuecore"
+    zones: tuple[str, ...] = ZONES
     nodes: list[NatsNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -79,6 +90,7 @@ class NatsCluster:
             self.nodes = [
                 NatsNode(
                     index=i,
+                    zone=self.zones[i % len(self.zones)],
                     client_port=self.base_port + i,
                     cluster_port=self.base_port + 100 + i,
                     monitor_port=self.base_port + 200 + i,
@@ -107,12 +119,14 @@ class NatsCluster:
         node.store.mkdir(parents=True, exist_ok=True)
         node.config.write_text(
             f"""server_name: n{node.index}
+server_tags: ["{ZONE_TAG}:{node.zone}"]
 listen: 127.0.0.1:{node.client_port}
 http: 127.0.0.1:{node.monitor_port}
 max_payload: {MAX_PAYLOAD}
 jetstream {{
   store_dir: "{node.store}"
   sync_interval: always
+  unique_tag: "{ZONE_TAG}"
 }}
 cluster {{
   name: {self.name}

@@ -231,6 +231,10 @@ class TestQuorumLost:
                 await asyncio.sleep(0.5)
             assert health is not None and health.json()["status"] == "degraded", health.json()
             assert health.json()["checks"]["logEngine"] == "degraded"
+            # What the QueueCoreJetStreamQuorumLost alert reads (infra/prometheus/alerts.yml).
+            scraped = (await api.get("/metrics")).text
+            assert 'queuecore_log_engine_degraded{engine="jetstream"} 1.0' in scraped
+            assert 'queuecore_store_up{store="log_engine"} 1.0' in scraped
 
             await asyncio.to_thread(cluster.restart, 1)
             await asyncio.to_thread(cluster.restart, 2)
@@ -256,6 +260,8 @@ class TestWholeClusterDown:
             assert r.status_code == 503 and r.json()["error"]["code"] == "SERVICE_UNAVAILABLE", r.text
             health = await api.get("/v1/health")
             assert health.status_code == 503 and health.json()["checks"]["logEngine"] == "down", health.json()
+            # What the QueueCoreStoreDown alert reads (infra/prometheus/alerts.yml).
+            assert 'queuecore_store_up{store="log_engine"} 0.0' in (await api.get("/metrics")).text
             # Reads answer 503 too (nothing to read from), never a 500.
             read = await api.get(f"/v1/topics/{topic}/partitions/0/messages", params={"fromOffset": 0})
             assert read.status_code == 503, read.text

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 import app
-from app.api.deps import ServicesDep
+from app.api.deps import Services, ServicesDep
 from app.api.routing import JsonRoute
 from app.api.schemas.common import ResponseBody
 
@@ -37,10 +37,12 @@ async def health(services: ServicesDep, response: Response) -> Health:
     or the log engine serves reads but not writes (a JetStream cluster without quorum: publishes answer 503);
     ``down`` (503) when the metadata store or the log engine cannot serve; ``draining`` (503) once the
     process got SIGTERM: it still answers, but a balancer should send it nothing new."""
-    database_ok, engine_status, redis_status = await asyncio.gather(
-        services.metadata.check(), _engine_status(services), services.limiter.status()
+    checks = await dependency_checks(services)
+    database_ok, redis_status, engine_status = (
+        checks["database"] == "ok",
+        checks["redis"],
+        checks["logEngine"],
     )
-    checks = {"database": "ok" if database_ok else "down", "redis": redis_status, "logEngine": engine_status}
     if services.draining:
         status = "draining"
         response.status_code = 503
@@ -54,7 +56,17 @@ async def health(services: ServicesDep, response: Response) -> Health:
     return Health(status=status, checks=checks, version=app.__version__)
 
 
-async def _engine_status(services: ServicesDep) -> str:
+async def dependency_checks(services: Services) -> dict[str, str]:
+    """Each dependency's state, as ``/v1/health`` reports it: ``database`` (``ok``/``down``), ``redis``
+    (``ok``/``degraded``/``embedded``) and ``logEngine`` (``ok``/``degraded``/``down``). ``/metrics``
+    exports the same answers as gauges, so an alert and the health answer never disagree."""
+    database_ok, engine_status, redis_status = await asyncio.gather(
+        services.metadata.check(), _engine_status(services), services.limiter.status()
+    )
+    return {"database": "ok" if database_ok else "down", "redis": redis_status, "logEngine": engine_status}
+
+
+async def _engine_status(services: Services) -> str:
     try:
         return await asyncio.wait_for(services.log.health(), 2.0)
     except Exception:  # noqa: BLE001 (any failure of the check means: down)

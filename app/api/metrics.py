@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
+from app.api.health import dependency_checks
 from app.api.routing import JsonRoute
 from app.broker import groups
 from app.broker.delivery import push
@@ -127,6 +128,36 @@ class _GroupCollector(Collector):
         yield dlq_depth
 
 
+class _DependencyCollector(Collector):
+    """The health checks' answers as gauges, so alerting rules see a store go down (``/v1/health``
+    reports the same checks; a balancer polls that one, Prometheus this one)."""
+
+    def __init__(self, checks: dict[str, str], engine: str) -> None:
+        self.checks = checks
+        self.engine = engine
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily(
+            "queuecore_store_up",
+            "1 when this process reaches the store, 0 when it does not (database, redis, log_engine).",
+            labels=["store"],
+        )
+        up.add_metric(["database"], 1 if self.checks["database"] == "ok" else 0)
+        # An embedded limiter has no Redis to be down: no series rather than a reassuring 1.
+        if self.checks["redis"] != "embedded":
+            up.add_metric(["redis"], 1 if self.checks["redis"] == "ok" else 0)
+        up.add_metric(["log_engine"], 0 if self.checks["logEngine"] == "down" else 1)
+        degraded = GaugeMetricFamily(
+            "queuecore_log_engine_degraded",
+            "1 while the log engine serves reads but not every write (JetStream: no quorum; local: out of "
+            "file descriptors).",
+            labels=["engine"],
+        )
+        degraded.add_metric([self.engine], 1 if self.checks["logEngine"] == "degraded" else 0)
+        yield up
+        yield degraded
+
+
 router = APIRouter(route_class=JsonRoute)
 
 
@@ -139,9 +170,15 @@ async def metrics(request: Request) -> Response:
         presented = request.headers.get("authorization", "")
         if not hmac.compare_digest(presented.encode(), f"Bearer {token}".encode()):
             raise ApiError("INVALID_API_KEY", "A valid metrics token is required.", 401)
-    async with services.metadata.session(readonly=True) as session:
-        stats = await groups.delivery_stats(session, services.log, push.in_flight_by_group())
+    checks = await dependency_checks(services)
+    stats: list[groups.GroupStats] = []
+    # Without the database the group gauges are unknown, but the scrape still answers: the alert that the
+    # database is down needs this response.
+    if checks["database"] == "ok":
+        async with services.metadata.session(readonly=True) as session:
+            stats = await groups.delivery_stats(session, services.log, push.in_flight_by_group())
     per_group = CollectorRegistry(auto_describe=False)
     per_group.register(_GroupCollector(stats))
+    per_group.register(_DependencyCollector(checks, services.settings.log_engine.value))
     body = generate_latest(services.registry) + generate_latest(per_group)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

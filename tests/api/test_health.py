@@ -64,6 +64,46 @@ class TestMetrics:
             object.__setattr__(settings, "metrics_token", original)
 
 
+class TestDependencyMetrics:
+    """The health checks as gauges, for the alerting rules (infra/prometheus/alerts.yml)."""
+
+    async def test_every_store_up_and_the_engine_not_degraded(self, client, deployment):
+        text = (await client.get("/metrics")).text
+        assert 'queuecore_store_up{store="database"} 1.0' in text
+        assert 'queuecore_store_up{store="log_engine"} 1.0' in text
+        if deployment.settings.redis_url:
+            assert 'queuecore_store_up{store="redis"} 1.0' in text
+        else:  # an embedded limiter has no Redis to watch
+            assert 'store="redis"' not in text
+        engine = deployment.settings.log_engine.value
+        assert f'queuecore_log_engine_degraded{{engine="{engine}"}} 0.0' in text
+
+    async def test_stores_down_are_zero_and_the_scrape_still_answers(self, deployment, tmp_path):
+        from app.main import create_app
+        from app.settings import Settings
+
+        # Nothing listens on port 1: the database and Redis checks really fail.
+        url = (
+            "postgresql+asyncpg://postgres@127.0.0.1:1/none"
+            if deployment.backend == "postgres"
+            else f"sqlite+aiosqlite:///{tmp_path}/missing-dir/x/metadata.db"
+        )
+        settings = Settings(
+            data_dir=tmp_path, database_url=url, redis_url="redis://127.0.0.1:1/0", secret_key="s" * 40
+        )
+        app = create_app(settings)
+        import httpx
+
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                response = await http.get("/metrics")
+        assert response.status_code == 200
+        assert 'queuecore_store_up{store="database"} 0.0' in response.text
+        assert 'queuecore_store_up{store="redis"} 0.0' in response.text
+        assert 'queuecore_store_up{store="log_engine"} 1.0' in response.text
+
+
 class TestGroupMetrics:
     async def test_lag_oldest_unacked_age_and_in_flight_per_group(self, client, prod):
         topic = "metrics.jobs"

@@ -69,3 +69,17 @@ async def test_many_partitions_are_created_and_deleted_whole(engine):
     await engine.append(topic, {47: [RecordIn(b"last")]})
     await engine.delete_topic(topic)
     assert await streams_left(engine, topic) == []
+
+
+async def test_the_replicas_of_each_stream_are_in_three_zones(engine, nats_cluster):
+    # The session's cluster is three nodes in three zones with unique_tag "az": one replica per zone.
+    zone_of = {f"n{node.index}": node.zone for node in nats_cluster.nodes}
+    topic = f"top_{secrets.token_hex(6)}"
+    await engine.create_topic(topic, 3, TopicLogConfig(replicas=3))
+    try:
+        for partition in range(3):
+            cluster = (await engine.streams.info(topic, partition))["cluster"]
+            servers = [cluster["leader"], *(replica["name"] for replica in cluster.get("replicas", []))]
+            assert sorted(zone_of[name] for name in servers) == ["zone-a", "zone-b", "zone-c"], cluster
+    finally:
+        await engine.delete_topic(topic)
