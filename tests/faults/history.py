@@ -17,7 +17,9 @@ A history is an append-only list of operations, one JSON object per line on disk
 * ``{"type": "ack" | "nack" | "dead-letter", "client", "topic", "group", "member", "ids", "invoke",
   "complete", "outcome"}``: ``ok`` only for the ids the server confirmed;
 * ``{"type": "read", "client", "topic", "partition", "offset", "value", "id", "time"}``: a stream read
-  (replay) of one message, by offset.
+  (replay) of one message, by offset;
+* ``{"type": "fault", "name", "invoke", "complete"}``: a fault the run injected (for reading a history;
+  the checker does not need it).
 
 ``check(history, final_reads)`` compares it with the full read of every partition after the run
 (``{topic: {partition: [{"offset", "value", "id"}, ...]}}``) and reports, per partition, the anomalies of
@@ -33,6 +35,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -268,9 +271,9 @@ def _check_polls(
                 f"offset {op['offset']} after {before['offset']} in one session",
             )
             continue
-        for skipped in offsets_stored[(topic, partition)]:
-            if not before["offset"] < skipped < op["offset"]:
-                continue
+        stored_here = offsets_stored[(topic, partition)]
+        lo, hi = bisect_right(stored_here, before["offset"]), bisect_left(stored_here, op["offset"])
+        for skipped in stored_here[lo:hi]:
             mid = id_at.get((topic, partition, skipped))
             seen = first_delivery.get((topic, op["group"], mid)) if mid is not None else None
             if seen is None or seen > op["time"]:

@@ -380,7 +380,9 @@ async def run(
     ]
     for fault in faults:
         await asyncio.sleep(between)
+        invoke = Recorder.now()
         await fault.apply(server)
+        recorder.record("fault", name=fault.name, invoke=invoke, complete=Recorder.now())
         load.count(f"fault {fault.name}")
     await asyncio.sleep(between)
     publishers, consumers = tasks[:2], tasks[2:]
