@@ -14,7 +14,8 @@ faulted, the cluster keeps running).
     .venv/bin/python bench/faults.py [--faults sigkill,sigstop,mixed] [--deployments embedded,postgres,jetstream]
                                      [--runs 3] [--repeat 4] [--between 4] [--no-write]
 
-Writes bench/results/faults.md (one row per fault × deployment) unless ``--no-write``; the history of a run
+Writes bench/results/faults.md and faults.json (one row per fault × deployment; a run replaces the rows of
+its faults and deployments, the others are kept) unless ``--no-write``; the history of a run
 with an anomaly is kept under bench/results/faults-histories/. Exits 1 on any anomaly.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import platform
 import secrets
@@ -109,32 +111,42 @@ def one_run(fault: str, kind: str, repeat: int, between: float) -> dict[str, Any
 
 
 def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """bench/results/faults.json and .md: this run's rows replace those of the same fault and deployment,
+    the other committed rows are kept (each names the commit and command it came from)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
+    command = (
+        f"bench/faults.py --faults {args.faults} --deployments {args.deployments} --runs {args.runs} "
+        f"--repeat {args.repeat} --between {args.between:g}"
+    )
+    for row in rows:
+        row |= {"commit": commit, "command": command}
+    path = RESULTS / "faults.json"
+    committed = json.loads(path.read_text()) if path.exists() else []
+    ours = {(r["fault"], r["deployment"]) for r in rows}
+    merged = [r for r in committed if (r["fault"], r["deployment"]) not in ours] + rows
+    merged.sort(key=lambda r: (list(FAULTS).index(r["fault"]), DEPLOYMENTS.index(r["deployment"])))
+    path.write_text(json.dumps(merged, indent=1) + "\n")
     lines = [
         "# Fault runs: histories checked for anomalies",
         "",
         "Written by `bench/faults.py` (`make faults`); what is recorded and checked: docs/reliability.md,",
         '"Histories and the checker". Each run: a fresh deployment, the recorded load with the fault injected',
-        f"{args.repeat} times, {args.between:g} s of load apart, then a drain and a full read of every partition.",
+        "`--repeat` times, `--between` seconds of load apart, then a drain and a full read of every partition.",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs.",
         "",
-        (
-            f"Commit {commit}; `bench/faults.py --faults {args.faults} --deployments {args.deployments} "
-            f"--runs {args.runs} --repeat {args.repeat} --between {args.between:g}`; "
-            f"{platform.platform()}, {os.cpu_count()} CPUs."
-        ),
-        "",
-        "| fault | deployment | runs | operations | anomalies | by kind | not drained |",
-        "|---|---|---:|---:|---:|---|---|",
+        "| fault | deployment | runs | operations | anomalies | by kind | not drained | commit, command |",
+        "|---|---|---:|---:|---:|---|---|---|",
     ]
-    for row in rows:
+    for row in merged:
         kinds = ", ".join(f"{k} {n}" for k, n in row["counts"].items() if n) or "—"
         lines.append(
             f"| {row['fault']} | {row['deployment']} | {row['runs']} | {row['operations']} | "
-            f"{sum(row['counts'].values())} | {kinds} | {row['undrained'] or '—'} |"
+            f"{sum(row['counts'].values())} | {kinds} | {row['undrained'] or '—'} | "
+            f"{row['commit']}, `{row['command']}` |"
         )
-    details = [f"- {row['fault']} × {row['deployment']}: {s}" for row in rows for s in row["findings"]]
+    details = [f"- {row['fault']} × {row['deployment']}: {s}" for row in merged for s in row["findings"]]
     if details:
         lines += ["", "Findings (first anomalies of each run, and the kept history):", "", *details]
     (RESULTS / "faults.md").write_text("\n".join(lines) + "\n")

@@ -275,6 +275,7 @@ class Load:
             return None  # expired or rebalanced: join again (a new session)
         if r.status_code != 200:
             self.count(f"pull poll {r.status_code}")
+            await asyncio.sleep(0.2)
             return ident
         messages = r.json()["messages"]
         for m in messages:
