@@ -7,9 +7,11 @@ kind the checker knows (tests/faults/history.py). bench/faults.py runs the same 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
-from tests.faults.history import Recorder
+from tests.faults.history import Recorder, check
 from tests.faults.load import SIGKILL, SIGSTOP, run
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
 
@@ -40,3 +42,14 @@ async def test_no_anomalies_under_kills_and_pauses(tmp_path):
     assert counts.get("fault sigkill+restart") == 2 and counts.get("fault sigstop>sessionTimeout") == 1, (
         counts
     )
+
+    # And the checker sees through this very history: one acknowledged message taken out of the final
+    # read is a lost write, one stored twice a duplicate.
+    acked = next(op for op in outcome.history if op["type"] == "publish" and op["outcome"] == "ok")
+    reads = copy.deepcopy(outcome.final_reads)
+    rows = reads["history"][acked["partition"]]
+    rows[:] = [r for r in rows if r["value"] != acked["value"]]
+    assert "lost-write" in check(outcome.history, reads).kinds()
+    reads = copy.deepcopy(outcome.final_reads)
+    reads["history"][acked["partition"]].append({"offset": 10**6, "value": acked["value"], "id": "x"})
+    assert check(outcome.history, reads).kinds() == {"duplicate"}
