@@ -136,7 +136,7 @@ def check(history: Iterable[Op], final_reads: FinalReads) -> Report:
     for op in ops:
         by_type[op["type"]].append(op)
     stored = _stored(final_reads)
-    _check_writes(by_type["publish"], stored, final_reads, report)
+    _check_writes(by_type["publish"], stored, report)
     _check_polls(by_type, stored, report)
     _check_groups(by_type, stored, report)
     return report
@@ -164,9 +164,7 @@ def _key(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
 
 
-def _check_writes(
-    publishes: list[Op], stored: dict[tuple[str, Any], list[_Place]], final_reads: FinalReads, report: Report
-) -> None:
+def _check_writes(publishes: list[Op], stored: dict[tuple[str, Any], list[_Place]], report: Report) -> None:
     batches: dict[tuple[str, str], list[Op]] = defaultdict(list)
     by_client: dict[tuple[str, str], list[Op]] = defaultdict(list)
     for op in publishes:
