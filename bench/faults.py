@@ -1,0 +1,194 @@
+"""Fault runs, longer than tests/faults/test_short_faults.py: for each fault and deployment, ``--runs`` runs of
+the recorded load (tests/faults/load.py: single and batch publishers, two WebSocket and two pull members on an
+exactly-once topic) with the fault injected ``--repeat`` times, ``--between`` seconds of load apart; after
+each run the consumers drain both groups, every partition is read in full and the history is checked
+(tests/faults/history.py) for lost writes, duplicates, reordering, nonmonotonic polls, poll skips, partial
+batches, acked-then-redelivered messages, two owners, unseen and never-redelivered messages.
+
+Faults: ``sigkill`` (SIGKILL of the API process, restart), ``sigstop`` (SIGSTOP for longer than the groups'
+sessionTimeout, then SIGCONT), ``mixed`` (the two by turns). Deployments: ``embedded`` (SQLite metadata, local
+log engine), ``postgres`` (Postgres metadata, Redis limits, local log engine), ``jetstream`` (Postgres
+metadata, Redis limits, the JetStream engine on a fresh 3-node NATS cluster; only the API process is
+faulted, the cluster keeps running).
+
+    .venv/bin/python bench/faults.py [--faults sigkill,sigstop,mixed] [--deployments embedded,postgres,jetstream]
+                                     [--runs 3] [--repeat 4] [--between 4] [--no-write]
+
+Writes bench/results/faults.md and faults.json (one row per fault × deployment; a run replaces the rows of
+its faults and deployments, the others are kept) unless ``--no-write``; the history of a run
+with an anomaly is kept under bench/results/faults-histories/. Exits 1 on any anomaly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from infra.nats_cluster import NatsCluster
+from tests.faults.history import KINDS, Recorder
+from tests.faults.load import SIGKILL, SIGSTOP, Fault, run
+from tests.fixtures.database import create_database, database_url, drop_database
+from tests.fixtures.nats import free_base_port
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
+
+RESULTS = ROOT / "bench" / "results"
+FAULTS = {"sigkill": [SIGKILL], "sigstop": [SIGSTOP], "mixed": [SIGKILL, SIGSTOP]}
+DEPLOYMENTS = ("embedded", "postgres", "jetstream")
+
+
+@contextlib.contextmanager
+def deployment(kind: str) -> Iterator[dict[str, str]]:
+    """The env of a fresh deployment of ``kind`` (its database and NATS cluster removed afterwards)."""
+    if kind == "embedded":
+        yield {}
+        return
+    name = f"qc_faults_{secrets.token_hex(4)}"
+    asyncio.run(create_database(name))
+    env = {
+        "QUEUECORE_DATABASE_URL": database_url(name),
+        "QUEUECORE_REDIS_URL": "redis://127.0.0.1:6379/0",
+        "QUEUECORE_RATE_LIMIT_PREFIX": f"qc:faults:{name}:",
+    }
+    root = Path(tempfile.mkdtemp(prefix="qc-faults-nats-"))
+    cluster = NatsCluster(root, base_port=free_base_port()).start() if kind == "jetstream" else None
+    try:
+        if cluster is not None:
+            env |= {"QUEUECORE_LOG_ENGINE": "jetstream", "QUEUECORE_NATS_URL": cluster.url}
+        yield env
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        asyncio.run(drop_database(name))
+
+
+def one_run(fault: str, kind: str, repeat: int, between: float) -> dict[str, Any]:
+    """One run: a fresh deployment, the load with the fault ``repeat`` times, the check."""
+    steps: list[Fault] = [FAULTS[fault][i % len(FAULTS[fault])] for i in range(repeat)]
+    tmp = Path(tempfile.mkdtemp(prefix="qc-faults-"))
+    try:
+        with deployment(kind) as extra:
+            env = server_env(tmp / "data", **extra)
+            cli(env, "migrate")
+            key = bootstrap(env, "faults", "--tier", "enterprise")["keys"]["production"]
+            set_tier(env, "faults", "enterprise", "publish=100000,consume=100000,admin=10000")
+            server = ServerProcess(env=env, port=free_port(), data_dir=tmp / "data", log_path=tmp / "srv.log")
+            server.start()
+            recorder = Recorder(tmp / "history.jsonl")
+            try:
+                outcome = asyncio.run(run(server, key, recorder, steps, between=between, drain_seconds=60))
+            finally:
+                server.stop()
+        kept = None
+        if not outcome.report.ok or any(lag != 0 for lag in outcome.lags.values()):
+            kept = RESULTS / "faults-histories" / f"{fault}-{kind}-{secrets.token_hex(3)}.jsonl"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(tmp / "history.jsonl", kept)
+        return {
+            "operations": outcome.report.operations,
+            "counts": outcome.report.counts(),
+            "undrained": {g: lag for g, lag in outcome.lags.items() if lag != 0},
+            "summary": outcome.report.summary(5),
+            "kept": str(kept.relative_to(ROOT)) if kept else None,
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """bench/results/faults.json and .md: this run's rows replace those of the same fault and deployment,
+    the other committed rows are kept (each names the commit and command it came from)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    command = (
+        f"bench/faults.py --faults {args.faults} --deployments {args.deployments} --runs {args.runs} "
+        f"--repeat {args.repeat} --between {args.between:g}"
+    )
+    for row in rows:
+        row |= {"commit": commit, "command": command}
+    path = RESULTS / "faults.json"
+    committed = json.loads(path.read_text()) if path.exists() else []
+    ours = {(r["fault"], r["deployment"]) for r in rows}
+    merged = [r for r in committed if (r["fault"], r["deployment"]) not in ours] + rows
+    merged.sort(key=lambda r: (list(FAULTS).index(r["fault"]), DEPLOYMENTS.index(r["deployment"])))
+    path.write_text(json.dumps(merged, indent=1) + "\n")
+    lines = [
+        "# Fault runs: histories checked for anomalies",
+        "",
+        "Written by `bench/faults.py` (`make faults`); what is recorded and checked: docs/reliability.md,",
+        '"Histories and the checker". Each run: a fresh deployment, the recorded load with the fault injected',
+        "`--repeat` times, `--between` seconds of load apart, then a drain and a full read of every partition.",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs.",
+        "",
+        "| fault | deployment | runs | operations | anomalies | by kind | not drained | commit, command |",
+        "|---|---|---:|---:|---:|---|---|---|",
+    ]
+    for row in merged:
+        kinds = ", ".join(f"{k} {n}" for k, n in row["counts"].items() if n) or "—"
+        lines.append(
+            f"| {row['fault']} | {row['deployment']} | {row['runs']} | {row['operations']} | "
+            f"{sum(row['counts'].values())} | {kinds} | {row['undrained'] or '—'} | "
+            f"{row['commit']}, `{row['command']}` |"
+        )
+    details = [f"- {row['fault']} × {row['deployment']}: {s}" for row in merged for s in row["findings"]]
+    if details:
+        lines += ["", "Findings (first anomalies of each run, and the kept history):", "", *details]
+    (RESULTS / "faults.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--faults", default="sigkill,sigstop,mixed", help=f"of {', '.join(FAULTS)}")
+    parser.add_argument(
+        "--deployments", default="embedded,postgres,jetstream", help=f"of {', '.join(DEPLOYMENTS)}"
+    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=4, help="faults per run")
+    parser.add_argument("--between", type=float, default=4.0, help="seconds of load before each fault")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for fault in args.faults.split(","):
+        for kind in args.deployments.split(","):
+            row: dict[str, Any] = {
+                "fault": fault, "deployment": kind, "runs": 0, "operations": 0, "undrained": {}, "findings": [],
+                "counts": dict.fromkeys(KINDS, 0),
+            }  # fmt: skip
+            for n in range(args.runs):
+                result = one_run(fault, kind, args.repeat, args.between)
+                row["runs"] += 1
+                row["operations"] += result["operations"]
+                for k, c in result["counts"].items():
+                    row["counts"][k] += c
+                for g, lag in result["undrained"].items():
+                    row["undrained"][g] = row["undrained"].get(g, 0) + lag
+                if result["kept"]:
+                    row["findings"].append(f"run {n + 1}: {result['summary']!r} (history {result['kept']})")
+                print(
+                    f"{fault} {kind} run {n + 1}: {result['operations']} ops, {result['summary']}", flush=True
+                )
+            rows.append(row)
+    if not args.no_write:
+        write(rows, args)
+    bad = any(sum(r["counts"].values()) or r["undrained"] for r in rows)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
