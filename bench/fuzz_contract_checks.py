@@ -30,7 +30,9 @@ _MESSAGE_ID = "a message id that decodes to a place in this topic (one this API 
 # Not yet in the contract either (app/broker/publishing.py; the contract's headers schema says neither).
 _HEADER_NAMES = "at most 64 header names, each 1-256 bytes of UTF-8"
 # Any JSON value: no schema of "anything" can bound its nesting, nor every integer somewhere inside it.
-_DATA = "any JSON nested at most 64 levels, its integers within 64 bits (larger ones would not be kept exactly)"
+_DATA = (
+    "any JSON nested at most 64 levels, its integers within 64 bits (larger ones would not be kept exactly)"
+)
 # operation -> {field as the error names it ("messages[].x" for every item): why the contract cannot say it}
 EXCLUSIONS: dict[str, dict[str, str]] = {
     "POST /v1/topics": {
