@@ -212,24 +212,23 @@ def publish_head(server: ServerProcess, length: int, *, key: bool = True) -> byt
 
 class TestRequestBody:
     def test_a_body_trickled_below_the_minimum_rate_is_408(self, body_limited):
-        answer, took = trickle(body_limited, publish_head(body_limited, 100_000), b"x" * 50, 0.2, 10)
+        answer, _ = trickle(body_limited, publish_head(body_limited, 100_000), b"x" * 50, 0.2, 10)
         assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer[:200]
         body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
-        assert "slower than 1024 bytes" in body["error"]["message"]
-        assert took < 4  # cut by the rate check, before the time limit
+        assert "slower than 1024 bytes" in body["error"]["message"]  # the rate check, not the time limit
 
     def test_a_body_sent_fast_enough_but_never_finished_is_408_at_the_time_limit(self, body_limited):
         # 2 KiB every 0.25 s is 8 KiB/s, above the rate; the 10 MB promised never all arrive.
         answer, took = trickle(body_limited, publish_head(body_limited, 10_000_000), b"x" * 2048, 0.25, 10)
         assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer[:200]
-        assert b"not complete in time" in answer and took >= 3.5
+        assert b"not complete within 4 s" in answer and took >= 3.5  # served until its limit
 
     def test_a_request_without_credentials_gets_the_short_limit(self, body_limited):
         # A route that reads its body before it authenticates: the short limit cuts the body off.
         head = b"POST /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n"
-        answer, took = trickle(body_limited, head, b"x" * 2048, 0.25, 10)
+        answer, _ = trickle(body_limited, head, b"x" * 2048, 0.25, 10)
         assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer[:200]
-        assert took < 3
+        assert b"not complete within 1.5 s" in answer  # the limit of a request without credentials
 
     def test_an_answer_given_before_the_body_ends_the_connection_soon(self, body_limited):
         # The publish authenticates first: 401 at once; the rest of the body is not waited for.
@@ -238,7 +237,7 @@ class TestRequestBody:
             started = time.monotonic()
             answer = sock.recv(65536)
             assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
-            closed = False
+            closed = False  # without the rule the server reads on for as long as the 10 MB keep coming
             while time.monotonic() - started < 5 and not closed:
                 try:
                     sock.sendall(b"x" * 2048)
@@ -248,7 +247,7 @@ class TestRequestBody:
                     continue
                 except (ConnectionResetError, BrokenPipeError):
                     closed = True
-            assert closed and time.monotonic() - started < 3
+            assert closed
 
     def test_a_body_in_quick_pieces_is_published(self, body_limited):
         payload = json.dumps({"data": {"text": "y" * 6000}}).encode()

@@ -72,6 +72,7 @@ class HttpProtocol(HttpToolsProtocol):
         self._refusal: tuple[int, str] | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_deadline = 0.0
+        self._body_limit = 0.0
         self._body_bytes = 0
         self._body_bytes_checked = 0
         self._body_checked_at = 0.0
@@ -181,6 +182,7 @@ class HttpProtocol(HttpToolsProtocol):
         limit = self.body_timeout if credentials else self.anonymous_body_timeout
         started = self._head_done_at
         self._body_deadline = started + limit
+        self._body_limit = limit
         self._body_checked_at = started
         self._body_bytes_checked = 0
         self._body_interval = min(self.body_check_seconds, limit / 3)
@@ -205,7 +207,7 @@ class HttpProtocol(HttpToolsProtocol):
             return
         now = self.loop.time()
         if now >= self._body_deadline - 1e-3:
-            self._refuse(408, "The request body was not complete in time.")
+            self._refuse(408, f"The request body was not complete within {self._body_limit:g} s.")
             return
         received = self._body_bytes - self._body_bytes_checked
         if received < self.body_min_rate * (now - self._body_checked_at):

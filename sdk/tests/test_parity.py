@@ -348,12 +348,9 @@ async def test_a_draining_server_is_left_for_another_without_an_error():
         errors: list[BaseException] = []
         consumer.on("error", errors.append)
         consumer.on("message", lambda msg: msg.ack())
-        started = time.monotonic()
         runner = asyncio.ensure_future(consumer.start())
         await asyncio.wait_for(acked.wait(), 10)
-        took = time.monotonic() - started
         consumer.stop()
         await asyncio.wait_for(runner, 10)
         await client.close()
     assert connections == 2 and errors == []
-    assert took < 2  # at once, not after a backoff

@@ -44,13 +44,10 @@ test('a draining server is left for another without an error', async () => {
   consumer.on('message', async (msg) => {
     await msg.ack();
   });
-  const started = Date.now();
   await consumer.start();
   await acked;
-  const took = Date.now() - started;
   await consumer.stop();
   await new Promise((resolve) => wss.close(resolve));
   assert.equal(connections, 2);
   assert.deepEqual(errors, []);
-  assert.ok(took < 2000, `reconnected after ${took} ms`);
 });
