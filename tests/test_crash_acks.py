@@ -21,6 +21,7 @@ import pytest
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
 
 KILLS = 3
+MAX_KILLS = 8
 TOPIC = "/v1/topics/acks"
 GROUP = TOPIC + "/groups/workers"
 MEMBERS = 3
@@ -163,7 +164,11 @@ async def test_sigkill_with_acks_and_batch_writes_in_flight(tmp_path):
                     TOPIC + "/messages/batch", json={"messages": [{"data": i} for i in range(50)]}
                 )
                 ledger.published.update(m["id"] for m in answer.json()["messages"])
-        for _ in range(KILLS):
+        kills = 0
+        # At least KILLS kills, and more (up to MAX_KILLS) until some kill has cut both an ack and a
+        # publish on the wire: a kill between requests tests nothing of what this test is for.
+        while kills < KILLS or (kills < MAX_KILLS and not (ledger.acks_cut and ledger.publishes_cut)):
+            kills += 1
             async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=10) as http:
                 tasks = [asyncio.create_task(consume(http, ledger)) for _ in range(MEMBERS)]
                 tasks += [asyncio.create_task(publish(http, ledger)) for _ in range(PUBLISHERS)]
