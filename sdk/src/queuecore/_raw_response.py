@@ -86,6 +86,18 @@ def _target_name(namespace: Any, name: str) -> None:
         raise AttributeError(name)  # noqa: TRY004 — attribute lookup: AttributeError is the protocol
 
 
+def _lookup(client: Any, build: Callable[[Any], Any], name: str, nested: Callable[..., Any]) -> Any:
+    """What ``with_raw_response.<name>`` is: a resource (``nested`` over it), or the call to wrap."""
+    target = build(client)
+    if target is client:
+        if name in _RESOURCES:
+            return nested(client, lambda each: getattr(each, name))
+        if name not in _CLIENT_CALLS:
+            raise AttributeError(name)
+    _target_name(target, name)
+    return getattr(target, name)
+
+
 def _answer(captured: list[httpx.Response], result: Any) -> APIResponse[Any]:
     if not captured:  # pragma: no cover - every wrapped call makes a request
         raise QueueCoreError("the call made no request")
@@ -100,16 +112,12 @@ class RawResponse:
         self._build = build
 
     def __getattr__(self, name: str) -> Any:
-        target = self._build(self._client)
-        if target is self._client:
-            if name in _RESOURCES:
-                return RawResponse(self._client, lambda client: getattr(client, name))
-            if name not in _CLIENT_CALLS:
-                raise AttributeError(name)
-        _target_name(target, name)
+        found = _lookup(self._client, self._build, name, RawResponse)
+        if isinstance(found, RawResponse):
+            return found
         build, client = self._build, self._client
 
-        @functools.wraps(getattr(target, name))
+        @functools.wraps(found)
         def call(*args: Any, **kwargs: Any) -> APIResponse[Any]:
             captured: list[httpx.Response] = []
             copy = client.with_options()
@@ -129,16 +137,12 @@ class AsyncRawResponse:
         self._build = build
 
     def __getattr__(self, name: str) -> Any:
-        target = self._build(self._client)
-        if target is self._client:
-            if name in _RESOURCES:
-                return AsyncRawResponse(self._client, lambda client: getattr(client, name))
-            if name not in _CLIENT_CALLS:
-                raise AttributeError(name)
-        _target_name(target, name)
+        found = _lookup(self._client, self._build, name, AsyncRawResponse)
+        if isinstance(found, AsyncRawResponse):
+            return found
         build, client = self._build, self._client
 
-        @functools.wraps(getattr(target, name))
+        @functools.wraps(found)
         async def call(*args: Any, **kwargs: Any) -> APIResponse[Any]:
             captured: list[httpx.Response] = []
             copy = client.with_options()
