@@ -18,7 +18,7 @@ from typing import Any
 from app.broker import alerts, keys, sessions, tenancy
 from app.broker.errors import BrokerError, KeyLimitReached, Unavailable
 from app.broker.rate_limits import Tier
-from app.settings import Settings, get_settings
+from app.settings import Settings, get_settings, unknown_environment_names
 from app.stores.errors import StoreUnavailable
 from app.stores.metadata.database import MetadataStore
 
@@ -389,6 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"queuecore-server: invalid settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for name in unknown_environment_names():
+        # The name only: a value may be a secret set under a misspelt name.
+        print(f"queuecore-server: warning: {name} is not a setting and is ignored", file=sys.stderr)
     try:
         return _dispatch(args, settings)
     except KeyLimitReached as exc:

@@ -7,6 +7,7 @@ import enum
 import math
 import os
 import secrets
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -274,6 +275,32 @@ class Settings(BaseSettings):
             tmp.chmod(0o600)
             tmp.replace(path)
         return path.read_text().strip().encode()
+
+
+# Names the SDKs and the customer CLI read from the same shells (not server settings, not typos).
+CLIENT_ENVIRONMENT_NAMES = frozenset({"QUEUECORE_API_KEY", "QUEUECORE_BASE_URL", "QUEUECORE_CONFIG"})
+
+
+def unknown_environment_names(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``QUEUECORE_*`` names in ``environ`` that no setting reads, sorted: a misspelt or renamed setting is
+    otherwise ignored in silence (``extra="ignore"``), and its operator never learns that the default won.
+    Names of the suite's own tooling (``QUEUECORE_TEST_*``) are not settings and are left out."""
+    environ = os.environ if environ is None else environ
+    prefix = Settings.model_config.get("env_prefix", "")
+    delimiter = Settings.model_config.get("env_nested_delimiter") or "__"
+    known: set[str] = set(CLIENT_ENVIRONMENT_NAMES)
+    for name, field in Settings.model_fields.items():
+        known.add(f"{prefix}{name}".upper())
+        nested = field.annotation
+        if isinstance(nested, type) and issubclass(nested, BaseModel):
+            known.update(f"{prefix}{name}{delimiter}{sub}".upper() for sub in nested.model_fields)
+    return sorted(
+        name
+        for name in environ
+        if name.upper().startswith(prefix.upper())
+        and not name.upper().startswith(f"{prefix}TEST_".upper())
+        and name.upper() not in known
+    )
 
 
 @lru_cache(maxsize=1)

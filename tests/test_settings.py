@@ -7,7 +7,7 @@ import secrets
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Environment, Settings, estimated_bits
+from app.settings import Environment, Settings, estimated_bits, unknown_environment_names
 from tests.fixtures.server import cli, server_env
 
 STRONG = secrets.token_urlsafe(32)
@@ -115,3 +115,32 @@ class TestErrorsNeverEchoSecrets:
 
     def test_embedded_database_is_sqlite_in_data_dir(self, tmp_path):
         assert Settings(data_dir=tmp_path).resolved_database_url.endswith(f"{tmp_path}/metadata.db")
+
+
+class TestUnknownNames:
+    """A misspelt or renamed ``QUEUECORE_*`` name is reported, by name only, instead of silently ignored."""
+
+    def test_known_names_nested_ones_and_client_names_are_not_reported(self):
+        environ = {
+            "QUEUECORE_PORT": "1",
+            "QUEUECORE_LOG__OPEN_FILES": "64",
+            "queuecore_data_dir": "/x",
+            "QUEUECORE_API_KEY": "pq_live_sk_x",
+            "QUEUECORE_TEST_POSTGRES": "postgresql://",
+            "PATH": "/bin",
+        }
+        assert unknown_environment_names(environ) == []
+
+    def test_renamed_and_misspelt_names_are_reported(self):
+        environ = {"QUEUECORE_LOG__MAX_OPEN_SEGMENTS": "8", "QUEUECORE_SECRETKEY": "v", "QUEUECORE_PORT": "1"}
+        assert unknown_environment_names(environ) == [
+            "QUEUECORE_LOG__MAX_OPEN_SEGMENTS",
+            "QUEUECORE_SECRETKEY",
+        ]
+
+    def test_the_cli_warns_with_the_name_and_never_the_value(self, tmp_path):
+        canary = "pq-canary-" + secrets.token_hex(6)
+        env = server_env(tmp_path, QUEUECORE_SECRETKEY=canary)
+        result = cli(env, "migrate")
+        assert "QUEUECORE_SECRETKEY is not a setting" in result.stderr
+        assert canary not in result.stderr + result.stdout
