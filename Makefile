@@ -66,10 +66,15 @@ $(HAPROXY):
 # Debian's Prometheus, for its promtool: tests/infra/test_alert_rules.py checks infra/prometheus/alerts.yml
 # and runs its unit tests (alerts_test.yml) with it. Only the binary is used; no Prometheus server is started.
 PROMTOOL := /usr/bin/promtool
-
 $(PROMTOOL):
 	apt-get install -y --no-install-recommends prometheus || \
 		(apt-get update && apt-get install -y --no-install-recommends prometheus)
+
+# nftables: the fault harness cuts links between NATS nodes and API processes (tests/faults/network.py).
+NFT := /usr/sbin/nft
+$(NFT):
+	apt-get install -y --no-install-recommends nftables || \
+		(apt-get update && apt-get install -y --no-install-recommends nftables)
 
 # Re-resolve every dependency in a scratch virtualenv and pin what it got.
 lock:
@@ -128,7 +133,7 @@ $(CHECKERS_STAMP): $(CHECKERS)/package.json $(CHECKERS)/package-lock.json
 	touch $(CHECKERS_STAMP)
 
 # Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
-test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL)
+test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	bash sdk/scripts/test_in_clean_venv.sh
 	$(MAKE) test-go
@@ -251,5 +256,7 @@ clean:
 # Table to bench/results/faults.md, any anomaly fails it; the short version is tests/faults/. docs/reliability.md
 # ("Histories and the checker") explains it.
 .PHONY: faults
-faults: install services
+faults: install services $(NFT)
 	$(BIN)/python bench/faults.py --faults sigkill,sigstop,mixed --deployments embedded,postgres,jetstream --runs 3 --repeat 4
+	$(BIN)/python bench/faults.py --faults nats-pause,nats-kill,nats-partition,nats-bridge,api-nats-cut,nats-disk,nats-mixed \
+		--deployments jetstream --runs 2 --repeat 4

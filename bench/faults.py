@@ -6,10 +6,16 @@ each run the consumers drain both groups, every partition is read in full and th
 batches, acked-then-redelivered messages, two owners, unseen and never-redelivered messages.
 
 Faults: ``sigkill`` (SIGKILL of the API process, restart), ``sigstop`` (SIGSTOP for longer than the groups'
-sessionTimeout, then SIGCONT), ``mixed`` (the two by turns). Deployments: ``embedded`` (SQLite metadata, local
-log engine), ``postgres`` (Postgres metadata, Redis limits, local log engine), ``jetstream`` (Postgres
-metadata, Redis limits, the JetStream engine on a fresh 3-node NATS cluster; only the API process is
-faulted, the cluster keeps running).
+sessionTimeout, then SIGCONT), ``mixed`` (the two by turns); on the JetStream deployment only (the
+cluster's nodes on addresses and in cgroups of their own, tests/faults/nats_faults.py): ``nats-pause``
+(SIGSTOP of the leading node past an election), ``nats-kill`` (SIGKILL, restart), ``nats-partition`` (the
+leading node cut from the other two), ``nats-bridge`` (the two others cut from each other), ``api-nats-cut``
+(the API process cut from every node), ``nats-disk`` (a follower's last message block truncated, or a bit
+flipped, while it is stopped), ``nats-mixed`` (pause, partition, cut, kill, bridge by turns).
+
+Deployments: ``embedded`` (SQLite metadata, local log engine), ``postgres`` (Postgres metadata, Redis
+limits, local log engine), ``jetstream`` (Postgres metadata, Redis limits, the JetStream engine on a fresh
+3-node NATS cluster).
 
     .venv/bin/python bench/faults.py [--faults sigkill,sigstop,mixed] [--deployments embedded,postgres,jetstream]
                                      [--runs 3] [--repeat 4] [--between 4] [--no-write]
@@ -39,23 +45,44 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from infra.nats_cluster import NatsCluster
+from tests.faults import nats_faults
 from tests.faults.history import KINDS, Recorder
-from tests.faults.load import SIGKILL, SIGSTOP, Fault, run
+from tests.faults.load import SIGKILL, SIGSTOP, Fault, Target, run
+from tests.faults.network import Links
 from tests.fixtures.database import create_database, database_url, drop_database
-from tests.fixtures.nats import free_base_port
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
 
 RESULTS = ROOT / "bench" / "results"
-FAULTS = {"sigkill": [SIGKILL], "sigstop": [SIGSTOP], "mixed": [SIGKILL, SIGSTOP]}
+FAULTS = {
+    "sigkill": [SIGKILL],
+    "sigstop": [SIGSTOP],
+    "mixed": [SIGKILL, SIGSTOP],
+    # The JetStream deployment's cluster and links (tests/faults/nats_faults.py): only there.
+    "nats-pause": [nats_faults.NATS_PAUSE],
+    "nats-kill": [nats_faults.NATS_KILL],
+    "nats-partition": [nats_faults.NATS_ISOLATE],
+    "nats-bridge": [nats_faults.NATS_BRIDGE],
+    "api-nats-cut": [nats_faults.API_CUT],
+    "nats-disk": [nats_faults.NATS_TRUNCATE, nats_faults.NATS_BITFLIP],
+    "nats-mixed": [
+        nats_faults.NATS_PAUSE,
+        nats_faults.NATS_ISOLATE,
+        nats_faults.API_CUT,
+        nats_faults.NATS_KILL,
+        nats_faults.NATS_BRIDGE,
+    ],
+}
+JETSTREAM_ONLY = {name for name in FAULTS if name.startswith(("nats-", "api-nats"))}
 DEPLOYMENTS = ("embedded", "postgres", "jetstream")
 
 
 @contextlib.contextmanager
-def deployment(kind: str) -> Iterator[dict[str, str]]:
-    """The env of a fresh deployment of ``kind`` (its database and NATS cluster removed afterwards)."""
+def deployment(kind: str) -> Iterator[tuple[dict[str, str], Target]]:
+    """The env of a fresh deployment of ``kind`` (its database and NATS cluster removed afterwards), and
+    the fault target without its server (the JetStream one: its cluster on addresses and cgroups of its own,
+    and the links between them)."""
     if kind == "embedded":
-        yield {}
+        yield {}, Target()
         return
     name = f"qc_faults_{secrets.token_hex(4)}"
     asyncio.run(create_database(name))
@@ -65,14 +92,20 @@ def deployment(kind: str) -> Iterator[dict[str, str]]:
         "QUEUECORE_RATE_LIMIT_PREFIX": f"qc:faults:{name}:",
     }
     root = Path(tempfile.mkdtemp(prefix="qc-faults-nats-"))
-    cluster = NatsCluster(root, base_port=free_base_port()).start() if kind == "jetstream" else None
+    links = Links() if kind == "jetstream" else None
+    cluster = None
+    target = Target()
     try:
-        if cluster is not None:
+        if links is not None:
+            cluster, nodes, api = nats_faults.start_cluster(root, links)
+            target = Target(cluster=cluster, links=links, api=api, nodes=nodes)
             env |= {"QUEUECORE_LOG_ENGINE": "jetstream", "QUEUECORE_NATS_URL": cluster.url}
-        yield env
+        yield env, target
     finally:
         if cluster is not None:
             cluster.stop()
+        if links is not None:
+            links.close()
         shutil.rmtree(root, ignore_errors=True)
         asyncio.run(drop_database(name))
 
@@ -82,16 +115,23 @@ def one_run(fault: str, kind: str, repeat: int, between: float) -> dict[str, Any
     steps: list[Fault] = [FAULTS[fault][i % len(FAULTS[fault])] for i in range(repeat)]
     tmp = Path(tempfile.mkdtemp(prefix="qc-faults-"))
     try:
-        with deployment(kind) as extra:
+        with deployment(kind) as (extra, target):
             env = server_env(tmp / "data", **extra)
             cli(env, "migrate")
             key = bootstrap(env, "faults", "--tier", "enterprise")["keys"]["production"]
             set_tier(env, "faults", "enterprise", "publish=100000,consume=100000,admin=10000")
-            server = ServerProcess(env=env, port=free_port(), data_dir=tmp / "data", log_path=tmp / "srv.log")
+            server = ServerProcess(
+                env=env,
+                port=free_port(),
+                data_dir=tmp / "data",
+                log_path=tmp / "srv.log",
+                cgroup=target.api.cgroup if target.api is not None else None,
+            )
+            target.server = server
             server.start()
             recorder = Recorder(tmp / "history.jsonl")
             try:
-                outcome = asyncio.run(run(server, key, recorder, steps, between=between, drain_seconds=60))
+                outcome = asyncio.run(run(target, key, recorder, steps, between=between, drain_seconds=60))
             finally:
                 server.stop()
         kept = None
@@ -166,6 +206,8 @@ def main() -> int:
     rows = []
     for fault in args.faults.split(","):
         for kind in args.deployments.split(","):
+            if fault in JETSTREAM_ONLY and kind != "jetstream":
+                continue
             row: dict[str, Any] = {
                 "fault": fault, "deployment": kind, "runs": 0, "operations": 0, "undrained": {}, "findings": [],
                 "counts": dict.fromkeys(KINDS, 0),

@@ -63,10 +63,16 @@ class NatsNode:
     store: Path
     config: Path
     process: subprocess.Popen[bytes] | None = None
+    # The loopback address the node listens on (clients, routes, monitoring): one per node lets a fault
+    # harness cut the links between nodes by address (tests/faults/network.py).
+    host: str = "127.0.0.1"
+    # A cgroup v2 directory the node's process runs in (joined before exec, so every socket it opens
+    # belongs to it): what nftables rules match to cut this node's links. None: the parent's.
+    cgroup: Path | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.client_port}"
+        return f"nats://{self.host}:{self.client_port}"
 
 
 @dataclass
@@ -82,6 +88,8 @@ class NatsCluster:
     size: int = 3
     name: str = "queuecore"
     zones: tuple[str, ...] = ZONES
+    # Node i listens on ``hosts[i % len(hosts)]``; all on 127.0.0.1 by default.
+    hosts: tuple[str, ...] = ("127.0.0.1",)
     nodes: list[NatsNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -96,6 +104,7 @@ class NatsCluster:
                     monitor_port=self.base_port + 200 + i,
                     store=self.root / f"n{i}",
                     config=self.root / f"n{i}.conf",
+                    host=self.hosts[i % len(self.hosts)],
                 )
                 for i in range(self.size)
             ]
@@ -115,13 +124,13 @@ class NatsCluster:
         return self
 
     def _write_config(self, node: NatsNode) -> None:
-        routes = ", ".join(f"nats-route://127.0.0.1:{n.cluster_port}" for n in self.nodes if n is not node)
+        routes = ", ".join(f"nats-route://{n.host}:{n.cluster_port}" for n in self.nodes if n is not node)
         node.store.mkdir(parents=True, exist_ok=True)
         node.config.write_text(
             f"""server_name: n{node.index}
 server_tags: ["{ZONE_TAG}:{node.zone}"]
-listen: 127.0.0.1:{node.client_port}
-http: 127.0.0.1:{node.monitor_port}
+listen: {node.host}:{node.client_port}
+http: {node.host}:{node.monitor_port}
 max_payload: {MAX_PAYLOAD}
 jetstream {{
   store_dir: "{node.store}"
@@ -130,7 +139,7 @@ jetstream {{
 }}
 cluster {{
   name: {self.name}
-  listen: 127.0.0.1:{node.cluster_port}
+  listen: {node.host}:{node.cluster_port}
   routes: [{routes}]
 }}
 """
@@ -138,11 +147,19 @@ cluster {{
 
     def _spawn(self, node: NatsNode) -> None:
         log = open(self.root / f"n{node.index}.log", "ab")  # noqa: SIM115 - the child holds it
+        procs = node.cgroup / "cgroup.procs" if node.cgroup is not None else None
+
+        def join_cgroup() -> None:
+            # Between fork and exec: a socket belongs to the cgroup its process was in when it was made.
+            if procs is not None:
+                procs.write_text(str(os.getpid()))
+
         node.process = subprocess.Popen(
             [nats_server_binary(), "-c", str(node.config)],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=join_cgroup if procs is not None else None,  # noqa: PLW1509
         )
         log.close()
 
@@ -150,7 +167,7 @@ cluster {{
         """Until every (given) node answers ``/healthz`` with 200: JetStream up and current."""
         deadline = time.monotonic() + timeout
         for node in [self.nodes[i] for i in nodes] if nodes is not None else self.nodes:
-            while not _healthy(node.monitor_port):
+            while not _healthy(node.host, node.monitor_port):
                 if node.process is not None and node.process.poll() is not None:
                     raise RuntimeError(f"nats node n{node.index} exited: see {self.root}/n{node.index}.log")
                 if time.monotonic() > deadline:
@@ -186,9 +203,9 @@ cluster {{
                     node.process.wait()
 
 
-def _healthy(monitor_port: int) -> bool:
+def _healthy(host: str, monitor_port: int) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{monitor_port}/healthz", timeout=1) as answer:
+        with urllib.request.urlopen(f"http://{host}:{monitor_port}/healthz", timeout=1) as answer:
             return bool(answer.status == 200)
     except (urllib.error.URLError, OSError):
         return False

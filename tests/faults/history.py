@@ -18,7 +18,7 @@ A history is an append-only list of operations, one JSON object per line on disk
   "complete", "outcome"}``: ``ok`` only for the ids the server confirmed;
 * ``{"type": "read", "client", "topic", "partition", "offset", "value", "id", "time"}``: a stream read
   (replay) of one message, by offset;
-* ``{"type": "fault", "name", "invoke", "complete"}``: a fault the run injected (for reading a history;
+* ``{"type": "fault", "name", "invoke", "complete", "note"}``: a fault the run injected (for reading a history;
   the checker does not need it).
 
 ``check(history, final_reads)`` compares it with the full read of every partition after the run

@@ -22,7 +22,9 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import connect
 
+from infra.nats_cluster import NatsCluster
 from tests.faults.history import Recorder, Report, check
+from tests.faults.network import Links, Party
 from tests.fixtures.server import ServerProcess
 
 TOPIC = "history"
@@ -34,24 +36,46 @@ SESSION_TIMEOUT_S = 2.0
 
 
 @dataclass
+class Target:
+    """What a fault acts on: the API process and, on the JetStream deployment, the NATS cluster and the
+    parties whose links can be cut (tests/faults/network.py): the API process and each NATS node."""
+
+    server: ServerProcess | None = None  # set once the API process is made (it starts in ``api``'s cgroup)
+    cluster: NatsCluster | None = None
+    links: Links | None = None
+    api: Party | None = None
+    nodes: list[Party] = field(default_factory=list)
+
+    @property
+    def api_server(self) -> ServerProcess:
+        assert self.server is not None, "the target's API process is not set"
+        return self.server
+
+
+@dataclass
 class Fault:
-    """One fault: a name for the results table and what it does to the server (it returns once the
-    server is back, or was never away)."""
+    """One fault: a name for the results table and what it does to the deployment (it returns once the
+    fault is over: the process back, the link healed, or never away)."""
 
     name: str
-    apply: Callable[[ServerProcess], Awaitable[None]]
+    # What it did, when there is more to say than its name (which node, what the others saw meanwhile).
+    apply: Callable[[Target], Awaitable[str | None]]
 
 
-async def _sigkill_restart(server: ServerProcess) -> None:
+async def _sigkill_restart(target: Target) -> str | None:
+    server = target.api_server
     server.stop(signal.SIGKILL)
     await asyncio.to_thread(server.start)
+    return None
 
 
-async def _sigstop_past_session(server: ServerProcess) -> None:
+async def _sigstop_past_session(target: Target) -> str | None:
+    server = target.api_server
     assert server.process is not None
     server.process.send_signal(signal.SIGSTOP)
     await asyncio.sleep(SESSION_TIMEOUT_S + 1.5)  # longer than the groups' sessionTimeout
     server.process.send_signal(signal.SIGCONT)
+    return None
 
 
 SIGKILL = Fault("sigkill+restart", _sigkill_restart)
@@ -66,6 +90,7 @@ class Load:
     publishing: bool = True
     consuming: bool = True
     counts: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def count(self, what: str, n: int = 1) -> None:
         self.counts[what] = self.counts.get(what, 0) + n
@@ -358,10 +383,11 @@ class Outcome:
     final_reads: dict[str, dict[int, list[dict[str, Any]]]]
     counts: dict[str, int]
     lags: dict[str, int]
+    notes: list[str] = field(default_factory=list)
 
 
 async def run(
-    server: ServerProcess,
+    server: ServerProcess | Target,
     key: str,
     recorder: Recorder,
     faults: Sequence[Fault],
@@ -369,6 +395,8 @@ async def run(
     drain_seconds: float = 40.0,
 ) -> Outcome:
     """Load; each fault after ``between`` seconds of it; load again; then drain both groups and check."""
+    target = server if isinstance(server, Target) else Target(server)
+    server = target.api_server
     await setup(server, key, recorder)
     load = Load(server, key, recorder)
     tasks = [
@@ -382,9 +410,11 @@ async def run(
     for fault in faults:
         await asyncio.sleep(between)
         invoke = Recorder.now()
-        await fault.apply(server)
-        recorder.record("fault", name=fault.name, invoke=invoke, complete=Recorder.now())
+        note = await fault.apply(target)
+        recorder.record("fault", name=fault.name, invoke=invoke, complete=Recorder.now(), note=note)
         load.count(f"fault {fault.name}")
+        if note:
+            load.notes.append(f"{fault.name}: {note}")
     await asyncio.sleep(between)
     publishers, consumers = tasks[:2], tasks[2:]
     load.publishing = False
@@ -400,4 +430,4 @@ async def run(
     await asyncio.gather(*consumers)
     final = await load.final_reads()
     recorder.close()
-    return Outcome(check(recorder.ops, final), recorder.ops, final, load.counts, lags)
+    return Outcome(check(recorder.ops, final), recorder.ops, final, load.counts, lags, load.notes)

@@ -1,18 +1,29 @@
-"""A short fault run against a real ``queuecore-server`` (embedded: SQLite metadata, local log engine):
-single and batch publishers, two WebSocket and two pull members on an exactly-once topic, while the API
-process is SIGKILLed and restarted, and SIGSTOPped for longer than the groups' sessionTimeout; every
-operation recorded, then the history checked against the full read of every partition: no anomaly of any
-kind the checker knows (tests/faults/history.py). bench/faults.py runs the same longer, with more faults.
+"""Short fault runs against a real ``queuecore-server``: single and batch publishers, two WebSocket and two
+pull members on an exactly-once topic, every operation recorded, then the history checked against the full
+read of every partition: no anomaly of any kind the checker knows (tests/faults/history.py).
+
+- embedded (SQLite metadata, local log engine): the API process SIGKILLed and restarted, and SIGSTOPped for
+  longer than the groups' sessionTimeout;
+- JetStream (Postgres metadata, a 3-node NATS cluster, each node on its own address and in its own cgroup):
+  the leading node cut from the other two, the API process cut from every node, the leading node paused
+  past an election (tests/faults/nats_faults.py).
+
+bench/faults.py runs the same longer, with more faults.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import secrets
 
 import pytest
 
+from tests.faults import nats_faults
 from tests.faults.history import Recorder, check
-from tests.faults.load import SIGKILL, SIGSTOP, run
+from tests.faults.load import SIGKILL, SIGSTOP, Target, run
+from tests.faults.network import Links, unavailable
+from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
 
 
@@ -53,3 +64,59 @@ async def test_no_anomalies_under_kills_and_pauses(tmp_path):
     reads = copy.deepcopy(outcome.final_reads)
     reads["history"][acked["partition"]].append({"offset": 10**6, "value": acked["value"], "id": "x"})
     assert check(outcome.history, reads).kinds() == {"duplicate"}
+
+
+@pytest.mark.slow
+async def test_no_anomalies_under_nats_partitions_cuts_and_pauses(tmp_path):
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    name = f"qc_faults_{secrets.token_hex(4)}"
+    await create_database(name)
+    links = Links()
+    cluster = None
+    try:
+        cluster, nodes, api = await asyncio.to_thread(nats_faults.start_cluster, tmp_path / "nats", links)
+        env = server_env(
+            tmp_path / "data",
+            database_url(name),
+            QUEUECORE_LOG_ENGINE="jetstream",
+            QUEUECORE_NATS_URL=cluster.url,
+            QUEUECORE_REDIS_URL="redis://127.0.0.1:6379/0",
+            QUEUECORE_RATE_LIMIT_PREFIX=f"qc:faults:{name}:",
+        )
+        cli(env, "migrate")
+        key = bootstrap(env, "faults", "--tier", "enterprise")["keys"]["production"]
+        set_tier(env, "faults", "enterprise", "publish=100000,consume=100000,admin=10000")
+        server = ServerProcess(
+            env=env,
+            port=free_port(),
+            data_dir=tmp_path / "data",
+            log_path=tmp_path / "srv.log",
+            cgroup=api.cgroup,
+        )
+        target = Target(server=server, cluster=cluster, links=links, api=api, nodes=nodes)
+        server.start()
+        recorder = Recorder(tmp_path / "history.jsonl")
+        faults = [nats_faults.NATS_ISOLATE, nats_faults.API_CUT, nats_faults.NATS_PAUSE]
+        try:
+            outcome = await run(target, key, recorder, faults, between=3.0, drain_seconds=60)
+        finally:
+            server.stop()
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        links.close()
+        await drop_database(name)
+    counts = outcome.counts
+    assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts, outcome.notes)
+    assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
+    assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
+    assert counts.get("delivered pull", 0) > 100, counts
+    # The faults were real: while the leading node was cut off, the other two led streams of their own
+    # (an election happened), and cutting the API process from NATS failed requests that were under way.
+    isolated = next(note for note in outcome.notes if note.startswith(nats_faults.NATS_ISOLATE.name))
+    assert "led: none" not in isolated, outcome.notes
+    failed = sum(n for what, n in counts.items() if what.startswith(("publish fail", "publish unknown")))
+    failed += sum(n for what, n in counts.items() if what.startswith(("pull poll 5", "pull join 5")))
+    assert failed > 0, counts
