@@ -107,6 +107,9 @@ class LogManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._recovery: asyncio.Task[None] | None = None
         self.failed: BaseException | None = None
+        # Partitions a read found damaged on disk (a batch failed its CRC): health is degraded until the
+        # operator restores them and restarts the process.
+        self.damaged: dict[TopicPartition, str] = {}
         self.recoveries = 0  # completed in-process recoveries (for tests and metrics)
         self.started = False
         self.closing = False
@@ -189,6 +192,7 @@ class LogManager:
             read_executor=self._read_executor,
             on_roll=self._on_roll,
             on_failure=self.fail,
+            on_damage=self._on_damage,
         )
 
     def _register(self, log: PartitionLog, config: TopicLogConfig) -> None:
@@ -501,6 +505,11 @@ class LogManager:
             except Exception:
                 logger.exception("retention pass failed")
 
+    def _on_damage(self, log: PartitionLog, error: BaseException) -> None:
+        if log.tp not in self.damaged:
+            logger.error("damaged data in %s: %s (reads of it answer 503)", log.tp, error)
+        self.damaged[log.tp] = str(error)
+
     def _on_roll(self, log: PartitionLog) -> None:
         if self._checkpoint_wanted is not None:
             self._checkpoint_wanted.set()
@@ -548,8 +557,9 @@ class LogManager:
 
     async def health(self) -> str:
         """``ok``; ``degraded`` while the process is (or lately was) out of file descriptors - calls that
-        need a file the engine does not hold open answer 503, the others are served; ``down`` when the
-        engine is offline (a failed write) or the disk takes no writes."""
+        need a file the engine does not hold open answer 503, the others are served - or once a read found
+        stored data damaged (a CRC mismatch); ``down`` when the engine is offline (a failed write) or the
+        disk takes no writes."""
         if not self.started or self.closing:
             return "down"
 
@@ -561,7 +571,7 @@ class LogManager:
                 return "degraded" if error.errno in (errno.EMFILE, errno.ENFILE) else "down"
 
         status = await asyncio.get_running_loop().run_in_executor(None, probe)
-        if self.open_segments.exhausted_within(_EXHAUSTED_DEGRADED_S):
+        if self.open_segments.exhausted_within(_EXHAUSTED_DEGRADED_S) or self.damaged:
             return "degraded"
         if self.failed is not None:
             return "down"

@@ -163,6 +163,7 @@ class PartitionLog:
         read_executor: Executor,
         on_roll: Callable[[PartitionLog], None] = lambda log: None,
         on_failure: Callable[[BaseException], None] = lambda error: None,
+        on_damage: Callable[[PartitionLog, BaseException], None] = lambda log, error: None,
         recovery_point: int = 0,
     ) -> None:
         self.tp = tp
@@ -173,6 +174,7 @@ class PartitionLog:
         self._read_executor = read_executor
         self._on_roll = on_roll
         self._on_failure = on_failure
+        self._on_damage = on_damage
         active = segments.active
         assert active.state is not None, "the active segment is loaded before the log is built"
         self.next_offset = active.state.next_offset
@@ -517,9 +519,13 @@ class PartitionLog:
         if self._tail and self._tail[0][0].base_offset <= offset:
             return self._read_tail(offset, max_records, max_bytes, hw)
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(
-            self._read_executor, self._read, offset, max_records, max_bytes, hw
-        )
+        try:
+            found = await loop.run_in_executor(
+                self._read_executor, self._read, offset, max_records, max_bytes, hw
+            )
+        except reads.DamagedRecords as damaged:
+            self._on_damage(self, damaged)
+            raise
         self._check_not_deleted()
         return found
 

@@ -3,20 +3,61 @@
 Functions over a partition's segments, called by ``PartitionLog`` (in its read executor for file reads) with
 the high-watermark ``hw`` it read first: nothing at or past ``hw`` is ever returned. A read that needs a
 segment's files when the process has no descriptor left fails at once (``FilesExhausted``, 503).
+
+Every batch read from a file is CRC-checked before it is decoded: recovery checks only the active segment's
+tail, so a bit flipped later in a sealed segment (a failing disk, a stray write) is found here, and the read
+fails (``DamagedRecords``, 503) rather than hand out other bytes than were written. The in-memory tail
+holds what this process wrote itself and is not checked again.
+
+Indexes are checked as they are used: a bit flipped in a sealed segment's index can pass load's sanity
+checks (entries still increasing) and send a read to a later batch (records silently skipped) or into the
+middle of one. The batch an index entry points at must be the batch the entry names, and a seek by time must
+start before its timestamp; when not, the segment is scanned from its start (slower, right) and a warning
+names it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Reversible
 
-from app.stores.log.local.records import BatchHeader, decode_batch, is_full, iter_headers, read_header
+from app.stores.errors import StoreUnavailable
+from app.stores.log.local.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptRecordError,
+    decode_batch,
+    ensure_valid,
+    is_full,
+    iter_headers,
+    read_header,
+)
 from app.stores.log.local.segment import Segment
 from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted
-from app.stores.log.protocol import Record
+from app.stores.log.protocol import EngineUnavailable, Record
 
 # A read fetches up to this much beyond ``max_bytes`` (it starts at an indexed batch before the offset).
 _READ_SLACK = 64 * 1024
 _SCAN_CHUNK = 1 << 20
+
+logger = logging.getLogger("queuecore.log")
+# Segments whose index was found pointing elsewhere (warned once each per process).
+_misleading_indexes: set[str] = set()
+
+
+class DamagedRecords(EngineUnavailable, StoreUnavailable):
+    """A stored batch failed its CRC (or framing) check on read: the disk gave back other bytes than were
+    written. The read answers 503 with a generic message; where and what (``str``) goes to the server log,
+    and the engine's health says ``degraded`` (``LocalLogEngine.health``)."""
+
+    def __init__(self, detail: str) -> None:
+        StoreUnavailable.__init__(
+            self, "Stored messages of this partition failed their checksum; the operator must restore them."
+        )
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 def read_tail(
@@ -77,30 +118,39 @@ def _read_segment(
     size: int,
     index_interval_bytes: int,
 ) -> tuple[int, bool]:
-    _, position = segment.position_for(offset)
+    expected, position = _verified_position(segment, offset)
     end = segment.size
     while position < end:
         want = min(end - position, max(max_bytes - size, 0) + index_interval_bytes + _READ_SLACK)
         buf = segment.read(position, want)
         first = read_header(buf)
-        if first is None:
-            break
-        if first.base_offset >= hw:
-            return size, True
+        if first is None or first.size < HEADER_SIZE or position + first.size > end:
+            # Within the segment's committed size every byte belongs to a whole batch: a header that cannot
+            # be read, or a length running past the end, is damage (reading on would skip records silently).
+            raise DamagedRecords(f"{segment.name}: no whole batch at position {position} (offset {expected})")
         if first.size > len(buf):
             buf = segment.read(position, first.size)
         consumed = 0
         for pos, header in iter_headers(buf):
+            # Offsets are contiguous; the base offset is outside the CRC (as in Kafka), so check it here.
+            if header.base_offset != expected:
+                raise DamagedRecords(
+                    f"{segment.name}: the batch at position {position + pos} says offset {header.base_offset}, "
+                    f"{expected} expected"
+                )
+            expected = header.next_offset
             if header.base_offset >= hw:
                 return size, True
             consumed = pos + header.size
             if header.next_offset <= offset:
                 continue
+            try:
+                ensure_valid(buf, pos)
+            except CorruptRecordError as exc:
+                raise DamagedRecords(f"{segment.name}: offsets from {header.base_offset}: {exc}") from exc
             size, full = _take(buf, pos, header, out, offset, hw, max_records, max_bytes, size)
             if full:
                 return size, True
-        if consumed == 0:
-            break
         position += consumed
     return size, False
 
@@ -125,9 +175,40 @@ def offset_for_time(segments: LogSegments, open_segments: OpenSegments, timestam
     return hw
 
 
+def _verified_position(segment: Segment, offset: int) -> tuple[int, int]:
+    """Where a scan for ``offset`` starts, ``(offset of the batch there, position)``: the offset index's
+    entry, once the batch there is the batch the entry names; else (a damaged index) the segment's start."""
+    indexed, position = segment.position_for(offset)
+    if position == 0:
+        return segment.base_offset, 0
+    header = read_header(segment.read(position, HEADER_SIZE))
+    if header is not None and header.base_offset == indexed:
+        return indexed, position
+    _distrust_index(segment, f"its entry for offset {indexed} points at {header and header.base_offset}")
+    return segment.base_offset, 0
+
+
+def _distrust_index(segment: Segment, why: str) -> None:
+    if segment.name not in _misleading_indexes:
+        _misleading_indexes.add(segment.name)
+        logger.warning(
+            "%s: the index is damaged (%s): scanning the segment from its start", segment.name, why
+        )
+
+
 def _scan_for_time(segment: Segment, timestamp: int, hw: int) -> int | None:
     start = segment.offset_for_timestamp_hint(timestamp)
-    _, position = segment.position_for(start)
+    found = _scan_for_time_from(segment, start, timestamp, hw)
+    # The time index names a batch whose records (and all before) are earlier than ``timestamp``: the answer
+    # lies past it. An answer at or before it means the entry was wrong (damaged): scan the whole segment.
+    if start > segment.base_offset and found is not None and found <= start:
+        _distrust_index(segment, f"its time entry for {timestamp} names offset {start}, not before it")
+        found = _scan_for_time_from(segment, segment.base_offset, timestamp, hw)
+    return found
+
+
+def _scan_for_time_from(segment: Segment, start: int, timestamp: int, hw: int) -> int | None:
+    _, position = _verified_position(segment, start)
     end = segment.size
     while position < end:
         buf = segment.read(position, min(end - position, _SCAN_CHUNK))
