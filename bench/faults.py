@@ -47,10 +47,10 @@ sys.path[:0] = [str(ROOT)]
 
 from tests.faults import nats_faults
 from tests.faults.history import KINDS, Recorder
-from tests.faults.load import SIGKILL, SIGSTOP, Fault, Target, run
+from tests.faults.load import SIGKILL, SIGSTOP, Fault, Target, prepare_server, run
 from tests.faults.network import Links
 from tests.fixtures.database import create_database, database_url, drop_database
-from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
+from tests.fixtures.server import server_env
 
 RESULTS = ROOT / "bench" / "results"
 FAULTS = {
@@ -117,16 +117,7 @@ def one_run(fault: str, kind: str, repeat: int, between: float) -> dict[str, Any
     try:
         with deployment(kind) as (extra, target):
             env = server_env(tmp / "data", **extra)
-            cli(env, "migrate")
-            key = bootstrap(env, "faults", "--tier", "enterprise")["keys"]["production"]
-            set_tier(env, "faults", "enterprise", "publish=100000,consume=100000,admin=10000")
-            server = ServerProcess(
-                env=env,
-                port=free_port(),
-                data_dir=tmp / "data",
-                log_path=tmp / "srv.log",
-                cgroup=target.api.cgroup if target.api is not None else None,
-            )
+            server, key = prepare_server(env, tmp, target.api.cgroup if target.api is not None else None)
             target.server = server
             server.start()
             recorder = Recorder(tmp / "history.jsonl")

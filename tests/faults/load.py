@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,7 +26,7 @@ from websockets.asyncio.client import connect
 from infra.nats_cluster import NatsCluster
 from tests.faults.history import Recorder, Report, check
 from tests.faults.network import Links, Party
-from tests.fixtures.server import ServerProcess
+from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, set_tier
 
 TOPIC = "history"
 PARTITIONS = 3
@@ -50,6 +51,19 @@ class Target:
     def api_server(self) -> ServerProcess:
         assert self.server is not None, "the target's API process is not set"
         return self.server
+
+
+def prepare_server(env: dict[str, str], root: Path, cgroup: Path | None = None) -> tuple[ServerProcess, str]:
+    """A migrated, bootstrapped deployment's API process (not started; its data and log under ``root``) and
+    a production key of an enterprise project whose limits are out of the way: a refused request in a
+    fault run would be noise, not a finding."""
+    cli(env, "migrate")
+    key = bootstrap(env, "faults", "--tier", "enterprise")["keys"]["production"]
+    set_tier(env, "faults", "enterprise", "publish=100000,consume=100000,admin=10000")
+    server = ServerProcess(
+        env=env, port=free_port(), data_dir=root / "data", log_path=root / "srv.log", cgroup=cgroup
+    )
+    return server, key
 
 
 @dataclass

@@ -21,22 +21,15 @@ import pytest
 
 from tests.faults import nats_faults
 from tests.faults.history import Recorder, check
-from tests.faults.load import SIGKILL, SIGSTOP, Target, run
+from tests.faults.load import SIGKILL, SIGSTOP, Target, prepare_server, run
 from tests.faults.network import Links, unavailable
 from tests.fixtures.database import create_database, database_url, drop_database
-from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env, set_tier
+from tests.fixtures.server import server_env
 
 
 @pytest.mark.slow
 async def test_no_anomalies_under_kills_and_pauses(tmp_path):
-    env = server_env(tmp_path / "data")
-    cli(env, "migrate")
-    key = bootstrap(env, "faults", "--tier", "enterprise")["keys"]["production"]
-    # Limits out of the way: a refused request here would be noise, not a finding.
-    set_tier(env, "faults", "enterprise", "publish=100000,consume=100000,admin=10000")
-    server = ServerProcess(
-        env=env, port=free_port(), data_dir=tmp_path / "data", log_path=tmp_path / "srv.log"
-    )
+    server, key = prepare_server(server_env(tmp_path / "data"), tmp_path)
     server.start()
     recorder = Recorder(tmp_path / "history.jsonl")
     try:
@@ -85,16 +78,7 @@ async def test_no_anomalies_under_nats_partitions_cuts_and_pauses(tmp_path):
             QUEUECORE_REDIS_URL="redis://127.0.0.1:6379/0",
             QUEUECORE_RATE_LIMIT_PREFIX=f"qc:faults:{name}:",
         )
-        cli(env, "migrate")
-        key = bootstrap(env, "faults", "--tier", "enterprise")["keys"]["production"]
-        set_tier(env, "faults", "enterprise", "publish=100000,consume=100000,admin=10000")
-        server = ServerProcess(
-            env=env,
-            port=free_port(),
-            data_dir=tmp_path / "data",
-            log_path=tmp_path / "srv.log",
-            cgroup=api.cgroup,
-        )
+        server, key = prepare_server(env, tmp_path, api.cgroup)
         target = Target(server=server, cluster=cluster, links=links, api=api, nodes=nodes)
         server.start()
         recorder = Recorder(tmp_path / "history.jsonl")
