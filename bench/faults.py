@@ -113,6 +113,8 @@ def deployment(kind: str) -> Iterator[tuple[dict[str, str], Target]]:
 def one_run(fault: str, kind: str, repeat: int, between: float) -> dict[str, Any]:
     """One run: a fresh deployment, the load with the fault ``repeat`` times, the check."""
     steps: list[Fault] = [FAULTS[fault][i % len(FAULTS[fault])] for i in range(repeat)]
+    # JetStream: recover_after (10 s) + a recovery interval (2 s) + margin before the final reads.
+    settle = 14.0 if kind == "jetstream" else 0.0
     tmp = Path(tempfile.mkdtemp(prefix="qc-faults-"))
     try:
         with deployment(kind) as (extra, target):
@@ -122,7 +124,11 @@ def one_run(fault: str, kind: str, repeat: int, between: float) -> dict[str, Any
             server.start()
             recorder = Recorder(tmp / "history.jsonl")
             try:
-                outcome = asyncio.run(run(target, key, recorder, steps, between=between, drain_seconds=60))
+                outcome = asyncio.run(
+                    run(
+                        target, key, recorder, steps, between=between, drain_seconds=60, settle_seconds=settle
+                    )
+                )
             finally:
                 server.stop()
         kept = None

@@ -407,8 +407,13 @@ async def run(
     faults: Sequence[Fault],
     between: float = 3.0,
     drain_seconds: float = 40.0,
+    settle_seconds: float = 0.0,
 ) -> Outcome:
-    """Load; each fault after ``between`` seconds of it; load again; then drain both groups and check."""
+    """Load; each fault after ``between`` seconds of it; load again; then drain both groups and check.
+
+    ``settle_seconds`` pass between the drain and the final reads: on JetStream a batch committed but cut
+    mid-apply (503 to its publisher) is finished by its node, or at worst rolled forward by recovery within
+    ``recover_after`` + an interval; the final reads check the state it settles in."""
     target = server if isinstance(server, Target) else Target(server)
     server = target.api_server
     await setup(server, key, recorder)
@@ -442,6 +447,7 @@ async def run(
     await asyncio.sleep(1)  # the last acks' answers
     load.consuming = False
     await asyncio.gather(*consumers)
+    await asyncio.sleep(settle_seconds)
     final = await load.final_reads()
     recorder.close()
     return Outcome(check(recorder.ops, final), recorder.ops, final, load.counts, lags, load.notes)

@@ -84,7 +84,9 @@ async def test_no_anomalies_under_nats_partitions_cuts_and_pauses(tmp_path):
         recorder = Recorder(tmp_path / "history.jsonl")
         faults = [nats_faults.NATS_ISOLATE, nats_faults.API_CUT, nats_faults.NATS_PAUSE]
         try:
-            outcome = await run(target, key, recorder, faults, between=3.0, drain_seconds=60)
+            outcome = await run(
+                target, key, recorder, faults, between=3.0, drain_seconds=60, settle_seconds=14.0
+            )
         finally:
             server.stop()
     finally:

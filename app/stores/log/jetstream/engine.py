@@ -334,9 +334,17 @@ class JetStreamLogEngine:
         txns = self._transactions()
         txn_id = txns.new_id()
         await txns.commit(txn_id, topic_id, frames)
-        placed = await asyncio.gather(
-            *(self._store(topic_id, p, part, f"{txn_id}.{p}") for p, part in frames.items())
+        outcomes = await asyncio.gather(
+            *(self._store(topic_id, p, part, f"{txn_id}.{p}") for p, part in frames.items()),
+            return_exceptions=True,
         )
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if failed:
+            # Committed: it will happen. Finish it now rather than in recover_after seconds, so readers see
+            # it in part only while a partition has no leader. The publisher hears 503 (as before).
+            txns.finish(txn_id, frames, topic_id, self._apply)
+            raise failed[0]
+        placed = [o for o in outcomes if not isinstance(o, BaseException)]
         txns.done(txn_id)
         return {p: stored.last_seq - stored.count for p, stored in zip(frames, placed, strict=True)}
 

@@ -12,8 +12,11 @@ transaction log works:
    taken from each batch's ack.
 3. **Done.** The transaction's chunks are purged from ``QC__TXN``.
 
-A crash (of this API process, or a NATS node) between 1 and 3 leaves the commit record behind. Every API
-node runs ``recover`` every few seconds: any transaction older than ``recover_after`` seconds is applied
+An apply that fails after step 1 (a partition's stream electing a leader, a NATS node killed) is tried
+again at once by the node that committed it (``finish``, in the background, with backoff, for up to
+``recover_after`` seconds), so a batch is seen in part only while a partition has no leader, not for the
+whole ``recover_after``. A crash (of this API process, or a NATS node) between 1 and 3 leaves the commit
+record behind. Every API node runs ``recover`` every few seconds: any transaction older than ``recover_after`` seconds is applied
 again partition by partition — a partition it already reached refuses the batch as a duplicate (JetStream
 deduplicates atomic batches by ``Nats-Msg-Id`` within the stream's duplicate window, set far above
 ``recover_after``), the others get their records — and is then purged. Several nodes recovering the same
@@ -80,6 +83,35 @@ class Transactions:
             chunk for partition, part in frames.items() for chunk in codec.chunks(topic_id, partition, part)
         ]
         await self.client.append(codec.TXN_SUBJECT_PREFIX + txn_id, chunks, stream=codec.TXN_STREAM)
+
+    def finish(self, txn_id: str, parts: Mapping[int, Sequence[bytes]], topic_id: str, apply: Apply) -> None:
+        """After a failed step 2: apply ``parts`` again in the background until each partition has them
+        (an applied one refuses them as a duplicate), then purge; after ``recover_after`` seconds of
+        failures, ``recover`` (on any node) takes over."""
+        task = asyncio.create_task(self._finish(txn_id, parts, topic_id, apply))
+        self._purges.add(task)
+        task.add_done_callback(self._purges.discard)
+
+    async def _finish(
+        self, txn_id: str, parts: Mapping[int, Sequence[bytes]], topic_id: str, apply: Apply
+    ) -> None:
+        deadline = time.monotonic() + self.recover_after
+        pause = 0.1
+        missing = dict(parts)
+        while missing:
+            for partition, frames in list(missing.items()):
+                try:
+                    await apply(topic_id, partition, frames, f"{txn_id}.{partition}")
+                    del missing[partition]
+                except LogEngineError as exc:
+                    if time.monotonic() + pause > deadline:
+                        logger.info("transaction %s not finished yet (%s); recovery will", txn_id, exc)
+                        return
+            if missing:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+        logger.info("finished transaction %s after a failed apply", txn_id)
+        await self._purge(txn_id)
 
     def done(self, txn_id: str) -> None:
         """Step 3, off the answer's path: purge the commit record (recovery would, if this is lost)."""

@@ -9,7 +9,7 @@ import secrets
 import pytest
 
 from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine, codec
-from app.stores.log.protocol import RecordIn, TopicLogConfig
+from app.stores.log.protocol import LogEngineError, RecordIn, TopicLogConfig
 
 
 async def _engine(url: str, **overrides: float) -> JetStreamLogEngine:
@@ -74,3 +74,34 @@ class TestRollForward:
             )
         finally:
             await other.close()
+
+
+class TestFinishAfterAFailedApply:
+    async def test_the_committing_node_applies_the_rest_itself_without_waiting_for_recovery(
+        self, nats_cluster, publisher
+    ):
+        """A partition refuses its part (its stream takes no more messages: a real refusal by the server,
+        standing for a stream without a leader): the publisher hears an error, and the node applies the part
+        again in the background until the stream takes it. Recovery never runs here (``publisher``), so
+        only that retry can complete the batch."""
+        topic = f"top_{secrets.token_hex(6)}"
+        await publisher.create_topic(topic, 3, TopicLogConfig(replicas=3))
+        name = codec.stream_name(topic, 2)
+        config = (await publisher.client.api(f"STREAM.INFO.{name}", stream=name))["config"]
+        # One message, then refuse new ones: filled with one record first.
+        await publisher.client.api(
+            f"STREAM.UPDATE.{name}", {**config, "max_msgs": 1, "discard": "new"}, stream=name
+        )
+        await publisher.append(topic, {2: [RecordIn(value=b"only")]})
+        batch = {p: [RecordIn(value=f"p{p}".encode())] for p in range(3)}
+        with pytest.raises(LogEngineError):
+            await publisher.append(topic, batch)
+        assert await _values(publisher, topic, 0) == [b"p0"]  # applied where it could be
+        assert await _values(publisher, topic, 2) == [b"only"]  # refused there
+        await publisher.client.api(f"STREAM.UPDATE.{name}", config, stream=name)
+        for _ in range(300):
+            if await _values(publisher, topic, 2) == [b"only", b"p2"]:
+                break
+            await asyncio.sleep(0.1)
+        assert await _values(publisher, topic, 2) == [b"only", b"p2"]
+        assert [await _values(publisher, topic, p) for p in (0, 1)] == [[b"p0"], [b"p1"]]  # once each
