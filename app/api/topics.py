@@ -9,7 +9,15 @@ from fastapi import APIRouter, Query, Response
 from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import TopicNamePath
-from app.api.schemas.topics import PartitionDetail, Topic, TopicCreate, TopicDetail, TopicList, TopicUpdate
+from app.api.schemas.topics import (
+    PartitionDetail,
+    ReplicaDetail,
+    Topic,
+    TopicCreate,
+    TopicDetail,
+    TopicList,
+    TopicUpdate,
+)
 from app.broker import topics
 from app.errors import responses
 from app.kit.clock import isoformat_ms
@@ -85,6 +93,9 @@ async def describe_topic(
                 latestOffset=p.latest_offset,
                 messages=p.latest_offset - p.earliest_offset,
                 bytes=p.size_bytes,
+                replicas=[
+                    ReplicaDetail(server=r.server, leader=r.leader, current=r.current) for r in p.replicas
+                ],
             )
             for p in details
         ],

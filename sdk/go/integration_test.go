@@ -37,6 +37,10 @@ func TestTopicsLifecycle(t *testing.T) {
 	if len(detail.PartitionDetails) != 6 || detail.ID != created.ID {
 		t.Fatalf("detail %+v", detail)
 	}
+	// The test server's local engine keeps one copy, on its own machine, which leads.
+	if r := detail.PartitionDetails[0].Replicas; len(r) != 1 || !r[0].Leader || !r[0].Current || r[0].Server == "" {
+		t.Fatalf("replicas %+v", r)
+	}
 	updated, err := c.Topics.Update(ctx, name, queuecore.TopicUpdateParams{Partitions: 8, Retention: "1d"})
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,15 @@ type PartitionDetail struct {
 	LatestOffset   int64 `json:"latestOffset"`   // the next offset to be written
 	Messages       int64 `json:"messages"`
 	Bytes          int64 `json:"bytes"` // size on disk
+	// Where the partition's copies live, the leader first (one on a single-node server).
+	Replicas []Replica `json:"replicas"`
+}
+
+// Replica is one copy of a partition.
+type Replica struct {
+	Server  string `json:"server"`  // the server holding it
+	Leader  bool   `json:"leader"`  // this copy takes the partition's writes
+	Current bool   `json:"current"` // it has everything the leader acknowledged
 }
 
 // TopicDetail is a topic with per-partition offsets and sizes (Topics.Get).

@@ -26,8 +26,18 @@ def test_topic_detail_round_trip():
     wire = {
         **TOPIC,
         "partitionDetails": [
-            {"id": 0, "earliestOffset": 0, "latestOffset": 12, "messages": 12, "bytes": 2048},
-            {"id": 1, "earliestOffset": 3, "latestOffset": 3, "messages": 0, "bytes": 0},
+            {
+                "id": 0,
+                "earliestOffset": 0,
+                "latestOffset": 12,
+                "messages": 12,
+                "bytes": 2048,
+                "replicas": [
+                    {"server": "n1", "leader": True, "current": True},
+                    {"server": "n0", "leader": False, "current": False},
+                ],
+            },
+            {"id": 1, "earliestOffset": 3, "latestOffset": 3, "messages": 0, "bytes": 0, "replicas": []},
         ],
     }
     detail = TopicDetail.model_validate(wire)
@@ -35,6 +45,10 @@ def test_topic_detail_round_trip():
     assert detail.created_at == datetime(2026, 3, 28, 10, 42, 18, 3000, tzinfo=timezone.utc)
     assert detail.partition_details[0].latest_offset == 12
     assert detail.partition_details[1].earliest_offset == 3
+    assert [(r.server, r.leader, r.current) for r in detail.partition_details[0].replicas] == [
+        ("n1", True, True),
+        ("n0", False, False),
+    ]
     assert detail.model_dump()["partition_details"][0]["earliest_offset"] == 0
     assert detail.to_wire() == wire
 

@@ -200,6 +200,19 @@ class TestDescribeTopic:
             assert p["earliestOffset"] == 0 and p["latestOffset"] == 0 and p["messages"] == 0
             assert p["bytes"] >= 0
 
+    async def test_where_each_partitions_copies_live(self, client, prod, deployment):
+        await client.post("/v1/topics", json={"name": "placed", "partitions": 2}, headers=prod)
+        topic = (await client.get("/v1/topics/placed", headers=prod)).json()
+        for p in topic["partitionDetails"]:
+            replicas = p["replicas"]
+            assert len(replicas) == topic["replicas"]
+            assert replicas[0]["leader"] and not any(r["leader"] for r in replicas[1:])
+            assert len({r["server"] for r in replicas}) == len(replicas)  # one copy per server
+            if deployment.backend == "jetstream":
+                # The test cluster's nodes n0..n2, one per zone (tests/infra/test_nats_zones.py).
+                assert {r["server"] for r in replicas} == {"n0", "n1", "n2"}
+            assert all(r["current"] for r in replicas[:1])
+
     async def test_missing_topic(self, client, prod):
         error = _error(await client.get("/v1/topics/user.events", headers=prod), 404, "TOPIC_NOT_FOUND")
         assert error["message"] == "The topic 'user.events' does not exist in the current environment."

@@ -76,12 +76,21 @@ class Topic(ResponseBody):
     createdAt: Instant = Field(examples=["2026-03-28T10:42:18.003Z"])
 
 
+class ReplicaDetail(ResponseBody):
+    server: str = Field(examples=["n1"], description="the server holding this copy")
+    leader: bool = Field(description="this copy takes the partition's writes")
+    current: bool = Field(description="this copy has everything the leader acknowledged")
+
+
 class PartitionDetail(ResponseBody):
     id: Partition
     earliestOffset: int
     latestOffset: int
     messages: int
     bytes: int
+    replicas: Annotated[list[ReplicaDetail], at_most(5)] = Field(
+        description="where the partition's copies live, the leader first (one on the local engine)"
+    )
 
 
 class TopicDetail(Topic):

@@ -83,13 +83,25 @@ class Record(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Replica:
+    """One copy of a partition: the server holding it, whether it leads (takes the writes), and whether it
+    is current (has everything the leader acknowledged; a lagging or unreachable one is not)."""
+
+    server: str
+    leader: bool
+    current: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """Where a partition stands: first retained offset, next offset to be written, bytes on disk."""
+    """Where a partition stands: first retained offset, next offset to be written, bytes on disk, and where
+    its copies live (the leader first; empty when the engine cannot say)."""
 
     partition: int
     earliest_offset: int
     latest_offset: int
     size_bytes: int
+    replicas: tuple[Replica, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

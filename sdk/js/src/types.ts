@@ -25,12 +25,24 @@ export interface Topic {
   createdAt: string;
 }
 
+/** One copy of a partition. */
+export interface Replica {
+  /** The server holding it. */
+  server: string;
+  /** Whether this copy takes the partition's writes. */
+  leader: boolean;
+  /** Whether it has everything the leader acknowledged. */
+  current: boolean;
+}
+
 export interface PartitionDetail {
   id: number;
   earliestOffset: number;
   latestOffset: number;
   messages: number;
   bytes: number;
+  /** Where the partition's copies live, the leader first (one on a single-node server). */
+  replicas: Replica[];
 }
 
 export interface TopicDetail extends Topic {

@@ -65,6 +65,7 @@ from app.stores.log.protocol import (
     PartitionInfo,
     Record,
     RecordIn,
+    Replica,
     TopicLogConfig,
     UnknownLog,
     check_record_sizes,
@@ -494,7 +495,7 @@ class JetStreamLogEngine:
         first, last = int(state.get("first_seq", 0)), int(state.get("last_seq", 0))
         self.watermarks.advance(codec.stream_name(topic_id, partition), last)
         earliest = max(0, first - 1) if state.get("messages") else last
-        return PartitionInfo(partition, earliest, last, int(state.get("bytes", 0)))
+        return PartitionInfo(partition, earliest, last, int(state.get("bytes", 0)), _replicas(info))
 
     # -- waits ---------------------------------------------------------------------------------------------
 
@@ -584,3 +585,15 @@ def _resolver(future: asyncio.Future[None]) -> Callable[[], None]:
             future.set_result(None)
 
     return wake
+
+
+def _replicas(info: dict[str, Any]) -> tuple[Replica, ...]:
+    """A stream's copies from its info's ``cluster``: the leader (current by definition), then the followers
+    as the leader sees them (``current``: caught up and heard from lately). With no leader, followers only."""
+    cluster = info.get("cluster") or {}
+    leader = cluster.get("leader")
+    found = [Replica(server=str(leader), leader=True, current=True)] if leader else []
+    for peer in cluster.get("replicas") or []:
+        if peer.get("name"):
+            found.append(Replica(server=str(peer["name"]), leader=False, current=bool(peer.get("current"))))
+    return tuple(found)

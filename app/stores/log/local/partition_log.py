@@ -40,6 +40,7 @@ import asyncio
 import itertools
 import logging
 import os
+import platform
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -68,6 +69,7 @@ from app.stores.log.protocol import (
     PartitionInfo,
     Record,
     RecordIn,
+    Replica,
     TopicLogConfig,
     TopicPartition,
     UnknownLog,
@@ -75,6 +77,8 @@ from app.stores.log.protocol import (
 )
 
 logger = logging.getLogger("queuecore.log")
+# The one copy of every partition is on this machine's disk: describe names the machine.
+SERVER = platform.node() or "local"
 
 
 def _nothing() -> None:
@@ -566,6 +570,7 @@ class PartitionLog:
             earliest_offset=self.earliest_offset,
             latest_offset=self.high_watermark,
             size_bytes=self.segments.size_bytes(),
+            replicas=(Replica(server=SERVER, leader=True, current=True),),
         )
 
     async def close(self, error: BaseException | None = None) -> None:

@@ -55,6 +55,9 @@ test('a publish whose answer is lost is retried with its key and written once', 
     assert.equal(result.offset, 0);
     const detail = await pq.topics.describe(topic);
     assert.equal(detail.partitionDetails[0].messages, 1, 'written once');
+    const [copy, ...others] = detail.partitionDetails[0].replicas;
+    assert.ok(copy.leader && copy.current && copy.server, 'one copy on the test server, leading');
+    assert.equal(others.length, 0);
   } finally {
     proxy.close();
   }

@@ -30,6 +30,7 @@ from .offset import SeekResult as SeekResult
 from .publish_result import PublishResult as PublishResult
 from .topic import Topic as Topic
 from .topic_detail import PartitionDetail as PartitionDetail
+from .topic_detail import Replica as Replica
 from .topic_detail import TopicDetail as TopicDetail
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "PublishResult",
     "ReplayAllResult",
     "ReplayResult",
+    "Replica",
     "SeekResult",
     "Topic",
     "TopicDetail",

@@ -1,7 +1,18 @@
 from .._models import BaseModel
 from .topic import Topic
 
-__all__ = ["PartitionDetail", "TopicDetail"]
+__all__ = ["PartitionDetail", "Replica", "TopicDetail"]
+
+
+class Replica(BaseModel):
+    """One copy of a partition."""
+
+    server: str
+    """The server holding it."""
+    leader: bool
+    """Whether this copy takes the partition's writes."""
+    current: bool
+    """Whether it has everything the leader acknowledged."""
 
 
 class PartitionDetail(BaseModel):
@@ -17,6 +28,8 @@ class PartitionDetail(BaseModel):
     """``latest_offset - earliest_offset``."""
     bytes: int
     """The partition's size on disk."""
+    replicas: list[Replica]
+    """Where the partition's copies live, the leader first (one on a single-node server)."""
 
 
 class TopicDetail(Topic):
