@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap pipeline test audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster checkers
+.PHONY: install lock run serve migrate bootstrap pipeline test audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster checkers rolling-restart faults
 
 # The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
 # git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
@@ -256,6 +256,10 @@ clean:
 # Table to bench/results/faults.md, any anomaly fails it; the short version is tests/faults/. docs/reliability.md
 # ("Histories and the checker") explains it.
 .PHONY: faults
+# Every API process, then every NATS server, restarted in turn under SDK load: bench/results/rolling_restart.md.
+rolling-restart: install services $(HAPROXY)
+	$(BIN)/python bench/rolling_restart.py
+
 faults: install services $(NFT)
 	$(BIN)/python bench/faults.py --faults sigkill,sigstop,mixed --deployments embedded,postgres,jetstream --runs 3 --repeat 4
 	$(BIN)/python bench/faults.py --faults nats-pause,nats-kill,nats-partition,nats-bridge,api-nats-cut,nats-disk,nats-mixed \

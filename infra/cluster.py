@@ -166,28 +166,47 @@ class Cluster:
         )
 
     def _start_api(self, timeout: float) -> None:
-        for index, port in enumerate(self.api_ports):
-            data_dir = self.root / f"api-{index + 1}"
-            data_dir.mkdir(parents=True, exist_ok=True)
-            with (data_dir / "server.log").open("ab") as log:
-                self.api.append(
-                    subprocess.Popen(
-                        [str(BIN / "queuecore-server"), "serve", "--port", str(port)],
-                        env=self.env(index),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
+        self.api = [self._spawn_api(index) for index in range(len(self.api_ports))]
+        for index in range(len(self.api)):
+            self._wait_api(index, timeout)
+
+    def _spawn_api(self, index: int) -> subprocess.Popen[bytes]:
+        data_dir = self.root / f"api-{index + 1}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with (data_dir / "server.log").open("ab") as log:
+            return subprocess.Popen(
+                [str(BIN / "queuecore-server"), "serve", "--port", str(self.api_ports[index])],
+                env=self.env(index),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _wait_api(self, index: int, timeout: float) -> None:
+        process, url = self.api[index], self.api_urls[index]
         deadline = time.monotonic() + timeout
-        for index, (process, url) in enumerate(zip(self.api, self.api_urls, strict=True)):
-            while not _healthy(url):
-                if process.poll() is not None:
-                    tail = (self.root / f"api-{index + 1}" / "server.log").read_text()[-3000:]
-                    raise RuntimeError(f"API process {index + 1} exited:\n{tail}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"API process {index + 1} not healthy after {timeout}s")
-                time.sleep(0.1)
+        while not _healthy(url):
+            if process.poll() is not None:
+                tail = (self.root / f"api-{index + 1}" / "server.log").read_text()[-3000:]
+                raise RuntimeError(f"API process {index + 1} exited:\n{tail}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"API process {index + 1} not healthy after {timeout}s")
+            time.sleep(0.1)
+
+    def restart_api(self, index: int, timeout: float = 60.0) -> None:
+        """A deploy's step for one API process: SIGTERM (it drains: health 503, members told, partitions
+        handed over, requests in flight finished), wait for it to exit, start it again, wait until healthy."""
+        self.api[index].terminate()
+        self.api[index].wait(timeout=timeout)
+        self.api[index] = self._spawn_api(index)
+        self._wait_api(index, timeout)
+
+    def restart_nats(self, index: int, timeout: float = 60.0) -> None:
+        """A deploy's step for one NATS server: lame-duck mode (it moves its leaderships and clients away,
+        then exits), started again on its store, waited for until current."""
+        assert self.nats is not None
+        self.nats.lame_duck(index, timeout)
+        self.nats.restart(index)
 
     def write_haproxy_config(self, api_ports: tuple[int, ...] | None = None) -> Path:
         """Render ``infra/haproxy.cfg.template`` for these API ports into ``<root>/haproxy.cfg``."""

@@ -32,6 +32,9 @@ from pathlib import Path
 # Large enough for one record of 256 KiB plus framing, and for a transaction chunk (see the engine).
 MAX_PAYLOAD = 2 * 1024 * 1024
 
+# How long a node in lame-duck mode takes to close its clients: NATS's minimum (its default is 2 minutes).
+LAME_DUCK_DURATION = "30s"
+
 # The availability zones of the nodes, as server tags ``az:<zone>``; JetStream's ``unique_tag`` keeps each
 # stream's replicas in different zones.
 ZONE_TAG = "az"
@@ -132,6 +135,9 @@ server_tags: ["{ZONE_TAG}:{node.zone}"]
 listen: {node.host}:{node.client_port}
 http: {node.host}:{node.monitor_port}
 max_payload: {MAX_PAYLOAD}
+# Lame-duck mode (a deploy's restart): clients and leaderships handed over in half a minute, not two.
+lame_duck_duration: "{LAME_DUCK_DURATION}"
+lame_duck_grace_period: "1s"
 jetstream {{
   store_dir: "{node.store}"
   sync_interval: always
@@ -180,6 +186,24 @@ cluster {{
         if node.process is not None and node.process.poll() is None:
             node.process.send_signal(sig)
             node.process.wait(timeout=30)
+
+    def lame_duck(self, index: int, timeout: float = 60.0) -> None:
+        """Put one node in lame-duck mode (``--signal ldm``: it stops taking clients, hands its leaderships
+        and connections over, then exits) and reap it; SIGKILL if it has not exited within ``timeout``."""
+        node = self.nodes[index]
+        if node.process is None or node.process.poll() is not None:
+            return
+        subprocess.run(
+            [nats_server_binary(), "--signal", f"ldm={node.process.pid}"],
+            check=True,
+            capture_output=True,
+            timeout=10,
+        )
+        try:
+            node.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            node.process.kill()
+            node.process.wait()
 
     def restart(self, index: int, wait: bool = True) -> None:
         """Start a killed node again on its own store; it rejoins and catches up."""

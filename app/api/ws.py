@@ -183,6 +183,11 @@ async def consume(websocket: WebSocket, name: str) -> None:
 
     connection = services.connections.open(key_id, "websocket", end)
     try:
+        if isinstance(ending, Draining):
+            # Opened on a process already draining (a balancer notices within its health-check interval):
+            # told at once to go elsewhere, before it joins and takes partitions.
+            await _end_for_drain(websocket, send, request_id, None)
+            return
         await send(await member.join())
         tune = websocket.scope.get("extensions", {}).get(KEEPALIVE, {}).get("tune")
         if tune is not None:  # a peer silent for the group's sessionTimeout is gone (and not sooner)
@@ -223,7 +228,8 @@ async def consume(websocket: WebSocket, name: str) -> None:
                 payload = message.get("bytes") or b""
             await member.handle(payload)
         if isinstance(ending, Draining):
-            await _end_for_drain(websocket, send, request_id)
+            member.stop()  # nothing new is delivered; what the client still acks is settled below
+            await _end_for_drain(websocket, send, request_id, member.handle)
             return
         if ending is not None:
             await _end_for_key(websocket, send, request_id, key_id, ending)
@@ -256,16 +262,37 @@ async def consume(websocket: WebSocket, name: str) -> None:
 
 
 _DRAINING_FRAME = b'{"type":"draining"}'
+# How long a draining connection's client has to send its last acks and close (within the drain's own
+# grace for connections, app/api/draining.py).
+DRAIN_HANDOVER_SECONDS = 3.0
 
 
 async def _end_for_drain(
-    websocket: WebSocket, send: Callable[[bytes], Awaitable[None]], request_id: str
+    websocket: WebSocket,
+    send: Callable[[bytes], Awaitable[None]],
+    request_id: str,
+    handle: Callable[[str | bytes], Awaitable[None]] | None,
 ) -> None:
-    """This process is shutting down (SIGTERM): a ``draining`` frame, then close 1012 (service
-    restart); the member leaves as the connection ends, and its partitions go to the other members."""
+    """This process is shutting down (SIGTERM): a ``draining`` frame; then, for up to
+    ``DRAIN_HANDOVER_SECONDS``, the acks, nacks and extends the client still sends are settled as usual
+    (``handle``) until it closes (the SDKs finish their running handlers, flush and close); then close 1012
+    (service restart). The member leaves as the connection ends, and its partitions go to the other members
+    with every ack that reached us in them."""
     logger.info("push connection ended: draining", extra={"requestId": request_id})
     with contextlib.suppress(Exception):
         await send(_DRAINING_FRAME)
+        if handle is not None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + DRAIN_HANDOVER_SECONDS
+            while (left := deadline - loop.time()) > 0:
+                try:
+                    message = await asyncio.wait_for(websocket.receive(), left)
+                except TimeoutError:
+                    break
+                if message["type"] == "websocket.disconnect":
+                    return
+                payload = message.get("text")
+                await handle(payload if payload is not None else message.get("bytes") or b"")
         await websocket.close(code=CloseCode.RESTART)
 
 

@@ -49,6 +49,13 @@ def _refusal(url: str, status: int, headers: dict[str, str], body: bytes) -> API
     return make_status_error(response, parsed)
 
 
+def _closed_for_restart(exc: BaseException) -> bool:
+    """The server closed with 1012 (service restart): a deploy, even when its ``draining`` frame was not
+    seen (a connection opened on a node that had begun draining)."""
+    received = getattr(exc, "rcvd", None)
+    return getattr(received, "code", None) == 1012
+
+
 class PushSession:
     """Runs one consumer over WebSocket connections until it is stopped."""
 
@@ -61,6 +68,7 @@ class PushSession:
         self._workers: dict[int, asyncio.Task[None]] = {}
         self._accepting = True  # False once stopping: deliveries after that are left to the server
         self._draining = False  # the server said it is shutting down: its close is no failure
+        self._drain_said = asyncio.Event()  # set by the ``draining`` frame: hand over, then reconnect
         self._queues: dict[int, asyncio.Queue[ConsumedMessage | None]] = {}
 
     async def run(self) -> None:
@@ -100,7 +108,7 @@ class PushSession:
             except (OSError, asyncio.TimeoutError, WebSocketException) as exc:
                 if consumer._stopping:
                     return
-                if self._draining:
+                if self._draining or _closed_for_restart(exc):
                     # A deploy: the node said `draining` and closed (1012). Reconnect at once (to another
                     # node behind the same address), reporting nothing: no error happened.
                     self._draining, failures = False, 0
@@ -134,28 +142,40 @@ class PushSession:
         assignments = welcome.get("assignments")
         await consumer._rebalanced(assignments if isinstance(assignments, list) else [])
         self._unanswered = 0
+        self._drain_said.clear()
         reader = asyncio.ensure_future(self._read(ws))
         writer = asyncio.ensure_future(self._write(ws))
         stop = asyncio.ensure_future(self._stopped())
+        drained = asyncio.ensure_future(self._drain_said.wait())
         try:
-            done, _ = await asyncio.wait({reader, writer, stop}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({reader, writer, stop, drained}, return_when=asyncio.FIRST_COMPLETED)
             if stop in done:
                 await self._finish(ws, reader, writer)
+                return
+            if drained in done:
+                # A deploy: hand over as a stop does (running handlers finish, their acks are sent and
+                # answered, messages not started are left to the next owner), then connect again.
+                await self._finish(ws, reader, writer, leave=False)
+                consumer._log.info("the server is draining; reconnecting")
+                self._draining = False
                 return
             for task in done:
                 task.result()  # the connection's end, as an exception
         finally:
-            for task in (reader, writer, stop):
+            for task in (reader, writer, stop, drained):
                 task.cancel()
-            await asyncio.gather(reader, writer, stop, return_exceptions=True)
+            await asyncio.gather(reader, writer, stop, drained, return_exceptions=True)
             consumer._member_id = None
 
     async def _stopped(self) -> None:
         assert self.consumer._stop_event is not None
         await self.consumer._stop_event.wait()
 
-    async def _finish(self, ws: Any, reader: asyncio.Task[None], writer: asyncio.Task[None]) -> None:
-        """Graceful stop: no new messages, running handlers finish, acks are flushed and answered, close."""
+    async def _finish(
+        self, ws: Any, reader: asyncio.Task[None], writer: asyncio.Task[None], *, leave: bool = True
+    ) -> None:
+        """Graceful stop: no new messages, running handlers finish, acks are flushed and answered, close
+        (and, ``leave``, leave the group; a draining server's close leaves it anyway)."""
         self._accepting = False
         workers = list(self._workers.values())
         for queue in self._queues.values():
@@ -180,7 +200,7 @@ class PushSession:
             await ws.close()
         # The server removes the member when it sees the close; leaving explicitly too makes ``start()``
         # return only once the group knows (a second leave is a harmless 404).
-        if self.member_id is not None:
+        if leave and self.member_id is not None:
             with contextlib.suppress(Exception):
                 await self.consumer._call("DELETE", f"/members/{self.member_id}")
 
@@ -201,6 +221,7 @@ class PushSession:
                 await consumer._report_failed(frame, "ack")
             elif kind == "draining":
                 self._draining = True
+                self._drain_said.set()
             elif kind == "rebalance":
                 self.generation = int(frame.get("generationId", self.generation))
                 consumer._generation = self.generation
