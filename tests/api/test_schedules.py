@@ -14,7 +14,19 @@ from tests.api.test_errors import assert_envelope
 from tests.api.test_quotas import assert_quota
 from tests.fixtures.factories import GENEROUS_LIMITS
 
-FIELDS = {"id", "topic", "cron", "every", "timezone", "status", "nextRunAt", "createdAt", "data", "key", "headers"}
+FIELDS = {
+    "id",
+    "topic",
+    "cron",
+    "every",
+    "timezone",
+    "status",
+    "nextRunAt",
+    "createdAt",
+    "data",
+    "key",
+    "headers",
+}
 
 
 def parse(stamp: str) -> datetime:
@@ -127,7 +139,9 @@ class TestReadAndDelete:
         for action in ("pause", "resume"):
             r = await client.post(f"/v1/schedules/sch_0000000000000000/{action}", headers=prod)
             assert_envelope(r, 404, "NOT_FOUND")
-        assert_envelope(await client.delete("/v1/schedules/sch_0000000000000000", headers=prod), 404, "NOT_FOUND")
+        assert_envelope(
+            await client.delete("/v1/schedules/sch_0000000000000000", headers=prod), 404, "NOT_FOUND"
+        )
 
     async def test_schedules_stay_in_their_environment(self, client, tenant, prod):
         await make_topic(client, prod)
@@ -257,7 +271,9 @@ class TestQuota:
 async def admin_post(client, auth, every: str):
     """A create on a tier of 10 admin requests per second: waits out the rate limit, never the quota."""
     while True:
-        r = await client.post("/v1/schedules", json={"topic": "jobs", "every": every, "data": 1}, headers=auth)
+        r = await client.post(
+            "/v1/schedules", json={"topic": "jobs", "every": every, "data": 1}, headers=auth
+        )
         if r.status_code != 429:
             return r
         await asyncio.sleep(float(r.headers["retry-after"]))
