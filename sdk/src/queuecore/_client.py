@@ -24,6 +24,7 @@ from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
 from ._exceptions import APIError, QueueCoreError
 from ._raw_response import AsyncRawResponse, RawResponse
 from .resources.alerts import Alerts, AsyncAlerts
+from .resources.schedules import AsyncSchedules, Schedules
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.dlq import AsyncDlq, Dlq
 from .resources.messages import AsyncMessages, Messages
@@ -171,6 +172,11 @@ class QueueCore(SyncAPIClient):
     def alerts(self) -> Alerts:
         """The project's alert webhook (DLQ depth alerts): set, get, delete, test, deliveries."""
         return Alerts(self)
+
+    @cached_property
+    def schedules(self) -> Schedules:
+        """Schedules: a message published to a topic on a cron expression or a fixed period."""
+        return Schedules(self)
 
     def publish(
         self,
@@ -366,6 +372,11 @@ class AsyncQueueCore(AsyncAPIClient):
     def alerts(self) -> AsyncAlerts:
         """The project's alert webhook (DLQ depth alerts): set, get, delete, test, deliveries."""
         return AsyncAlerts(self)
+
+    @cached_property
+    def schedules(self) -> AsyncSchedules:
+        """Schedules: a message published to a topic on a cron expression or a fixed period."""
+        return AsyncSchedules(self)
 
     async def publish(
         self,

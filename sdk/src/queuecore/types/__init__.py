@@ -28,6 +28,8 @@ from .offset import Offset as Offset
 from .offset import PartitionOffset as PartitionOffset
 from .offset import SeekResult as SeekResult
 from .publish_result import PublishResult as PublishResult
+from .schedule import Schedule as Schedule
+from .schedule import ScheduleRun as ScheduleRun
 from .topic import Topic as Topic
 from .topic_detail import PartitionDetail as PartitionDetail
 from .topic_detail import TopicDetail as TopicDetail
@@ -61,6 +63,8 @@ __all__ = [
     "PublishResult",
     "ReplayAllResult",
     "ReplayResult",
+    "Schedule",
+    "ScheduleRun",
     "SeekResult",
     "Topic",
     "TopicDetail",
