@@ -15,6 +15,7 @@ window, so the catch-up rule keeps every run). The runs the API lists are those 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 import signal
 import time
@@ -35,7 +36,7 @@ CLAIM = {"QUEUECORE_SCHEDULE_CLAIM_SECONDS": "2"}
 
 
 def due_ms(stamp: str) -> int:
-    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    return int(datetime.fromisoformat(stamp).timestamp() * 1000)
 
 
 def check_history(messages: list[dict], schedule_id: str) -> list[int]:
@@ -48,7 +49,7 @@ def check_history(messages: list[dict], schedule_id: str) -> list[int]:
     duplicates = {d: n for d, n in Counter(dues).items() if n > 1}
     assert not duplicates, f"due times published more than once: {duplicates}"
     dues.sort()
-    gaps = [(a, b) for a, b in zip(dues, dues[1:], strict=False) if b - a != 1000]
+    gaps = [(a, b) for a, b in itertools.pairwise(dues) if b - a != 1000]
     assert not gaps, f"due times missing between: {gaps}"
     return dues
 

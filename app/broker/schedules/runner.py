@@ -60,7 +60,10 @@ class ScheduleRunner:
         catch_up_seconds: float = 30.0,
         runs_kept: int = 100,
         clock: Callable[[], int] = now_ms,
+        project_id: str | None = None,
     ) -> None:
+        """``project_id``: run only that project's schedules (None, the server's case: all of them); a
+        runner on its own clock beside the server's (a test) keeps to its own project this way."""
         self._metadata = metadata
         self._publisher = publisher
         self.poll_seconds = poll_seconds
@@ -69,6 +72,7 @@ class ScheduleRunner:
         self.runs_kept = runs_kept
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
+        self._project_id = project_id
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run_forever(), name="schedule-runner")
@@ -97,7 +101,7 @@ class ScheduleRunner:
         """One pass: claim the due runs, publish and record each; how many this node recorded."""
         now = self._clock()
         async with self._metadata.session(readonly=True) as session:
-            due = await ScheduleRepository.from_session(session).due(now, _BATCH)
+            due = await ScheduleRepository.from_session(session).due(now, _BATCH, self._project_id)
         if not due:
             return 0
         outcomes = await asyncio.gather(*(self._fire(run) for run in due), return_exceptions=True)

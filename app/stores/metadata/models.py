@@ -376,9 +376,7 @@ class ScheduleRun(Base):
 
     __tablename__ = "schedule_runs"
 
-    schedule_id: Mapped[str] = mapped_column(
-        ForeignKey("schedules.id", ondelete="CASCADE"), primary_key=True
-    )
+    schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"), primary_key=True)
     at_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     message_id: Mapped[str] = mapped_column(String(64))
     partition: Mapped[int] = mapped_column(Integer)

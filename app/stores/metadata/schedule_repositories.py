@@ -99,8 +99,9 @@ class ScheduleRepository(Repository):
 
     # the runner -------------------------------------------------------------------------------------
 
-    async def due(self, now_ms: int, limit: int) -> list[DueRun]:
-        """Active schedules whose next run is due and not claimed by anyone now, soonest first."""
+    async def due(self, now_ms: int, limit: int, project_id: str | None = None) -> list[DueRun]:
+        """Active schedules whose next run is due and not claimed by anyone now, soonest first (of one
+        project only, when given)."""
         stmt = (
             select(
                 Schedule.id,
@@ -125,6 +126,8 @@ class ScheduleRepository(Repository):
             .order_by(Schedule.next_run_ms)
             .limit(limit)
         )
+        if project_id is not None:
+            stmt = stmt.where(Schedule.project_id == project_id)
         return [DueRun(*row) for row in (await self.session.execute(stmt)).all()]
 
     async def claim(self, schedule_id: str, due_ms: int, now_ms: int, until_ms: int) -> bool:

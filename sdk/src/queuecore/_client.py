@@ -24,11 +24,11 @@ from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
 from ._exceptions import APIError, QueueCoreError
 from ._raw_response import AsyncRawResponse, RawResponse
 from .resources.alerts import Alerts, AsyncAlerts
-from .resources.schedules import AsyncSchedules, Schedules
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.dlq import AsyncDlq, Dlq
 from .resources.messages import AsyncMessages, Messages
 from .resources.offsets import AsyncOffsets, Offsets
+from .resources.schedules import AsyncSchedules, Schedules
 from .resources.topics import AsyncTopics, Topics
 from .types.batch_message import BatchMessage
 from .types.batch_result import BatchResult

@@ -19,7 +19,7 @@ from app.stores.metadata.schedule_repositories import ScheduleRepository
 
 
 def stamp_ms(text: str) -> int:
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
 
 
 class Clock:
@@ -30,8 +30,15 @@ class Clock:
         return self.at
 
 
-def runner(deployment, clock: Clock, **kwargs) -> ScheduleRunner:
-    return ScheduleRunner(deployment.store, deployment.app.state.services.publisher, clock=clock, **kwargs)
+def runner(deployment, tenant, clock: Clock, **kwargs) -> ScheduleRunner:
+    """A runner on the test's clock, kept to the test's project (the deployment is shared)."""
+    return ScheduleRunner(
+        deployment.store,
+        deployment.app.state.services.publisher,
+        clock=clock,
+        project_id=tenant.project_id,
+        **kwargs,
+    )
 
 
 async def setup(client, prod, every: str, name: str = "ticks") -> dict:
@@ -60,11 +67,11 @@ async def messages(client, prod, name: str = "ticks") -> list[dict]:
 
 
 class TestExactlyOnce:
-    async def test_racing_runners_publish_each_due_run_once(self, client, prod, deployment):
+    async def test_racing_runners_publish_each_due_run_once(self, client, prod, deployment, tenant):
         schedule = await setup(client, prod, "1d")
         due = stamp_ms(schedule["nextRunAt"])
         clock = Clock(due)
-        racers = [runner(deployment, clock) for _ in range(4)]
+        racers = [runner(deployment, tenant, clock) for _ in range(4)]
         for k in range(3):
             clock.at = due + k * 86_400_000
             fired = await asyncio.gather(*(r.run_once() for r in racers))
@@ -94,9 +101,9 @@ class TestExactlyOnce:
         async with deployment.store.session() as session:
             assert await ScheduleRepository.from_session(session).claim(schedule["id"], due, due, due + 5_000)
         clock = Clock(due + 1_000)
-        assert await runner(deployment, clock).run_once() == 0  # the dead node's claim still holds
+        assert await runner(deployment, tenant, clock).run_once() == 0  # the dead node's claim still holds
         clock.at = due + 5_000
-        assert await runner(deployment, clock).run_once() == 1
+        assert await runner(deployment, tenant, clock).run_once() == 1
         recorded = await runs(client, prod, schedule["id"])
         assert [(r["partition"], r["offset"]) for r in recorded] == [(placed.partition, placed.offset)]
         assert recorded[0]["messageId"] == publisher.message_id(topic, placed.partition, placed.offset)
@@ -104,23 +111,23 @@ class TestExactlyOnce:
 
 
 class TestCatchUp:
-    async def test_a_short_stall_catches_up_every_due_time_in_order(self, client, prod, deployment):
+    async def test_a_short_stall_catches_up_every_due_time_in_order(self, client, prod, deployment, tenant):
         schedule = await setup(client, prod, "10s")
         due = stamp_ms(schedule["nextRunAt"])
         try:
             clock = Clock(due + 25_000)  # three due times passed, within the 30 s catch-up window
-            stalled = runner(deployment, clock, catch_up_seconds=30)
+            stalled = runner(deployment, tenant, clock, catch_up_seconds=30)
             assert [await stalled.run_once() for _ in range(4)] == [1, 1, 1, 0]
             recorded = await runs(client, prod, schedule["id"])
             assert [stamp_ms(r["at"]) for r in recorded] == [due + 20_000, due + 10_000, due]
         finally:
             await client.delete(f"/v1/schedules/{schedule['id']}", headers=prod)
 
-    async def test_a_long_outage_ends_in_one_late_run(self, client, prod, deployment):
+    async def test_a_long_outage_ends_in_one_late_run(self, client, prod, deployment, tenant):
         schedule = await setup(client, prod, "1h")
         due = stamp_ms(schedule["nextRunAt"])
         clock = Clock(due + 5 * 3_600_000 + 60_000)  # five more due times missed, far past the window
-        back = runner(deployment, clock, catch_up_seconds=30)
+        back = runner(deployment, tenant, clock, catch_up_seconds=30)
         assert [await back.run_once() for _ in range(2)] == [1, 0]
         recorded = await runs(client, prod, schedule["id"])
         assert [stamp_ms(r["at"]) for r in recorded] == [due]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import builtins
+from typing import Any
 
 import httpx
 import pydantic
@@ -21,15 +22,15 @@ _NO_DATA: Any = object()
 def _create_body(
     topic: str,
     data: Any,
-    cron: Optional[str],
-    every: Optional[str],
-    timezone: Optional[str],
-    key: Optional[str],
-    headers: Optional[Dict[str, str]],
-) -> Dict[str, Any]:
+    cron: str | None,
+    every: str | None,
+    timezone: str | None,
+    key: str | None,
+    headers: dict[str, str] | None,
+) -> dict[str, Any]:
     if data is _NO_DATA:
         raise TypeError("schedules.create() needs data= (any JSON value, None included)")
-    body: Dict[str, Any] = {"topic": topic, "data": data}
+    body: dict[str, Any] = {"topic": topic, "data": data}
     for name, value in (("cron", cron), ("every", every), ("timezone", timezone), ("key", key)):
         if value is not None:
             body[name] = value
@@ -42,11 +43,11 @@ def _path(schedule_id: str, action: str = "") -> str:
     return f"/v1/schedules/{path_segment(schedule_id)}" + (f"/{action}" if action else "")
 
 
-def _list_options(limit: Optional[int], cursor: Optional[str]) -> RequestOptions:
+def _list_options(limit: int | None, cursor: str | None) -> RequestOptions:
     return RequestOptions("GET", "/v1/schedules", params={"limit": limit, "cursor": cursor})
 
 
-def _read_page(response: httpx.Response) -> "tuple[List[Schedule], Optional[str]]":
+def _read_page(response: httpx.Response) -> tuple[list[Schedule], str | None]:
     body = read_json(response)
     if not isinstance(body, dict) or not isinstance(body.get("data"), list):
         raise APIResponseValidationError(response, body, "The answer is not a {data, nextCursor} page.")
@@ -71,11 +72,11 @@ class Schedules(SyncAPIResource):
         topic: str,
         *,
         data: Any = _NO_DATA,
-        cron: Optional[str] = None,
-        every: Optional[str] = None,
-        timezone: Optional[str] = None,
-        key: Optional[str] = None,
-        headers: Optional[Dict[str, str]] = None,
+        cron: str | None = None,
+        every: str | None = None,
+        timezone: str | None = None,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Schedule:
         """Create a schedule of ``topic``; give exactly one of ``cron`` and ``every``.
 
@@ -96,10 +97,10 @@ class Schedules(SyncAPIResource):
         body = _create_body(topic, data, cron, every, timezone, key, headers)
         return parse_model(Schedule, self._client.request(RequestOptions("POST", "/v1/schedules", json=body)))
 
-    def list(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> SyncCursorPage[Schedule]:
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> SyncCursorPage[Schedule]:
         """Schedules by id. Iterating the answer walks every schedule, fetching further pages lazily."""
 
-        def fetch(cursor: Optional[str]) -> SyncCursorPage[Schedule]:
+        def fetch(cursor: str | None) -> SyncCursorPage[Schedule]:
             data, next_cursor = _read_page(self._client.request(_list_options(limit, cursor)))
             return SyncCursorPage(data, next_cursor, fetch)
 
@@ -125,7 +126,7 @@ class Schedules(SyncAPIResource):
         """Delete a schedule (the messages it published stay in the topic)."""
         self._client.request(RequestOptions("DELETE", _path(schedule_id)))
 
-    def runs(self, schedule_id: str) -> List[ScheduleRun]:
+    def runs(self, schedule_id: str) -> builtins.list[ScheduleRun]:
         """The schedule's last runs, newest first: each due time and the message it published."""
         response = self._client.request(RequestOptions("GET", _path(schedule_id, "runs")))
         return parse_model(ScheduleRunList, response).data
@@ -139,21 +140,21 @@ class AsyncSchedules(AsyncAPIResource):
         topic: str,
         *,
         data: Any = _NO_DATA,
-        cron: Optional[str] = None,
-        every: Optional[str] = None,
-        timezone: Optional[str] = None,
-        key: Optional[str] = None,
-        headers: Optional[Dict[str, str]] = None,
+        cron: str | None = None,
+        every: str | None = None,
+        timezone: str | None = None,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Schedule:
         """Create a schedule of ``topic``. See ``Schedules.create``."""
         body = _create_body(topic, data, cron, every, timezone, key, headers)
         response = await self._client.request(RequestOptions("POST", "/v1/schedules", json=body))
         return parse_model(Schedule, response)
 
-    def list(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> AsyncPaginator[Schedule]:
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> AsyncPaginator[Schedule]:
         """Schedules by id: ``async for schedule in client.schedules.list()`` walks every one."""
 
-        async def fetch(cursor: Optional[str]) -> AsyncCursorPage[Schedule]:
+        async def fetch(cursor: str | None) -> AsyncCursorPage[Schedule]:
             data, next_cursor = _read_page(await self._client.request(_list_options(limit, cursor)))
             return AsyncCursorPage(data, next_cursor, fetch)
 
@@ -177,7 +178,7 @@ class AsyncSchedules(AsyncAPIResource):
         """Delete a schedule."""
         await self._client.request(RequestOptions("DELETE", _path(schedule_id)))
 
-    async def runs(self, schedule_id: str) -> List[ScheduleRun]:
+    async def runs(self, schedule_id: str) -> builtins.list[ScheduleRun]:
         """The schedule's last runs, newest first."""
         response = await self._client.request(RequestOptions("GET", _path(schedule_id, "runs")))
         return parse_model(ScheduleRunList, response).data

@@ -1,4 +1,6 @@
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
+
+from pydantic import Field
 
 from .._models import BaseModel, Timestamp
 
@@ -25,7 +27,7 @@ class Schedule(BaseModel):
     data: Any = None
     """What every run publishes."""
     key: Optional[str] = None
-    headers: Dict[str, str] = {}
+    headers: dict[str, str] = Field(default_factory=dict)
 
 
 class ScheduleRun(BaseModel):
@@ -41,4 +43,4 @@ class ScheduleRun(BaseModel):
 class ScheduleRunList(BaseModel):
     """A schedule's last runs, newest first."""
 
-    data: List[ScheduleRun]
+    data: list[ScheduleRun]
