@@ -72,6 +72,16 @@ EXCLUSIONS: dict[str, dict[str, str]] = {
     "PUT /v1/alerts/endpoint": {
         "url": "a URL whose host resolves, to a public address unless the operator allows internal ones",
     },
+    "POST /v1/schedules": {
+        "cron": "a cron expression whose five fields name real minutes, hours, days and months (a grammar); "
+        "exactly one of cron and every (a rule across two fields)",
+        "every": "a period of 1s to 366d (the units differ in size); exactly one of cron and every",
+        "timezone": "a name of the IANA time zone database",
+        "key": "at most 4096 bytes of UTF-8 (JSON Schema counts characters)",
+        "headers": _HEADER_NAMES + ", none of them queuecore-schedule or queuecore-scheduled-at",
+        "data": _DATA,
+    },
+    "GET /v1/schedules": {"cursor": _CURSOR},
     "PUT /v1/admin/projects/{project}/tier": {
         "limits": "custom limits for the enterprise tier only (a rule across two fields)",
     },
