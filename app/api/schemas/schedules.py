@@ -11,20 +11,22 @@ from app.api.schemas.constraints import (
     PAGE_MAX,
     Instant,
     MessageId,
-    MessageKey,
     Partition,
     TopicName,
     at_most,
     schema,
 )
-from app.broker.publishing import MAX_HEADERS
+from app.broker.publishing import MAX_HEADERS, MAX_KEY_BYTES
 from app.broker.schedules import service, timing
 
 SCHEDULE_ID_PATTERN = "^sch_[a-z0-9]{16}$"
 ScheduleId = Annotated[str, schema(pattern=SCHEDULE_ID_PATTERN, maxLength=20)]
-Cron = Annotated[str, schema(maxLength=timing.MAX_CRON_LENGTH)]
+# No request string but a published message's may hold the NUL character (app/api/routing.py).
+_NO_NUL = "^[^\\x00]*$"
+Cron = Annotated[str, schema(pattern=_NO_NUL, maxLength=timing.MAX_CRON_LENGTH)]
 Every = Annotated[str, schema(pattern="^[0-9]{1,9}(ms|s|m|h|d)$", maxLength=11)]
-TimeZone = Annotated[str, schema(maxLength=timing.MAX_TIMEZONE_LENGTH)]
+TimeZone = Annotated[str, schema(pattern=_NO_NUL, maxLength=timing.MAX_TIMEZONE_LENGTH)]
+Key = Annotated[str, schema(pattern=_NO_NUL, maxLength=MAX_KEY_BYTES)]
 Status = Annotated[str, schema(enum=["active", "paused"])]
 
 
@@ -50,12 +52,16 @@ class ScheduleCreate(RequestBody):
         "limits.",
         examples=[{"report": "daily"}],
     )
-    key: MessageKey | None = Field(None, description="The message's key (its partition), as when publishing.")
+    key: Key | None = Field(None, description="The message's key (its partition), as when publishing.")
     headers: dict[str, str] | None = Field(
         None,
         description="The message's headers. Every run adds `queuecore-schedule` (the schedule's id) and "
         "`queuecore-scheduled-at` (the run's due time); those two names may not be given.",
-        json_schema_extra={"maxProperties": MAX_HEADERS - len(service.RESERVED_HEADERS)},
+        json_schema_extra={
+            "maxProperties": MAX_HEADERS - len(service.RESERVED_HEADERS),
+            "propertyNames": {"pattern": _NO_NUL},
+            "additionalProperties": {"type": "string", "pattern": _NO_NUL},
+        },
     )
 
 
