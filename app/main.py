@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 import app as package
 from app.api import admin, consumers, dlq, groups, health, messages, metrics, offsets, tokens, topics, ws
 from app.api import alerts as alert_routes
+from app.api import schedules as schedule_routes
 from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
@@ -25,6 +26,7 @@ from app.broker.groups import KnownGroups
 from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher
+from app.broker.schedules.runner import ScheduleRunner
 from app.broker.stored_bytes import StoredBytes
 from app.broker.topics import TopicDirectory, sweep_orphan_logs
 from app.broker.usage import UsageMeter
@@ -119,6 +121,28 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     )
     alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
     alerts.start()
+    publisher = Publisher(
+        log,
+        TopicDirectory(metadata),
+        dedup_window_ms=settings.idempotency_window_ms,
+        shared=shared_idempotency(log, settings),
+    )
+    # Its own small pool too: a pass every poll, never waiting behind the request path.
+    schedules_store = MetadataStore(
+        settings.resolved_database_url,
+        pool_size=2,
+        statement_timeout=settings.metadata_statement_timeout_seconds,
+        connect_timeout=settings.metadata_connect_timeout_seconds,
+    )
+    schedule_runner = ScheduleRunner(
+        schedules_store,
+        publisher,
+        poll_seconds=settings.schedule_poll_seconds,
+        claim_seconds=settings.schedule_claim_seconds,
+        catch_up_seconds=settings.schedule_catch_up_seconds,
+        runs_kept=settings.schedule_runs_kept,
+    )
+    schedule_runner.start()
     connections = ConnectionRegistry(
         metadata,
         interval=settings.open_connection_check_seconds,
@@ -133,12 +157,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         limiter=limiter,
         keys=keys,
         usage=usage,
-        publisher=Publisher(
-            log,
-            TopicDirectory(metadata),
-            dedup_window_ms=settings.idempotency_window_ms,
-            shared=shared_idempotency(log, settings),
-        ),
+        publisher=publisher,
         registry=application.state.registry,
         alerts=alerts,
         connections=connections,
@@ -158,6 +177,8 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     finally:
         await connections.close_all()
         await stored_bytes.close()
+        await schedule_runner.close()
+        await schedules_store.close()
         await alerts.close()
         await alerts_store.close()
         await usage.close()
@@ -218,6 +239,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(offsets.router)
     application.include_router(dlq.router)
     application.include_router(alert_routes.router)
+    application.include_router(schedule_routes.router)
     application.include_router(consumers.router)
     application.include_router(tokens.router)
     application.include_router(ws.router)

@@ -168,6 +168,14 @@ class Settings(BaseSettings):
     alert_breaker_threshold: int = 5
     alert_breaker_cooldown_seconds: float = 60.0
     alert_poll_seconds: float = 0.5
+    # Schedules (app/broker/schedules/runner.py, docs/scheduling.md): how often each API process looks for
+    # due runs; how long a node's claim on a run holds (a node that dies holding one delays the run by at
+    # most this); how late a run may be before the due times missed meanwhile are skipped (the catch-up
+    # rule); how many runs of each schedule ``GET /v1/schedules/{id}/runs`` keeps.
+    schedule_poll_seconds: float = Field(default=0.25, gt=0, le=60)
+    schedule_claim_seconds: float = Field(default=5.0, gt=0)
+    schedule_catch_up_seconds: float = Field(default=30.0, ge=0)
+    schedule_runs_kept: int = Field(default=100, ge=1, le=10_000)
     # Tracing (docs/operations.md "Tracing"): spans exported over OTLP/HTTP. Unset, it is on exactly when
     # the standard OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; off, it costs
     # nothing (OpenTelemetry's SDK and exporter are not even imported). The exporter reads the other OTEL_EXPORTER_OTLP_*.

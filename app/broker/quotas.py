@@ -30,10 +30,12 @@ How each is held, and why it cannot be overshot by concurrent requests:
   The size is summed from the log engine's partition sizes by ``StoredBytes`` (``stored_bytes.py``) at most
   every few seconds per project, off the publish path, so a project may go over by what it publishes in
   that time.
-- ``schedules`` and ``pushGroups``: the features do not exist yet; their numbers are in the table so the
-  tiers are complete. The hook, for whoever builds them: in the unit of work that inserts a schedule (or
-  turns a group into a push group), ``limits = await lock_project(session, project_id)``, count the
-  environment's schedules (push groups), then ``check(Quota.schedules, limits, used)`` before the insert.
+- ``schedules`` (``app/broker/schedules/service.py``): the unit of work that inserts a schedule locks the
+  project (``lock_project``), counts the environment's schedules, then checks, as topics do.
+- ``pushGroups``: the feature does not exist yet; its numbers are in the table so the tiers are complete.
+  The hook, for whoever builds it: in the unit of work that turns a group into a push group,
+  ``limits = await lock_project(session, project_id)``, count the environment's push groups, then
+  ``check(Quota.push_groups, limits, used)`` before the change.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from app.broker.rate_limits import Tier
 from app.kit.digits import is_ascii_digits
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.models import Project, Topic
+from app.stores.metadata.schedule_repositories import ScheduleRepository
 from app.stores.metadata.tenancy_repositories import ProjectRepository
 from app.stores.metadata.topic_repositories import TopicRepository
 
@@ -214,8 +217,8 @@ async def usage(
         Quota.topics: await topics.count(project_id, environment),
         Quota.partitions: await topics.partition_sum(project_id, environment),
         Quota.groups: busiest[1] if busiest else 0,
-        # Neither exists yet: nothing is used.
-        Quota.schedules: 0,
+        Quota.schedules: await ScheduleRepository.from_session(session).count(project_id, environment),
+        # Push groups do not exist yet: nothing is used.
         Quota.push_groups: 0,
         Quota.stored_bytes: stored_bytes,
     }

@@ -36,6 +36,7 @@ NAV = (
     ("keys", "API keys"),
     ("usage", "Usage"),
     ("alerts", "Alerts"),
+    ("schedules", "Schedules"),
 )
 
 

@@ -70,6 +70,7 @@ TAGS: dict[str, str] = {
     "consumers": "The pull consumer: join a group, heartbeat, poll, ack, nack, extend and leave.",
     "dlq": "A group's dead letters: list, replay, delete and the audit of what was done.",
     "alerts": "The project's alert webhook endpoint and its delivery log.",
+    "schedules": "Publish a message to a topic on a cron expression or a fixed period; each run's message.",
     "tokens": "Short-lived tokens for the WebSocket push consumer.",
     "admin": "The operators' API (QUEUECORE_ADMIN_TOKEN): a project's tier and limits.",
 }

@@ -7,7 +7,7 @@
 // Every call takes a context.Context first and honours its cancellation and deadline, retries included.
 // Errors are *queuecore.Error (see errors.As, errors.Is with ErrTopicNotFound and friends). Calls are
 // grouped as in the docs: client.Topics, client.ConsumerGroups, client.DLQ, client.Offsets,
-// client.Messages, client.Alerts; Publish, PublishBatch, Consume and Health are on the client itself.
+// client.Messages, client.Alerts, client.Schedules; Publish, PublishBatch, Consume and Health are on the client itself.
 package queuecore
 
 import (
@@ -64,6 +64,8 @@ type Client struct {
 	Offsets *OffsetService
 	// Alerts sets the project's alert webhook and lists its deliveries.
 	Alerts *AlertService
+	// Schedules publishes a message to a topic on a cron expression or a fixed period.
+	Schedules *ScheduleService
 
 	apiKey     string
 	baseURL    string
@@ -133,6 +135,7 @@ func NewClient(opts ...option.RequestOption) (*Client, error) {
 	c.DLQ = &DLQService{c}
 	c.Offsets = &OffsetService{c}
 	c.Alerts = &AlertService{c}
+	c.Schedules = &ScheduleService{c}
 	return c, nil
 }
 
@@ -217,6 +220,7 @@ func (c *Client) with(opts []option.RequestOption) (*Client, error) {
 	copied.DLQ = &DLQService{&copied}
 	copied.Offsets = &OffsetService{&copied}
 	copied.Alerts = &AlertService{&copied}
+	copied.Schedules = &ScheduleService{&copied}
 	return &copied, nil
 }
 

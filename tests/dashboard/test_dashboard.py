@@ -16,7 +16,7 @@ from playwright.async_api import expect
 
 from tests.dashboard.conftest import shot, sign_in
 
-NAV = ["Topics", "Consumer groups", "Dead letters", "API keys", "Usage", "Alerts"]
+NAV = ["Topics", "Consumer groups", "Dead letters", "API keys", "Usage", "Alerts", "Schedules"]
 
 
 async def _until(check, timeout: float = 10.0):

@@ -333,3 +333,52 @@ class UsageRollupProgress(Base):
     source: Mapped[str] = mapped_column(String(64), primary_key=True)
     next_offset: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Schedule(Base):
+    """A schedule of one topic: a message published at every due time of its ``cron`` (in ``timezone``)
+    or ``every`` (a period in milliseconds from ``anchor_ms``).
+
+    ``next_run_ms`` is the due time to publish next; the runner of any API node claims it by a conditional
+    update on that value (``claimed_until_ms``: nobody else takes the run before then), publishes with an
+    idempotency key of the schedule and the due time, then moves ``next_run_ms`` on in the transaction
+    that records the run, fenced on the due time it published (``app/broker/schedules/runner.py``).
+    """
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        Index("ix_schedules_scope", "project_id", "environment", "id"),
+        Index("ix_schedules_due", "status", "next_run_ms"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    environment: Mapped[str] = mapped_column(String(20))
+    topic_id: Mapped[str] = mapped_column(ForeignKey("topics.id", ondelete="CASCADE"), index=True)
+    cron: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    every: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    every_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    anchor_ms: Mapped[int] = mapped_column(BigInteger)
+    timezone: Mapped[str] = mapped_column(String(64))
+    # The message each run publishes: ``data`` as JSON text, its key and headers.
+    data: Mapped[str] = mapped_column(Text)
+    key: Mapped[str | None] = mapped_column(String(4096), nullable=True)
+    headers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))  # active | paused
+    next_run_ms: Mapped[int] = mapped_column(BigInteger)
+    claimed_until_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ScheduleRun(Base):
+    """One published run of a schedule: its due time and where its message landed (the last few kept)."""
+
+    __tablename__ = "schedule_runs"
+
+    schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"), primary_key=True)
+    at_ms: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    message_id: Mapped[str] = mapped_column(String(64))
+    partition: Mapped[int] = mapped_column(Integer)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

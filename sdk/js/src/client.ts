@@ -20,6 +20,7 @@ import { ConsumerGroups } from './resources/consumer-groups.js';
 import { Dlq } from './resources/dlq.js';
 import { Messages } from './resources/messages.js';
 import { Offsets } from './resources/offsets.js';
+import { Schedules } from './resources/schedules.js';
 import { Topics } from './resources/topics.js';
 import type { BatchResult, Health, PublishParams, PublishResult, RequestOptions } from './types.js';
 
@@ -96,6 +97,8 @@ export class QueueCore extends APIClient {
   readonly dlq: Dlq;
   /** The project's alert webhook (DLQ depth alerts): set, get, delete, test, deliveries. */
   readonly alerts: Alerts;
+  /** Schedules: a message published to a topic on a cron expression or a fixed period. */
+  readonly schedules: Schedules;
 
   readonly #options: ClientOptions;
 
@@ -120,6 +123,7 @@ export class QueueCore extends APIClient {
     this.offsets = new Offsets(this);
     this.dlq = new Dlq(this);
     this.alerts = new Alerts(this);
+    this.schedules = new Schedules(this);
   }
 
   /** The base URL in use (alias of `baseURL`). */

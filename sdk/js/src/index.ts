@@ -42,6 +42,7 @@ export { Offsets } from './resources/offsets.js';
 export type { SeekParams } from './resources/offsets.js';
 export { Dlq } from './resources/dlq.js';
 export { Alerts } from './resources/alerts.js';
+export { Schedules } from './resources/schedules.js';
 export type * from './types.js';
 export { VERSION } from './version.js';
 export { QueueCore as default } from './client.js';

@@ -338,3 +338,49 @@ export interface RawResponse {
   /** The key's rate-limit state the answer reported (`undefined` on routes without a limit). */
   rateLimit: RateLimit | undefined;
 }
+
+/** A schedule: a message published to `topic` at every due time of `cron` or `every`. */
+export interface Schedule {
+  /** `sch_…` */
+  id: string;
+  topic: string;
+  /** Five-field cron, evaluated in `timezone`; `null` for an `every` schedule. */
+  cron: string | null;
+  /** A period `<n>ms|s|m|h|d`; `null` for a `cron` schedule. */
+  every: string | null;
+  /** An IANA time zone name (default `UTC`). */
+  timezone: string;
+  status: 'active' | 'paused';
+  /** The next due time; `null` while paused. */
+  nextRunAt: string | null;
+  createdAt: string;
+  /** What every run publishes. */
+  data: unknown;
+  key: string | null;
+  headers: Record<string, string>;
+}
+
+export interface ScheduleCreateParams {
+  /** A topic of the key's environment. */
+  topic: string;
+  /** Five fields: minute hour day-of-month month day-of-week. Exactly one of `cron` and `every`. */
+  cron?: string;
+  /** A period `<n>ms|s|m|h|d` of at least `1s`, counted from creation. Exactly one of `cron` and `every`. */
+  every?: string;
+  /** An IANA time zone name for `cron`; default `UTC`. */
+  timezone?: string;
+  /** The message every run publishes: any JSON value (`null` included). */
+  data: unknown;
+  key?: string;
+  /** Every run adds `queuecore-schedule` and `queuecore-scheduled-at`. */
+  headers?: Record<string, string>;
+}
+
+/** One run of a schedule: its due time and the message it published. */
+export interface ScheduleRun {
+  /** The run's due time. */
+  at: string;
+  messageId: string;
+  partition: number;
+  offset: number;
+}

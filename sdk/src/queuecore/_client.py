@@ -28,6 +28,7 @@ from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, Dead
 from .resources.dlq import AsyncDlq, Dlq
 from .resources.messages import AsyncMessages, Messages
 from .resources.offsets import AsyncOffsets, Offsets
+from .resources.schedules import AsyncSchedules, Schedules
 from .resources.topics import AsyncTopics, Topics
 from .types.batch_message import BatchMessage
 from .types.batch_result import BatchResult
@@ -171,6 +172,11 @@ class QueueCore(SyncAPIClient):
     def alerts(self) -> Alerts:
         """The project's alert webhook (DLQ depth alerts): set, get, delete, test, deliveries."""
         return Alerts(self)
+
+    @cached_property
+    def schedules(self) -> Schedules:
+        """Schedules: a message published to a topic on a cron expression or a fixed period."""
+        return Schedules(self)
 
     def publish(
         self,
@@ -366,6 +372,11 @@ class AsyncQueueCore(AsyncAPIClient):
     def alerts(self) -> AsyncAlerts:
         """The project's alert webhook (DLQ depth alerts): set, get, delete, test, deliveries."""
         return AsyncAlerts(self)
+
+    @cached_property
+    def schedules(self) -> AsyncSchedules:
+        """Schedules: a message published to a topic on a cron expression or a fixed period."""
+        return AsyncSchedules(self)
 
     async def publish(
         self,

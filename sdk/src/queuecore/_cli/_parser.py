@@ -17,6 +17,7 @@ from . import (
     _offsets,
     _overview,
     _publish,
+    _schedules,
     _topics,
 )
 from ._args import non_negative, seconds
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         _overview,
         _dlq,
         _alerts,
+        _schedules,
         _bench,
         _context,
         _health,

@@ -1,5 +1,5 @@
 """Resource namespaces of the clients: ``client.topics``, ``client.messages``, ``client.consumer_groups``,
-``client.offsets``, ``client.dlq``, ``client.alerts``."""
+``client.offsets``, ``client.dlq``, ``client.alerts``, ``client.schedules``."""
 
 from .alerts import Alerts as Alerts
 from .alerts import AsyncAlerts as AsyncAlerts
@@ -11,6 +11,8 @@ from .messages import AsyncMessages as AsyncMessages
 from .messages import Messages as Messages
 from .offsets import AsyncOffsets as AsyncOffsets
 from .offsets import Offsets as Offsets
+from .schedules import AsyncSchedules as AsyncSchedules
+from .schedules import Schedules as Schedules
 from .topics import AsyncTopics as AsyncTopics
 from .topics import Topics as Topics
 
@@ -21,10 +23,12 @@ __all__ = [
     "AsyncDlq",
     "AsyncMessages",
     "AsyncOffsets",
+    "AsyncSchedules",
     "AsyncTopics",
     "ConsumerGroups",
     "Dlq",
     "Messages",
     "Offsets",
+    "Schedules",
     "Topics",
 ]

@@ -28,6 +28,8 @@ from .offset import Offset as Offset
 from .offset import PartitionOffset as PartitionOffset
 from .offset import SeekResult as SeekResult
 from .publish_result import PublishResult as PublishResult
+from .schedule import Schedule as Schedule
+from .schedule import ScheduleRun as ScheduleRun
 from .topic import Topic as Topic
 from .topic_detail import PartitionDetail as PartitionDetail
 from .topic_detail import Replica as Replica
@@ -63,6 +65,8 @@ __all__ = [
     "ReplayAllResult",
     "ReplayResult",
     "Replica",
+    "Schedule",
+    "ScheduleRun",
     "SeekResult",
     "Topic",
     "TopicDetail",

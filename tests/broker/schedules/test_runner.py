@@ -1,0 +1,135 @@
+"""The schedule runner against the real stores and engines (SQLite, Postgres, Postgres + JetStream), its
+clock set by the test: racing runners publish each due run once, a run published by a node that died
+before recording it is recorded with that same message, a dead node's claim holds the run only until it
+runs out, and the catch-up rule (catch up a short stall in order; one late run after a long outage).
+
+Schedules here are made with periods the app's own runner (on the real clock) does not reach during a
+test, or deleted before it could."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from app.broker.publishing import Outgoing
+from app.broker.schedules import service
+from app.broker.schedules.runner import ScheduleRunner, idempotency_key
+from app.broker.topics import Scope
+from app.stores.metadata.schedule_repositories import ScheduleRepository
+
+
+def stamp_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+class Clock:
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def __call__(self) -> int:
+        return self.at
+
+
+def runner(deployment, tenant, clock: Clock, **kwargs) -> ScheduleRunner:
+    """A runner on the test's clock, kept to the test's project (the deployment is shared)."""
+    return ScheduleRunner(
+        deployment.store,
+        deployment.app.state.services.publisher,
+        clock=clock,
+        project_id=tenant.project_id,
+        **kwargs,
+    )
+
+
+async def setup(client, prod, every: str, name: str = "ticks") -> dict:
+    r = await client.post("/v1/topics", json={"name": name, "partitions": 2}, headers=prod)
+    assert r.status_code == 201, r.text
+    r = await client.post(
+        "/v1/schedules", json={"topic": name, "every": every, "data": {"v": 1}}, headers=prod
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+async def runs(client, prod, schedule_id: str) -> list[dict]:
+    r = await client.get(f"/v1/schedules/{schedule_id}/runs", headers=prod)
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+async def messages(client, prod, name: str = "ticks") -> list[dict]:
+    out = []
+    for partition in (0, 1):
+        r = await client.get(f"/v1/topics/{name}/partitions/{partition}/messages?fromOffset=0", headers=prod)
+        assert r.status_code == 200, r.text
+        out += r.json()["data"]
+    return out
+
+
+class TestExactlyOnce:
+    async def test_racing_runners_publish_each_due_run_once(self, client, prod, deployment, tenant):
+        schedule = await setup(client, prod, "1d")
+        due = stamp_ms(schedule["nextRunAt"])
+        clock = Clock(due)
+        racers = [runner(deployment, tenant, clock) for _ in range(4)]
+        for k in range(3):
+            clock.at = due + k * 86_400_000
+            fired = await asyncio.gather(*(r.run_once() for r in racers))
+            assert sum(fired) == 1
+        recorded = await runs(client, prod, schedule["id"])
+        assert [stamp_ms(r["at"]) for r in recorded] == [due + k * 86_400_000 for k in (2, 1, 0)]
+        published = await messages(client, prod)
+        assert sorted(m["headers"]["queuecore-scheduled-at"] for m in published) == sorted(
+            r["at"] for r in recorded
+        )
+        assert {m["id"] for m in published} == {r["messageId"] for r in recorded}
+
+    async def test_a_run_published_but_not_recorded_is_recorded_with_that_message(
+        self, client, prod, deployment, tenant
+    ):
+        schedule = await setup(client, prod, "1d")
+        due = stamp_ms(schedule["nextRunAt"])
+        publisher = deployment.app.state.services.publisher
+        # What a node that died after its publish left behind: the message, no run, its claim.
+        headers = service.message_headers(schedule["id"], due, None)
+        topic, placed, _ = await publisher.publish(
+            Scope(tenant.project_id, "production"),
+            "ticks",
+            Outgoing(b'{"v":1}', None, headers, None, None),
+            idempotency_key(schedule["id"], due),
+        )
+        async with deployment.store.session() as session:
+            assert await ScheduleRepository.from_session(session).claim(schedule["id"], due, due, due + 5_000)
+        clock = Clock(due + 1_000)
+        assert await runner(deployment, tenant, clock).run_once() == 0  # the dead node's claim still holds
+        clock.at = due + 5_000
+        assert await runner(deployment, tenant, clock).run_once() == 1
+        recorded = await runs(client, prod, schedule["id"])
+        assert [(r["partition"], r["offset"]) for r in recorded] == [(placed.partition, placed.offset)]
+        assert recorded[0]["messageId"] == publisher.message_id(topic, placed.partition, placed.offset)
+        assert len(await messages(client, prod)) == 1
+
+
+class TestCatchUp:
+    async def test_a_short_stall_catches_up_every_due_time_in_order(self, client, prod, deployment, tenant):
+        schedule = await setup(client, prod, "10s")
+        due = stamp_ms(schedule["nextRunAt"])
+        try:
+            clock = Clock(due + 25_000)  # three due times passed, within the 30 s catch-up window
+            stalled = runner(deployment, tenant, clock, catch_up_seconds=30)
+            assert [await stalled.run_once() for _ in range(4)] == [1, 1, 1, 0]
+            recorded = await runs(client, prod, schedule["id"])
+            assert [stamp_ms(r["at"]) for r in recorded] == [due + 20_000, due + 10_000, due]
+        finally:
+            await client.delete(f"/v1/schedules/{schedule['id']}", headers=prod)
+
+    async def test_a_long_outage_ends_in_one_late_run(self, client, prod, deployment, tenant):
+        schedule = await setup(client, prod, "1h")
+        due = stamp_ms(schedule["nextRunAt"])
+        clock = Clock(due + 5 * 3_600_000 + 60_000)  # five more due times missed, far past the window
+        back = runner(deployment, tenant, clock, catch_up_seconds=30)
+        assert [await back.run_once() for _ in range(2)] == [1, 0]
+        recorded = await runs(client, prod, schedule["id"])
+        assert [stamp_ms(r["at"]) for r in recorded] == [due]
+        detail = (await client.get(f"/v1/schedules/{schedule['id']}", headers=prod)).json()
+        assert stamp_ms(detail["nextRunAt"]) == due + 6 * 3_600_000  # the first due time after now
