@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._consumer import AsyncConsumer
 
 MAX_BACKOFF = 5.0
+ACK_FLUSH_INTERVAL = 0.1
 # The server sends a keepalive comment at least every 15 s: a stream silent for longer than this is dead.
 READ_TIMEOUT = 45.0
 _RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -92,7 +93,7 @@ class SseSession:
 
     async def run(self) -> None:
         consumer = self.consumer
-        flusher = asyncio.ensure_future(consumer._flush_loop())
+        flusher = asyncio.ensure_future(self._flush_loop())
         failures = 0
         try:
             while not consumer._stopping:
@@ -132,6 +133,18 @@ class SseSession:
             assert consumer._flush_event is not None
             consumer._flush_event.set()
             await asyncio.gather(flusher, return_exceptions=True)
+
+    async def _flush_loop(self) -> None:
+        """Settlements through the pull calls while a stream's member exists; between streams they wait
+        for the next member."""
+        consumer = self.consumer
+        assert consumer._flush_event is not None
+        while not consumer._stopping:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(consumer._flush_event.wait(), timeout=ACK_FLUSH_INTERVAL)
+            consumer._flush_event.clear()
+            if consumer._member_id is not None:
+                await consumer._flush_once()
 
     async def _stream(self) -> None:
         consumer = self.consumer
