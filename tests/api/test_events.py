@@ -215,6 +215,25 @@ class TestAuth:
         r = await http.get(f"{BASE}/events", headers=prod, params={"startFrom": "middle"})
         assert r.json()["error"]["details"][0]["field"] == "startFrom"
 
+    async def test_streams_count_toward_the_keys_push_connection_cap(self, http, deployment):
+        capped = await deployment.project(
+            limits={"publish": 1000, "consume": 1000, "admin": 1000, "connections": 1}
+        )
+        headers = capped.headers("production")
+        await make_topic(http, headers)
+        async with open_stream(http, f"{BASE}/events", headers) as stream:
+            await welcome_of(stream)
+            r = await http.get(f"{BASE}/events", headers=headers)
+            assert_envelope(r, 429, "RATE_LIMIT_EXCEEDED")
+            assert r.headers["retry-after"] == "1"
+        # Closed: the connection no longer counts.
+        for _ in range(100):
+            if deployment.app.state.services.connections.push_count(capped.key_ids["production"]) == 0:
+                break
+            await asyncio.sleep(0.05)
+        async with open_stream(http, f"{BASE}/events", headers) as stream:
+            await welcome_of(stream)
+
 
 class TestEnding:
     async def test_a_revoked_key_gets_an_error_event_and_the_stream_ends(
