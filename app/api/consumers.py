@@ -29,7 +29,7 @@ from app.api.schemas.consumers import (
 )
 from app.broker import durations
 from app.broker import tracing as spans
-from app.broker.delivery import leases, membership, streams
+from app.broker.delivery import leases, membership
 from app.broker.delivery.membership import MemberRef
 from app.broker.errors import CodedError
 from app.errors import ApiError, responses
@@ -199,11 +199,8 @@ async def ack(
     member = MemberRef(topic, group, body.memberId, body.generationId)
     if tracing.enabled:
         with spans.settling(name, group, "ack", body.ids, _trace(request)):
-            result = await leases.ack(services.metadata, member, body.ids)
-    else:
-        result = await leases.ack(services.metadata, member, body.ids)
-    streams.settled(body.memberId)  # its event stream on this process, if any, has room now
-    return _settled(result)
+            return _settled(await leases.ack(services.metadata, member, body.ids))
+    return _settled(await leases.ack(services.metadata, member, body.ids))
 
 
 @router.post(
@@ -225,13 +222,12 @@ async def nack(
     member = MemberRef(topic, group, body.memberId, body.generationId)
     if tracing.enabled:
         with spans.settling(name, group, "nack", [body.id], _trace(request)):
-            result = await leases.nack(
-                services.metadata, services.log, member, body.id, delay_ms, body.reason
+            return _settled(
+                await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
             )
-    else:
-        result = await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
-    streams.settled(body.memberId)  # its event stream on this process, if any, redelivers now
-    return _settled(result)
+    return _settled(
+        await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
+    )
 
 
 @router.post(

@@ -8,7 +8,7 @@ and generation the stream announced). The stream's own loop is a long poll that 
   runs, counted with one indexed query per pass); a full window beats (``membership.heartbeat``) and
   waits for room;
 - **waiting**: with room and nothing to deliver it waits on the log's wake-ups (``leases.wait_for_data``),
-  not polling; an ack or nack of the member on this process ends that wait at once (``settled``), one on
+  not polling; an ack or nack of the member on this process ends that wait at once (``stream_wakeups``), one on
   another process is seen at the next pass, at most ``PASS_EVERY`` later;
 - **liveness**: every pass counts as the member's heartbeat, and passes come at least every
   ``PASS_EVERY`` (below the 2 s minimum ``sessionTimeout``), so an open stream keeps its membership and
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import orjson
 
 from app.broker import topics
-from app.broker.delivery import leases, membership
+from app.broker.delivery import leases, membership, stream_wakeups
 from app.broker.delivery.membership import MemberRef
 from app.broker.errors import MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.topics import TopicRef
@@ -57,16 +57,6 @@ class StreamEvent:
 
 
 Emit = Callable[[list[StreamEvent]], Awaitable[None]]
-
-# The streaming members connected to this process, by member id: an ack or nack through this process
-# wakes the stream at once (``settled``).
-_streams: dict[str, set[StreamMember]] = {}
-
-
-def settled(member_id: str) -> None:
-    """Acks or nacks of ``member_id`` were made: if it streams from this process, it looks again now."""
-    for stream in _streams.get(member_id, ()):
-        stream.nudge()
 
 
 class StreamMember:
@@ -118,7 +108,7 @@ class StreamMember:
             joined.assignments,
         )
         self.group_id = joined.group_id
-        _streams.setdefault(self.member_id, set()).add(self)
+        stream_wakeups.register(self.member_id, self.nudge)
         self._registered = True
         return StreamEvent("welcome", self._membership_data())
 
@@ -132,11 +122,7 @@ class StreamMember:
     def _unregister(self) -> None:
         if self._registered:
             self._registered = False
-            held = _streams.get(self.member_id)
-            if held is not None:
-                held.discard(self)
-                if not held:
-                    del _streams[self.member_id]
+            stream_wakeups.unregister(self.member_id, self.nudge)
 
     def nudge(self) -> None:
         """Look again now (acks freed room, a nack made a message due, or the stream is ending)."""
