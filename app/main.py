@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 import app as package
 from app.api import admin, consumers, dlq, groups, health, messages, metrics, offsets, tokens, topics, ws
 from app.api import alerts as alert_routes
+from app.api import events as event_routes
 from app.api import schedules as schedule_routes
 from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
@@ -243,6 +244,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(consumers.router)
     application.include_router(tokens.router)
     application.include_router(ws.router)
+    application.include_router(event_routes.router)
     application.include_router(admin.router)
     application.include_router(metrics.router)
     # The admin dashboard: its own router and static files, no middleware (nothing on the API's path).

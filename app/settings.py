@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     # permessage-deflate on push connections: off by default, it cost the server more CPU per frame
     # than any other step of delivery (bench/results/consume.md); turn on for slow client links.
     ws_compression: bool = False
+    # Server-Sent Events streams (GET …/groups/{group}/events): a ``: keepalive`` comment at least this
+    # often when nothing else was sent, so proxies and browsers keep an idle stream open (the product
+    # promises every 15 s at most).
+    sse_keepalive_seconds: float = Field(15.0, gt=0, le=15)
     # A request's line and headers: at most this many bytes (431 past it), complete within this many
     # seconds of its first byte or of the connection (408 past it; a connection that sends nothing closes).
     http_max_head_bytes: int = 64 * 1024

@@ -68,6 +68,12 @@ def _config(key: str, admin_token: str) -> str:
         "[[operations]]",
         'include-name = "DELETE /v1/topics/{name}/groups/{group}"',
         'parameters = { "path.group" = "doomed" }',
+        "",
+        # A Server-Sent Events stream answers 200 and never ends while the member consumes: a fuzzer
+        # waiting for its body would wait for ever. Its refusals are tested in tests/api/test_events.py.
+        "[[operations]]",
+        'include-name = "GET /v1/topics/{name}/groups/{group}/events"',
+        "enabled = false",
     ]
     return "\n".join(lines) + "\n"
 

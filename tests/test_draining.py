@@ -1,6 +1,7 @@
 """Draining on SIGTERM (PRODUCT.md "Operating details that clients see"), on two real API processes of one
 deployment (JetStream, Postgres, Redis): the process told to stop answers health 503 ``draining``, sends its
-WebSocket members a ``draining`` frame and closes them with 1012, hands their partitions to the members on
+WebSocket members a ``draining`` frame and closes them with 1012 (its Server-Sent Events streams a
+``draining`` event, then their end), hands their partitions to the members on
 the other node at once (long before any session timeout), keeps answering calls while it drains, and exits
 by itself."""
 
@@ -16,6 +17,7 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from tests.api.sse_client import open_stream
 from tests.api.ws_client import Api, Consumer
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
@@ -94,3 +96,34 @@ async def test_sigterm_drains_push_members_to_the_other_node_and_exits(pair):
     draining.process = None
     log = draining.log_path.read_text() if draining.log_path else ""
     assert "draining: health answers 503, 1 push connections" in log
+
+
+async def test_sigterm_ends_event_streams_with_draining_and_hands_their_partitions_over(pair):
+    draining, staying = pair
+    api = Api(draining)
+    topic = api.topic(partitions=2)
+    api.ok("PUT", f"/v1/topics/{topic}/groups/g", {"sessionTimeout": "60s"})  # a handover never waits for it
+    path = f"/v1/topics/{topic}/groups/g/events"
+    async with (
+        httpx.AsyncClient(base_url=draining.url, timeout=30) as near,
+        httpx.AsyncClient(base_url=staying.url, timeout=30) as far,
+        open_stream(near, path, api.headers) as leaving,
+    ):
+        assert (await leaving.next()).event == "welcome"
+        async with open_stream(far, path, api.headers) as remaining:
+            assert (await remaining.next()).event == "welcome"
+            await leaving.until("rebalance", 10)  # the group split its two partitions between the nodes
+            draining.process.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            said = await leaving.until("draining", 5)
+            assert said.json() == {}
+            await leaving.ended(timeout=5)
+            # The other node's member has both partitions long before the 60 s session timeout.
+            while True:
+                rebalance = (await remaining.until("rebalance", 10)).json()
+                if sorted(rebalance["assignments"]) == [0, 1]:
+                    break
+            assert time.monotonic() - signalled < 10
+    exit_code = await asyncio.to_thread(draining.process.wait, 30)
+    assert exit_code == 0
+    draining.process = None

@@ -1,6 +1,6 @@
 """Revocation is live (PRODUCT.md "Quotas and live revocation"): two ``queuecore-server`` processes share
 Postgres and Redis; a key revoked through one (its dashboard, or the operator CLI) ends the open WebSockets
-(key or token), SSE-to-be and long polls of that key on the other within a second, with an
+(key or token), Server-Sent Events streams and long polls of that key on the other within a second, with an
 ``INVALID_API_KEY`` error frame and close code 1008, or a 401. A deleted project's connections end the same
 way, and a tier change lowering a key's cap on push connections closes the newest ones past it.
 
@@ -24,6 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.api.sse_client import open_stream
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
@@ -203,6 +204,30 @@ class TestRevocation:
             error, code = await ended_by(ws, BOUND)
             assert error is not None and error["code"] == "INVALID_API_KEY"
             assert code == 1008
+
+    async def test_a_key_revoked_on_one_node_ends_its_event_streams_on_the_other(self, pair):
+        first, second = pair
+        boot = new_project(first)
+        key_id, key = new_key(first, boot["projectId"])
+        api = Node(second, key)
+        topic = api.topic()
+        token = api.ok("POST", "/v1/tokens/websocket", {"topic": topic})["token"]
+        base = f"/v1/topics/{topic}/groups"
+        async with (
+            httpx.AsyncClient(base_url=second.url, timeout=30) as http,
+            open_stream(http, f"{base}/by-key/events", api.headers) as by_key,
+            open_stream(http, f"{base}/by-token/events", token=token) as by_token,
+        ):
+            for stream in (by_key, by_token):
+                assert (await stream.next()).event == "welcome"
+            cli(first.env, "keys", "revoke", "--id", key_id)
+            revoked_at = time.monotonic()
+            for stream in (by_key, by_token):
+                error = await stream.until("error", timeout=BOUND + 1)
+                assert error.json()["error"]["code"] == "INVALID_API_KEY"
+                await stream.ended(timeout=BOUND)  # and the server ended the stream
+            elapsed = time.monotonic() - revoked_at
+        assert elapsed < BOUND, elapsed
 
     async def test_a_deleted_projects_connections_end_like_a_revoked_keys(self, pair, own_database):
         first, second = pair

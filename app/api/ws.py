@@ -28,12 +28,12 @@ from starlette.websockets import WebSocketDisconnect
 from app.api.deps import Services, charge, topics_of
 from app.api.routing import JsonRoute
 from app.api.schemas.frames import CloseCode
-from app.broker import groups, tokens
+from app.api.stream_auth import OTHER_TOPIC, authenticate_stream
+from app.broker import groups
 from app.broker.delivery import membership
 from app.broker.delivery.frames import validate_max_in_flight
 from app.broker.delivery.push import PushMember
 from app.broker.errors import CODED_ERRORS, CodedError, Draining, InvalidRequest, RateLimitExceeded
-from app.broker.keys import Principal
 from app.broker.rate_limits import Category
 from app.errors import STATUS_BY_CODE, ApiError, error_response
 from app.kit.websocket_protocol import KEEPALIVE
@@ -42,43 +42,9 @@ logger = logging.getLogger("queuecore.ws")
 
 router = APIRouter(route_class=JsonRoute)
 
-_INVALID_KEY = "The API key is missing, malformed, or has been revoked."
-_INVALID_TOKEN = "The WebSocket token is malformed, expired, or its API key has been revoked."
-
 
 def _request_id(websocket: WebSocket) -> str:
     return str(websocket.scope.get("state", {}).get("request_id", ""))
-
-
-async def _authenticate(
-    websocket: WebSocket, services: Services, topic_name: str, group: str
-) -> tuple[Principal, str | None]:
-    """The caller, and the topic id its token is bound to (None when authenticated by a key)."""
-    header = websocket.headers.get("authorization", "")
-    token = websocket.query_params.get("token")
-    if header:
-        scheme, _, key = header.partition(" ")
-        principal = (
-            await services.keys.authenticate(key.strip()) if scheme.lower() == "bearer" and key else None
-        )
-        if principal is None:
-            raise ApiError("INVALID_API_KEY", _INVALID_KEY)
-        return principal, None
-    if not token:
-        raise ApiError("INVALID_API_KEY", _INVALID_KEY)
-    claims = tokens.verify(services.settings.server_secret(), token)
-    if claims is None:
-        raise ApiError("INVALID_API_KEY", _INVALID_TOKEN)
-    if claims.topic != topic_name or (claims.group is not None and claims.group != group):
-        raise ApiError("INVALID_API_KEY", "The WebSocket token was issued for another topic or group.")
-    principal = await services.keys.principal_by_id(claims.key_id)
-    if (
-        principal is None
-        or principal.project_id != claims.project_id
-        or principal.environment != claims.environment
-    ):
-        raise ApiError("INVALID_API_KEY", _INVALID_TOKEN)
-    return principal, claims.topic_id
 
 
 def _error_frame(request_id: str, error: CodedError) -> bytes:
@@ -106,7 +72,7 @@ async def consume(websocket: WebSocket, name: str) -> None:
             if start_from not in membership.START_FROM:
                 raise InvalidRequest.field("startFrom", "must be 'earliest' or 'latest'")
             max_in_flight = validate_max_in_flight(params.get("maxInFlight"))
-            principal, bound_topic_id = await _authenticate(websocket, services, name, group)
+            principal, bound_topic_id = await authenticate_stream(websocket, services, name, group)
             websocket.scope["state"]["key_id"] = principal.key_id
             await charge(services, websocket, principal, Category.consume)
             cap = services.connections.cap(principal.tier, principal.custom_limits)
@@ -124,9 +90,7 @@ async def consume(websocket: WebSocket, name: str) -> None:
             topic = await topics_of(services, principal).get(name)
             if bound_topic_id is not None and bound_topic_id != topic.id:
                 # The name was deleted and re-created since the token was issued: another topic.
-                raise ApiError(
-                    "INVALID_API_KEY", "The WebSocket token was issued for another topic or group."
-                )
+                raise ApiError("INVALID_API_KEY", OTHER_TOPIC)
             # A group this connection would create past the topic's quota is refused here (403).
             await groups.ensure_exists(services.metadata, topic, group, services.known_groups)
         except CODED_ERRORS as exc:

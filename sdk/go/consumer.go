@@ -20,6 +20,9 @@ const (
 	TransportWebSocket Transport = "websocket"
 	// TransportPull: long polls over REST, with heartbeats; for networks that block WebSocket.
 	TransportPull Transport = "pull"
+	// TransportSSE: a Server-Sent Events stream (one streamed GET is the membership); acks go through the
+	// pull calls.
+	TransportSSE Transport = "sse"
 )
 
 // ConsumeParams configure a consumer.
@@ -30,9 +33,9 @@ type ConsumeParams struct {
 	StartFrom string
 	// DeadLetter, when set, configures the group's dead-letter queue before consuming.
 	DeadLetter *DeadLetter
-	// MaxInFlight caps unacked messages held at once (default 100; 1–10000 over WebSocket, 1–1000 pull).
+	// MaxInFlight caps unacked messages held at once (default 100; 1–10000 over WebSocket and SSE, 1–1000 pull).
 	MaxInFlight int
-	// Transport is TransportWebSocket (default) or TransportPull.
+	// Transport is TransportWebSocket (default), TransportPull or TransportSSE.
 	Transport Transport
 	// OnError gets every error the consumer survives (dropped connections, refused calls, handler
 	// errors, and an *AckError for each ack, nack or extend the server refused); by default they are
@@ -98,7 +101,7 @@ func (c *Client) Consume(ctx context.Context, topic string, params ConsumeParams
 	}
 	limit := 10000
 	switch params.Transport {
-	case TransportWebSocket:
+	case TransportWebSocket, TransportSSE:
 	case TransportPull:
 		limit = 1000
 	default:
@@ -179,9 +182,12 @@ func (k *Consumer) Start(ctx context.Context, handler MessageHandler) error {
 		}
 	}()
 	var err error
-	if k.params.Transport == TransportPull {
+	switch k.params.Transport {
+	case TransportPull:
 		err = k.runPull(handler)
-	} else {
+	case TransportSSE:
+		err = k.runSSE(handler)
+	default:
 		err = k.runPush(handler)
 	}
 	k.requestStop()

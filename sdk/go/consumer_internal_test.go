@@ -15,7 +15,7 @@ import (
 // the handler that runs finishes and its ack is confirmed; messages received but not handled are not
 // acked (a new member gets them); no handler runs once Close has returned.
 func TestCloseReleasesUnhandledMessages(t *testing.T) {
-	for _, transport := range []Transport{TransportWebSocket, TransportPull} {
+	for _, transport := range []Transport{TransportWebSocket, TransportPull, TransportSSE} {
 		t.Run(string(transport), func(t *testing.T) { closeReleases(t, transport) })
 	}
 }

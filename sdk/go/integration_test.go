@@ -308,10 +308,12 @@ func TestConsumeWebSocket(t *testing.T) { consumeAll(t, queuecore.TransportWebSo
 
 func TestConsumePull(t *testing.T) { consumeAll(t, queuecore.TransportPull) }
 
+func TestConsumeSSE(t *testing.T) { consumeAll(t, queuecore.TransportSSE) }
+
 func TestConsumeMissingTopicEndsStart(t *testing.T) {
 	c := newClient(t)
 	ctx := testCtx(t)
-	for _, transport := range []queuecore.Transport{queuecore.TransportWebSocket, queuecore.TransportPull} {
+	for _, transport := range []queuecore.Transport{queuecore.TransportWebSocket, queuecore.TransportPull, queuecore.TransportSSE} {
 		consumer, err := c.Consume(ctx, unique("missing"), queuecore.ConsumeParams{Group: "g", Transport: transport, OnError: func(error) {}})
 		if err != nil {
 			t.Fatal(err)
@@ -487,7 +489,7 @@ func TestDataRoundTrip(t *testing.T) {
 }
 
 func TestNackRedeliversAndExtendHolds(t *testing.T) {
-	for _, transport := range []queuecore.Transport{queuecore.TransportWebSocket, queuecore.TransportPull} {
+	for _, transport := range []queuecore.Transport{queuecore.TransportWebSocket, queuecore.TransportPull, queuecore.TransportSSE} {
 		t.Run(string(transport), func(t *testing.T) {
 			c := newClient(t)
 			ctx := testCtx(t)

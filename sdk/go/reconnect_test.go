@@ -61,7 +61,7 @@ func (p *cutProxy) cut() {
 }
 
 func TestConsumerReconnectsAfterTheConnectionDrops(t *testing.T) {
-	for _, transport := range []queuecore.Transport{queuecore.TransportWebSocket, queuecore.TransportPull} {
+	for _, transport := range []queuecore.Transport{queuecore.TransportWebSocket, queuecore.TransportPull, queuecore.TransportSSE} {
 		t.Run(string(transport), func(t *testing.T) {
 			c := newClient(t)
 			ctx := testCtx(t)

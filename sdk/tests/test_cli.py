@@ -355,7 +355,7 @@ class TestConsume:
     def test_no_ack_leaves_the_messages_for_the_group(self, env, cli_topic):
         assert run(env, "publish", cli_topic, '{"n": 1}').returncode == 0
         group = unique("g")
-        for transport in ("websocket", "pull"):
+        for transport in ("websocket", "pull", "sse"):
             got = run(
                 env,
                 "consume",
@@ -376,7 +376,7 @@ class TestConsume:
         lag = lines(run(env, "offsets", "get", cli_topic, "--group", group).stdout)
         assert sum(p["lag"] for p in lag) == 1
 
-    @pytest.mark.parametrize("transport", ["websocket", "pull"])
+    @pytest.mark.parametrize("transport", ["websocket", "pull", "sse"])
     def test_count_prints_and_acks_exactly_n_across_partitions(self, env, transport):
         # Handlers of different partitions run concurrently: the count must not be overshot.
         from queuecore import BatchMessage, QueueCore

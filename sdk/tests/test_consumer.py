@@ -1,4 +1,5 @@
-"""Consumers against a real server, over both transports (WebSocket push and REST pull): order, acks,
+"""Consumers against a real server, over the three transports (WebSocket push, REST pull, Server-Sent
+Events): order, acks,
 redelivery, graceful stop, group sharing, restarts."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import queuecore
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["websocket", "pull"])
+@pytest.fixture(params=["websocket", "pull", "sse"])
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

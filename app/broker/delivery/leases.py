@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import dlq, message_ids, topics
-from app.broker.delivery import membership
+from app.broker.delivery import membership, stream_wakeups
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, TopicNotFound
 from app.broker.messages import render_message
@@ -400,6 +400,7 @@ async def _settle_ids(
         return done, codes
 
     done, codes = await committing_fences(metadata, work)
+    stream_wakeups.settled(member.member_id)  # its event stream on this process, if any, looks again
     ok: list[str] = []
     failed: list[dict[str, str]] = []
     for message_id, key, code in where:  # answered in the order asked

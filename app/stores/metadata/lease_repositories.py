@@ -224,6 +224,18 @@ class LeaseRepository(Repository):
         )
         return {group_id: int(count) for group_id, count in result.all()}
 
+    async def held_count(self, group_id: str, member_id: str, now_ms: int) -> int:
+        """Messages ``member_id`` holds unacked with their deadline still running (its in-flight window)."""
+        result = await self.session.execute(
+            select(func.count()).where(
+                leases.c.group_id == group_id,
+                leases.c.member_id == member_id,
+                leases.c.acked.is_(False),
+                leases.c.deadline_ms > now_ms,
+            )
+        )
+        return int(result.scalar_one())
+
     async def drop_acked_below_committed(self, group_id: str, numbers: Sequence[int]) -> None:
         committed = (
             select(partitions.c.committed)

@@ -9,7 +9,7 @@ export type JSONValue = string | number | boolean | null | JSONValue[] | { [key:
 
 export type Delivery = 'exactly-once' | 'at-least-once';
 export type StartFrom = 'earliest' | 'latest';
-export type Transport = 'websocket' | 'pull';
+export type Transport = 'websocket' | 'pull' | 'sse';
 /** How many copies of each message a topic's engine keeps. */
 export type Replicas = 1 | 3 | 5;
 

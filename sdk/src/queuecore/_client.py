@@ -211,9 +211,10 @@ class QueueCore(SyncAPIClient):
             start_from: ``"earliest"`` or ``"latest"`` (default), while the group has no committed offset.
             dead_letter: ``DeadLetter(...)`` or a dict of its fields: set as the group's dead-letter queue
                 before joining.
-            max_in_flight: messages delivered and not yet acked, at most (websocket: 1 to 10,000); messages
-                fetched per poll (pull: 1 to 1000).
-            transport: ``"websocket"`` (push, the default) or ``"pull"`` (REST long polls).
+            max_in_flight: messages delivered and not yet acked, at most (websocket, sse: 1 to 10,000);
+                messages fetched per poll (pull: 1 to 1000).
+            transport: ``"websocket"`` (push, the default), ``"pull"`` (REST long polls) or ``"sse"``
+                (a Server-Sent Events stream; acks through the pull calls).
         """
         engine_client = AsyncQueueCore(
             api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries

@@ -1,7 +1,8 @@
 """Consumers: ``client.consume(topic, group=...)`` joins a consumer group and runs handlers on its messages,
-batching acks, riding out rebalances, restarts and dropped connections. Two transports: WebSocket push (the
-default, ``_push.py``: the connection is the membership) and REST pull (``transport="pull"``: long polls,
-heartbeats, explicit join and leave; for environments without WebSocket).
+batching acks, riding out rebalances, restarts and dropped connections. Three transports: WebSocket push (the
+default, ``_push.py``: the connection is the membership), REST pull (``transport="pull"``: long polls,
+heartbeats, explicit join and leave; for environments without WebSocket) and Server-Sent Events
+(``transport="sse"``, ``_sse.py``: one streamed GET is the membership, acks go through the pull calls).
 
 The engine is asyncio (``AsyncConsumer``); the sync ``Consumer`` runs the same engine on an event loop of
 its own in the thread that calls ``start()``, with sync handlers in worker threads.
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncConsumer", "Consumer", "Event", "Handler", "RebalanceEvent", "StartFrom", "Transport"]
 
 StartFrom = Literal["earliest", "latest"]
-Transport = Literal["websocket", "pull"]
+Transport = Literal["websocket", "pull", "sse"]
 Handler = Callable[[Any], Union[Awaitable[None], None]]
 Event = Literal["message", "error", "rebalance"]
 _EVENTS = "'message', 'error' or 'rebalance'"
@@ -116,9 +117,9 @@ class AsyncConsumer:
         transport: Transport = "websocket",
         logger: logging.Logger | None = None,
     ) -> None:
-        if transport not in ("websocket", "pull"):
-            raise ValueError(f"unknown transport {transport!r}: 'websocket' or 'pull'")
-        limit = 10_000 if transport == "websocket" else 1000
+        if transport not in ("websocket", "pull", "sse"):
+            raise ValueError(f"unknown transport {transport!r}: 'websocket', 'pull' or 'sse'")
+        limit = 1000 if transport == "pull" else 10_000
         if not 1 <= max_in_flight <= limit:
             raise ValueError(f"max_in_flight must be 1 to {limit}")
         self.topic = topic
@@ -267,6 +268,10 @@ class AsyncConsumer:
 
                 self._settler.wake_on_ack = True
                 await PushSession(self).run()
+            elif self.transport == "sse":
+                from ._sse import SseSession
+
+                await SseSession(self).run()
             else:
                 await self._run()
         finally:

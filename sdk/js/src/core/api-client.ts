@@ -269,6 +269,30 @@ export class APIClient {
     }
   }
 
+  /**
+   * Open a streamed answer (Server-Sent Events): one attempt, no retries (the caller reconnects), the body
+   * left unread for the caller. A refusal (non-2xx) is read and thrown as the typed error; `signal` ends
+   * the stream.
+   */
+  async stream(options: FinalRequestOptions & { signal: AbortSignal }): Promise<Response> {
+    const url = this.buildURL(options);
+    const headers = { ...this.buildHeaders(options), Accept: 'text/event-stream' };
+    this.logger.debug(`Request: ${options.method} ${options.path} (stream)`);
+    let response: Response;
+    try {
+      response = await this.fetch(url, { method: options.method, headers, signal: options.signal } as RequestInit);
+    } catch (cause) {
+      throw new APIConnectionError(`Connection error: ${describe(cause)}`, { cause });
+    }
+    const rateLimit = parseRateLimit(response.headers);
+    if (rateLimit) this.rateLimitState.value = rateLimit;
+    if (!response.ok) {
+      const parsed = parseJSON(await response.text().catch(() => ''));
+      throw makeStatusError(response.status, response.headers, parsed.value, response.statusText);
+    }
+    return response;
+  }
+
   /** `request`, then the answer's body as a JSON object (`APIResponseValidationError` if it is not one). */
   async requestObject<T>(options: FinalRequestOptions): Promise<T> {
     const response = await this.request<unknown>(options);

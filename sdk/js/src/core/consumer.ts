@@ -1,8 +1,9 @@
 /**
  * Consumers: `pq.consume(topic, {group})` joins a consumer group and runs handlers on its messages, batching
- * acks, riding out rebalances, restarts and dropped connections. Two transports: WebSocket push (the default:
- * the connection is the membership) and REST pull (`transport: 'pull'`: long polls, heartbeats, explicit join
- * and leave; for environments without WebSocket).
+ * acks, riding out rebalances, restarts and dropped connections. Three transports: WebSocket push (the default:
+ * the connection is the membership), REST pull (`transport: 'pull'`: long polls, heartbeats, explicit join
+ * and leave; for environments without WebSocket) and Server-Sent Events (`transport: 'sse'`: one streamed GET
+ * is the membership, settlements go through the pull calls; sse-transport.ts).
  *
  * Life cycle: `start()` resolves once the member has joined (the consumer then runs in the background);
  * `stop()` takes no new messages, lets running handlers finish, sends the pending acks, waits for the server
@@ -32,6 +33,7 @@ import {
 import { AckError, QueueCoreError } from './error.js';
 import { PullTransport } from './pull-transport.js';
 import { PushTransport } from './push-transport.js';
+import { SseTransport } from './sse-transport.js';
 import { processing } from './tracing.js';
 import { defaultOpener, WebSocketUnavailableError, type OpenSocket } from './websocket.js';
 import type { DeadLetterConfig, RebalanceEvent, StartFrom, Transport } from '../types.js';
@@ -45,9 +47,9 @@ export interface ConsumeOptions {
   startFrom?: StartFrom;
   /** Set as the group's dead-letter queue before joining. */
   deadLetter?: DeadLetterConfig;
-  /** Messages delivered and not yet settled, at most (websocket: 1–10,000; pull: 1–1000 per poll). Default 100. */
+  /** Messages delivered and not yet settled, at most (websocket, sse: 1–10,000; pull: 1–1000 per poll). Default 100. */
   maxInFlight?: number;
-  /** `'websocket'` (push, the default) or `'pull'` (REST long polls). */
+  /** `'websocket'` (push, the default), `'pull'` (REST long polls) or `'sse'` (Server-Sent Events). */
   transport?: Transport;
   /** How to open WebSockets (default: the global `WebSocket` where the runtime has one, else the `ws` package). */
   webSocket?: OpenSocket;
@@ -106,6 +108,7 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
   // the transports, built on first use and kept (the pull one remembers the session timeout between runs)
   #push: PushTransport | undefined;
   #pull: PullTransport | undefined;
+  #sse: SseTransport | undefined;
   /** The transport of the current run, for stop() to interrupt. */
   #transport: ConsumerTransport | undefined;
   #releaseIteration: (() => void) | undefined;
@@ -122,10 +125,10 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
       throw new QueueCoreError('consume() needs a group: pq.consume(topic, { group: "my-group" })');
     }
     const transport = options.transport ?? 'websocket';
-    if (transport !== 'websocket' && transport !== 'pull') {
-      throw new QueueCoreError(`unknown transport ${JSON.stringify(transport)}: 'websocket' or 'pull'`);
+    if (transport !== 'websocket' && transport !== 'pull' && transport !== 'sse') {
+      throw new QueueCoreError(`unknown transport ${JSON.stringify(transport)}: 'websocket', 'pull' or 'sse'`);
     }
-    const limit = transport === 'websocket' ? 10_000 : 1000;
+    const limit = transport === 'pull' ? 1000 : 10_000;
     const maxInFlight = options.maxInFlight ?? 100;
     if (!Number.isInteger(maxInFlight) || maxInFlight < 1 || maxInFlight > limit) {
       throw new QueueCoreError(`maxInFlight must be an integer from 1 to ${limit}`);
@@ -372,7 +375,8 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
           this.#pullFallback = true;
           await this.#runPull();
         }
-      } else await this.#runPull();
+      } else if (this.transport === 'sse') await this.#runSse();
+      else await this.#runPull();
     } catch (error) {
       if (!this.#stop.stopped) {
         this.#fatal = error;
@@ -394,6 +398,11 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
 
   async #runPull(): Promise<void> {
     this.#transport = this.#pull ??= new PullTransport(this.#host);
+    await this.#transport.run();
+  }
+
+  async #runSse(): Promise<void> {
+    this.#transport = this.#sse ??= new SseTransport(this.#host);
     await this.#transport.run();
   }
 

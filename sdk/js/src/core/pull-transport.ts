@@ -30,7 +30,7 @@ export class PullTransport implements ConsumerTransport {
     const host = this.#host;
     let flushing: Promise<void> = Promise.resolve();
     host.pending.connect(() => {
-      flushing = flushing.then(() => this.#flush());
+      flushing = flushing.then(() => this.flush());
     });
     const heartbeat = setInterval(() => void this.#heartbeat(), Math.max(500, (this.#sessionSeconds * 1000) / 3));
     heartbeat.unref?.();
@@ -63,7 +63,7 @@ export class PullTransport implements ConsumerTransport {
       await host.drain();
       host.pending.disconnect();
       await flushing;
-      await this.#flush();
+      await this.flush();
       await this.#leave();
     }
   }
@@ -139,7 +139,8 @@ export class PullTransport implements ConsumerTransport {
     }
   }
 
-  async #flush(): Promise<void> {
+  /** Send what is pending as `/ack`, `/nack` and `/extend` calls (also the SSE transport's way to settle). */
+  async flush(): Promise<void> {
     const host = this.#host;
     const pending = host.pending;
     const { acks, nacks, extends: extensions } = pending.take();

@@ -25,7 +25,7 @@ async function topicWith(partitions, count = 0) {
 
 const lagOf = async (topic, group) => (await pq.offsets.get(topic, { group })).reduce((n, p) => n + p.lag, 0);
 
-for (const transport of ['websocket', 'pull']) {
+for (const transport of ['websocket', 'pull', 'sse']) {
   describe(`consuming over ${transport}`, () => {
     test('the docs flow: on(message), start(), ack, stop() confirms the acks', async () => {
       const topic = await topicWith(3);
@@ -205,7 +205,7 @@ describe('dead letters', () => {
 });
 
 describe('membership', () => {
-  for (const transport of ['websocket', 'pull']) test(`a second member triggers a rebalance event; partitions are split (${transport})`, async () => {
+  for (const transport of ['websocket', 'pull', 'sse']) test(`a second member triggers a rebalance event; partitions are split (${transport})`, async () => {
     const topic = await topicWith(4);
     const a = pq.consume(topic, { group: 'rb', transport });
     const b = pq.consume(topic, { group: 'rb', transport });
@@ -249,7 +249,7 @@ describe('membership', () => {
   });
 
   test('refusals retrying cannot fix end start(): missing topic, bad key', async () => {
-    for (const transport of ['websocket', 'pull']) {
+    for (const transport of ['websocket', 'pull', 'sse']) {
       const consumer = pq.consume(unique('nope'), { group: 'g', transport });
       const errors = [];
       consumer.on('error', (e) => errors.push(e));
@@ -260,7 +260,7 @@ describe('membership', () => {
     }
   });
 
-  test('a dropped connection: the consumer reconnects, rejoins and goes on by itself', async () => {
+  for (const transport of ['websocket', 'sse']) test(`a dropped connection: the consumer reconnects, rejoins and goes on by itself (${transport})`, async () => {
     const topic = await topicWith(1);
     const upstream = new URL(server.url);
     const sockets = new Set();
@@ -280,7 +280,7 @@ describe('membership', () => {
     });
     await new Promise((r) => proxy.listen(0, '127.0.0.1', r));
     const via = new sdk.QueueCore({ apiKey: server.key, baseUrl: `http://127.0.0.1:${proxy.address().port}` });
-    const consumer = via.consume(topic, { group: 're' });
+    const consumer = via.consume(topic, { group: 're', transport });
     const seen = [];
     const errors = [];
     const joins = [];

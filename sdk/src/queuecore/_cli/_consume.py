@@ -176,6 +176,6 @@ def register(sub: Subcommands) -> None:
     settle.add_argument("--reason", help="with --nack: the failure reason recorded in the DLQ")
     settle.add_argument("--delay", type=_delay, help="with --nack: redeliver after this (30s, or seconds)")
     consume.add_argument("--max-in-flight", type=positive, default=100)
-    consume.add_argument("--transport", choices=["websocket", "pull"], default="websocket")
+    consume.add_argument("--transport", choices=["websocket", "pull", "sse"], default="websocket")
     add_output_option(consume, OUTPUT_FORMATS)
     consume.set_defaults(run=cmd_consume)
