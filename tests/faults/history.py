@@ -19,7 +19,9 @@ A history is an append-only list of operations, one JSON object per line on disk
 * ``{"type": "read", "client", "topic", "partition", "offset", "value", "id", "time"}``: a stream read
   (replay) of one message, by offset;
 * ``{"type": "fault", "name", "invoke", "complete", "note"}``: a fault the run injected (for reading a history;
-  the checker does not need it).
+  the checker does not need it);
+* ``{"type": "offsets", "group", "at", "partitions"}``: a group's offsets as the drain read them (``current``,
+  ``latest``, ``lag`` per partition; for reading a history).
 
 ``check(history, final_reads)`` compares it with the full read of every partition after the run
 (``{topic: {partition: [{"offset", "value", "id"}, ...]}}``) and reports, per partition, the anomalies of

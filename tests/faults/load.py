@@ -344,11 +344,15 @@ class Load:
     # --- the end ------------------------------------------------------------------------------------
 
     async def lags(self) -> dict[str, int]:
+        """Each group's total lag (-1 when unanswered); each answer is recorded (``offsets``), so a history
+        shows what the drain saw: ``current`` and ``latest`` per partition."""
         async with self.http() as http:
             lags = {}
             for group in GROUPS:
                 r = await http.get(f"/v1/topics/{TOPIC}/groups/{group}/offsets")
                 lags[group] = sum(p["lag"] for p in r.json()["data"]) if r.status_code == 200 else -1
+                if r.status_code == 200:
+                    self.recorder.record("offsets", group=group, at=Recorder.now(), partitions=r.json()["data"])
             return lags
 
     async def final_reads(self) -> dict[str, dict[int, list[dict[str, Any]]]]:
