@@ -50,7 +50,7 @@ from collections.abc import Awaitable, Callable, Collection
 
 from app.broker import durations, message_ids, topics
 from app.broker import tracing as spans
-from app.broker.delivery import checkpoints, leases, membership
+from app.broker.delivery import checkpoints, flow, leases, membership
 from app.broker.delivery.acks import AckSettlement, RenderError, Send
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
@@ -61,7 +61,7 @@ from app.broker.messages import render_message
 from app.broker.topics import TopicRef
 from app.kit import tracing
 from app.kit.clock import isoformat_ms, now_ms
-from app.stores.log.protocol import LogEngine, UnknownLog
+from app.stores.log.protocol import LogEngine, Record, UnknownLog
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.protocol import OwnedPartition
 
@@ -141,11 +141,24 @@ class PushMember(AckSettlement):
         self._stopped = False
         self._last_beat = 0.0
         self._group_key = (topic.id, group)
+        # The group's maxInFlight, rate and filter as of the last beat; nothing is sent before the first.
+        self._flow: flow.FlowConfig | None = None
+        self._claim: int | None = None  # of the group's maxInFlight, what this member may hold (flow.py)
+        self._throttled_until = 0  # the group's rate gave no token: no pass before then (ms)
+        self._filtered: set[int] = set()  # partitions with records the filter passed over, not checkpointed
         self._start_acks(durable=topic.delivery != "at-least-once")
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def _cap(self) -> int:
+        """What it may hold: its own ``maxInFlight``, or less, its claim of the group's (none yet: 0)."""
+        claim = self._claim
+        if claim is None and (self._flow is None or self._flow.max_in_flight is not None):
+            claim = 0  # the group's config (or this member's claim of it) is not known yet
+        return self._max_in_flight if claim is None else min(self._max_in_flight, claim)
 
     @property
     def held_in_memory(self) -> int:
@@ -359,7 +372,9 @@ class PushMember(AckSettlement):
         now = now_ms()
         if now >= self._next_expiry:
             await self._expire(now)
-        budget = min(self._max_in_flight - len(self._in_flight) - self._reserved, self._frame_max)
+        budget = min(self._cap - len(self._in_flight) - self._reserved, self._frame_max)
+        if now < self._throttled_until or self._flow is None:
+            return False
         if budget > 0 and self._parts and self._ack_timeout_ms is not None:
             return await self._deliver_new(budget, now + self._ack_timeout_ms)
         return False
@@ -394,12 +409,14 @@ class PushMember(AckSettlement):
         beat = started - self._last_beat >= BEAT_EVERY
         if not beat and self._due_at > now:
             return True
-        budget = self._max_in_flight - len(self._in_flight) - self._reserved
+        budget = self._cap - len(self._in_flight) - self._reserved
         if not self._rows_due <= now:
             # Rows are not known to be due (a plain beat, or a scan after a rebalance or a timeout):
             # the poll takes a slice, so that the delivery loop keeps its room meanwhile.
             budget = min(budget, _BEAT_ROWS)
-        if budget > 0:
+        if self._flow is None:  # the first beat learns the group's config before anything is sent
+            budget = max(0, budget)
+        if budget > 0 or self._flow is None:
             self._reserved += budget  # the delivery loop leaves room for what the poll brings
             try:
                 polled = await leases.poll_once(
@@ -410,6 +427,8 @@ class PushMember(AckSettlement):
                 self._nudge()  # the room it held back is the delivery loop's again
             first = self._ack_timeout_ms is None
             self._ack_timeout_ms = polled.ack_timeout_ms
+            self._flow = polled.flow
+            self._nudge()
             self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
             self._rows_due = self._due_at  # what the store said: rows due then
             if polled.messages:
@@ -419,6 +438,11 @@ class PushMember(AckSettlement):
                 await self._send_messages(polled.messages)
             if first:
                 self._nudge()  # the delivery loop starts once the group's ack timeout is known
+        elif beat and self._flow is not None and self._flow.max_in_flight is not None:
+            # Full: a heartbeat that also reads the group's config (a raised maxInFlight makes room).
+            polled = await leases.poll_once(self._metadata, self._log, self.ref, 0, fresh=False)
+            self._flow = polled.flow
+            self._nudge()
         elif beat:
             answer = await membership.heartbeat(self._metadata, self.ref)
             if answer.should_rejoin:
@@ -426,7 +450,41 @@ class PushMember(AckSettlement):
         if beat:
             self._last_beat = started
             await self._reconcile()
+            await self._flow_beat(now)
         return True
+
+    async def _flow_beat(self, now: int) -> None:
+        """The group's flow control at each beat: its claim of ``maxInFlight`` (lowered here before it
+        is written, written before it is raised here), and a checkpoint of partitions where the filter
+        passed records over with nothing acked since (so that ``current`` moves past them)."""
+        if self._flow is None:
+            return
+        if self._flow.max_in_flight is not None or self._claim is not None:
+            held = len(self._in_flight)
+            self._claim = held  # no new deliveries while the claim changes: below both old and new
+            try:
+                self._claim = await flow.push_claim(
+                    self._metadata,
+                    self.group_id,
+                    self.member_id,
+                    self._flow.max_in_flight,
+                    held,
+                    self._max_in_flight,
+                    now,
+                )
+            finally:
+                self._nudge()
+        if self._filtered:
+            parts = [p for n, p in self._parts.items() if n in self._filtered and not p.releasing]
+            self._filtered.clear()
+            if parts:
+                async with self._writing:
+                    parts = [p for p in parts if self._parts.get(p.partition) is p]
+                    fenced = await checkpoints.checkpoint(
+                        self._metadata, self.group_id, self.member_id, parts
+                    )
+                if fenced:
+                    await self._reconcile()
 
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
         """Read new records at the member's positions and send them, their leases kept in memory."""
@@ -449,6 +507,7 @@ class PushMember(AckSettlement):
                 # Nothing new, or being handed over (the release has taken what was sent; what it
                 # did not take is the new owner's), or reconciled away while reading.
                 continue
+            records, position = await self._admit(part, records, now_ms())
             for record in records:
                 offset = record.offset
                 if offset in part.skip:  # leased already (acked out of order, or a due row)
@@ -463,12 +522,32 @@ class PushMember(AckSettlement):
                 part.in_flight[offset] = deadline
                 self._held[message_id] = (part.partition, offset)
                 self._in_flight[message_id] = deadline
-            part.position = records[-1].offset + 1
+            part.position = position
             budget -= len(records)
         self._next_expiry = min(self._next_expiry, deadline)
         if rendered:
             await self._send_messages(rendered)
         return bool(rendered)
+
+    async def _admit(self, part: HeldPartition, records: list[Record], now: int) -> tuple[list[Record], int]:
+        """The group's filter and rate on what was read: the records to send, and the position after
+        them (past non-matching ones; at the first record the rate had no token for)."""
+        position = records[-1].offset + 1
+        gates = self._flow
+        if gates is None or (gates.filter is None and gates.rate is None):
+            return records, position
+        predicate = gates.predicate
+        if predicate is not None:
+            kept = [r for r in records if r.offset in part.skip or predicate(r.key, r.headers)]
+            if len(kept) < len(records):
+                self._filtered.add(part.partition)  # counts as acked: its checkpoint follows at the beat
+            records = kept
+        tokens = await flow.take(self.group_id, gates.rate, len(records))
+        if tokens.granted < len(records):
+            position = records[tokens.granted].offset
+            records = records[: tokens.granted]
+            self._throttled_until = now + tokens.wait_ms
+        return records, position
 
     async def _send_messages(self, rendered: list[bytes]) -> None:
         """One ``message`` / ``messages`` frame; a ``receive`` span around it when tracing."""
@@ -512,11 +591,15 @@ class PushMember(AckSettlement):
         if self._delivery_wakeup.is_set:
             return
         cancels: list[Callable[[], None]] = []
-        timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now_ms()) / 1000) + 0.005)
+        now = now_ms()
+        timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now) / 1000) + 0.005)
+        throttled = self._throttled_until > now
+        if throttled:  # the group's rate: the next token, not a commit, is what to wait for
+            timeout = min(timeout, (self._throttled_until - now) / 1000 + 0.001)
         # Watch only where a pass could send now: with no room (the beat's reservation counts), or
         # from a partition paused or being released, records already there would wake it again and
         # again (the beat wakes it when those end).
-        if self._max_in_flight - len(self._in_flight) - self._reserved > 0:
+        if self._cap - len(self._in_flight) - self._reserved > 0 and not throttled:
             topic_id = self._topic.id
             paused = self._paused
             for part in self._parts.values():

@@ -1,0 +1,288 @@
+"""Group filters: the grammar of a group's ``filter`` and its compiled predicate.
+
+A filter is parsed once per group config and compiled into a ``Predicate`` that looks at a stored record's
+key and headers bytes only (its value is never read or rendered; the headers JSON is decoded only when the
+filter names a header)::
+
+    filter     := or
+    or         := and ( "OR" and )*
+    and        := unary ( "AND" unary )*
+    unary      := "NOT" unary | primary
+    primary    := "(" filter ")"
+                | field "=" string | field "!=" string | field "IN" "(" string ( "," string )* ")"
+                | "headers:" name                       -- the header exists
+                | "hasPrefix" "(" field "," string ")"
+    field      := "headers." name | "key"
+    name       := one or more of  A-Z a-z 0-9 _ - .
+    string     := '"' ( any character but '"' and '\\' | '\\"' | '\\\\' )* '"'
+
+Keywords (``AND OR NOT IN``) are case-insensitive; ``hasPrefix``, ``headers`` and ``key`` are not. Header
+names match exactly (case-sensitive), as headers are stored. A missing header or key equals nothing and has
+no prefix: ``headers.x = "v"``, ``headers.x IN (…)`` and ``hasPrefix(headers.x, …)`` are false, and
+``headers.x != "v"`` (which is ``NOT headers.x = "v"``) is true.
+
+A bad filter is ``InvalidRequest`` on ``filter`` naming the 1-based position and what was expected there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import orjson
+
+from app.broker.errors import InvalidRequest
+
+MAX_FILTER_CHARS = 1024
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+_KEYWORDS = ("AND", "OR", "NOT", "IN")
+
+# A record's key and headers bytes -> whether the group receives it.
+Predicate = Callable[[bytes | None, bytes | None], bool]
+# What a compiled node evaluates: the key (bytes or None) and the decoded user headers.
+_Node = Callable[[bytes | None, dict[str, str]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    kind: str  # "(" ")" "," "=" "!=" "word" "string" "end"
+    text: str
+    at: int  # 1-based position in the filter
+
+
+class FilterError(InvalidRequest):
+    """A filter that does not parse: ``details`` on ``filter`` with the position and what was expected."""
+
+    def __init__(self, at: int, expected: str, found: str) -> None:
+        issue = f"at position {at}: expected {expected}, found {found}"
+        super().__init__(
+            f"Invalid value for 'filter': {issue}",
+            details=[{"field": "filter", "issue": issue, "position": at, "expected": expected}],
+        )
+
+
+def _tokens(text: str) -> list[_Token]:
+    out: list[_Token] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isspace():
+            i += 1
+        elif c in "(),=":
+            out.append(_Token(c, c, i + 1))
+            i += 1
+        elif c == "!":
+            if text[i + 1 : i + 2] != "=":
+                raise FilterError(i + 1, '"!="', repr(text[i : i + 2]))
+            out.append(_Token("!=", "!=", i + 1))
+            i += 2
+        elif c == '"':
+            start, i, chars = i, i + 1, []
+            while True:
+                if i >= n:
+                    raise FilterError(start + 1, "a closing '\"'", "the end of the filter")
+                c = text[i]
+                if c == '"':
+                    break
+                if c == "\\":
+                    if text[i + 1 : i + 2] not in ('"', "\\"):
+                        raise FilterError(i + 1, "'\\\"' or '\\\\'", repr(text[i : i + 2]))
+                    chars.append(text[i + 1])
+                    i += 2
+                    continue
+                chars.append(c)
+                i += 1
+            out.append(_Token("string", "".join(chars), start + 1))
+            i += 1
+        elif c in _NAME_CHARS or c == ":":
+            start = i
+            while i < n and (text[i] in _NAME_CHARS or text[i] == ":"):
+                i += 1
+            out.append(_Token("word", text[start:i], start + 1))
+        else:
+            raise FilterError(i + 1, "an expression", repr(c))
+    out.append(_Token("end", "", n + 1))
+    return out
+
+
+def _found(token: _Token) -> str:
+    return "the end of the filter" if token.kind == "end" else repr(token.text)
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.tokens = _tokens(text)
+        self.i = 0
+        self.uses_headers = False
+
+    @property
+    def peek(self) -> _Token:
+        return self.tokens[self.i]
+
+    def take(self, kind: str, expected: str) -> _Token:
+        token = self.peek
+        if token.kind != kind:
+            raise FilterError(token.at, expected, _found(token))
+        self.i += 1
+        return token
+
+    def keyword(self, word: str) -> bool:
+        token = self.peek
+        if token.kind == "word" and token.text.upper() == word:
+            self.i += 1
+            return True
+        return False
+
+    def parse(self) -> _Node:
+        node = self.or_()
+        if self.peek.kind != "end":
+            raise FilterError(self.peek.at, "AND, OR or the end of the filter", _found(self.peek))
+        return node
+
+    def or_(self) -> _Node:
+        parts = [self.and_()]
+        while self.keyword("OR"):
+            parts.append(self.and_())
+        if len(parts) == 1:
+            return parts[0]
+        return lambda key, headers: any(part(key, headers) for part in parts)
+
+    def and_(self) -> _Node:
+        parts = [self.unary()]
+        while self.keyword("AND"):
+            parts.append(self.unary())
+        if len(parts) == 1:
+            return parts[0]
+        return lambda key, headers: all(part(key, headers) for part in parts)
+
+    def unary(self) -> _Node:
+        if self.keyword("NOT"):
+            inner = self.unary()
+            return lambda key, headers: not inner(key, headers)
+        return self.primary()
+
+    def primary(self) -> _Node:
+        token = self.peek
+        if token.kind == "(":
+            self.i += 1
+            node = self.or_()
+            self.take(")", "')'")
+            return node
+        if token.kind == "word" and token.text == "hasPrefix":
+            self.i += 1
+            self.take("(", "'(' after hasPrefix")
+            field = self.field()
+            self.take(",", "','")
+            prefix = self.take("string", 'a quoted string "…"').text
+            self.take(")", "')'")
+            return _has_prefix(field, prefix)
+        if token.kind == "word" and token.text.startswith("headers:"):
+            self.i += 1
+            name = token.text[len("headers:") :]
+            self.check_name(name, token.at + len("headers:"))
+            self.uses_headers = True
+            return lambda key, headers: name in headers
+        field = self.field()
+        op = self.peek
+        if op.kind in ("=", "!="):
+            self.i += 1
+            value = self.take("string", 'a quoted string "…"').text
+            equal = _equals(field, value)
+            if op.kind == "=":
+                return equal
+            return lambda key, headers: not equal(key, headers)
+        if self.keyword("IN"):
+            self.take("(", "'(' after IN")
+            values = {self.take("string", 'a quoted string "…"').text}
+            while self.peek.kind == ",":
+                self.i += 1
+                values.add(self.take("string", 'a quoted string "…"').text)
+            self.take(")", "',' or ')'")
+            return _member_of(field, frozenset(values))
+        raise FilterError(op.at, "'=', '!=' or IN", _found(op))
+
+    def field(self) -> str | None:
+        """``None`` for the key, else the header's name."""
+        token = self.peek
+        if token.kind == "word" and token.text == "key":
+            self.i += 1
+            return None
+        if token.kind == "word" and token.text.startswith("headers.") and ":" not in token.text:
+            self.i += 1
+            name = token.text[len("headers.") :]
+            self.check_name(name, token.at + len("headers."))
+            self.uses_headers = True
+            return name
+        raise FilterError(
+            token.at, 'headers.<name>, headers:<name>, key, hasPrefix(…), NOT or "("', _found(token)
+        )
+
+    @staticmethod
+    def check_name(name: str, at: int) -> None:
+        if not name or ":" in name:
+            raise FilterError(
+                at, "a header name (letters, digits, '_', '-', '.')", repr(name) if name else "nothing"
+            )
+
+
+def _equals(field: str | None, value: str) -> _Node:
+    if field is None:
+        raw = value.encode()
+        return lambda key, headers: key == raw
+    return lambda key, headers: headers.get(field) == value
+
+
+def _member_of(field: str | None, values: frozenset[str]) -> _Node:
+    if field is None:
+        raws = frozenset(v.encode() for v in values)
+        return lambda key, headers: key in raws
+    return lambda key, headers: headers.get(field) in values
+
+
+def _has_prefix(field: str | None, prefix: str) -> _Node:
+    if field is None:
+        raw = prefix.encode()
+        return lambda key, headers: key is not None and key.startswith(raw)
+
+    def node(key: bytes | None, headers: dict[str, str]) -> bool:
+        value = headers.get(field)
+        return value is not None and value.startswith(prefix)
+
+    return node
+
+
+def validate(text: object) -> str:
+    """A filter as given, once it is found valid (``InvalidRequest`` on ``filter`` otherwise)."""
+    if not isinstance(text, str):
+        raise InvalidRequest.field("filter", "expected a string or null")
+    if len(text) > MAX_FILTER_CHARS:
+        raise InvalidRequest.field("filter", f"at most {MAX_FILTER_CHARS} characters (got {len(text)})")
+    if not text.strip():
+        raise FilterError(1, "an expression", "the end of the filter")
+    compile_filter(text)
+    return text
+
+
+@lru_cache(maxsize=1024)
+def compile_filter(text: str) -> Predicate:
+    """The predicate of a filter, compiled once (cached by its text: the delivery loops ask per pass)."""
+    parser = _Parser(text)
+    node = parser.parse()
+    if not parser.uses_headers:
+        return lambda key, raw_headers: node(key, {})
+
+    def predicate(key: bytes | None, raw_headers: bytes | None) -> bool:
+        headers: dict[str, str] = {}
+        if raw_headers is not None:
+            # The stored headers bytes: {"h": {user headers} | null, "i": idempotency key} (messages.py).
+            stored = orjson.loads(raw_headers)
+            headers = stored.get("h") or {}
+        return node(key, headers)
+
+    return predicate
+
+
+def predicate_of(text: str | None) -> Predicate | None:
+    """The compiled predicate of a group's stored filter (None: every message matches)."""
+    return compile_filter(text) if text else None
