@@ -20,7 +20,12 @@ async def topic(client, prod):
 class TestConfig:
     async def test_put_creates_with_defaults_and_merges(self, client, prod, topic):
         group = await configure(client, prod, topic, "workers")
-        assert group["config"] == {"ackTimeout": "30s", "sessionTimeout": "10s", "deadLetter": None, **NO_FLOW}
+        assert group["config"] == {
+            "ackTimeout": "30s",
+            "sessionTimeout": "10s",
+            "deadLetter": None,
+            **NO_FLOW,
+        }
         assert group["name"] == "workers" and group["topic"] == "orders" and group["consumers"] == 0
         group = await configure(client, prod, topic, "workers", ackTimeout="2m")
         assert group["config"]["ackTimeout"] == "2m" and group["config"]["sessionTimeout"] == "10s"

@@ -1,0 +1,113 @@
+"""Group filters (``app/broker/filters.py``): every construct of the grammar, what a missing header or key
+means, and the refusals with their position and what was expected."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from app.broker import filters
+from app.broker.errors import InvalidRequest
+from app.broker.messages import encode_headers
+
+
+def matches(text: str, *, key: str | None = None, headers: dict[str, str] | None = None) -> bool:
+    predicate = filters.compile_filter(filters.validate(text))
+    return predicate(key.encode() if key is not None else None, encode_headers(headers, None))
+
+
+class TestConstructs:
+    @pytest.mark.parametrize(
+        ("text", "key", "headers", "expected"),
+        [
+            ('headers.type = "order"', None, {"type": "order"}, True),
+            ('headers.type = "order"', None, {"type": "orders"}, False),
+            ('headers.type = "order"', None, None, False),
+            ('headers.type != "order"', None, {"type": "refund"}, True),
+            ('headers.type != "order"', None, {"type": "order"}, False),
+            ('headers.type != "order"', None, {}, True),  # a missing header equals nothing
+            ('headers.type IN ("a", "b")', None, {"type": "b"}, True),
+            ('headers.type IN ("a", "b")', None, {"type": "c"}, False),
+            ('headers.type IN ("a")', None, {}, False),
+            ("headers:trace", None, {"trace": ""}, True),
+            ("headers:trace", None, {"other": "x"}, False),
+            ('hasPrefix(headers.region, "eu-")', None, {"region": "eu-west"}, True),
+            ('hasPrefix(headers.region, "eu-")', None, {"region": "us-east"}, False),
+            ('hasPrefix(headers.region, "eu-")', None, {}, False),
+            ('key = "k1"', "k1", None, True),
+            ('key = "k1"', "k2", None, False),
+            ('key = "k1"', None, None, False),
+            ('hasPrefix(key, "user-")', "user-7", None, True),
+            ('hasPrefix(key, "user-")', "admin-7", None, False),
+            ('hasPrefix(key, "user-")', None, None, False),
+            ('NOT headers.type = "x"', None, {"type": "y"}, True),
+            ('not headers.type = "x"', None, {"type": "x"}, False),
+            ('headers.a = "1" AND headers.b = "2"', None, {"a": "1", "b": "2"}, True),
+            ('headers.a = "1" AND headers.b = "2"', None, {"a": "1", "b": "3"}, False),
+            ('headers.a = "1" OR headers.b = "2"', None, {"a": "0", "b": "2"}, True),
+            ('headers.a = "1" or headers.b = "2"', None, {"a": "0", "b": "0"}, False),
+            # AND binds tighter than OR; parentheses change that.
+            ('headers.a = "1" OR headers.b = "2" AND headers.c = "3"', None, {"a": "1"}, True),
+            ('(headers.a = "1" OR headers.b = "2") AND headers.c = "3"', None, {"a": "1"}, False),
+            ('NOT (headers.a = "1" OR key = "k")', "k", {}, False),
+            ('headers.x-id.v2 = "q\\"uote\\\\"', None, {"x-id.v2": 'q"uote\\'}, True),
+            ('headers.Type = "a"', None, {"type": "a"}, False),  # header names match exactly
+            ('  key="k"  ', "k", None, True),
+        ],
+    )
+    def test_matches(self, text, key, headers, expected):
+        assert matches(text, key=key, headers=headers) is expected
+
+    def test_the_idempotency_key_stored_beside_the_headers_is_not_a_header(self):
+        predicate = filters.compile_filter("headers:i")
+        assert predicate(None, encode_headers(None, "idem-1")) is False
+        assert predicate(None, orjson.dumps({"h": {"i": "1"}, "i": None})) is True
+
+    def test_a_filter_without_headers_never_decodes_them(self):
+        predicate = filters.compile_filter('key = "k"')
+        assert predicate(b"k", b"not json at all") is True
+
+
+class TestRefusals:
+    @pytest.mark.parametrize(
+        ("text", "position", "expected"),
+        [
+            ("", 1, "an expression"),
+            ("headers.type", 13, "'=', '!=' or IN"),
+            ("headers.type = order", 16, 'a quoted string "…"'),
+            ('headers.type = "order', 16, "a closing '\"'"),
+            ('headers.type == "x"', 15, 'a quoted string "…"'),
+            ('headers. = "x"', 9, "a header name (letters, digits, '_', '-', '.')"),
+            ("headers:", 9, "a header name (letters, digits, '_', '-', '.')"),
+            ('body = "x"', 1, 'headers.<name>, headers:<name>, key, hasPrefix(…), NOT or "("'),
+            ('key = "a" AND', 14, 'headers.<name>, headers:<name>, key, hasPrefix(…), NOT or "("'),
+            ('key = "a" key = "b"', 11, "AND, OR or the end of the filter"),
+            ('(key = "a"', 11, "')'"),
+            ('headers.t IN ("a" "b")', 19, "',' or ')'"),
+            ('headers.t IN "a"', 14, "'(' after IN"),
+            ('hasPrefix(key "p")', 15, "','"),
+            ('hasPrefix key, "p")', 11, "'(' after hasPrefix"),
+            ('key = "a" & key = "b"', 11, "an expression"),
+            ('key ! "a"', 5, '"!="'),
+            ('key = "a\\n"', 9, "'\\\"' or '\\\\'"),
+        ],
+    )
+    def test_a_bad_filter_names_the_position_and_what_was_expected(self, text, position, expected):
+        with pytest.raises(InvalidRequest) as refused:
+            filters.validate(text)
+        (detail,) = refused.value.details
+        assert detail["field"] == "filter"
+        assert detail["position"] == position and detail["expected"] == expected, detail
+        assert detail["issue"].startswith(f"at position {position}: expected {expected}, found ")
+
+    def test_at_most_1024_characters(self):
+        long = 'key = "' + "k" * 1016 + '"'
+        assert len(long) == 1024 and filters.validate(long) == long
+        with pytest.raises(InvalidRequest) as refused:
+            filters.validate(long + " ")
+        assert refused.value.details == [{"field": "filter", "issue": "at most 1024 characters (got 1025)"}]
+
+    def test_a_filter_is_a_string(self):
+        with pytest.raises(InvalidRequest) as refused:
+            filters.validate(42)
+        assert refused.value.details == [{"field": "filter", "issue": "expected a string or null"}]
