@@ -546,7 +546,8 @@ class PushMember(AckSettlement):
         if tokens.granted < len(records):
             position = records[tokens.granted].offset
             records = records[: tokens.granted]
-            self._throttled_until = now + tokens.wait_ms
+            # At most a beat: a changed rate (picked up by the beat) counts from then.
+            self._throttled_until = now + min(tokens.wait_ms, round(BEAT_EVERY * 1000))
         return records, position
 
     async def _send_messages(self, rendered: list[bytes]) -> None:
