@@ -26,7 +26,8 @@ first delivery and its ack cost no metadata write per message:
   ``exactly-once`` topics, at once on ``at-least-once`` ones). A timeout turns the lease into a row
   here, in the delivery pass (the DLQ's retry schedule works on rows).
 - **flow control** — the connection counts what it holds: ids delivered and neither acked, nacked,
-  nor past their ack deadline. At ``maxInFlight`` the loop only heartbeats until room is made.
+  nor past their ack deadline. At ``maxInFlight`` (its own, or its claim of the group's: ``push_flow.py``)
+  the loop only heartbeats until room is made; the group's rate and filter apply to what it reads.
 - **rebalance** — a stale generation (or an eviction) seen by any call makes the member rejoin under its
   own id, push ``rebalance {generationId, assignments}`` and *reconcile*: partitions it lost are
   released (``checkpoints.release``: their in-flight leases become rows it still holds, so its acks
@@ -50,24 +51,24 @@ from collections.abc import Awaitable, Callable, Collection
 
 from app.broker import durations, message_ids, topics
 from app.broker import tracing as spans
-from app.broker.delivery import checkpoints, flow, leases, membership
+from app.broker.delivery import checkpoints, leases, membership
 from app.broker.delivery.acks import AckSettlement, RenderError, Send
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
 from app.broker.delivery.membership import MemberRef
+from app.broker.delivery.push_flow import BEAT_EVERY, PushFlow
 from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import CODED_ERRORS, MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.messages import render_message
 from app.broker.topics import TopicRef
 from app.kit import tracing
 from app.kit.clock import isoformat_ms, now_ms
-from app.stores.log.protocol import LogEngine, Record, UnknownLog
+from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.protocol import OwnedPartition
 
 logger = logging.getLogger("queuecore.push")
 
-BEAT_EVERY = 0.5  # heartbeat, rebalance check and due-lease scan; below the 2 s minimum sessionTimeout
 _BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
 _READ_BYTES = 8 << 20
 FRAME_MAX = 500  # messages per frame, at most (asyncapi.yaml says so)
@@ -88,7 +89,7 @@ def in_flight_by_group() -> dict[str, int]:
     return counts
 
 
-class PushMember(AckSettlement):
+class PushMember(AckSettlement, PushFlow):
     """One connection's membership and delivery loops; its client frames are ``AckSettlement``'s."""
 
     def __init__(
@@ -141,24 +142,12 @@ class PushMember(AckSettlement):
         self._stopped = False
         self._last_beat = 0.0
         self._group_key = (topic.id, group)
-        # The group's maxInFlight, rate and filter as of the last beat; nothing is sent before the first.
-        self._flow: flow.FlowConfig | None = None
-        self._claim: int | None = None  # of the group's maxInFlight, what this member may hold (flow.py)
-        self._throttled_until = 0  # the group's rate gave no token: no pass before then (ms)
-        self._filtered: set[int] = set()  # partitions with records the filter passed over, not checkpointed
+        self._start_flow()
         self._start_acks(durable=topic.delivery != "at-least-once")
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
-
-    @property
-    def _cap(self) -> int:
-        """What it may hold: its own ``maxInFlight``, or less, its claim of the group's (none yet: 0)."""
-        claim = self._claim
-        if claim is None and (self._flow is None or self._flow.max_in_flight is not None):
-            claim = 0  # the group's config (or this member's claim of it) is not known yet
-        return self._max_in_flight if claim is None else min(self._max_in_flight, claim)
 
     @property
     def held_in_memory(self) -> int:
@@ -453,39 +442,6 @@ class PushMember(AckSettlement):
             await self._flow_beat(now)
         return True
 
-    async def _flow_beat(self, now: int) -> None:
-        """The group's flow control at each beat: its claim of ``maxInFlight`` (lowered here before it
-        is written, written before it is raised here), and a checkpoint of partitions where the filter
-        passed records over with nothing acked since (so that ``current`` moves past them)."""
-        if self._flow is None:
-            return
-        if self._flow.max_in_flight is not None or self._claim is not None:
-            held = len(self._in_flight)
-            self._claim = held  # no new deliveries while the claim changes: below both old and new
-            try:
-                self._claim = await flow.push_claim(
-                    self._metadata,
-                    self.group_id,
-                    self.member_id,
-                    self._flow.max_in_flight,
-                    held,
-                    self._max_in_flight,
-                    now,
-                )
-            finally:
-                self._nudge()
-        if self._filtered:
-            parts = [p for n, p in self._parts.items() if n in self._filtered and not p.releasing]
-            self._filtered.clear()
-            if parts:
-                async with self._writing:
-                    parts = [p for p in parts if self._parts.get(p.partition) is p]
-                    fenced = await checkpoints.checkpoint(
-                        self._metadata, self.group_id, self.member_id, parts
-                    )
-                if fenced:
-                    await self._reconcile()
-
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
         """Read new records at the member's positions and send them, their leases kept in memory."""
         ack_deadline = isoformat_ms(deadline)
@@ -528,27 +484,6 @@ class PushMember(AckSettlement):
         if rendered:
             await self._send_messages(rendered)
         return bool(rendered)
-
-    async def _admit(self, part: HeldPartition, records: list[Record], now: int) -> tuple[list[Record], int]:
-        """The group's filter and rate on what was read: the records to send, and the position after
-        them (past non-matching ones; at the first record the rate had no token for)."""
-        position = records[-1].offset + 1
-        gates = self._flow
-        if gates is None or (gates.filter is None and gates.rate is None):
-            return records, position
-        predicate = gates.predicate
-        if predicate is not None:
-            kept = [r for r in records if r.offset in part.skip or predicate(r.key, r.headers)]
-            if len(kept) < len(records):
-                self._filtered.add(part.partition)  # counts as acked: its checkpoint follows at the beat
-            records = kept
-        tokens = await flow.take(self.group_id, gates.rate, len(records))
-        if tokens.granted < len(records):
-            position = records[tokens.granted].offset
-            records = records[: tokens.granted]
-            # At most a beat: a changed rate (picked up by the beat) counts from then.
-            self._throttled_until = now + min(tokens.wait_ms, round(BEAT_EVERY * 1000))
-        return records, position
 
     async def _send_messages(self, rendered: list[bytes]) -> None:
         """One ``message`` / ``messages`` frame; a ``receive`` span around it when tracing."""
