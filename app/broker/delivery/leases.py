@@ -233,11 +233,14 @@ async def _poll_once(
     # The group's maxInFlight (pull members; a push member's beat passes its own room as max_messages).
     room = await flow.pull_room(session, view.group_id, member_id, view.max_in_flight, now) if fresh else None
     if room is not None and room[0] <= 0:  # no room: look again shortly (acks may come on any node)
+        await flow.settle_pull_claim(session, view.group_id, member_id, room[1])  # what it holds, no more
         return Polled([], {}, now + flow.RECHECK_MS, ack_timeout_ms=view.ack_timeout_ms, flow=gates)
     if room is not None:
         max_messages = min(max_messages, room[0])
     owned = await partition_rows.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
+        if room is not None:  # what it still holds (of partitions it had): no more
+            await flow.settle_pull_claim(session, view.group_id, member_id, room[1])
         return Polled([], ack_timeout_ms=view.ack_timeout_ms, flow=gates)
     predicate = gates.predicate
     numbers = [s.partition for s in owned]
