@@ -144,17 +144,13 @@ class _Parser:
         parts = [self.and_()]
         while self.keyword("OR"):
             parts.append(self.and_())
-        if len(parts) == 1:
-            return parts[0]
-        return lambda key, headers: any(part(key, headers) for part in parts)
+        return _chain(parts, either=True)
 
     def and_(self) -> _Node:
         parts = [self.unary()]
         while self.keyword("AND"):
             parts.append(self.unary())
-        if len(parts) == 1:
-            return parts[0]
-        return lambda key, headers: all(part(key, headers) for part in parts)
+        return _chain(parts, either=False)
 
     def unary(self) -> _Node:
         if self.keyword("NOT"):
@@ -226,6 +222,23 @@ class _Parser:
             )
 
 
+def _chain(parts: list[_Node], *, either: bool) -> _Node:
+    """``parts`` joined by OR (``either``) or AND, as nested two-part closures: cheaper per record than a
+    generator over a list (the predicate runs once per record on the delivery path)."""
+    node = parts[-1]
+    for part in reversed(parts[:-1]):
+        node = _or(part, node) if either else _and(part, node)
+    return node
+
+
+def _or(a: _Node, b: _Node) -> _Node:
+    return lambda key, headers: a(key, headers) or b(key, headers)
+
+
+def _and(a: _Node, b: _Node) -> _Node:
+    return lambda key, headers: a(key, headers) and b(key, headers)
+
+
 def _equals(field: str | None, value: str) -> _Node:
     if field is None:
         raw = value.encode()
@@ -272,13 +285,14 @@ def compile_filter(text: str) -> Predicate:
     if not parser.uses_headers:
         return lambda key, raw_headers: node(key, {})
 
+    empty: dict[str, str] = {}
+    loads = orjson.loads
+
     def predicate(key: bytes | None, raw_headers: bytes | None) -> bool:
-        headers: dict[str, str] = {}
-        if raw_headers is not None:
-            # The stored headers bytes: {"h": {user headers} | null, "i": idempotency key} (messages.py).
-            stored = orjson.loads(raw_headers)
-            headers = stored.get("h") or {}
-        return node(key, headers)
+        if raw_headers is None:
+            return node(key, empty)
+        # The stored headers bytes: {"h": {user headers} | null, "i": idempotency key} (messages.py).
+        return node(key, loads(raw_headers)["h"] or empty)
 
     return predicate
 
