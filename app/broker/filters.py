@@ -1,8 +1,8 @@
 """Group filters: the grammar of a group's ``filter`` and its compiled predicate.
 
 A filter is parsed once per group config and compiled into a ``Predicate`` that looks at a stored record's
-key and headers bytes only (its value is never read or rendered; the headers JSON is decoded only when the
-filter names a header)::
+key and headers bytes only: its value is never read or rendered, and a header's value is found in the stored
+headers bytes without decoding their JSON (``header_value``)::
 
     filter     := or
     or         := and ( "OR" and )*
@@ -40,8 +40,8 @@ _KEYWORDS = ("AND", "OR", "NOT", "IN")
 
 # A record's key and headers bytes -> whether the group receives it.
 Predicate = Callable[[bytes | None, bytes | None], bool]
-# What a compiled node evaluates: the key (bytes or None) and the decoded user headers.
-_Node = Callable[[bytes | None, dict[str, str]], bool]
+# What a compiled node evaluates: the key and the headers bytes as stored (``header_value`` reads them).
+_Node = Callable[[bytes | None, bytes | None], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +114,6 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.tokens = _tokens(text)
         self.i = 0
-        self.uses_headers = False
 
     @property
     def peek(self) -> _Token:
@@ -177,8 +176,8 @@ class _Parser:
             self.i += 1
             name = token.text[len("headers:") :]
             self.check_name(name, token.at + len("headers:"))
-            self.uses_headers = True
-            return lambda key, headers: name in headers
+            needle = _needle(name)
+            return lambda key, headers: header_value(headers, needle) is not None
         field = self.field()
         op = self.peek
         if op.kind in ("=", "!="):
@@ -208,7 +207,6 @@ class _Parser:
             self.i += 1
             name = token.text[len("headers.") :]
             self.check_name(name, token.at + len("headers."))
-            self.uses_headers = True
             return name
         raise FilterError(
             token.at, 'headers.<name>, headers:<name>, key, hasPrefix(…), NOT or "("', _found(token)
@@ -239,28 +237,65 @@ def _and(a: _Node, b: _Node) -> _Node:
     return lambda key, headers: a(key, headers) and b(key, headers)
 
 
+def _needle(name: str) -> bytes:
+    """How a header's name and the start of its value look in the stored headers JSON."""
+    return orjson.dumps(name) + b':"'
+
+
+_HEADERS_AT = b'{"h":{'
+_HEADERS_END = b'},"i":'
+
+
+def header_value(raw: bytes | None, needle: bytes) -> bytes | None:
+    """A header's value (UTF-8 bytes) from a record's stored headers, ``{"h": {…} | null, "i": …}`` as
+    ``messages.encode_headers`` writes it (orjson: no spaces, ``"`` and ``\\`` escaped), without
+    decoding the JSON: inside a JSON string every ``"`` is escaped, so ``"name":"`` can only be a key of
+    the ``h`` object, which ends at the one ``},"i":`` outside a string. A value with an escape, or bytes
+    of another shape, are decoded in full instead."""
+    if raw is None:
+        return None
+    if raw.startswith(_HEADERS_AT):
+        end = raw.rfind(_HEADERS_END)
+        if end > 0:
+            at = raw.find(needle, 5, end)
+            if at < 0:
+                return None
+            start = at + len(needle)
+            stop = raw.find(b'"', start, end)
+            value = raw[start:stop]
+            if stop > 0 and b"\\" not in value:
+                return value
+    elif raw.startswith(b'{"h":null'):
+        return None
+    found = (orjson.loads(raw).get("h") or {}).get(orjson.loads(needle[:-2]))
+    return None if found is None else str(found).encode()
+
+
 def _equals(field: str | None, value: str) -> _Node:
+    raw = value.encode()
     if field is None:
-        raw = value.encode()
         return lambda key, headers: key == raw
-    return lambda key, headers: headers.get(field) == value
+    needle = _needle(field)
+    return lambda key, headers: header_value(headers, needle) == raw
 
 
 def _member_of(field: str | None, values: frozenset[str]) -> _Node:
+    raws = frozenset(v.encode() for v in values)
     if field is None:
-        raws = frozenset(v.encode() for v in values)
         return lambda key, headers: key in raws
-    return lambda key, headers: headers.get(field) in values
+    needle = _needle(field)
+    return lambda key, headers: header_value(headers, needle) in raws
 
 
 def _has_prefix(field: str | None, prefix: str) -> _Node:
+    raw = prefix.encode()
     if field is None:
-        raw = prefix.encode()
         return lambda key, headers: key is not None and key.startswith(raw)
+    needle = _needle(field)
 
-    def node(key: bytes | None, headers: dict[str, str]) -> bool:
-        value = headers.get(field)
-        return value is not None and value.startswith(prefix)
+    def node(key: bytes | None, headers: bytes | None) -> bool:
+        value = header_value(headers, needle)
+        return value is not None and value.startswith(raw)
 
     return node
 
@@ -280,21 +315,7 @@ def validate(text: object) -> str:
 @lru_cache(maxsize=1024)
 def compile_filter(text: str) -> Predicate:
     """The predicate of a filter, compiled once (cached by its text: the delivery loops ask per pass)."""
-    parser = _Parser(text)
-    node = parser.parse()
-    if not parser.uses_headers:
-        return lambda key, raw_headers: node(key, {})
-
-    empty: dict[str, str] = {}
-    loads = orjson.loads
-
-    def predicate(key: bytes | None, raw_headers: bytes | None) -> bool:
-        if raw_headers is None:
-            return node(key, empty)
-        # The stored headers bytes: {"h": {user headers} | null, "i": idempotency key} (messages.py).
-        return node(key, loads(raw_headers)["h"] or empty)
-
-    return predicate
+    return _Parser(text).parse()
 
 
 def predicate_of(text: str | None) -> Predicate | None:

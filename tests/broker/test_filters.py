@@ -111,3 +111,34 @@ class TestRefusals:
         with pytest.raises(InvalidRequest) as refused:
             filters.validate(42)
         assert refused.value.details == [{"field": "filter", "issue": "expected a string or null"}]
+
+
+class TestHeadersWithoutDecoding:
+    """``header_value`` finds values in the stored bytes; every tricky shape agrees with decoding them."""
+
+    @pytest.mark.parametrize(
+        "headers",
+        [
+            {"type": "a", "other": '"type":"b"'},  # a key's look-alike inside a value
+            {"other": '\\"type":"b', "type": "a"},
+            {"type": 'quote " and \\ backslash'},  # escapes: decoded in full
+            {"type": "é ünicode ✓"},
+            {"i": "a header named i"},
+            {"h": "a header named h", "type": ""},
+            {"type": '},"i":"x'},
+            {},
+        ],
+    )
+    def test_the_same_answer_as_decoding(self, headers):
+        raw = encode_headers(headers, "idem-key")
+        names = ["type", "other", "i", "h", "missing"]
+        for name in names:
+            found = filters.header_value(raw, filters._needle(name))
+            expected = headers.get(name)
+            assert found == (expected.encode() if expected is not None else None), (name, raw)
+
+    def test_other_shapes_are_decoded_in_full(self):
+        spaced = b'{"h": {"type": "a"}, "i": null}'
+        assert filters.header_value(spaced, filters._needle("type")) == b"a"
+        assert filters.header_value(b'{"h":null,"i":"k"}', filters._needle("i")) is None
+        assert filters.header_value(None, filters._needle("type")) is None
