@@ -16,7 +16,7 @@ headers bytes without decoding their JSON (``header_value``)::
     name       := one or more of  A-Z a-z 0-9 _ - .
     string     := '"' ( any character but '"' and '\\' | '\\"' | '\\\\' )* '"'
 
-Keywords (``AND OR NOT IN``) are case-insensitive; ``hasPrefix``, ``headers`` and ``key`` are not. Header
+Parentheses nest at most ``MAX_NESTING`` (32) deep. Keywords (``AND OR NOT IN``) are case-insensitive; ``hasPrefix``, ``headers`` and ``key`` are not. Header
 names match exactly (case-sensitive), as headers are stored. A missing header or key equals nothing and has
 no prefix: ``headers.x = "v"``, ``headers.x IN (…)`` and ``hasPrefix(headers.x, …)`` are false, and
 ``headers.x != "v"`` (which is ``NOT headers.x = "v"``) is true.
@@ -29,12 +29,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import orjson
 
 from app.broker.errors import InvalidRequest
 
 MAX_FILTER_CHARS = 1024
+MAX_NESTING = 32  # parentheses inside parentheses: the parser recurses, and so does the compiled predicate
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
 _KEYWORDS = ("AND", "OR", "NOT", "IN")
 
@@ -42,6 +44,9 @@ _KEYWORDS = ("AND", "OR", "NOT", "IN")
 Predicate = Callable[[bytes | None, bytes | None], bool]
 # What a compiled node evaluates: the key and the headers bytes as stored (``header_value`` reads them).
 _Node = Callable[[bytes | None, bytes | None], bool]
+# A parsed filter: ("and" | "or", [parts]), ("not", part), ("exists", name), and ("eq" | "in" | "prefix",
+# field, bytes | frozenset of bytes) where field is a header's name or None for the key.
+_Ast = tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,7 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.tokens = _tokens(text)
         self.i = 0
+        self.depth = 0  # parentheses open here
 
     @property
     def peek(self) -> _Token:
@@ -133,35 +139,40 @@ class _Parser:
             return True
         return False
 
-    def parse(self) -> _Node:
+    def parse(self) -> _Ast:
         node = self.or_()
         if self.peek.kind != "end":
             raise FilterError(self.peek.at, "AND, OR or the end of the filter", _found(self.peek))
         return node
 
-    def or_(self) -> _Node:
+    def or_(self) -> _Ast:
         parts = [self.and_()]
         while self.keyword("OR"):
             parts.append(self.and_())
-        return _chain(parts, either=True)
+        return parts[0] if len(parts) == 1 else ("or", parts)
 
-    def and_(self) -> _Node:
+    def and_(self) -> _Ast:
         parts = [self.unary()]
         while self.keyword("AND"):
             parts.append(self.unary())
-        return _chain(parts, either=False)
+        return parts[0] if len(parts) == 1 else ("and", parts)
 
-    def unary(self) -> _Node:
-        if self.keyword("NOT"):
-            inner = self.unary()
-            return lambda key, headers: not inner(key, headers)
-        return self.primary()
+    def unary(self) -> _Ast:
+        nots = 0
+        while self.keyword("NOT"):  # a loop, not recursion: NOT NOT x is x
+            nots += 1
+        inner = self.primary()
+        return ("not", inner) if nots % 2 else inner
 
-    def primary(self) -> _Node:
+    def primary(self) -> _Ast:
         token = self.peek
         if token.kind == "(":
+            if self.depth >= MAX_NESTING:
+                raise FilterError(token.at, f"at most {MAX_NESTING} nested parentheses", "one more '('")
             self.i += 1
+            self.depth += 1
             node = self.or_()
+            self.depth -= 1
             self.take(")", "')'")
             return node
         if token.kind == "word" and token.text == "hasPrefix":
@@ -171,22 +182,18 @@ class _Parser:
             self.take(",", "','")
             prefix = self.take("string", 'a quoted string "…"').text
             self.take(")", "')'")
-            return _has_prefix(field, prefix)
+            return ("prefix", field, prefix.encode())
         if token.kind == "word" and token.text.startswith("headers:"):
             self.i += 1
             name = token.text[len("headers:") :]
             self.check_name(name, token.at + len("headers:"))
-            needle = _needle(name)
-            return lambda key, headers: header_value(headers, needle) is not None
+            return ("exists", name)
         field = self.field()
         op = self.peek
         if op.kind in ("=", "!="):
             self.i += 1
-            value = self.take("string", 'a quoted string "…"').text
-            equal = _equals(field, value)
-            if op.kind == "=":
-                return equal
-            return lambda key, headers: not equal(key, headers)
+            equal: _Ast = ("eq", field, self.take("string", 'a quoted string "…"').text.encode())
+            return equal if op.kind == "=" else ("not", equal)
         if self.keyword("IN"):
             self.take("(", "'(' after IN")
             values = {self.take("string", 'a quoted string "…"').text}
@@ -194,7 +201,7 @@ class _Parser:
                 self.i += 1
                 values.add(self.take("string", 'a quoted string "…"').text)
             self.take(")", "',' or ')'")
-            return _member_of(field, frozenset(values))
+            return ("in", field, frozenset(v.encode() for v in values))
         raise FilterError(op.at, "'=', '!=' or IN", _found(op))
 
     def field(self) -> str | None:
@@ -220,21 +227,84 @@ class _Parser:
             )
 
 
-def _chain(parts: list[_Node], *, either: bool) -> _Node:
-    """``parts`` joined by OR (``either``) or AND, as nested two-part closures: cheaper per record than a
-    generator over a list (the predicate runs once per record on the delivery path)."""
-    node = parts[-1]
-    for part in reversed(parts[:-1]):
-        node = _or(part, node) if either else _and(part, node)
-    return node
+def _closure(ast: _Ast) -> _Node:
+    """The predicate as nested closures: the fallback for a filter too deeply nested to compile (``_source``)."""
+    kind = ast[0]
+    if kind in ("and", "or"):
+        parts = [_closure(a) for a in ast[1]]
+        if kind == "and":
+            return lambda key, headers: all(part(key, headers) for part in parts)
+        return lambda key, headers: any(part(key, headers) for part in parts)
+    if kind == "not":
+        inner = _closure(ast[1])
+        return lambda key, headers: not inner(key, headers)
+    field = ast[1]
+    if kind == "exists":
+        needle = _needle(field)
+        return lambda key, headers: header_value(headers, needle) is not None
+    value = ast[2]
+    if field is None:
+        if kind == "eq":
+            return lambda key, headers: key == value
+        if kind == "in":
+            return lambda key, headers: key in value
+        return lambda key, headers: key is not None and key.startswith(value)
+    needle = _needle(field)
+    if kind == "eq":
+        return lambda key, headers: header_value(headers, needle) == value
+    if kind == "in":
+        return lambda key, headers: header_value(headers, needle) in value
+
+    def prefix(key: bytes | None, headers: bytes | None) -> bool:
+        found = header_value(headers, needle)
+        return found is not None and found.startswith(value)
+
+    return prefix
 
 
-def _or(a: _Node, b: _Node) -> _Node:
-    return lambda key, headers: a(key, headers) or b(key, headers)
+class _Source:
+    """The predicate as one Python function: each header it names looked up once per record, the rest
+    one expression (no call per node). Only names the compiler made appear in the source; every value
+    of the filter is a constant in the function's namespace."""
 
+    def __init__(self) -> None:
+        self.namespace: dict[str, object] = {"_hv": header_value}
+        self.headers: dict[str, str] = {}  # header name -> local variable
 
-def _and(a: _Node, b: _Node) -> _Node:
-    return lambda key, headers: a(key, headers) and b(key, headers)
+    def constant(self, value: object) -> str:
+        name = f"_c{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def header(self, name: str) -> str:
+        if name not in self.headers:
+            self.headers[name] = f"h{len(self.headers)}"
+        return self.headers[name]
+
+    def expr(self, ast: _Ast) -> str:
+        kind = ast[0]
+        if kind in ("and", "or"):
+            return "(" + f" {kind} ".join(self.expr(a) for a in ast[1]) + ")"
+        if kind == "not":
+            return f"(not {self.expr(ast[1])})"
+        field = ast[1]
+        subject = "key" if field is None else self.header(field)
+        if kind == "exists":
+            return f"({subject} is not None)"
+        value = self.constant(ast[2])
+        if kind == "eq":
+            return f"({subject} == {value})"
+        if kind == "in":
+            return f"({subject} in {value})"
+        return f"({subject} is not None and {subject}.startswith({value}))"
+
+    def function(self, ast: _Ast) -> _Node:
+        body = self.expr(ast)
+        lines = [f"    {var} = _hv(headers, {self.constant(_needle(n))})" for n, var in self.headers.items()]
+        source = "def predicate(key, headers):\n" + "\n".join([*lines, f"    return {body}"]) + "\n"
+        exec(compile(source, "<group filter>", "exec"), self.namespace)  # noqa: S102 - our source, above
+        function: _Node = self.namespace["predicate"]  # type: ignore[assignment]
+        return function
 
 
 def _needle(name: str) -> bytes:
@@ -271,35 +341,6 @@ def header_value(raw: bytes | None, needle: bytes) -> bytes | None:
     return None if found is None else str(found).encode()
 
 
-def _equals(field: str | None, value: str) -> _Node:
-    raw = value.encode()
-    if field is None:
-        return lambda key, headers: key == raw
-    needle = _needle(field)
-    return lambda key, headers: header_value(headers, needle) == raw
-
-
-def _member_of(field: str | None, values: frozenset[str]) -> _Node:
-    raws = frozenset(v.encode() for v in values)
-    if field is None:
-        return lambda key, headers: key in raws
-    needle = _needle(field)
-    return lambda key, headers: header_value(headers, needle) in raws
-
-
-def _has_prefix(field: str | None, prefix: str) -> _Node:
-    raw = prefix.encode()
-    if field is None:
-        return lambda key, headers: key is not None and key.startswith(raw)
-    needle = _needle(field)
-
-    def node(key: bytes | None, headers: bytes | None) -> bool:
-        value = header_value(headers, needle)
-        return value is not None and value.startswith(raw)
-
-    return node
-
-
 def validate(text: object) -> str:
     """A filter as given, once it is found valid (``InvalidRequest`` on ``filter`` otherwise)."""
     if not isinstance(text, str):
@@ -315,7 +356,11 @@ def validate(text: object) -> str:
 @lru_cache(maxsize=1024)
 def compile_filter(text: str) -> Predicate:
     """The predicate of a filter, compiled once (cached by its text: the delivery loops ask per pass)."""
-    return _Parser(text).parse()
+    ast = _Parser(text).parse()
+    try:
+        return _Source().function(ast)
+    except (SyntaxError, RecursionError, MemoryError):  # nested past what Python compiles: closures
+        return _closure(ast)
 
 
 def predicate_of(text: str | None) -> Predicate | None:

@@ -142,3 +142,35 @@ class TestHeadersWithoutDecoding:
         assert filters.header_value(spaced, filters._needle("type")) == b"a"
         assert filters.header_value(b'{"h":null,"i":"k"}', filters._needle("i")) is None
         assert filters.header_value(None, filters._needle("type")) is None
+
+
+class TestCompiled:
+    def test_any_number_of_nots_and_parentheses_up_to_32_deep(self):
+        deep_not = "NOT " * 253 + 'key = "k"'  # 253 NOTs: odd, so "not k"
+        assert len(deep_not) <= 1024
+        predicate = filters.compile_filter(filters.validate(deep_not))
+        assert predicate(b"k", None) is False and predicate(b"j", None) is True
+        nested = "(NOT " * 32 + 'headers.t = "v"' + ")" * 32  # 32 NOTs: even
+        predicate = filters.compile_filter(filters.validate(nested))
+        assert predicate(None, encode_headers({"t": "v"}, None)) is True
+        with pytest.raises(InvalidRequest) as refused:
+            filters.validate("(" * 33 + 'key = "k"' + ")" * 33)
+        assert refused.value.details[0]["position"] == 33
+        assert refused.value.details[0]["expected"] == "at most 32 nested parentheses"
+
+    def test_the_closures_agree_with_the_compiled_function(self):
+        text = 'headers.a IN ("1", "2") AND (key != "k" OR headers:b) AND NOT hasPrefix(headers.c, "x")'
+        ast = filters._Parser(text).parse()
+        compiled, closures = filters._Source().function(ast), filters._closure(ast)
+        for key in (None, b"k", b"j"):
+            for headers in ({}, {"a": "1"}, {"a": "2", "b": ""}, {"a": "1", "c": "xy"}, {"a": "3", "b": "z"}):
+                raw = encode_headers(headers, None)
+                assert compiled(key, raw) == closures(key, raw), (key, headers)
+
+    def test_a_filter_value_is_data_not_code(self):
+        predicate = filters.compile_filter(
+            'key = "__import__(\'os\').system(\'false\')" OR headers.x = "\\")"'
+        )
+        assert predicate(b"__import__('os').system('false')", None) is True
+        assert predicate(None, encode_headers({"x": '")'}, None)) is True
+        assert predicate(b"other", None) is False
