@@ -257,13 +257,15 @@ class TestGroupConfig:
         assert answer["config"]["filter"] == 'headers.region IN ("eu", "uk") AND NOT hasPrefix(key, "test-")'
         assert answer["filterAppliesFrom"] == [{"partition": p, "offset": 0} for p in range(3)]
 
-        bad = run(env, "groups", "set", spread_topic, group, "--filter", 'headers.region = eu')
+        bad = run(env, "groups", "set", spread_topic, group, "--filter", "headers.region = eu")
         assert bad.returncode == 1 and "at position 18" in bad.stderr and "filter" in bad.stderr
         assert run(env, "groups", "set", spread_topic, group, "--rate", "0").returncode == 2
         clash = run(env, "groups", "set", spread_topic, group, "--rate", "1", "--no-rate")
         assert clash.returncode == 2 and "--no-rate" in clash.stderr
 
-        removed = run(env, "groups", "set", spread_topic, group, "--no-max-in-flight", "--no-rate", "--no-filter")
+        removed = run(
+            env, "groups", "set", spread_topic, group, "--no-max-in-flight", "--no-rate", "--no-filter"
+        )
         assert removed.returncode == 0, removed.stderr
         config = json.loads(removed.stdout)["config"]
         assert (config["maxInFlight"], config["rate"], config["filter"]) == (None, None, None)
