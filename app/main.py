@@ -23,6 +23,7 @@ from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
 from app.broker.connections import ConnectionRegistry
+from app.broker.delivery import flow
 from app.broker.groups import KnownGroups
 from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
@@ -38,6 +39,7 @@ from app.openapi import install as install_openapi
 from app.settings import LogEngineKind, Settings, get_settings
 from app.stores.errors import StoreUnavailable
 from app.stores.limits.protocol import RateLimiter
+from app.stores.limits.tokens import MemoryTokenBuckets, TokenBuckets
 from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
 from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.protocol import LogEngine
@@ -56,6 +58,16 @@ def build_limiter(settings: Settings) -> RateLimiter:
     from app.stores.limits.memory import MemoryRateLimiter
 
     return MemoryRateLimiter()
+
+
+def build_token_buckets(settings: Settings) -> TokenBuckets:
+    """Where group rates are counted: Redis when configured (one bucket per group for every API process),
+    else in-process."""
+    if settings.redis_url:
+        from app.stores.limits.tokens import RedisTokenBuckets
+
+        return RedisTokenBuckets(settings.redis_url, key_prefix=f"{settings.rate_limit_prefix}tb:")
+    return MemoryTokenBuckets()
 
 
 def build_log_engine(settings: Settings) -> LogEngine:
@@ -99,6 +111,8 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     except StoreUnavailable:
         logger.warning("metadata store unavailable at startup: orphan logs not swept this time")
     limiter = build_limiter(settings)
+    token_buckets = build_token_buckets(settings)
+    flow.use_token_buckets(token_buckets)
     # Off unless configured; an embedding application (or a test) that started tracing keeps its own.
     own_tracing = settings.tracing_enabled() and not tracing.enabled
     if own_tracing:
@@ -185,6 +199,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         await usage.close()
         await keys.close()
         await limiter.close()
+        await token_buckets.close()
         await log.close()
         await metadata.close()
         if own_tracing:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from starlette.responses import Response
 
@@ -9,6 +11,7 @@ from app.api.deps import AdminTopics, ServicesDep, SessionDep
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, TopicNamePath
 from app.api.schemas.groups import (
+    FilterStart,
     Group,
     GroupConfigUpdate,
     GroupList,
@@ -79,16 +82,25 @@ async def upsert_group(
     services: ServicesDep,
     session: SessionDep,
 ) -> Group:
-    """Create the group or merge the given config fields (``deadLetter: null`` removes the DLQ); creating
-    one past the topic's groups quota is 403 ``QUOTA_EXCEEDED``."""
+    """Create the group or merge the given config fields (``deadLetter``, ``maxInFlight``, ``rate`` or
+    ``filter`` null removes it); creating one past the topic's groups quota is 403 ``QUOTA_EXCEEDED``. A
+    changed filter applies from the group's read positions, answered as ``filterAppliesFrom``."""
     topic = await topics.get(name)
-    extra = {}
+    extra: dict[str, Any] = {}
     if "deadLetter" in body.model_fields_set:
         extra["dead_letter"] = body.deadLetter.model_dump(exclude_unset=True) if body.deadLetter else None
-    await groups.upsert_config(
+    for wire, attribute in (("maxInFlight", "max_in_flight"), ("rate", "rate"), ("filter", "filter")):
+        if wire in body.model_fields_set:
+            extra[attribute] = getattr(body, wire)
+    before = await groups.current_filter(session, topic, group)
+    updated = await groups.upsert_config(
         session, topic, group, ack_timeout=body.ackTimeout, session_timeout=body.sessionTimeout, **extra
     )
-    return _group(await groups.describe_group(session, services.log, topic, group))
+    answer = _group(await groups.describe_group(session, services.log, topic, group))
+    if "filter" in body.model_fields_set and updated.filter != before:
+        positions = await groups.read_positions(session, services.log, topic, updated.id)
+        answer.filterAppliesFrom = [FilterStart(partition=p, offset=o) for p, o in positions]
+    return answer
 
 
 @router.delete(

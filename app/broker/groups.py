@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import dead_letter_logs, durations, quotas
+from app.broker import dead_letter_logs, durations, filters, quotas
 from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
 from app.broker.quotas import Quota
 from app.broker.topics import TopicRef
@@ -44,9 +44,12 @@ class PartitionLag:
     consumer: str | None
     current: int
     latest: int
+    matching: int | None = None  # with a filter: the messages from ``current`` on that match it
 
     @property
     def lag(self) -> int:
+        if self.matching is not None:
+            return self.matching
         return max(0, self.latest - self.current)
 
 
@@ -79,7 +82,31 @@ def config_of(group: ConsumerGroup) -> dict[str, Any]:
         "ackTimeout": group.ack_timeout,
         "sessionTimeout": group.session_timeout,
         "deadLetter": group.dead_letter,
+        "maxInFlight": group.max_in_flight,
+        "rate": group.rate,
+        "filter": group.filter,
     }
+
+
+MAX_IN_FLIGHT = 100_000
+
+
+def parse_max_in_flight(value: Any) -> int | None:
+    """``maxInFlight`` of a config PUT: None removes it."""
+    if value is not None and (type(value) is not int or not 1 <= value <= MAX_IN_FLIGHT):
+        raise InvalidRequest.field("maxInFlight", f"must be an integer between 1 and {MAX_IN_FLIGHT} or null")
+    return value
+
+
+def parse_rate(value: Any) -> float | None:
+    """``rate`` of a config PUT (messages per second, > 0): None removes it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1_000_000:
+        raise InvalidRequest.field(
+            "rate", "must be a number of messages per second above 0 (at most 1000000) or null"
+        )
+    return float(value)
 
 
 def parse_dead_letter(value: Any) -> dict[str, Any] | None:
@@ -190,6 +217,12 @@ async def get_group(
     return group
 
 
+async def current_filter(session: AsyncSession, topic: TopicRef, name: str) -> str | None:
+    """The group's filter now (None also when the group does not exist yet)."""
+    group = await GroupRepository.from_session(session).get(topic.id, name)
+    return group.filter if group is not None else None
+
+
 async def upsert_config(
     session: AsyncSession,
     topic: TopicRef,
@@ -198,8 +231,12 @@ async def upsert_config(
     ack_timeout: str | None = None,
     session_timeout: str | None = None,
     dead_letter: Any = _UNSET,
+    max_in_flight: Any = _UNSET,
+    rate: Any = _UNSET,
+    filter: Any = _UNSET,
 ) -> ConsumerGroup:
-    """Create the group or merge the given fields into its config (``dead_letter=None`` removes the DLQ)."""
+    """Create the group or merge the given fields into its config (``dead_letter=None`` removes the DLQ;
+    ``max_in_flight``, ``rate`` and ``filter`` likewise remove theirs with None)."""
     validate_name(name)
     ack_ms = (
         durations.parse(ack_timeout, "ackTimeout", durations.ACK_TIMEOUT) if ack_timeout is not None else None
@@ -210,6 +247,13 @@ async def upsert_config(
         else None
     )
     letter = parse_dead_letter(dead_letter) if dead_letter is not _UNSET else _UNSET
+    flow_fields: dict[str, Any] = {}
+    if max_in_flight is not _UNSET:
+        flow_fields["max_in_flight"] = parse_max_in_flight(max_in_flight)
+    if rate is not _UNSET:
+        flow_fields["rate"] = parse_rate(rate)
+    if filter is not _UNSET:
+        flow_fields["filter"] = None if filter is None else filters.validate(filter)
     group = await ensure_group(session, topic, name)
     if ack_timeout is not None and ack_ms is not None:
         group.ack_timeout, group.ack_timeout_ms = ack_timeout, ack_ms
@@ -217,15 +261,49 @@ async def upsert_config(
         group.session_timeout, group.session_timeout_ms = session_timeout, session_ms
     if letter is not _UNSET:
         group.dead_letter = letter
+    for attribute, value in flow_fields.items():
+        setattr(group, attribute, value)
     group.updated_at = utcnow()
     await session.flush()
     return group
 
 
+LAG_SCAN_LIMIT = 10_000  # records of a partition a filtered group's lag reads; the rest is estimated
+_LAG_SCAN_BYTES = 8 << 20
+
+
+async def matching_lag(
+    log: LogEngine, topic: TopicRef, partition: int, current: int, latest: int, predicate: filters.Predicate
+) -> int:
+    """The messages in ``[current, latest)`` that match a group's filter: counted over the first
+    ``LAG_SCAN_LIMIT`` of them (and 8 MiB per read), the rest estimated at the ratio found there."""
+    counted = matched = 0
+    offset = current
+    while offset < latest and counted < LAG_SCAN_LIMIT:
+        records = await log.read(
+            topic.id,
+            partition,
+            offset,
+            max_records=min(1000, LAG_SCAN_LIMIT - counted),
+            max_bytes=_LAG_SCAN_BYTES,
+        )
+        if not records:
+            break
+        counted += len(records)
+        matched += sum(1 for r in records if predicate(r.key, r.headers))
+        offset = records[-1].offset + 1
+    rest = max(0, latest - offset)
+    if rest and counted:
+        matched += round(rest * matched / counted)
+    return matched
+
+
 async def partition_lags(
-    session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str
+    session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str, filter: str | None = None
 ) -> list[PartitionLag]:
-    """Per partition: live owner, ``current`` (the earliest retained offset while nothing is committed), lag."""
+    """Per partition: live owner, ``current`` (the earliest retained offset while nothing is committed), lag
+    (with a ``filter``: only the messages matching it, see ``matching_lag``)."""
+    predicate = filters.predicate_of(filter)
     partitions = await PartitionRepository.from_session(session).partitions(group_id)
     state: dict[int, PartitionState] = {s.partition: s for s in partitions}
     live = set(await GroupRepository.from_session(session).live_members(group_id, now_ms()))
@@ -234,14 +312,34 @@ async def partition_lags(
         info = await log.partition_info(topic.id, p)
         row = state.get(p)
         committed = row.committed if row is not None and row.committed is not None else info.earliest_offset
+        current = max(committed, info.earliest_offset)
         out.append(
             PartitionLag(
                 p,
                 row.member_id if row is not None and row.member_id in live else None,
-                max(committed, info.earliest_offset),
+                current,
                 info.latest_offset,
+                None
+                if predicate is None
+                else await matching_lag(log, topic, p, current, info.latest_offset, predicate),
             )
         )
+    return out
+
+
+async def read_positions(
+    session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str
+) -> list[tuple[int, int]]:
+    """Per partition, where the group reads next (a partition never started: its earliest offset): where
+    a filter changed now starts to decide (``filterAppliesFrom`` of the config PUT)."""
+    state = {s.partition: s for s in await PartitionRepository.from_session(session).partitions(group_id)}
+    out = []
+    for p in range(topic.partitions):
+        row = state.get(p)
+        if row is not None and row.position is not None:
+            out.append((p, row.position))
+        else:
+            out.append((p, (await log.partition_info(topic.id, p)).earliest_offset))
     return out
 
 
@@ -251,7 +349,7 @@ async def list_groups(session: AsyncSession, log: LogEngine, topic: TopicRef) ->
     counts = await repo.live_member_counts([g.id for g in rows], now_ms())
     out = []
     for group in rows:
-        lags = await partition_lags(session, log, topic, group.id)
+        lags = await partition_lags(session, log, topic, group.id, group.filter)
         out.append(GroupSummary(group.name, counts.get(group.id, 0), sum(p.lag for p in lags)))
     return out
 
@@ -260,7 +358,7 @@ async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef,
     repo = GroupRepository.from_session(session)
     group = await get_group(session, topic, name)
     counts = await repo.live_member_counts([group.id], now_ms())
-    lags = await partition_lags(session, log, topic, group.id)
+    lags = await partition_lags(session, log, topic, group.id, group.filter)
     return GroupDetail(group.name, topic.name, counts.get(group.id, 0), lags, config_of(group))
 
 

@@ -60,7 +60,7 @@ async def group_health(session: AsyncSession, log: LogEngine, topic: TopicRef, n
     group = await get_group(session, topic, name)
     repo = GroupRepository.from_session(session)
     now = now_ms()
-    lags = await partition_lags(session, log, topic, group.id)
+    lags = await partition_lags(session, log, topic, group.id, group.filter)
     members = []
     for member_id in await repo.live_members(group.id, now):
         member = await repo.get_member(group.id, member_id)

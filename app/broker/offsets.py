@@ -47,7 +47,7 @@ async def get_offsets(
     if partition is not None:
         check_partition(topic, partition)
     group = await groups.get_group(session, topic, name)
-    lags = await groups.partition_lags(session, log, topic, group.id)
+    lags = await groups.partition_lags(session, log, topic, group.id, group.filter)
     return [lag for lag in lags if partition is None or lag.partition == partition]
 
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from app.dashboard import account_pages, auth, project_pages, schedule_pages  # noqa: F401 - these modules register their pages
+from app.dashboard import (  # noqa: F401 - the page modules register their pages
+    account_pages,
+    auth,
+    group_flow,
+    project_pages,
+    schedule_pages,
+)
 from app.dashboard.routes import HERE, CsrfRefused, NotFoundPage, SignInRequired, router, templates
 from app.dashboard.security import StaticAssets, secure
 

@@ -41,6 +41,9 @@ type Error struct {
 type ErrorDetail struct {
 	Field string `json:"field"`
 	Issue string `json:"issue"`
+	// Position (1-based) and Expected say where a bad group filter went wrong and what was expected there.
+	Position int    `json:"position,omitempty"`
+	Expected string `json:"expected,omitempty"`
 }
 
 func (e *Error) Error() string {

@@ -23,6 +23,15 @@ type ConsumerGroupConfig struct {
 	AckTimeout     string      `json:"ackTimeout"`     // "1s" to "12h"
 	SessionTimeout string      `json:"sessionTimeout"` // "2s" to "5m"
 	DeadLetter     *DeadLetter `json:"deadLetter"`     // nil without a DLQ
+	MaxInFlight    int         `json:"maxInFlight"`    // unacked messages across all members; 0: no limit
+	Rate           float64     `json:"rate"`           // messages per second to the group; 0: no limit
+	Filter         string      `json:"filter"`         // only matching messages are delivered; "": all
+}
+
+// FilterStart is where a changed filter starts to decide, in one partition.
+type FilterStart struct {
+	Partition int   `json:"partition"`
+	Offset    int64 `json:"offset"`
 }
 
 // ConsumerGroupSummary is one group of ConsumerGroups.List.
@@ -47,6 +56,9 @@ type ConsumerGroup struct {
 	Consumers  int                      `json:"consumers"`
 	Partitions []ConsumerGroupPartition `json:"partitions"`
 	Config     ConsumerGroupConfig      `json:"config"`
+	// Only in the answer of an Update that changed the filter: per partition, the offset from which the
+	// new filter decides (messages before it were delivered, or passed over, under the old one).
+	FilterAppliesFrom []FilterStart `json:"filterAppliesFrom"`
 }
 
 // PartitionPosition is where a partition of a group stands after a reset.
@@ -56,12 +68,23 @@ type PartitionPosition struct {
 }
 
 // ConsumerGroupUpdateParams changes a group's config (it creates the group if needed); fields left
-// zero keep their value. RemoveDeadLetter removes the DLQ.
+// zero keep their value. RemoveDeadLetter removes the DLQ; RemoveMaxInFlight, RemoveRate and
+// RemoveFilter remove the group's flow control and filter.
 type ConsumerGroupUpdateParams struct {
 	AckTimeout       string
 	SessionTimeout   string
 	DeadLetter       *DeadLetter
 	RemoveDeadLetter bool
+	// MaxInFlight bounds the unacked messages across all members of the group (1 to 100,000).
+	MaxInFlight       int
+	RemoveMaxInFlight bool
+	// Rate is the messages per second delivered to the group (> 0).
+	Rate       float64
+	RemoveRate bool
+	// Filter delivers only matching messages, e.g. `headers.type = "order" AND hasPrefix(key, "eu-")`
+	// (docs/consuming.md, "Filters"). A bad one is an *Error with Details on "filter".
+	Filter       string
+	RemoveFilter bool
 }
 
 // ResetOffsetsParams: To is "earliest", "latest", or an offset in decimal ("4800", see ResetTo).
@@ -131,6 +154,22 @@ func (s *ConsumerGroupService) Update(ctx context.Context, topic, group string, 
 		body["deadLetter"] = json.RawMessage("null")
 	} else if params.DeadLetter != nil {
 		body["deadLetter"] = params.DeadLetter
+	}
+	null := json.RawMessage("null")
+	if params.RemoveMaxInFlight {
+		body["maxInFlight"] = null
+	} else if params.MaxInFlight != 0 {
+		body["maxInFlight"] = params.MaxInFlight
+	}
+	if params.RemoveRate {
+		body["rate"] = null
+	} else if params.Rate != 0 {
+		body["rate"] = params.Rate
+	}
+	if params.RemoveFilter {
+		body["filter"] = null
+	} else if params.Filter != "" {
+		body["filter"] = params.Filter
 	}
 	var g ConsumerGroup
 	if _, err := c.do(ctx, request{method: "PUT", path: groupPath(topic, group), body: body}, &g); err != nil {

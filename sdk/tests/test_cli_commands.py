@@ -245,6 +245,31 @@ class TestGroupConfig:
         gone = run(env, "groups", "describe", spread_topic, group)
         assert gone.returncode == 1 and "GROUP_NOT_FOUND" in gone.stderr
 
+    def test_set_flow_control_and_filter_then_remove_them(self, env, spread_topic):
+        group = unique("g")
+        flow = run(
+            env, "groups", "set", spread_topic, group, "--max-in-flight", "500", "--rate", "12.5",
+            "--filter", 'headers.region IN ("eu", "uk") AND NOT hasPrefix(key, "test-")',
+        )  # fmt: skip
+        assert flow.returncode == 0, flow.stderr
+        answer = json.loads(flow.stdout)
+        assert (answer["config"]["maxInFlight"], answer["config"]["rate"]) == (500, 12.5)
+        assert answer["config"]["filter"] == 'headers.region IN ("eu", "uk") AND NOT hasPrefix(key, "test-")'
+        assert answer["filterAppliesFrom"] == [{"partition": p, "offset": 0} for p in range(3)]
+
+        bad = run(env, "groups", "set", spread_topic, group, "--filter", "headers.region = eu")
+        assert bad.returncode == 1 and "at position 18" in bad.stderr and "filter" in bad.stderr
+        assert run(env, "groups", "set", spread_topic, group, "--rate", "0").returncode == 2
+        clash = run(env, "groups", "set", spread_topic, group, "--rate", "1", "--no-rate")
+        assert clash.returncode == 2 and "--no-rate" in clash.stderr
+
+        removed = run(
+            env, "groups", "set", spread_topic, group, "--no-max-in-flight", "--no-rate", "--no-filter"
+        )
+        assert removed.returncode == 0, removed.stderr
+        config = json.loads(removed.stdout)["config"]
+        assert (config["maxInFlight"], config["rate"], config["filter"]) == (None, None, None)
+
 
 class TestConsumeOptions:
     def test_exit_at_end_stops_once_the_lag_is_zero(self, env, spread_topic):

@@ -20,6 +20,9 @@ from app.stores.log.protocol import TopicLogConfig
 from app.stores.metadata.partition_repositories import PartitionRepository
 from tests.broker.conftest import ON_DATABASES, TopicUnderTest
 
+# The flow-control fields of a group config, unset (tests/api/test_flow.py tests them).
+NO_FLOW = {"maxInFlight": None, "rate": None, "filter": None}
+
 # Members joined here stay live for the whole test (the longest session timeout allowed).
 LONG_SESSION = "5m"
 
@@ -108,7 +111,7 @@ class TestConfig:
     async def test_the_first_put_creates_the_group_with_defaults_and_a_row_per_partition(self, make_topic):
         topic = await make_topic(partitions=3)
         config = await upsert(topic, ack_timeout="90s")
-        assert config == {"ackTimeout": "90s", "sessionTimeout": "10s", "deadLetter": None}
+        assert config == {"ackTimeout": "90s", "sessionTimeout": "10s", "deadLetter": None, **NO_FLOW}
         async with topic.services.metadata.session(readonly=True) as session:
             group = await groups.get_group(session, topic.ref, "g")
             assert (group.ack_timeout_ms, group.session_timeout_ms, group.generation) == (90_000, 10_000, 0)
@@ -123,12 +126,14 @@ class TestConfig:
             "ackTimeout": "45s",
             "sessionTimeout": "20s",
             "deadLetter": {"maxRetries": 2, "retryDelay": "30s", "alertThreshold": 100},
+            **NO_FLOW,
         }
         assert (await upsert(topic, dead_letter=None))["deadLetter"] is None
         assert (await describe(topic)).config == {
             "ackTimeout": "45s",
             "sessionTimeout": "20s",
             "deadLetter": None,
+            **NO_FLOW,
         }
 
     @pytest.mark.parametrize(

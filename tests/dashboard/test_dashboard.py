@@ -531,6 +531,55 @@ class TestGroupConfig:
             await expect(page.get_by_role("status")).to_have_text("Offsets reset.")
 
 
+class TestGroupFlowControl:
+    async def test_flow_control_and_filter_saved_on_the_page_with_the_filter_checked_as_typed(
+        self, page, dashboard
+    ):
+        async with dashboard.api() as api:
+            assert (await api.post("/topics", json={"name": "flow.demo", "partitions": 1})).status_code == 201
+            assert (await api.put("/topics/flow.demo/groups/flow-group", json={})).status_code == 200
+            await page.goto(dashboard.project_url() + "/groups/flow.demo/flow-group")
+            editor = page.get_by_label("Filter")
+            # Checked by the server as it is typed: what is wrong, and where.
+            await editor.fill('headers.type = "order" AND')
+            check = page.locator("#filter-check")
+            await expect(check).to_contain_text("at position 27")
+            await expect(check).to_have_class("field-error")
+            await editor.fill('headers.type = "order"')
+            await expect(check).to_have_text("Valid filter.")
+            await page.get_by_label("Max in flight").fill("25")
+            await page.get_by_label("Rate (messages per second)").fill("2.5")
+            await page.get_by_role("button", name="Save flow control").click()
+            await expect(page.get_by_role("status")).to_have_text("Flow control saved.")
+            config = (await api.get("/topics/flow.demo/groups/flow-group")).json()["config"]
+            assert (config["maxInFlight"], config["rate"], config["filter"]) == (
+                25,
+                2.5,
+                'headers.type = "order"',
+            )
+            await expect(page.get_by_test_id("flow-summary")).to_contain_text("max 25 in flight")
+            # A refused save: the error beside the field, what was typed kept, nothing saved.
+            await page.get_by_label("Filter").fill('key = "a" OR')
+            await page.get_by_label("Max in flight").fill("7")
+            await page.get_by_role("button", name="Save flow control").click()
+            await expect(page.locator("#filter-check")).to_contain_text("at position 13")
+            await expect(page.get_by_label("Filter")).to_have_value('key = "a" OR')
+            await expect(page.get_by_label("Max in flight")).to_have_value("7")
+            config = (await api.get("/topics/flow.demo/groups/flow-group")).json()["config"]
+            assert config["maxInFlight"] == 25 and config["filter"] == 'headers.type = "order"'
+            await page.get_by_label("Max in flight").fill("0")
+            await page.get_by_label("Filter").fill("")
+            await page.get_by_role("button", name="Save flow control").click()
+            await expect(page.locator("#max-in-flight-error")).to_contain_text("between 1 and 100000")
+            # Empty fields remove the settings.
+            await page.get_by_label("Max in flight").fill("")
+            await page.get_by_label("Rate (messages per second)").fill("")
+            await page.get_by_role("button", name="Save flow control").click()
+            await expect(page.get_by_role("status")).to_have_text("Flow control saved.")
+            config = (await api.get("/topics/flow.demo/groups/flow-group")).json()["config"]
+            assert (config["maxInFlight"], config["rate"], config["filter"]) == (None, None, None)
+
+
 class TestConfirmationsAndResetByTime:
     async def test_a_styled_dialog_not_the_browsers_and_cancel_leaves_it(self, page, dashboard):
         browser_dialogs: list[str] = []

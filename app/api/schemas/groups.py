@@ -38,6 +38,17 @@ class GroupConfigUpdate(RequestBody):
     ackTimeout: AckTimeout | None = Field(None, examples=["30s"], description="1s to 12h")
     sessionTimeout: SessionTimeout | None = Field(None, examples=["10s"], description="2s to 5m")
     deadLetter: DeadLetterIn | None = Field(None, description="null removes the dead-letter queue")
+    maxInFlight: Annotated[int, schema(minimum=1, maximum=100_000)] | None = Field(
+        None, description="Unacked messages across all members of the group, 1 to 100000; null removes it"
+    )
+    rate: Annotated[float, schema(exclusiveMinimum=0, maximum=1_000_000)] | None = Field(
+        None, examples=[50], description="Messages per second delivered to the group (> 0); null removes it"
+    )
+    filter: Annotated[str, schema(maxLength=1024)] | None = Field(
+        None,
+        examples=['headers.type IN ("order.created", "order.paid") AND NOT hasPrefix(key, "test-")'],
+        description="Only matching messages are delivered (docs/consuming.md, Filters); null removes it",
+    )
 
 
 class DeadLetter(ResponseBody):
@@ -50,6 +61,9 @@ class GroupConfig(ResponseBody):
     ackTimeout: str = Field(examples=["30s"])
     sessionTimeout: str = Field(examples=["10s"])
     deadLetter: DeadLetter | None
+    maxInFlight: int | None = Field(None, description="Unacked messages across all members; null: no limit")
+    rate: float | None = Field(None, description="Messages per second delivered to the group; null: no limit")
+    filter: str | None = Field(None, description="Only matching messages are delivered; null: all of them")
 
 
 class GroupSummary(ResponseBody):
@@ -69,12 +83,25 @@ class GroupPartition(ResponseBody):
     lag: int = Field(examples=[12])
 
 
+class FilterStart(ResponseBody):
+    partition: Partition
+    offset: int = Field(description="The first offset the new filter decides")
+
+
 class Group(ResponseBody):
     name: GroupName
     topic: TopicName
     consumers: int
     partitions: Annotated[list[GroupPartition], at_most(topics.MAX_PARTITIONS)]
     config: GroupConfig
+    filterAppliesFrom: Annotated[list[FilterStart], at_most(topics.MAX_PARTITIONS)] | None = Field(
+        None,
+        description=(
+            "Only in the answer to a config PUT that changed the filter: per partition, the offset from "
+            "which the new filter decides (the group's read position there; the messages before it were "
+            "delivered, or passed over, under the old one). Redeliveries are decided by the new filter too."
+        ),
+    )
 
 
 class ResetOffsetsIn(RequestBody):

@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import dlq, message_ids, topics
-from app.broker.delivery import membership, stream_wakeups
+from app.broker.delivery import flow, membership, stream_wakeups
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, TopicNotFound
 from app.broker.messages import render_message
@@ -70,6 +70,7 @@ class Polled:
     ids: list[str] = field(default_factory=list)
     deadline_ms: int = 0
     ack_timeout_ms: int | None = None  # the group's (None when the member owns no partition)
+    flow: flow.FlowConfig = field(default_factory=flow.FlowConfig)  # the group's, as of this pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,9 +229,20 @@ async def _poll_once(
     now = now_ms()
     topic, member_id = member.topic, member.member_id
     view = await _caller(repo, member, now, extra_ms=wait_ms, maintain=True, touch=heartbeat)
+    gates = flow.FlowConfig(view.max_in_flight, view.rate, view.filter)
+    # The group's maxInFlight (pull members; a push member's beat passes its own room as max_messages).
+    room = await flow.pull_room(session, view.group_id, member_id, view.max_in_flight, now) if fresh else None
+    if room is not None and room[0] <= 0:  # no room: look again shortly (acks may come on any node)
+        await flow.settle_pull_claim(session, view.group_id, member_id, room[1])  # what it holds, no more
+        return Polled([], {}, now + flow.RECHECK_MS, ack_timeout_ms=view.ack_timeout_ms, flow=gates)
+    if room is not None:
+        max_messages = min(max_messages, room[0])
     owned = await partition_rows.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
-        return Polled([], ack_timeout_ms=view.ack_timeout_ms)
+        if room is not None:  # what it still holds (of partitions it had): no more
+            await flow.settle_pull_claim(session, view.group_id, member_id, room[1])
+        return Polled([], ack_timeout_ms=view.ack_timeout_ms, flow=gates)
+    predicate = gates.predicate
     numbers = [s.partition for s in owned]
     deadline_ms = now + view.ack_timeout_ms
     delivered: list[tuple[int, int, int, Record]] = []  # partition, offset, attempt, record
@@ -247,8 +259,8 @@ async def _poll_once(
     for d in due:
         key = (d.partition, d.offset)
         record = found.get(key)
-        if record is None:  # gone with retention: nothing left to deliver
-            vanished.append(key)
+        if record is None or (predicate is not None and not predicate(record.key, record.headers)):
+            vanished.append(key)  # gone with retention, or no longer matching the filter: settled
             continue
         if policy is not None and d.member_id is not None:  # its holder let the deadline pass: a failure
             if policy.exhausted(d.attempt):
@@ -263,27 +275,55 @@ async def _poll_once(
 
     budget = max_messages - len(renewed) if fresh else 0
     first: list[Key] = []
+    fresh_records: list[tuple[int, Record]] = []
     moved: dict[int, int] = {}
     started: dict[int, int] = {}
     positions: dict[int, int] = {}
+    filtered: set[int] = set()  # partitions where records were passed over by the filter
     # Leases past a partition's position (a push member's checkpoint): already acked, or due on their own.
     ahead = await lease_rows.leases_from_position(view.group_id, numbers) if fresh else {}
     start = random.randrange(len(owned))  # no partition starves another of the budget
     for state in owned[start:] + owned[:start] if fresh else ():
         position = positions[state.partition] = await _position_of(log, topic, state, started)
-        if budget <= 0:
-            continue
-        records = await log.read(
-            topic.id, state.partition, position, max_records=budget, max_bytes=_READ_BYTES
-        )
         skip = ahead.get(state.partition, ())
-        for record in records:
-            if record.offset not in skip:
-                first.append((state.partition, record.offset))
-                delivered.append((state.partition, record.offset, 1, record))
-        if records:
-            moved[state.partition] = positions[state.partition] = records[-1].offset + 1
-            budget -= len(records)
+        scanned = 0
+        while budget > 0:
+            records = await log.read(
+                topic.id, state.partition, position, max_records=budget, max_bytes=_READ_BYTES
+            )
+            if not records:
+                break
+            taken = 0
+            for record in records:
+                if record.offset in skip:
+                    continue
+                if predicate is not None and not predicate(record.key, record.headers):
+                    filtered.add(state.partition)  # never delivered: counts as acked
+                    continue
+                fresh_records.append((state.partition, record))
+                taken += 1
+            position = moved[state.partition] = positions[state.partition] = records[-1].offset + 1
+            scanned += len(records)
+            # Without a filter one read per partition, as asked; with one, read on past non-matching
+            # records while they fill whole reads (bounded: the rest waits for the next pass).
+            if predicate is None or taken or len(records) < budget or scanned >= flow.SCAN_LIMIT:
+                budget -= len(records) if predicate is None else taken
+                break
+
+    # The group's rate: tokens for what this pass would deliver; what gets none waits where it is.
+    tokens = await flow.take(view.group_id, gates.rate, len(renewed) + len(fresh_records))
+    throttled = tokens.granted < len(renewed) + len(fresh_records)
+    if throttled:
+        keep_due = min(len(renewed), tokens.granted)
+        kept = set(renewed[:keep_due])
+        renewed = renewed[:keep_due]
+        delivered = [d for d in delivered if (d[0], d[1]) in kept]
+        for p, record in fresh_records[tokens.granted - keep_due :]:  # not sent: read again next time
+            moved[p] = positions[p] = min(moved[p], record.offset)
+        fresh_records = fresh_records[: tokens.granted - keep_due]
+    for p, record in fresh_records:
+        first.append((p, record.offset))
+        delivered.append((p, record.offset, 1, record))
 
     await lease_rows.renew_leases(view.group_id, member_id, deadline_ms, renewed)
     await lease_rows.drop_leases(view.group_id, vanished)
@@ -292,16 +332,17 @@ async def _poll_once(
     await lease_rows.add_leases(view.group_id, member_id, deadline_ms, first)
     await partition_rows.set_offsets(view.group_id, started)
     await partition_rows.set_offsets(view.group_id, moved, position_only=True)
-    if vanished:
-        await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in vanished}))
+    if vanished or filtered:
+        await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in vanished} | filtered))
+    if room is not None:
+        await flow.settle_pull_claim(session, view.group_id, member_id, room[1] + len(delivered))
 
     if not delivered:
-        return Polled(
-            [],
-            positions,
-            await lease_rows.next_deadline(view.group_id, numbers),
-            ack_timeout_ms=view.ack_timeout_ms,
-        )
+        next_deadline = await lease_rows.next_deadline(view.group_id, numbers)
+        if throttled:  # records are there: wait for the next token, not for a commit
+            positions = {}
+            next_deadline = min(next_deadline or now + tokens.wait_ms, now + tokens.wait_ms)
+        return Polled([], positions, next_deadline, ack_timeout_ms=view.ack_timeout_ms, flow=gates)
     delivered.sort(key=lambda d: (d[0], d[1]))
     ack_deadline = isoformat_ms(deadline_ms)
     return Polled(
@@ -316,6 +357,7 @@ async def _poll_once(
         deadline_ms=deadline_ms,
         ack_timeout_ms=view.ack_timeout_ms,
         next_deadline_ms=await lease_rows.next_deadline(view.group_id, numbers) if not fresh else None,
+        flow=gates,
     )
 
 

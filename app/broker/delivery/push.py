@@ -26,7 +26,8 @@ first delivery and its ack cost no metadata write per message:
   ``exactly-once`` topics, at once on ``at-least-once`` ones). A timeout turns the lease into a row
   here, in the delivery pass (the DLQ's retry schedule works on rows).
 - **flow control** — the connection counts what it holds: ids delivered and neither acked, nacked,
-  nor past their ack deadline. At ``maxInFlight`` the loop only heartbeats until room is made.
+  nor past their ack deadline. At ``maxInFlight`` (its own, or its claim of the group's: ``push_flow.py``)
+  the loop only heartbeats until room is made; the group's rate and filter apply to what it reads.
 - **rebalance** — a stale generation (or an eviction) seen by any call makes the member rejoin under its
   own id, push ``rebalance {generationId, assignments}`` and *reconcile*: partitions it lost are
   released (``checkpoints.release``: their in-flight leases become rows it still holds, so its acks
@@ -55,6 +56,7 @@ from app.broker.delivery.acks import AckSettlement, RenderError, Send
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
 from app.broker.delivery.membership import MemberRef
+from app.broker.delivery.push_flow import BEAT_EVERY, PushFlow
 from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import CODED_ERRORS, MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.messages import render_message
@@ -67,7 +69,6 @@ from app.stores.metadata.protocol import OwnedPartition
 
 logger = logging.getLogger("queuecore.push")
 
-BEAT_EVERY = 0.5  # heartbeat, rebalance check and due-lease scan; below the 2 s minimum sessionTimeout
 _BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
 _READ_BYTES = 8 << 20
 FRAME_MAX = 500  # messages per frame, at most (asyncapi.yaml says so)
@@ -88,7 +89,7 @@ def in_flight_by_group() -> dict[str, int]:
     return counts
 
 
-class PushMember(AckSettlement):
+class PushMember(AckSettlement, PushFlow):
     """One connection's membership and delivery loops; its client frames are ``AckSettlement``'s."""
 
     def __init__(
@@ -141,6 +142,7 @@ class PushMember(AckSettlement):
         self._stopped = False
         self._last_beat = 0.0
         self._group_key = (topic.id, group)
+        self._start_flow()
         self._start_acks(durable=topic.delivery != "at-least-once")
 
     @property
@@ -359,7 +361,9 @@ class PushMember(AckSettlement):
         now = now_ms()
         if now >= self._next_expiry:
             await self._expire(now)
-        budget = min(self._max_in_flight - len(self._in_flight) - self._reserved, self._frame_max)
+        budget = min(self._cap - len(self._in_flight) - self._reserved, self._frame_max)
+        if now < self._throttled_until or self._flow is None:
+            return False
         if budget > 0 and self._parts and self._ack_timeout_ms is not None:
             return await self._deliver_new(budget, now + self._ack_timeout_ms)
         return False
@@ -394,12 +398,14 @@ class PushMember(AckSettlement):
         beat = started - self._last_beat >= BEAT_EVERY
         if not beat and self._due_at > now:
             return True
-        budget = self._max_in_flight - len(self._in_flight) - self._reserved
+        budget = self._cap - len(self._in_flight) - self._reserved
         if not self._rows_due <= now:
             # Rows are not known to be due (a plain beat, or a scan after a rebalance or a timeout):
             # the poll takes a slice, so that the delivery loop keeps its room meanwhile.
             budget = min(budget, _BEAT_ROWS)
-        if budget > 0:
+        if self._flow is None:  # the first beat learns the group's config before anything is sent
+            budget = max(0, budget)
+        if budget > 0 or self._flow is None:
             self._reserved += budget  # the delivery loop leaves room for what the poll brings
             try:
                 polled = await leases.poll_once(
@@ -410,6 +416,8 @@ class PushMember(AckSettlement):
                 self._nudge()  # the room it held back is the delivery loop's again
             first = self._ack_timeout_ms is None
             self._ack_timeout_ms = polled.ack_timeout_ms
+            self._flow = polled.flow
+            self._nudge()
             self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
             self._rows_due = self._due_at  # what the store said: rows due then
             if polled.messages:
@@ -419,6 +427,11 @@ class PushMember(AckSettlement):
                 await self._send_messages(polled.messages)
             if first:
                 self._nudge()  # the delivery loop starts once the group's ack timeout is known
+        elif beat and self._flow is not None and self._flow.max_in_flight is not None:
+            # Full: a heartbeat that also reads the group's config (a raised maxInFlight makes room).
+            polled = await leases.poll_once(self._metadata, self._log, self.ref, 0, fresh=False)
+            self._flow = polled.flow
+            self._nudge()
         elif beat:
             answer = await membership.heartbeat(self._metadata, self.ref)
             if answer.should_rejoin:
@@ -426,6 +439,7 @@ class PushMember(AckSettlement):
         if beat:
             self._last_beat = started
             await self._reconcile()
+            await self._flow_beat(now)
         return True
 
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
@@ -449,6 +463,7 @@ class PushMember(AckSettlement):
                 # Nothing new, or being handed over (the release has taken what was sent; what it
                 # did not take is the new owner's), or reconciled away while reading.
                 continue
+            records, position = await self._admit(part, records, now_ms())
             for record in records:
                 offset = record.offset
                 if offset in part.skip:  # leased already (acked out of order, or a due row)
@@ -463,7 +478,7 @@ class PushMember(AckSettlement):
                 part.in_flight[offset] = deadline
                 self._held[message_id] = (part.partition, offset)
                 self._in_flight[message_id] = deadline
-            part.position = records[-1].offset + 1
+            part.position = position
             budget -= len(records)
         self._next_expiry = min(self._next_expiry, deadline)
         if rendered:
@@ -512,11 +527,15 @@ class PushMember(AckSettlement):
         if self._delivery_wakeup.is_set:
             return
         cancels: list[Callable[[], None]] = []
-        timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now_ms()) / 1000) + 0.005)
+        now = now_ms()
+        timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now) / 1000) + 0.005)
+        throttled = self._throttled_until > now
+        if throttled:  # the group's rate: the next token, not a commit, is what to wait for
+            timeout = min(timeout, (self._throttled_until - now) / 1000 + 0.001)
         # Watch only where a pass could send now: with no room (the beat's reservation counts), or
         # from a partition paused or being released, records already there would wake it again and
         # again (the beat wakes it when those end).
-        if self._max_in_flight - len(self._in_flight) - self._reserved > 0:
+        if self._cap - len(self._in_flight) - self._reserved > 0 and not throttled:
             topic_id = self._topic.id
             paused = self._paused
             for part in self._parts.values():

@@ -117,6 +117,9 @@ class GroupRepository(Repository):
                 members.c.session_timeout_ms,
                 soonest,
                 groups.c.dead_letter,
+                groups.c.max_in_flight,
+                groups.c.rate,
+                groups.c.filter,
             )
             .select_from(
                 groups.outerjoin(members, and_(members.c.group_id == groups.c.id, members.c.id == member_id))

@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -135,6 +136,10 @@ class ConsumerGroup(Base):
     # Whether the DLQ depth alert may fire: cleared when it fires, set again once the depth falls below
     # the threshold (one alert per crossing).
     dlq_alert_armed: Mapped[bool] = mapped_column(Boolean, default=True, server_default="1")
+    # Flow control and filter (app/broker/delivery/flow.py, app/broker/filters.py); None: none.
+    max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    filter: Mapped[str | None] = mapped_column(String(1024), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -155,6 +160,8 @@ class GroupMember(Base):
     # A push member (a WebSocket): it keeps first-delivery leases in memory, so a partition it owns
     # changes hands only once it has released it (``GroupPartition.held_by``).
     push: Mapped[bool] = mapped_column(Boolean, server_default=false(), default=False)
+    # Of the group's maxInFlight, how many this member may hold (app/broker/delivery/flow.py).
+    in_flight_claim: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class GroupPartition(Base):

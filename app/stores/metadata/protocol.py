@@ -53,6 +53,9 @@ class CallerView:
     member_session_timeout_ms: int | None
     soonest_expiry_ms: int | None
     dead_letter: dict[str, Any] | None = None
+    max_in_flight: int | None = None
+    rate: float | None = None
+    filter: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

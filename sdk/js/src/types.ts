@@ -170,6 +170,12 @@ export interface GroupConfig {
   ackTimeout: string;
   sessionTimeout: string;
   deadLetter: Required<DeadLetterConfig> | null;
+  /** Unacked messages across all members of the group; `null`: no limit. */
+  maxInFlight: number | null;
+  /** Messages per second delivered to the group; `null`: no limit. */
+  rate: number | null;
+  /** Only messages matching it are delivered (docs/consuming.md, "Filters"); `null`: all of them. */
+  filter: string | null;
 }
 
 export interface GroupUpdateParams {
@@ -177,6 +183,18 @@ export interface GroupUpdateParams {
   sessionTimeout?: string;
   /** `null` removes the group's DLQ. */
   deadLetter?: DeadLetterConfig | null;
+  /** Unacked messages across all members of the group, 1–100,000; `null` removes the limit. */
+  maxInFlight?: number | null;
+  /** Messages per second delivered to the group (> 0); `null` removes the limit. */
+  rate?: number | null;
+  /** E.g. `'headers.type = "order" AND hasPrefix(key, "eu-")'`; `null` removes it. */
+  filter?: string | null;
+}
+
+/** Where a changed filter starts to decide, in one partition. */
+export interface FilterStart {
+  partition: number;
+  offset: number;
 }
 
 export interface ConsumerGroupSummary {
@@ -198,6 +216,11 @@ export interface ConsumerGroup {
   consumers: number;
   partitions: GroupPartition[];
   config: GroupConfig;
+  /**
+   * Only in the answer of an `update` that changed the filter: per partition, the offset from which the new
+   * filter decides (messages before it were delivered, or passed over, under the old one); else `null`.
+   */
+  filterAppliesFrom?: FilterStart[] | null;
 }
 
 export interface PartitionPosition {

@@ -42,6 +42,29 @@ class TestSync:
         assert removed.config.dead_letter is None
         assert removed.config.ack_timeout == "45s"
 
+    def test_flow_control_and_filter(self, client, topic):
+        group = unique("g")
+        flow = client.consumer_groups.update(
+            topic, group, max_in_flight=200, rate=2.5, filter='headers.type = "order"'
+        )
+        assert (flow.config.max_in_flight, flow.config.rate) == (200, 2.5)
+        assert flow.config.filter == 'headers.type = "order"'
+        assert flow.filter_applies_from is not None
+        assert [(s.partition, s.offset) for s in flow.filter_applies_from] == [(0, 0), (1, 0), (2, 0)]
+        assert isinstance(flow.filter_applies_from[0], queuecore.FilterStart)
+        kept = client.consumer_groups.update(topic, group, ack_timeout="20s")
+        assert (kept.config.max_in_flight, kept.config.rate, kept.filter_applies_from) == (200, 2.5, None)
+        with pytest.raises(queuecore.BadRequestError) as info:
+            client.consumer_groups.update(topic, group, filter="headers.type =")
+        assert info.value.details is not None and info.value.details[0]["field"] == "filter"
+        assert info.value.details[0]["position"] == 15
+        removed = client.consumer_groups.update(topic, group, max_in_flight=None, rate=None, filter=None)
+        assert (removed.config.max_in_flight, removed.config.rate, removed.config.filter) == (
+            None,
+            None,
+            None,
+        )
+
     def test_invalid_config(self, client, topic):
         with pytest.raises(queuecore.BadRequestError):
             client.consumer_groups.update(topic, unique("g"), ack_timeout="13h")
@@ -101,5 +124,9 @@ class TestAsync:
         assert len(detail.partitions) == 3
         moved = await async_client.consumer_groups.reset_offsets(topic, group, to="latest")
         assert [p.current for p in moved] == [1, 1, 1]
+        flow = await async_client.consumer_groups.update(
+            topic, group, max_in_flight=5, rate=1, filter='key = "k"'
+        )
+        assert (flow.config.max_in_flight, flow.config.rate, flow.config.filter) == (5, 1.0, 'key = "k"')
         await async_client.consumer_groups.delete(topic, group)
         assert await async_client.consumer_groups.list(topic) == []

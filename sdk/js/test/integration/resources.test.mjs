@@ -179,6 +179,26 @@ describe('groups, offsets, dlq', () => {
     await assert.rejects(pq.consumerGroups.describe(topic, 'g1'), sdk.NotFoundError);
   });
 
+  test('consumerGroups.update: maxInFlight, rate and filter; filterAppliesFrom; a bad filter\'s details; null removes', async () => {
+    const topic = unique('tp');
+    await pq.topics.create({ name: topic, partitions: 2 });
+    const flow = await pq.consumerGroups.update(topic, 'g', { maxInFlight: 100, rate: 2.5, filter: 'headers.type = "order"' });
+    assert.equal(flow.config.maxInFlight, 100);
+    assert.equal(flow.config.rate, 2.5);
+    assert.equal(flow.config.filter, 'headers.type = "order"');
+    assert.deepEqual(flow.filterAppliesFrom, [{ partition: 0, offset: 0 }, { partition: 1, offset: 0 }]);
+    const kept = await pq.consumerGroups.update(topic, 'g', { ackTimeout: '20s' });
+    assert.equal(kept.config.maxInFlight, 100);
+    assert.equal(kept.filterAppliesFrom, null);
+    const bad = await pq.consumerGroups.update(topic, 'g', { filter: 'headers.type =' }).catch((e) => e);
+    assert.ok(bad instanceof sdk.BadRequestError, String(bad));
+    assert.equal(bad.details[0].field, 'filter');
+    assert.equal(bad.details[0].position, 15);
+    const removed = await pq.consumerGroups.update(topic, 'g', { maxInFlight: null, rate: null, filter: null });
+    assert.deepEqual([removed.config.maxInFlight, removed.config.rate, removed.config.filter], [null, null, null]);
+    await pq.topics.delete(topic);
+  });
+
   test('alerts: set (secret once), get, test event, deliveries, delete', async () => {
     const endpoint = await pq.alerts.set({ url: 'http://127.0.0.1:9/hook' });
     assert.equal(endpoint.url, 'http://127.0.0.1:9/hook');

@@ -38,6 +38,16 @@ async function main(): Promise<void> {
   // @ts-expect-error replicas is 1, 3 or 5
   await pq.topics.create({ name: 'order.events', replicas: 2 });
   const topics: Topic[] = await pq.topics.list();
+  const flow: ConsumerGroup = await pq.consumerGroups.update('order.events', 'g', {
+    maxInFlight: 500,
+    rate: 2.5,
+    filter: 'headers.type IN ("order.created", "order.paid")',
+  });
+  const limits: [number | null, number | null, string | null] = [flow.config.maxInFlight, flow.config.rate, flow.config.filter];
+  console.log(limits, flow.filterAppliesFrom?.[0]?.offset);
+  await pq.consumerGroups.update('order.events', 'g', { maxInFlight: null, rate: null, filter: null });
+  // @ts-expect-error a rate is a number of messages per second
+  await pq.consumerGroups.update('order.events', 'g', { rate: 'fast' });
   for await (const t of pq.topics.list({ limit: 10 })) console.log(t.name satisfies string);
   const detail: TopicDetail = await pq.topics.describe(topic.name);
   console.log(detail.partitionDetails[0]?.latestOffset, topics.length);

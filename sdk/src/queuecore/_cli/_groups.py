@@ -1,6 +1,7 @@
 """``queuecore groups``: list, describe, create, update, delete consumer groups and reset a stopped group's
-offsets. ``create`` and ``update`` set the config a group otherwise only gets from code: ack and session
-timeouts, and the dead-letter queue (retries, retry delay, alert threshold)."""
+offsets. ``create`` and ``update`` (alias ``set``) set the config a group otherwise only gets from code:
+ack and session timeouts, the dead-letter queue (retries, retry delay, alert threshold), and flow control
+(``--max-in-flight``, ``--rate``, ``--filter``; ``--no-…`` removes each)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ._args import (
     add_table_option,
     default_format,
     non_negative,
+    positive,
     reset_target,
 )
 from ._errors import EXIT_API, EXIT_OK, UsageError
@@ -61,6 +63,18 @@ def _config_changes(args: argparse.Namespace) -> dict[str, Any]:
         changes["dead_letter"] = None
     elif args.dead_letter or tuned:  # tuning the DLQ turns it on
         changes["dead_letter"] = DeadLetter(**tuned)
+    for name, value, removed in (
+        ("max_in_flight", args.max_in_flight, args.no_max_in_flight),
+        ("rate", args.rate, args.no_rate),
+        ("filter", args.filter, args.no_filter),
+    ):
+        if value is not None and removed:
+            flag = name.replace("_", "-")
+            raise UsageError(f"--{flag} cannot be combined with --no-{flag}")
+        if removed:
+            changes[name] = None
+        elif value is not None:
+            changes[name] = value
     return changes
 
 
@@ -84,7 +98,8 @@ def cmd_update(client: QueueCore, args: argparse.Namespace) -> int:
     if not changes:
         raise UsageError(
             "groups update needs at least one of --ack-timeout, --session-timeout, --dead-letter, "
-            "--no-dead-letter, --max-retries, --retry-delay, --alert-threshold"
+            "--no-dead-letter, --max-retries, --retry-delay, --alert-threshold, --max-in-flight, --rate, "
+            "--filter (or their --no-… forms)"
         )
     emit_model(client.consumer_groups.update(args.topic, args.group, **changes))
     return EXIT_OK
@@ -123,6 +138,31 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--alert-threshold", type=non_negative, help="DLQ depth that triggers the alert webhook"
     )
+    parser.add_argument(
+        "--max-in-flight", type=positive, metavar="N", help="unacked messages across all members (1-100000)"
+    )
+    parser.add_argument("--no-max-in-flight", action="store_true", help="remove the group's max in flight")
+    parser.add_argument(
+        "--rate", type=positive_rate, metavar="PER_SECOND", help="messages per second to the group (> 0)"
+    )
+    parser.add_argument("--no-rate", action="store_true", help="remove the group's rate")
+    parser.add_argument(
+        "--filter",
+        metavar="EXPR",
+        help='deliver only matching messages, e.g. \'headers.type = "order" AND hasPrefix(key, "eu-")\'',
+    )
+    parser.add_argument("--no-filter", action="store_true", help="remove the group's filter")
+
+
+def positive_rate(text: str) -> float:
+    """A number of messages per second above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
 
 
 def register(sub: Subcommands) -> None:
@@ -165,7 +205,15 @@ def register(sub: Subcommands) -> None:
         example="queuecore groups update order.events order-processing --max-retries 3 --retry-delay 10s\n"
         "queuecore groups update order.events order-processing --no-dead-letter",
     )
-    for parser, run in ((gc, cmd_create), (gu, cmd_update)):
+    gs = add_command(
+        groups,
+        "set",
+        help="change a group's config, as update does",
+        example="queuecore groups set order.events order-processing --max-in-flight 500 --rate 50\n"
+        'queuecore groups set order.events order-processing --filter \'headers.region IN ("eu", "uk")\'\n'
+        "queuecore groups set order.events order-processing --no-filter --no-rate",
+    )
+    for parser, run in ((gc, cmd_create), (gu, cmd_update), (gs, cmd_update)):
         parser.add_argument("topic")
         parser.add_argument("group")
         _add_config_options(parser)

@@ -41,7 +41,15 @@ def _path(topic: str, group: str | None = None) -> str:
 
 
 def _update_options(
-    topic: str, group: str, ack_timeout: str | None, session_timeout: str | None, dead_letter: Any
+    topic: str,
+    group: str,
+    ack_timeout: str | None,
+    session_timeout: str | None,
+    dead_letter: Any,
+    *,
+    max_in_flight: Any = _UNSET,
+    rate: Any = _UNSET,
+    filter: Any = _UNSET,
 ) -> RequestOptions:
     body: dict[str, Any] = {}
     if ack_timeout is not None:
@@ -50,6 +58,10 @@ def _update_options(
         body["sessionTimeout"] = session_timeout
     if dead_letter is not _UNSET:
         body["deadLetter"] = dead_letter_wire(dead_letter)
+    # Flow control: omitted keeps the group's value, ``None`` removes it.
+    for wire, value in (("maxInFlight", max_in_flight), ("rate", rate), ("filter", filter)):
+        if value is not _UNSET:
+            body[wire] = value
     return RequestOptions("PUT", _path(topic, group), json=body)
 
 
@@ -84,6 +96,9 @@ class ConsumerGroups(SyncAPIResource):
         ack_timeout: str | None = None,
         session_timeout: str | None = None,
         dead_letter: DeadLetterParam = _UNSET,
+        max_in_flight: int | None = _UNSET,
+        rate: float | None = _UNSET,
+        filter: str | None = _UNSET,
     ) -> ConsumerGroup:
         """Create the group or merge the given settings into its config; omitted settings are kept.
 
@@ -92,12 +107,28 @@ class ConsumerGroups(SyncAPIResource):
             session_timeout: ``2s`` to ``5m``.
             dead_letter: ``DeadLetter(max_retries=, retry_delay=, alert_threshold=)`` or a dict of those
                 fields; ``None`` removes the dead-letter queue.
+            max_in_flight: unacked messages across all members of the group (1 to 100,000); ``None``
+                removes the limit.
+            rate: messages per second delivered to the group (> 0); ``None`` removes the limit.
+            filter: only messages matching it are delivered, e.g. ``'headers.type = "order"'``
+                (docs/consuming.md, "Filters"); ``None`` removes it. A changed filter applies from the
+                offsets in the answer's ``filter_applies_from``.
 
         Raises:
-            BadRequestError: a value is out of range.
+            BadRequestError: a value is out of range, or the filter does not parse (``details`` give the
+                position and what was expected).
             NotFoundError: no such topic.
         """
-        options = _update_options(topic, group, ack_timeout, session_timeout, dead_letter)
+        options = _update_options(
+            topic,
+            group,
+            ack_timeout,
+            session_timeout,
+            dead_letter,
+            max_in_flight=max_in_flight,
+            rate=rate,
+            filter=filter,
+        )
         return parse_model(ConsumerGroup, self._client.request(options))
 
     def delete(self, topic: str, group: str) -> None:
@@ -141,9 +172,21 @@ class AsyncConsumerGroups(AsyncAPIResource):
         ack_timeout: str | None = None,
         session_timeout: str | None = None,
         dead_letter: DeadLetterParam = _UNSET,
+        max_in_flight: int | None = _UNSET,
+        rate: float | None = _UNSET,
+        filter: str | None = _UNSET,
     ) -> ConsumerGroup:
         """Create the group or merge settings into its config. See ``ConsumerGroups.update``."""
-        options = _update_options(topic, group, ack_timeout, session_timeout, dead_letter)
+        options = _update_options(
+            topic,
+            group,
+            ack_timeout,
+            session_timeout,
+            dead_letter,
+            max_in_flight=max_in_flight,
+            rate=rate,
+            filter=filter,
+        )
         return parse_model(ConsumerGroup, await self._client.request(options))
 
     async def delete(self, topic: str, group: str) -> None:

@@ -13,6 +13,7 @@ from .consumer_group import ConsumerGroupConfig as ConsumerGroupConfig
 from .consumer_group import ConsumerGroupPartition as ConsumerGroupPartition
 from .consumer_group import ConsumerGroupSummary as ConsumerGroupSummary
 from .consumer_group import DeadLetter as DeadLetter
+from .consumer_group import FilterStart as FilterStart
 from .consumer_group import PartitionPosition as PartitionPosition
 from .dead_letter import AuditActor as AuditActor
 from .dead_letter import AuditEntry as AuditEntry
@@ -54,6 +55,7 @@ __all__ = [
     "DeadLetter",
     "DeadLetterMessage",
     "DeadLetterPage",
+    "FilterStart",
     "Health",
     "Message",
     "MessagePage",

@@ -8,6 +8,7 @@ __all__ = [
     "ConsumerGroupPartition",
     "ConsumerGroupSummary",
     "DeadLetter",
+    "FilterStart",
     "PartitionPosition",
 ]
 
@@ -36,6 +37,19 @@ class ConsumerGroupConfig(BaseModel):
     """How long a member may go without a heartbeat before it is dropped (``2s`` to ``5m``)."""
     dead_letter: Optional[DeadLetter] = None
     """``None`` when the group has no dead-letter queue."""
+    max_in_flight: Optional[int] = None
+    """Unacked messages across all members of the group (1 to 100,000); ``None``: no limit."""
+    rate: Optional[float] = None
+    """Messages per second delivered to the group; ``None``: no limit."""
+    filter: Optional[str] = None
+    """Only messages matching it are delivered (the grammar: docs/consuming.md, "Filters"); ``None``: all."""
+
+
+class FilterStart(BaseModel):
+    """Where a changed filter starts to decide, in one partition (``ConsumerGroup.filter_applies_from``)."""
+
+    partition: int
+    offset: int
 
 
 class ConsumerGroupSummary(BaseModel):
@@ -67,6 +81,9 @@ class ConsumerGroup(BaseModel):
     consumers: int
     partitions: list[ConsumerGroupPartition]
     config: ConsumerGroupConfig
+    filter_applies_from: Optional[list[FilterStart]] = None
+    """Only in the answer of an ``update`` that changed the filter: per partition, the offset from which
+    the new filter decides (messages before it were delivered, or passed over, under the old one)."""
 
 
 class PartitionPosition(BaseModel):
