@@ -7,7 +7,7 @@ messages plus the room it reserved); the claims of a group's live members never 
 ``max_in_flight`` (``app/broker/delivery/flow.py``).
 
 Revision ID: 395752facbb5
-Revises: 3c81f0d2a9e4
+Revises: 3afccb116e5a
 Create Date: 2026-11-26 19:01:00.000000
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "395752facbb5"
-down_revision: str | None = "3c81f0d2a9e4"
+down_revision: str | None = "3afccb116e5a"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
