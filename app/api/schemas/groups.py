@@ -19,6 +19,7 @@ from app.api.schemas.constraints import (
     at_most,
     schema,
 )
+from app.api.schemas.push import PushConfig, PushConfigIn
 from app.broker import topics
 
 Reset = Annotated[str, schema(enum=["earliest", "latest"])]
@@ -38,6 +39,7 @@ class GroupConfigUpdate(RequestBody):
     ackTimeout: AckTimeout | None = Field(None, examples=["30s"], description="1s to 12h")
     sessionTimeout: SessionTimeout | None = Field(None, examples=["10s"], description="2s to 5m")
     deadLetter: DeadLetterIn | None = Field(None, description="null removes the dead-letter queue")
+    push: PushConfigIn | None = Field(None, description="POST each message to a URL; null turns push off")
 
 
 class DeadLetter(ResponseBody):
@@ -50,6 +52,7 @@ class GroupConfig(ResponseBody):
     ackTimeout: str = Field(examples=["30s"])
     sessionTimeout: str = Field(examples=["10s"])
     deadLetter: DeadLetter | None
+    push: PushConfig | None = None
 
 
 class GroupSummary(ResponseBody):

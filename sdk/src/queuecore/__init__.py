@@ -10,7 +10,7 @@
     print(result.offset, result.partition)
 """
 
-from . import pagination, resources, types
+from . import pagination, resources, types, webhooks
 from ._client import AsyncQueueCore, QueueCore
 from ._constants import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from ._consumer import AsyncConsumer, Consumer, RebalanceEvent
@@ -35,6 +35,7 @@ from ._exceptions import (
 from ._ratelimit import RateLimit
 from ._raw_response import APIResponse
 from ._version import __version__
+from .webhooks import WebhookVerificationError
 from .pagination import AsyncCursorPage, AsyncPaginator, SyncCursorPage
 from .types import (
     AlertDelivery,
@@ -127,6 +128,7 @@ __all__ = [
     "ReplayResult",
     "SeekResult",
     "ServiceUnavailableError",
+    "WebhookVerificationError",
     "SyncCursorPage",
     "Topic",
     "TopicDetail",
@@ -134,6 +136,7 @@ __all__ = [
     "pagination",
     "resources",
     "types",
+    "webhooks",
 ]
 
 # Clients, pages and exceptions show as queuecore.X rather than queuecore._client.X (as httpx does), so
@@ -160,6 +163,7 @@ _public: tuple[type, ...] = (
     QueueCoreError,
     RateLimitError,
     ServiceUnavailableError,
+    WebhookVerificationError,
     BadRequestError,
     AckError,
     APIResponse,
