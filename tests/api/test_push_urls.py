@@ -290,6 +290,14 @@ class TestDelivery:
         assert [json.loads(d.body)["n"] for d in got] == list(range(15))
         assert push_receiver.most_in_flight == 1
 
+    async def test_a_post_longer_than_the_ack_timeout_is_not_sent_twice(self, client, prod, push_receiver):
+        push_receiver.default = Answer(200, delay=2.5)
+        await push_group(client, prod, push_receiver, partitions=1, timeout="5s", config={"ackTimeout": "1s"})
+        await publish(client, prod, "orders", {"data": {"n": 1}})
+        await push_receiver.arrival(1)
+        assert await eventually(lambda: _lag_zero(client, prod))
+        assert len(push_receiver.deliveries()) == 1  # the lease was extended while the POST ran
+
     async def test_push_null_stops_deliveries(self, client, prod, push_receiver):
         await push_group(client, prod, push_receiver)
         await publish(client, prod, "orders", {"data": {"n": 1}})

@@ -50,6 +50,7 @@ USER_AGENT = "QueueCore-Push/1"
 MAX_RETRY_AFTER_MS = 86_400_000  # a day
 ANSWER_BYTES = 512  # of a failed answer's body, kept as the attempt's error; the rest is not read
 _MAX_POLL = 100
+_LEASE_MARGIN_MS = 2000
 _ALPHANUMERIC = string.ascii_letters + string.digits
 
 
@@ -447,6 +448,7 @@ class UrlWorker:
                 await after  # ordered: one in flight per partition
             await self._rate.take()
             target = self.target
+            await self._hold_lease(message, target.timeout_ms)
             at = utcnow()
             body, headers = request_of(message, target, self._keys, int(time.time()))
             outcome = await post(self._http, target.url, body, headers, target.timeout_ms / 1000)
@@ -469,6 +471,18 @@ class UrlWorker:
                 if tail is not None and tail.done():
                     self._tails.pop(message["partition"], None)
             self._freed.set()
+
+    async def _hold_lease(self, message: dict[str, Any], timeout_ms: int) -> None:
+        """Extend the message's ack deadline when the POST could outlast it (a wait behind the partition's
+        earlier messages when ordered, the rate, or a timeout longer than the group's ackTimeout):
+        otherwise the lease would fall due mid-delivery and the message go out twice."""
+        member = self._member
+        deadline_ms = round(datetime.fromisoformat(message["ackDeadline"]).timestamp() * 1000)
+        if member is None or deadline_ms - now_ms() > timeout_ms + _LEASE_MARGIN_MS:
+            return
+        seconds = min(leases.MAX_EXTEND_SECONDS, max(1, -(-(timeout_ms + _LEASE_MARGIN_MS) // 1000)))
+        with contextlib.suppress(StaleGeneration, MemberNotFound):
+            await leases.extend(self._metadata, member, [message["id"]], seconds)
 
     async def _nack(self, message_id: str, outcome: Outcome) -> None:
         member = self._member
