@@ -120,6 +120,7 @@ class UrlWorkers:
         self._workers: dict[str, UrlWorker] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._closed = False
 
     def start(self) -> None:
         self.attempts.start()
@@ -134,6 +135,11 @@ class UrlWorkers:
         return self._workers.get(group_id)
 
     async def close(self) -> None:
+        """Stop every worker (each finishes its POSTs, acks and leaves its group); idempotent (draining
+        closes first, the lifespan again)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
