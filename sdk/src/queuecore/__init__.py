@@ -35,7 +35,6 @@ from ._exceptions import (
 from ._ratelimit import RateLimit
 from ._raw_response import APIResponse
 from ._version import __version__
-from .webhooks import WebhookVerificationError
 from .pagination import AsyncCursorPage, AsyncPaginator, SyncCursorPage
 from .types import (
     AlertDelivery,
@@ -64,12 +63,17 @@ from .types import (
     PartitionOffset,
     PartitionPosition,
     PublishResult,
+    Push,
+    PushAttempt,
+    PushConfig,
+    PushSecret,
     ReplayAllResult,
     ReplayResult,
     SeekResult,
     Topic,
     TopicDetail,
 )
+from .webhooks import WebhookVerificationError
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -119,6 +123,10 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "PublishResult",
+    "Push",
+    "PushAttempt",
+    "PushConfig",
+    "PushSecret",
     "QueueCore",
     "QueueCoreError",
     "RateLimit",
@@ -128,10 +136,10 @@ __all__ = [
     "ReplayResult",
     "SeekResult",
     "ServiceUnavailableError",
-    "WebhookVerificationError",
     "SyncCursorPage",
     "Topic",
     "TopicDetail",
+    "WebhookVerificationError",
     "__version__",
     "pagination",
     "resources",

@@ -28,6 +28,10 @@ from .offset import Offset as Offset
 from .offset import PartitionOffset as PartitionOffset
 from .offset import SeekResult as SeekResult
 from .publish_result import PublishResult as PublishResult
+from .push import Push as Push
+from .push import PushAttempt as PushAttempt
+from .push import PushConfig as PushConfig
+from .push import PushSecret as PushSecret
 from .topic import Topic as Topic
 from .topic_detail import PartitionDetail as PartitionDetail
 from .topic_detail import TopicDetail as TopicDetail

@@ -1,6 +1,7 @@
 from typing import Optional
 
 from .._models import BaseModel
+from .push import PushConfig
 
 __all__ = [
     "ConsumerGroup",
@@ -36,6 +37,8 @@ class ConsumerGroupConfig(BaseModel):
     """How long a member may go without a heartbeat before it is dropped (``2s`` to ``5m``)."""
     dead_letter: Optional[DeadLetter] = None
     """``None`` when the group has no dead-letter queue."""
+    push: Optional[PushConfig] = None
+    """``None`` unless the group POSTs its messages to a URL (a push group)."""
 
 
 class ConsumerGroupSummary(BaseModel):
