@@ -23,6 +23,7 @@ type ConsumerGroupConfig struct {
 	AckTimeout     string      `json:"ackTimeout"`     // "1s" to "12h"
 	SessionTimeout string      `json:"sessionTimeout"` // "2s" to "5m"
 	DeadLetter     *DeadLetter `json:"deadLetter"`     // nil without a DLQ
+	Push           *PushConfig `json:"push"`           // nil unless the group POSTs its messages to a URL
 }
 
 // ConsumerGroupSummary is one group of ConsumerGroups.List.
@@ -56,12 +57,14 @@ type PartitionPosition struct {
 }
 
 // ConsumerGroupUpdateParams changes a group's config (it creates the group if needed); fields left
-// zero keep their value. RemoveDeadLetter removes the DLQ.
+// zero keep their value. RemoveDeadLetter removes the DLQ; RemovePush turns push off.
 type ConsumerGroupUpdateParams struct {
 	AckTimeout       string
 	SessionTimeout   string
 	DeadLetter       *DeadLetter
 	RemoveDeadLetter bool
+	Push             *PushParams // the answer of the first Update that sets it holds the signing secret
+	RemovePush       bool
 }
 
 // ResetOffsetsParams: To is "earliest", "latest", or an offset in decimal ("4800", see ResetTo).
@@ -131,6 +134,11 @@ func (s *ConsumerGroupService) Update(ctx context.Context, topic, group string, 
 		body["deadLetter"] = json.RawMessage("null")
 	} else if params.DeadLetter != nil {
 		body["deadLetter"] = params.DeadLetter
+	}
+	if params.RemovePush {
+		body["push"] = json.RawMessage("null")
+	} else if params.Push != nil {
+		body["push"] = params.Push
 	}
 	var g ConsumerGroup
 	if _, err := c.do(ctx, request{method: "PUT", path: groupPath(topic, group), body: body}, &g); err != nil {
