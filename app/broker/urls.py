@@ -4,8 +4,8 @@ Every mode: an ``http(s)://`` URL with a host and no user info, read the same wa
 the HTTP client. Under the SSRF rule (``block_internal``, production) the host may not resolve to a
 loopback, private, link-local or otherwise internal address unless it is in ``allowed_hosts``; checked
 when a URL is set and again when a delivery connects (DNS can change: rebinding), resolving off the event
-loop. ``GuardedBackend`` is that connect-time check for an ``httpx`` client: it resolves, refuses, and
-connects to the very address it approved; TLS still verifies the URL's host name.
+loop: ``check_public`` is that connect-time check for push deliveries (``delivery/url_client.py``, which
+connects to the very address approved; TLS still verifies the URL's host name).
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-import typing
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpcore
 import httpx
 
 from app.broker.errors import InvalidRequest
@@ -171,60 +169,3 @@ async def check_url(rule: UrlRule, url: Any) -> Destination:
         host_header=parts.netloc.rsplit("@", 1)[-1],
         sni_hostname=host if parts.scheme == "https" else None,
     )
-
-
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend with the SSRF rule at connect time: every new connection resolves its
-    host, is refused (``httpcore.ConnectError``) if any address is internal, and connects to the first
-    approved address, so a DNS answer that changed since the URL was set (rebinding) cannot reach inside."""
-
-    def __init__(self, rule: UrlRule) -> None:
-        self._rule = rule
-        self._inner = httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            addresses = await check_public(self._rule, host, port)
-        except InvalidRequest as refused:
-            raise httpcore.ConnectError(refused.message) from None
-        return await self._inner.connect_tcp(
-            addresses[0].split("%", 1)[0],
-            port,
-            timeout=timeout,
-            local_address=local_address,
-            socket_options=socket_options,
-        )
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not delivery targets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-def guarded_transport(rule: UrlRule, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """An ``httpx`` transport whose connections pass ``GuardedBackend`` (when ``rule.block_internal``)."""
-    transport = httpx.AsyncHTTPTransport(limits=limits)
-    if rule.block_internal:
-        # httpx builds its connection pool without a way to pass a network backend: swap in an equal
-        # pool that has one (same TLS context and limits).
-        transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedBackend(rule),
-        )
-    return transport

@@ -3,10 +3,10 @@ https-only and SSRF rule at set time, and the SSRF rule again when a delivery co
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from app.broker import urls
+from app.broker.delivery.url_client import DeliveryClient, DeliveryError
 from app.broker.errors import InvalidRequest
 from app.broker.push_groups import PushPolicy
 from app.kit.sealing import Sealer
@@ -72,14 +72,17 @@ class TestProduction:
 
 
 class TestConnectTime:
-    async def _post(self, transport: httpx.AsyncBaseTransport, url: str) -> httpx.Response:
-        async with httpx.AsyncClient(transport=transport) as http:
-            return await http.post(url, content=b"{}")
+    """The delivery client applies the rule again at every new connection (``url_client.py``)."""
+
+    async def _post(self, client: DeliveryClient, url: str) -> int:
+        try:
+            return (await client.post(url, b"{}", {"content-type": "application/json"}, 512)).status
+        finally:
+            await client.aclose()
 
     async def test_a_loopback_answer_at_connect_time_is_refused(self, push_receiver: PushReceiver):
-        transport = urls.guarded_transport(rule(True), httpx.Limits())
-        with pytest.raises(httpx.ConnectError, match="public hosts only"):
-            await self._post(transport, f"http://localhost:{push_receiver.port}/hooks")
+        with pytest.raises(DeliveryError, match="public hosts only"):
+            await self._post(DeliveryClient(rule(True)), f"http://localhost:{push_receiver.port}/hooks")
         assert push_receiver.deliveries() == []
 
     async def test_dns_that_changes_after_the_check_is_caught_when_connecting(
@@ -91,16 +94,15 @@ class TestConnectTime:
             return next(answers)
 
         monkeypatch.setattr(urls, "resolve", rebinding)
-        url = f"http://rebind.example:{push_receiver.port}/hooks"
         await urls.check_public(rule(True), "rebind.example", push_receiver.port)  # the set-time check passes
-        transport = urls.guarded_transport(rule(True), httpx.Limits())
-        with pytest.raises(httpx.ConnectError, match="public hosts only"):
-            await self._post(transport, url)
+        with pytest.raises(DeliveryError, match="public hosts only"):
+            await self._post(DeliveryClient(rule(True)), f"http://rebind.example:{push_receiver.port}/hooks")
         assert push_receiver.deliveries() == []
 
     async def test_an_approved_address_is_the_one_connected_to(self, push_receiver: PushReceiver):
-        transport = urls.guarded_transport(rule(True, ("127.0.0.0/8",)), httpx.Limits())
-        response = await self._post(transport, f"http://localhost:{push_receiver.port}/hooks")
-        assert response.status_code == 200
+        status = await self._post(
+            DeliveryClient(rule(True, ("127.0.0.0/8",))), f"http://localhost:{push_receiver.port}/hooks"
+        )
+        assert status == 200
         assert len(push_receiver.deliveries()) == 1
         assert push_receiver.deliveries()[0].headers["host"] == f"localhost:{push_receiver.port}"

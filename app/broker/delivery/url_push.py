@@ -29,12 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
-import httpx
 import orjson
 
 from app.broker.delivery import leases, membership
 from app.broker.delivery.membership import MemberRef
+from app.broker.delivery.url_client import DeliveryClient, DeliveryError
 from app.broker.errors import CODED_ERRORS, GroupNotFound, MemberNotFound, StaleGeneration
 from app.broker.push_groups import WORKER_PREFIX, PushPolicy
 from app.broker.topics import TopicRef
@@ -92,6 +93,15 @@ def retry_after_ms(value: str | None, now: float) -> int | None:
     return min(max(0, round((when.timestamp() - now) * 1000)), MAX_RETRY_AFTER_MS)
 
 
+# What a CloudEvents HTTP header value may hold as it is (binding 3.1.3.2): printable ASCII but space,
+# '"' and '%'; everything else is percent-encoded (UTF-8), as a key may hold anything.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '"%')
+
+
+def _header_value(value: str) -> str:
+    return quote(value, safe=_HEADER_SAFE)
+
+
 def request_of(
     message: dict[str, Any], target: PushTarget, keys: list[bytes], timestamp: int
 ) -> tuple[bytes, dict[str, str]]:
@@ -108,6 +118,7 @@ def request_of(
     }
     if message["key"] is not None:
         ce["partitionkey"] = message["key"]
+    binary = {name: _header_value(value) for name, value in ce.items()}
     headers = {"user-agent": USER_AGENT, "queuecore-attempt": str(message["attempt"])}
     if target.mode == "structured":
         body = orjson.dumps({**ce, "datacontenttype": "application/json", "data": message["data"]})
@@ -115,7 +126,7 @@ def request_of(
     else:
         body = orjson.dumps(message["data"])
         headers["content-type"] = "application/json"
-        headers.update({f"ce-{name}": value for name, value in ce.items()})
+        headers.update({f"ce-{name}": value for name, value in binary.items()})
     headers["webhook-id"] = message_id
     headers["webhook-timestamp"] = str(timestamp)
     headers["webhook-signature"] = standard_webhooks.header(keys, message_id, timestamp, body)
@@ -123,9 +134,9 @@ def request_of(
 
 
 async def post(
-    http: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], timeout_s: float
+    client: DeliveryClient, url: str, body: bytes, headers: dict[str, str], timeout_s: float
 ) -> Outcome:
-    """POST once; no redirects followed, at most ``ANSWER_BYTES`` of a failed answer read."""
+    """POST once; no redirects followed, at most ``ANSWER_BYTES`` of a failed answer kept."""
     started = time.monotonic()
 
     def took() -> int:
@@ -133,25 +144,16 @@ async def post(
 
     try:
         async with asyncio.timeout(timeout_s):
-            request = http.build_request("POST", url, content=body, headers=headers)
-            response = await http.send(request, stream=True, follow_redirects=False)
-            try:
-                status = response.status_code
-                if 200 <= status < 300:
-                    return Outcome(True, status, took())
-                answer = b""
-                async for chunk in response.aiter_raw():
-                    answer += chunk
-                    if len(answer) >= ANSWER_BYTES:
-                        break
-            finally:
-                await response.aclose()
+            answer = await client.post(url, body, headers, ANSWER_BYTES)
     except TimeoutError:
         return Outcome(False, None, took(), f"timed out after {timeout_s:g} s")
-    except httpx.HTTPError as error:
-        return Outcome(False, None, took(), (f"{type(error).__name__}: {error}")[:500])
-    text = answer[:ANSWER_BYTES].decode("utf-8", "replace").strip()
-    wait = retry_after_ms(response.headers.get("retry-after"), time.time()) if status in (429, 503) else None
+    except DeliveryError as error:
+        return Outcome(False, None, took(), str(error)[:500] or "connection failed")
+    status = answer.status
+    if 200 <= status < 300:
+        return Outcome(True, status, took())
+    text = answer.body.decode("utf-8", "replace").strip()
+    wait = retry_after_ms(answer.headers.get("retry-after"), time.time()) if status in (429, 503) else None
     said = f"HTTP {status}" + (f": {text}" if text else "")
     return Outcome(False, status, took(), said[:500], wait)
 
@@ -241,7 +243,7 @@ class UrlWorker:
         metadata: MetadataStore,
         log: LogEngine,
         policy: PushPolicy,
-        http: httpx.AsyncClient,
+        http: DeliveryClient,
         record: Record,
         target: PushTarget,
         topic: TopicRef,
@@ -268,6 +270,7 @@ class UrlWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._main: asyncio.Task[None] | None = None
         self._closing = False
+        self._contact = 0.0  # when the last poll or heartbeat went out (monotonic)
 
     # lifecycle ----------------------------------------------------------------------------------
 
@@ -384,12 +387,15 @@ class UrlWorker:
                 await self._wait_freed(heartbeat_s)
                 return
             free = 1
-        if free <= 0:
+        # Poll for a quarter of the slots at least while POSTs are under way: a poll per freed slot would
+        # be a metadata unit of work per message.
+        elif free <= 0 or (self._in_flight and free < max(1, self.target.max_concurrency // 4)):
             await self._wait_freed(heartbeat_s)
             return
         wanted = min(free, _MAX_POLL, self._rate.available())
         wait_ms = round(heartbeat_s * 1000)
         polled = await leases.poll_once(self._metadata, self._log, self._member, wanted, wait_ms)
+        self._contact = time.monotonic()
         if polled.messages:
             if state == "half-open":
                 self.breaker.probing = True
@@ -408,16 +414,17 @@ class UrlWorker:
         self._freed.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._freed.wait(), timeout)
-        await self._keep_alive()
+        await self._keep_alive(timeout)
 
     async def _idle(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
-        await self._keep_alive()
+        await self._keep_alive(seconds)
 
-    async def _keep_alive(self) -> None:
-        """A heartbeat while no poll goes out (all slots busy, or the breaker open)."""
-        if self._member is None:
+    async def _keep_alive(self, every: float) -> None:
+        """A heartbeat when no poll went out for ``every`` seconds (all slots busy, the breaker open)."""
+        if self._member is None or time.monotonic() - self._contact < every:
             return
+        self._contact = time.monotonic()
         beat = await membership.heartbeat(self._metadata, self._member)
         self._assignments = beat.assignments
         self._update_rate()

@@ -17,9 +17,8 @@ import logging
 from datetime import datetime
 from typing import Any
 
-import httpx
-
-from app.broker import message_ids, urls
+from app.broker import message_ids
+from app.broker.delivery.url_client import DeliveryClient
 from app.broker.delivery.url_push import Outcome, UrlWorker
 from app.broker.errors import CODED_ERRORS
 from app.broker.push_groups import PushPolicy
@@ -104,18 +103,11 @@ class UrlWorkers:
         metadata: MetadataStore,
         log: LogEngine,
         policy: PushPolicy,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._metadata = metadata
         self._log = log
         self.policy = policy
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
-        self._http = httpx.AsyncClient(
-            transport=transport or urls.guarded_transport(policy.url_rule, limits),
-            follow_redirects=False,
-            timeout=None,  # each delivery sets its own (the group's push.timeout)
-        )
+        self._http = DeliveryClient(policy.url_rule)
         self.attempts = AttemptLog(metadata, policy.attempts_kept)
         self._workers: dict[str, UrlWorker] = {}
         self._task: asyncio.Task[None] | None = None
