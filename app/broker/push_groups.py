@@ -245,6 +245,11 @@ async def _endpoint(
     return endpoint
 
 
+async def endpoint_of(session: AsyncSession, topic: TopicRef, name: str) -> PushEndpoint:
+    """A push group's endpoint row (``GROUP_NOT_FOUND``; 400 when the group is not a push group)."""
+    return await _endpoint(session, topic, name)
+
+
 async def rotate_secret(session: AsyncSession, policy: PushPolicy, topic: TopicRef, name: str) -> str:
     """A new signing secret, answered once; the current one keeps signing beside it for 24 h."""
     endpoint = await _endpoint(session, topic, name, for_update=True)

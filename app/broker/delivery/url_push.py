@@ -40,9 +40,10 @@ from app.broker.errors import CODED_ERRORS, GroupNotFound, MemberNotFound, Stale
 from app.broker.push_groups import WORKER_PREFIX, PushPolicy
 from app.broker.topics import TopicRef
 from app.kit import standard_webhooks
-from app.kit.clock import now_ms, utcnow
+from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.models import PushEndpoint
 from app.stores.metadata.push_repositories import PushTarget
 
 logger = logging.getLogger("queuecore.push")
@@ -156,6 +157,32 @@ async def post(
     wait = retry_after_ms(answer.headers.get("retry-after"), time.time()) if status in (429, 503) else None
     said = f"HTTP {status}" + (f": {text}" if text else "")
     return Outcome(False, status, took(), said[:500], wait)
+
+
+async def send_test_event(
+    client: DeliveryClient, policy: PushPolicy, endpoint: PushEndpoint, topic: str, group: str
+) -> Outcome:
+    """POST a signed test event (``ce-type: queuecore.test``, no message behind it) to a push group's URL
+    now, as a delivery would go; what came back. Nothing is recorded or retried."""
+    event_id = "evt_test_" + secrets.token_hex(8)
+    body = orjson.dumps({"test": True, "topic": topic, "group": group})
+    keys = [standard_webhooks.key_of(policy.sealer.open(endpoint.secret))]
+    if endpoint.previous_secret and (endpoint.previous_until_ms or 0) > now_ms():
+        keys.append(standard_webhooks.key_of(policy.sealer.open(endpoint.previous_secret)))
+    timestamp = int(time.time())
+    headers = {
+        "user-agent": USER_AGENT,
+        "content-type": "application/json",
+        "ce-specversion": "1.0",
+        "ce-id": event_id,
+        "ce-source": f"/v1/topics/{_header_value(topic)}",
+        "ce-type": "queuecore.test",
+        "ce-time": isoformat_ms(now_ms()),
+        "webhook-id": event_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": standard_webhooks.header(keys, event_id, timestamp, body),
+    }
+    return await post(client, endpoint.url, body, headers, endpoint.timeout_ms / 1000)
 
 
 # the breaker -------------------------------------------------------------------------------------

@@ -123,6 +123,11 @@ class UrlWorkers:
         processes see it within ``refresh_seconds``."""
         asyncio.get_running_loop().call_later(0.2, self._wake.set)
 
+    @property
+    def client(self) -> DeliveryClient:
+        """The HTTP client deliveries go through (a dashboard test event goes the same way)."""
+        return self._http
+
     def worker(self, group_id: str) -> UrlWorker | None:
         return self._workers.get(group_id)
 
