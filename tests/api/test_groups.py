@@ -17,7 +17,12 @@ async def topic(client, prod):
 class TestConfig:
     async def test_put_creates_with_defaults_and_merges(self, client, prod, topic):
         group = await configure(client, prod, topic, "workers")
-        assert group["config"] == {"ackTimeout": "30s", "sessionTimeout": "10s", "deadLetter": None, "push": None}
+        assert group["config"] == {
+            "ackTimeout": "30s",
+            "sessionTimeout": "10s",
+            "deadLetter": None,
+            "push": None,
+        }
         assert group["name"] == "workers" and group["topic"] == "orders" and group["consumers"] == 0
         group = await configure(client, prod, topic, "workers", ackTimeout="2m")
         assert group["config"]["ackTimeout"] == "2m" and group["config"]["sessionTimeout"] == "10s"
@@ -27,7 +32,12 @@ class TestConfig:
         group = await configure(client, prod, topic, "workers", sessionTimeout="3s")
         assert group["config"]["deadLetter"]["maxRetries"] == 3
         group = await configure(client, prod, topic, "workers", deadLetter=None)
-        assert group["config"] == {"ackTimeout": "2m", "sessionTimeout": "3s", "deadLetter": None, "push": None}
+        assert group["config"] == {
+            "ackTimeout": "2m",
+            "sessionTimeout": "3s",
+            "deadLetter": None,
+            "push": None,
+        }
         described = await client.get("/v1/topics/orders/groups/workers", headers=prod)
         assert described.json()["config"] == group["config"]
 
