@@ -291,7 +291,12 @@ async def refuse_join(session: AsyncSession, group_id: str, member_id: str | Non
     if member_id is not None and is_worker(member_id):
         raise InvalidRequest.field("memberId", "not a member id issued by QueueCore (csr_…)")
     if await PushRepository.from_session(session).get(group_id) is not None:
-        raise GroupActive(
-            "This is a push group (its config sets push): messages are POSTed to its URL, and it takes "
-            "no WebSocket, SSE or pull members. Set push to null to consume it yourself."
-        )
+        raise push_group_active()
+
+
+def push_group_active() -> GroupActive:
+    """The refusal of a consumer joining a push group."""
+    return GroupActive(
+        "This is a push group (its config sets push): messages are POSTed to its URL, and it takes "
+        "no WebSocket, SSE or pull members. Set push to null to consume it yourself."
+    )

@@ -341,3 +341,27 @@ async def _lag_zero(client, headers, topic="orders", group="hooks"):
 async def _no_consumers(client, headers, topic="orders", group="hooks"):
     r = await client.get(f"/v1/topics/{topic}/groups/{group}", headers=headers)
     return r.json()["consumers"] == 0
+
+
+class TestWebSocketOnAPushGroup:
+    """Real servers (embedded and scale-out): a WebSocket consume of a push group is refused at the
+    upgrade with 409 and the envelope, like a pull join."""
+
+    async def test_the_upgrade_is_refused_with_409(self, api, push_receiver):
+        import websockets
+        from websockets.asyncio.client import connect
+
+        topic = api.topic()
+        api.ok("PUT", f"/v1/topics/{topic}/groups/g", {"push": {"url": push_receiver.url}})
+
+        async def refused():
+            try:
+                ws = await connect(api.ws_url(topic), additional_headers=api.headers)
+            except websockets.InvalidStatus as error:
+                return error.response
+            await ws.close()  # not yet seen by this node's refresh: try again
+            return None
+
+        response = await eventually(refused, seconds=10)
+        assert response is not None and response.status_code == 409
+        assert json.loads(response.body)["error"]["code"] == "GROUP_ACTIVE"

@@ -113,6 +113,7 @@ class UrlWorkers:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._closed = False
+        self._pushing: set[tuple[str, str]] = set()  # (topic id, group name) of every push group
 
     def start(self) -> None:
         self.attempts.start()
@@ -122,6 +123,11 @@ class UrlWorkers:
         """Look at the push groups shortly (this process is committing a change to one): the other
         processes see it within ``refresh_seconds``."""
         asyncio.get_running_loop().call_later(0.2, self._wake.set)
+
+    def pushes(self, topic_id: str, group: str) -> bool:
+        """Whether the group is a push group, as of the last refresh (no metadata read): how a WebSocket
+        consume is refused at the upgrade; the join itself checks the store again."""
+        return (topic_id, group) in self._pushing
 
     @property
     def client(self) -> DeliveryClient:
@@ -162,6 +168,7 @@ class UrlWorkers:
         """Start, change and stop workers to match the push groups in the metadata store."""
         async with self._metadata.session(readonly=True) as session:
             targets = {t.group_id: t for t in await PushRepository.from_session(session).targets()}
+        self._pushing = {(t.topic_id, t.group_name) for t in targets.values()}
         for group_id in [g for g in self._workers if g not in targets]:
             worker = self._workers.pop(group_id)
             await worker.close()
