@@ -245,6 +245,19 @@ async def _endpoint(
     return endpoint
 
 
+async def reseal(session: AsyncSession, sealer: Sealer) -> int:
+    """Seal under the current key every push secret kept under the previous one (a rotation of
+    ``QUEUECORE_SECRET_KEY``); how many groups' were."""
+    repo = PushRepository.from_session(session)
+    done = 0
+    for group_id, secret, previous in await repo.sealed_secrets():
+        if sealer.stale(secret) or (previous is not None and sealer.stale(previous)):
+            fresh_previous = sealer.seal(sealer.open(previous)) if previous is not None else None
+            await repo.replace_secrets(group_id, sealer.seal(sealer.open(secret)), fresh_previous)
+            done += 1
+    return done
+
+
 async def endpoint_of(session: AsyncSession, topic: TopicRef, name: str) -> PushEndpoint:
     """A push group's endpoint row (``GROUP_NOT_FOUND``; 400 when the group is not a push group)."""
     return await _endpoint(session, topic, name)

@@ -17,7 +17,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from app.broker import message_ids
+from app.broker import message_ids, push_groups
 from app.broker.delivery.url_client import DeliveryClient
 from app.broker.delivery.url_push import Outcome, UrlWorker
 from app.broker.errors import CODED_ERRORS
@@ -153,6 +153,14 @@ class UrlWorkers:
         await self._http.aclose()
 
     async def _run(self) -> None:
+        try:
+            async with self._metadata.session() as session:
+                if resealed := await push_groups.reseal(session, self.policy.sealer):
+                    logger.info(
+                        "push signing secrets sealed under the current key", extra={"count": resealed}
+                    )
+        except Exception:  # a secret no key opens is reported; the other groups are delivered
+            logger.exception("push signing secrets could not all be sealed again")
         while True:
             self._wake.clear()
             try:

@@ -85,6 +85,18 @@ class PushRepository(Repository):
         rows = (await self.session.execute(stmt)).all()
         return [PushTarget(*row) for row in rows]  # type: ignore[call-arg]  # the columns, in order
 
+    async def sealed_secrets(self) -> list[tuple[str, str, str | None]]:
+        """Every push group's ``(group_id, secret, previous_secret)`` as stored (sealed)."""
+        stmt = select(endpoints.c.group_id, endpoints.c.secret, endpoints.c.previous_secret)
+        return [(g, s, p) for g, s, p in (await self.session.execute(stmt)).all()]
+
+    async def replace_secrets(self, group_id: str, secret: str, previous_secret: str | None) -> None:
+        await self.session.execute(
+            update(endpoints)
+            .where(endpoints.c.group_id == group_id)
+            .values(secret=secret, previous_secret=previous_secret)
+        )
+
     async def set_breaker(self, group_id: str, failures: int, open_until_ms: int | None) -> None:
         await self.session.execute(
             update(endpoints)
