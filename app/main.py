@@ -17,6 +17,7 @@ import app as package
 from app.api import admin, consumers, dlq, groups, health, messages, metrics, offsets, tokens, topics, ws
 from app.api import alerts as alert_routes
 from app.api import events as event_routes
+from app.api import push as push_routes
 from app.api import schedules as schedule_routes
 from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
@@ -24,10 +25,12 @@ from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
 from app.broker.connections import ConnectionRegistry
 from app.broker.delivery import flow
+from app.broker.delivery.url_workers import UrlWorkers
 from app.broker.groups import KnownGroups
 from app.broker.idempotency import SharedIdempotency
 from app.broker.keys import KeyAuthenticator
 from app.broker.publishing import Publisher
+from app.broker.push_groups import PushPolicy
 from app.broker.schedules.runner import ScheduleRunner
 from app.broker.stored_bytes import StoredBytes
 from app.broker.topics import TopicDirectory, sweep_orphan_logs
@@ -165,6 +168,9 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
     )
     connections.start()
     stored_bytes = StoredBytes(metadata, log, refresh_seconds=settings.stored_bytes_refresh_seconds)
+    push_policy = PushPolicy.from_settings(settings)
+    push_workers = UrlWorkers(metadata, log, push_policy)
+    push_workers.start()
     application.state.services = Services(
         settings=settings,
         metadata=metadata,
@@ -178,6 +184,8 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         connections=connections,
         stored_bytes=stored_bytes,
         known_groups=KnownGroups(),
+        push_policy=push_policy,
+        push_workers=push_workers,
     )
     # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
     # which otherwise rescan it and stall requests (the p99 of publishing).
@@ -191,6 +199,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await connections.close_all()
+        await push_workers.close()
         await stored_bytes.close()
         await schedule_runner.close()
         await schedules_store.close()
@@ -254,6 +263,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(groups.router)
     application.include_router(offsets.router)
     application.include_router(dlq.router)
+    application.include_router(push_routes.router)
     application.include_router(alert_routes.router)
     application.include_router(schedule_routes.router)
     application.include_router(consumers.router)

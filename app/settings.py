@@ -180,6 +180,15 @@ class Settings(BaseSettings):
     schedule_claim_seconds: float = Field(default=5.0, gt=0)
     schedule_catch_up_seconds: float = Field(default=30.0, ge=0)
     schedule_runs_kept: int = Field(default=100, ge=1, le=10_000)
+    # Push groups (group config ``push``): how often each API process looks for push groups to start,
+    # change or stop workers for; hosts exempt from the production SSRF rule (as alert_allowed_hosts);
+    # attempts kept per group for the attempts API; the per-endpoint breaker (failures in a row to open,
+    # the longest it stays open).
+    push_refresh_seconds: float = Field(default=1.0, gt=0)
+    push_allowed_hosts: list[str] = Field(default_factory=list)
+    push_attempts_kept: int = Field(default=1000, ge=10)
+    push_breaker_threshold: int = Field(default=5, ge=1)
+    push_breaker_max_seconds: float = Field(default=60.0, gt=0)
     # Tracing (docs/operations.md "Tracing"): spans exported over OTLP/HTTP. Unset, it is on exactly when
     # the standard OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; off, it costs
     # nothing (OpenTelemetry's SDK and exporter are not even imported). The exporter reads the other OTEL_EXPORTER_OTLP_*.

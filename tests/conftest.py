@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.server",
     "tests.fixtures.webhooks",
+    "tests.fixtures.push_receivers",
 ]
 
 # The metadata store each deployment runs on; "jetstream" is the scale-out shape: Postgres, Redis for limits,

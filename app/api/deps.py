@@ -15,9 +15,11 @@ from starlette.requests import HTTPConnection
 
 from app.broker.alerts import AlertDispatcher
 from app.broker.connections import ConnectionRegistry
+from app.broker.delivery.url_workers import UrlWorkers
 from app.broker.groups import KnownGroups
 from app.broker.keys import KeyAuthenticator, Principal
 from app.broker.publishing import Publisher
+from app.broker.push_groups import PushPolicy
 from app.broker.rate_limits import Category, limit_for
 from app.broker.stored_bytes import StoredBytes
 from app.broker.topics import Scope, TopicDirectory, TopicRef
@@ -45,6 +47,8 @@ class Services:
     connections: ConnectionRegistry
     stored_bytes: StoredBytes
     known_groups: KnownGroups
+    push_policy: PushPolicy
+    push_workers: UrlWorkers
     # Set on SIGTERM (``app/api/draining.py``): health answers 503 ``draining`` so balancers move on.
     draining: bool = False
 

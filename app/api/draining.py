@@ -37,6 +37,8 @@ async def drain(application: FastAPI) -> None:
     logger.info("draining: health answers 503, %d push connections asked to reconnect elsewhere", ended)
     if not await services.connections.drained(CONNECTIONS_GRACE_SECONDS):
         logger.warning("draining: some push connections had not closed after %g s", CONNECTIONS_GRACE_SECONDS)
+    # Push groups' URL workers finish their POSTs, ack, and leave: other nodes take their partitions now.
+    await services.push_workers.close()
     rest = services.settings.drain_seconds - (loop.time() - started)
     if rest > 0:
         await asyncio.sleep(rest)

@@ -21,7 +21,7 @@ from app.api.schemas.groups import (
     Positions,
     ResetOffsetsIn,
 )
-from app.broker import groups, offsets
+from app.broker import groups, offsets, push_groups
 from app.errors import responses
 
 router = APIRouter(prefix="/v1/topics/{name}/groups", tags=["groups"], route_class=JsonRoute)
@@ -29,7 +29,7 @@ router = APIRouter(prefix="/v1/topics/{name}/groups", tags=["groups"], route_cla
 _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 
 
-def _group(detail: groups.GroupDetail) -> Group:
+def _group(detail: groups.GroupDetail, push: dict[str, Any] | None = None) -> Group:
     return Group.model_validate(
         {
             "name": detail.name,
@@ -39,7 +39,7 @@ def _group(detail: groups.GroupDetail) -> Group:
                 GroupPartition(id=p.partition, consumer=p.consumer, offset=p.current, lag=p.lag)
                 for p in detail.partitions
             ],
-            "config": detail.config,
+            "config": {**detail.config, "push": push},
         }
     )
 
@@ -66,13 +66,14 @@ async def describe_group(
 ) -> Group:
     """A group: per partition its consumer, committed offset and lag; and its config."""
     topic = await topics.get(name)
-    return _group(await groups.describe_group(session, services.log, topic, group))
+    detail = await groups.describe_group(session, services.log, topic, group)
+    return _group(detail, await push_groups.push_view(session, services.push_policy, topic, group))
 
 
 @router.put(
     "/{group}",
     response_model=Group,
-    responses=responses("INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_NOT_FOUND"),
+    responses=responses("INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_NOT_FOUND", "GROUP_ACTIVE"),
 )
 async def upsert_group(
     name: TopicNamePath,
@@ -83,8 +84,9 @@ async def upsert_group(
     session: SessionDep,
 ) -> Group:
     """Create the group or merge the given config fields (``deadLetter``, ``maxInFlight``, ``rate`` or
-    ``filter`` null removes it); creating one past the topic's groups quota is 403 ``QUOTA_EXCEEDED``. A
-    changed filter applies from the group's read positions, answered as ``filterAppliesFrom``."""
+    ``filter`` null removes it, ``push: null`` turns push off; the PUT that first sets ``push`` answers its
+    secret, once); creating one past the topic's groups quota is 403 ``QUOTA_EXCEEDED``. A changed filter
+    applies from the group's read positions, answered as ``filterAppliesFrom``."""
     topic = await topics.get(name)
     extra: dict[str, Any] = {}
     if "deadLetter" in body.model_fields_set:
@@ -93,12 +95,20 @@ async def upsert_group(
         if wire in body.model_fields_set:
             extra[attribute] = getattr(body, wire)
     before = await groups.current_filter(session, topic, group)
-    updated = await groups.upsert_config(
+    row = await groups.upsert_config(
         session, topic, group, ack_timeout=body.ackTimeout, session_timeout=body.sessionTimeout, **extra
     )
-    answer = _group(await groups.describe_group(session, services.log, topic, group))
-    if "filter" in body.model_fields_set and updated.filter != before:
-        positions = await groups.read_positions(session, services.log, topic, updated.id)
+    revealed = None
+    if "push" in body.model_fields_set:
+        push = body.push.model_dump(exclude_unset=True) if body.push else None
+        revealed = await push_groups.set_push(session, services.log, services.push_policy, topic, row, push)
+        services.push_workers.wake_soon()
+    detail = await groups.describe_group(session, services.log, topic, group)
+    answer = _group(
+        detail, await push_groups.push_view(session, services.push_policy, topic, group, revealed)
+    )
+    if "filter" in body.model_fields_set and row.filter != before:
+        positions = await groups.read_positions(session, services.log, topic, row.id)
         answer.filterAppliesFrom = [FilterStart(partition=p, offset=o) for p, o in positions]
     return answer
 

@@ -29,7 +29,7 @@ from app.api.deps import Services, charge, topics_of
 from app.api.routing import JsonRoute
 from app.api.schemas.frames import CloseCode
 from app.api.stream_auth import OTHER_TOPIC, authenticate_stream
-from app.broker import groups
+from app.broker import groups, push_groups
 from app.broker.delivery import membership
 from app.broker.delivery.frames import validate_max_in_flight
 from app.broker.delivery.push import PushMember
@@ -93,6 +93,8 @@ async def consume(websocket: WebSocket, name: str) -> None:
                 raise ApiError("INVALID_API_KEY", OTHER_TOPIC)
             # A group this connection would create past the topic's quota is refused here (403).
             await groups.ensure_exists(services.metadata, topic, group, services.known_groups)
+            if services.push_workers.pushes(topic.id, group):
+                raise push_groups.push_group_active()  # its members are its URL workers (409)
         except CODED_ERRORS as exc:
             raise ApiError.from_broker(exc) from None
     except ApiError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import dead_letter_logs, durations, filters, quotas
+from app.broker import dead_letter_logs, durations, filters, push_groups, quotas
 from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
 from app.broker.quotas import Quota
 from app.broker.topics import TopicRef
@@ -363,7 +363,8 @@ async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef,
 
 
 async def require_stopped(repo: GroupRepository, group: ConsumerGroup, what: str) -> None:
-    live = await repo.live_members(group.id, now_ms())
+    # A push group's URL workers are the service's own members, not connected consumers.
+    live = [m for m in await repo.live_members(group.id, now_ms()) if not push_groups.is_worker(m)]
     if live:
         raise GroupActive(
             f"Group '{group.name}' has {len(live)} connected member{'s' if len(live) != 1 else ''}; "

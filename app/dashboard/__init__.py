@@ -12,6 +12,7 @@ from app.dashboard import (  # noqa: F401 - the page modules register their page
     auth,
     group_flow,
     project_pages,
+    push_pages,
     schedule_pages,
 )
 from app.dashboard.routes import HERE, CsrfRefused, NotFoundPage, SignInRequired, router, templates

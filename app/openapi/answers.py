@@ -69,6 +69,7 @@ TAGS: dict[str, str] = {
     "offsets": "A consumer group's committed positions: read, seek and reset while consuming.",
     "consumers": "The pull consumer: join a group, heartbeat, poll, ack, nack, extend and leave.",
     "dlq": "A group's dead letters: list, replay, delete and the audit of what was done.",
+    "push": "Push groups: rotate the signing secret of a group that POSTs its messages to a URL, and its recent attempts.",
     "alerts": "The project's alert webhook endpoint and its delivery log.",
     "schedules": "Publish a message to a topic on a cron expression or a fixed period; each run's message.",
     "tokens": "Short-lived tokens for the WebSocket push consumer.",

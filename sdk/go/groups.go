@@ -26,6 +26,7 @@ type ConsumerGroupConfig struct {
 	MaxInFlight    int         `json:"maxInFlight"`    // unacked messages across all members; 0: no limit
 	Rate           float64     `json:"rate"`           // messages per second to the group; 0: no limit
 	Filter         string      `json:"filter"`         // only matching messages are delivered; "": all
+	Push           *PushConfig `json:"push"`           // nil unless the group POSTs its messages to a URL
 }
 
 // FilterStart is where a changed filter starts to decide, in one partition.
@@ -69,7 +70,7 @@ type PartitionPosition struct {
 
 // ConsumerGroupUpdateParams changes a group's config (it creates the group if needed); fields left
 // zero keep their value. RemoveDeadLetter removes the DLQ; RemoveMaxInFlight, RemoveRate and
-// RemoveFilter remove the group's flow control and filter.
+// RemoveFilter remove the group's flow control and filter; RemovePush turns push off.
 type ConsumerGroupUpdateParams struct {
 	AckTimeout       string
 	SessionTimeout   string
@@ -85,6 +86,8 @@ type ConsumerGroupUpdateParams struct {
 	// (docs/consuming.md, "Filters"). A bad one is an *Error with Details on "filter".
 	Filter       string
 	RemoveFilter bool
+	Push         *PushParams // the answer of the first Update that sets it holds the signing secret
+	RemovePush   bool
 }
 
 // ResetOffsetsParams: To is "earliest", "latest", or an offset in decimal ("4800", see ResetTo).
@@ -170,6 +173,11 @@ func (s *ConsumerGroupService) Update(ctx context.Context, topic, group string, 
 		body["filter"] = null
 	} else if params.Filter != "" {
 		body["filter"] = params.Filter
+	}
+	if params.RemovePush {
+		body["push"] = json.RawMessage("null")
+	} else if params.Push != nil {
+		body["push"] = params.Push
 	}
 	var g ConsumerGroup
 	if _, err := c.do(ctx, request{method: "PUT", path: groupPath(topic, group), body: body}, &g); err != nil {

@@ -25,6 +25,7 @@ class TestConfig:
             "sessionTimeout": "10s",
             "deadLetter": None,
             **NO_FLOW,
+            "push": None,
         }
         assert group["name"] == "workers" and group["topic"] == "orders" and group["consumers"] == 0
         group = await configure(client, prod, topic, "workers", ackTimeout="2m")
@@ -35,7 +36,13 @@ class TestConfig:
         group = await configure(client, prod, topic, "workers", sessionTimeout="3s")
         assert group["config"]["deadLetter"]["maxRetries"] == 3
         group = await configure(client, prod, topic, "workers", deadLetter=None)
-        assert group["config"] == {"ackTimeout": "2m", "sessionTimeout": "3s", "deadLetter": None, **NO_FLOW}
+        assert group["config"] == {
+            "ackTimeout": "2m",
+            "sessionTimeout": "3s",
+            "deadLetter": None,
+            **NO_FLOW,
+            "push": None,
+        }
         described = await client.get("/v1/topics/orders/groups/workers", headers=prod)
         assert described.json()["config"] == group["config"]
 

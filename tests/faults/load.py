@@ -352,7 +352,9 @@ class Load:
                 r = await http.get(f"/v1/topics/{TOPIC}/groups/{group}/offsets")
                 lags[group] = sum(p["lag"] for p in r.json()["data"]) if r.status_code == 200 else -1
                 if r.status_code == 200:
-                    self.recorder.record("offsets", group=group, at=Recorder.now(), partitions=r.json()["data"])
+                    self.recorder.record(
+                        "offsets", group=group, at=Recorder.now(), partitions=r.json()["data"]
+                    )
             return lags
 
     async def final_reads(self) -> dict[str, dict[int, list[dict[str, Any]]]]:

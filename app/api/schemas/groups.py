@@ -19,6 +19,7 @@ from app.api.schemas.constraints import (
     at_most,
     schema,
 )
+from app.api.schemas.push import PushConfig, PushConfigIn
 from app.broker import topics
 
 Reset = Annotated[str, schema(enum=["earliest", "latest"])]
@@ -49,6 +50,7 @@ class GroupConfigUpdate(RequestBody):
         examples=['headers.type IN ("order.created", "order.paid") AND NOT hasPrefix(key, "test-")'],
         description="Only matching messages are delivered (docs/consuming.md, Filters); null removes it",
     )
+    push: PushConfigIn | None = Field(None, description="POST each message to a URL; null turns push off")
 
 
 class DeadLetter(ResponseBody):
@@ -64,6 +66,7 @@ class GroupConfig(ResponseBody):
     maxInFlight: int | None = Field(None, description="Unacked messages across all members; null: no limit")
     rate: float | None = Field(None, description="Messages per second delivered to the group; null: no limit")
     filter: str | None = Field(None, description="Only matching messages are delivered; null: all of them")
+    push: PushConfig | None = None
 
 
 class GroupSummary(ResponseBody):

@@ -2,25 +2,22 @@
 
 The secret is given, or generated and answered once; it is kept sealed (``AlertPolicy.sealer``). Under
 the SSRF rule (``AlertPolicy.block_internal``, production) the URL may not resolve to a loopback,
-private, link-local or otherwise internal address unless its host is in ``allowed_hosts``; checked when
-it is set and again before every delivery (DNS can change), resolving off the event loop. A delivery
-connects to the address the check approved (no rebinding in between). Redirects are not followed.
+private, link-local or otherwise internal address unless its host is in ``allowed_hosts`` (the rule is
+``app/broker/urls.py``, shared with push groups); checked when it is set and again before every delivery
+(DNS can change). A delivery connects to the address the check approved (no rebinding in between).
+Redirects are not followed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import secrets
-import socket
 import string
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.broker import urls
 from app.broker.alerts.policy import AlertPolicy
 from app.broker.errors import AlertEndpointNotFound, InvalidRequest
 from app.kit.clock import isoformat_ms, now_ms, utcnow
@@ -34,123 +31,19 @@ def new_secret() -> str:
     return "whsec_" + "".join(secrets.choice(_BASE62) for _ in range(32))
 
 
-# SSRF --------------------------------------------------------------------------------------------
+# SSRF (the shared rule: app/broker/urls.py) -------------------------------------------------------
+
+BlockedUrl = urls.BlockedUrl
+Destination = urls.Destination
 
 
-def _allowed(host: str, addresses: list[str], allow: tuple[str, ...]) -> bool:
-    for entry in allow:
-        if entry.lower() == host.lower():
-            return True
-        try:
-            network = ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            continue
-        if any(ipaddress.ip_address(a) in network for a in addresses):
-            return True
-    return False
-
-
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address carries and may be routed to: mapped (``::ffff:a.b.c.d``),
-    6to4 (``2002::/16``), Teredo (its server and client) and NAT64 (``64:ff9b::/96``)."""
-    found = []
-    if ip.ipv4_mapped is not None:
-        found.append(ip.ipv4_mapped)
-    if ip.sixtofour is not None:
-        found.append(ip.sixtofour)
-    if ip.teredo is not None:
-        found.extend(ip.teredo)
-    if ip in _NAT64:
-        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    return found
-
-
-def _internal_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    return (
-        ip.is_loopback
-        or ip.is_private
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-        or not ip.is_global
-    )
-
-
-def _internal(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(ip)
-        if embedded:  # judged by where it leads: a 6to4 address of 127.0.0.1 is the loopback
-            return any(_internal_ip(v4) for v4 in embedded) or (
-                ip.ipv4_mapped is None and _internal_ip(ip) and not ip.sixtofour and not ip.teredo
-            )
-    return _internal_ip(ip)
-
-
-async def _resolve(host: str, port: int) -> list[str]:
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({str(info[4][0]) for info in infos})
-
-
-class BlockedUrl(InvalidRequest):
-    """An alert URL the SSRF rule refuses."""
-
-
-@dataclass(frozen=True, slots=True)
-class Destination:
-    """Where a delivery connects: the URL as set, or (production) pinned to the address the SSRF check
-    approved, with the original host in the ``Host`` header and for TLS (SNI)."""
-
-    url: str
-    host_header: str | None = None
-    sni_hostname: str | None = None
+def url_rule(policy: AlertPolicy) -> urls.UrlRule:
+    return urls.UrlRule("url", "alerts", policy.block_internal, policy.allowed_hosts)
 
 
 async def check_url(policy: AlertPolicy, url: Any) -> Destination:
     """Where ``url`` may receive alerts; else ``INVALID_REQUEST`` saying why."""
-    if not isinstance(url, str) or not url or len(url) > 2048:
-        raise InvalidRequest.field("url", "expected an http(s) URL of at most 2048 characters")
-    try:
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise InvalidRequest.field("url", "not a valid URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest.field("url", "expected an http:// or https:// URL with a host")
-    if parts.username or parts.password:
-        raise InvalidRequest.field("url", "credentials in the URL are not allowed; sign with the secret")
-    host = parts.hostname.rstrip(".")
-    try:  # the HTTP client must read the very host this check reads (no parser differential)
-        same_host = httpx.URL(url).host.rstrip(".").lower() == host.lower()
-    except (httpx.InvalidURL, ValueError):
-        same_host = False
-    if not same_host:
-        raise InvalidRequest.field("url", "not a valid URL")
-    if not policy.block_internal:
-        return Destination(url)
-    try:
-        addresses = await _resolve(host, port)
-    except (OSError, ValueError):
-        raise InvalidRequest.field("url", f"the host '{host}' does not resolve") from None
-    if not addresses:
-        raise InvalidRequest.field("url", f"the host '{host}' does not resolve")
-    if not _allowed(host, addresses, policy.allowed_hosts) and any(_internal(a) for a in addresses):
-        # Which address the host resolved to is not said: the answer is no DNS oracle for callers.
-        raise BlockedUrl.field("url", "the address is not allowed; alerts go to public hosts only")
-    # Connect to the address just checked: a second DNS answer (rebinding) cannot differ from it.
-    pinned = ipaddress.ip_address(addresses[0].split("%", 1)[0])
-    literal = f"[{pinned}]" if pinned.version == 6 else str(pinned)
-    netloc = f"{literal}:{parts.port}" if parts.port else literal
-    return Destination(
-        urlunsplit(parts._replace(netloc=netloc)),
-        host_header=parts.netloc.rsplit("@", 1)[-1],
-        sni_hostname=host if parts.scheme == "https" else None,
-    )
+    return await urls.check_url(url_rule(policy), url)
 
 
 # the endpoint ------------------------------------------------------------------------------------

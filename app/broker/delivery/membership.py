@@ -19,7 +19,7 @@ from typing import TypeVar, cast
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import durations, groups
+from app.broker import durations, groups, push_groups
 from app.broker.delivery.assignment import assign
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
 from app.broker.topics import TopicRef
@@ -183,9 +183,11 @@ async def join(
     start_from: str = "latest",
     session_timeout: str | None = None,
     push: bool = False,
+    url_worker: bool = False,
 ) -> Membership:
     """Join (or rejoin with ``member_id``) a group, creating the group if needed. A ``push`` member
-    keeps its first-delivery leases in memory (``push.PushMember``)."""
+    keeps its first-delivery leases in memory (``push.PushMember``). Only a ``url_worker``
+    (``url_push.UrlWorker``) joins a push group (``push_groups.refuse_join``)."""
     groups.validate_name(group_name)
     if start_from not in START_FROM:
         raise InvalidRequest.field("startFrom", "must be 'earliest' or 'latest'")
@@ -201,6 +203,7 @@ async def join(
         repo = GroupRepository.from_session(session)
         partition_rows = PartitionRepository.from_session(session)
         group = await groups.ensure_group(session, topic, group_name)
+        await push_groups.refuse_join(session, group.id, member_id, url_worker)
         now = now_ms()
         text = session_timeout if session_timeout is not None else group.session_timeout
         ms = timeout_ms if timeout_ms is not None else group.session_timeout_ms

@@ -252,6 +252,55 @@ class DlqAuditEntry(Base):
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class PushEndpoint(Base):
+    """A push group's URL (``push`` in the group config): where each message is POSTed, how, and the
+    secrets deliveries are signed with. A group without a row is no push group.
+
+    ``secret`` signs every delivery; after a rotation ``previous_secret`` signs too until
+    ``previous_until_ms`` (24 h), so receivers can switch without a gap. Both are kept sealed. The breaker
+    (``breaker_failures`` in a row, open until ``breaker_open_until_ms``) is written on changes only, for
+    describe and the dashboard; the worker of each node keeps its own in memory.
+    """
+
+    __tablename__ = "push_endpoints"
+
+    group_id: Mapped[str] = mapped_column(
+        ForeignKey("consumer_groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    url: Mapped[str] = mapped_column(String(2048))
+    max_concurrency: Mapped[int] = mapped_column(Integer)
+    rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    timeout: Mapped[str] = mapped_column(String(16))
+    timeout_ms: Mapped[int] = mapped_column(BigInteger)
+    ordered: Mapped[bool] = mapped_column(Boolean)
+    mode: Mapped[str] = mapped_column(String(16))
+    # Needed in clear to sign; never answered after the one-time reveal, never logged.
+    secret: Mapped[str] = mapped_column(String(255))
+    previous_secret: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    previous_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    breaker_failures: Mapped[int] = mapped_column(Integer, default=0)
+    breaker_open_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PushAttempt(Base):
+    """One POST of a message to a push group's URL: what came back (``status`` None: no answer) and how
+    long it took. Written in batches; the newest ``push_attempts.KEEP`` per group are kept."""
+
+    __tablename__ = "push_attempts"
+    __table_args__ = (Index("ix_push_attempts_group", "group_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    group_id: Mapped[str] = mapped_column(ForeignKey("consumer_groups.id", ondelete="CASCADE"))
+    message_id: Mapped[str] = mapped_column(String(64))
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    latency_ms: Mapped[int] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(String(500), nullable=True)
+
+
 class AlertEndpoint(Base):
     """An environment's alert webhook: where its events go, the secret they are signed with, and its
     breaker. One per project environment: a key manages its own environment's endpoint only.

@@ -43,6 +43,8 @@ export type { SeekParams } from './resources/offsets.js';
 export { Dlq } from './resources/dlq.js';
 export { Alerts } from './resources/alerts.js';
 export { Schedules } from './resources/schedules.js';
+export { DEFAULT_WEBHOOK_TOLERANCE, signWebhook, verifyWebhook, WebhookVerificationError } from './webhooks.js';
+export type { VerifyWebhookOptions, WebhookHeaders } from './webhooks.js';
 export type * from './types.js';
 export { VERSION } from './version.js';
 export { QueueCore as default } from './client.js';

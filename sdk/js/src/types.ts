@@ -176,6 +176,8 @@ export interface GroupConfig {
   rate: number | null;
   /** Only messages matching it are delivered (docs/consuming.md, "Filters"); `null`: all of them. */
   filter: string | null;
+  /** `null` unless the group POSTs its messages to a URL. */
+  push?: PushConfig | null;
 }
 
 export interface GroupUpdateParams {
@@ -189,12 +191,55 @@ export interface GroupUpdateParams {
   rate?: number | null;
   /** E.g. `'headers.type = "order" AND hasPrefix(key, "eu-")'`; `null` removes it. */
   filter?: string | null;
+  /** POST every message to a URL (`url` required the first time); `null` turns push off. */
+  push?: PushParams | null;
 }
 
 /** Where a changed filter starts to decide, in one partition. */
 export interface FilterStart {
   partition: number;
   offset: number;
+}
+
+/** A push group's settings, as given to `consumerGroups.update`; unset fields keep the server's value. */
+export interface PushParams {
+  /** Where each message is POSTed (`https://` in production). */
+  url?: string;
+  /** POSTs in flight at once per API process; default 16. */
+  maxConcurrency?: number;
+  /** Messages per second; `null`: no limit (the default). */
+  rate?: number | null;
+  /** Per POST, `"100ms"` to `"5m"`; default `"10s"`. */
+  timeout?: string;
+  /** One delivery in flight per partition, in offset order; default false. */
+  ordered?: boolean;
+  /** CloudEvents binary (default) or structured mode. */
+  mode?: 'binary' | 'structured';
+}
+
+/** A push group's `config.push`. */
+export interface PushConfig {
+  url: string;
+  maxConcurrency: number;
+  rate: number | null;
+  timeout: string;
+  ordered: boolean;
+  mode: 'binary' | 'structured';
+  /** Masked (`whsec_…abcd`), except in the answer of the update that first set `push`: keep it. */
+  secret: string;
+  /** The endpoint's circuit breaker, as the delivery workers last wrote it. */
+  breaker: 'closed' | 'open';
+}
+
+/** One POST of a message to a push group's URL. */
+export interface PushAttempt {
+  messageId: string;
+  attempt: number;
+  at: string;
+  /** The HTTP status; `null` when no answer came (timeout, connection error). */
+  status: number | null;
+  latencyMs: number;
+  error: string | null;
 }
 
 export interface ConsumerGroupSummary {

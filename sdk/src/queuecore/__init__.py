@@ -10,7 +10,7 @@
     print(result.offset, result.partition)
 """
 
-from . import pagination, resources, types
+from . import pagination, resources, types, webhooks
 from ._client import AsyncQueueCore, QueueCore
 from ._constants import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from ._consumer import AsyncConsumer, Consumer, RebalanceEvent
@@ -64,6 +64,10 @@ from .types import (
     PartitionOffset,
     PartitionPosition,
     PublishResult,
+    Push,
+    PushAttempt,
+    PushConfig,
+    PushSecret,
     ReplayAllResult,
     ReplayResult,
     Replica,
@@ -73,6 +77,7 @@ from .types import (
     Topic,
     TopicDetail,
 )
+from .webhooks import WebhookVerificationError
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -123,6 +128,10 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "PublishResult",
+    "Push",
+    "PushAttempt",
+    "PushConfig",
+    "PushSecret",
     "QueueCore",
     "QueueCoreError",
     "RateLimit",
@@ -138,10 +147,12 @@ __all__ = [
     "SyncCursorPage",
     "Topic",
     "TopicDetail",
+    "WebhookVerificationError",
     "__version__",
     "pagination",
     "resources",
     "types",
+    "webhooks",
 ]
 
 # Clients, pages and exceptions show as queuecore.X rather than queuecore._client.X (as httpx does), so
@@ -168,6 +179,7 @@ _public: tuple[type, ...] = (
     QueueCoreError,
     RateLimitError,
     ServiceUnavailableError,
+    WebhookVerificationError,
     BadRequestError,
     AckError,
     APIResponse,

@@ -5,6 +5,7 @@ import type {
   ConsumerGroupSummary,
   GroupUpdateParams,
   PartitionPosition,
+  PushAttempt,
   RequestOptions,
 } from '../types.js';
 
@@ -59,6 +60,31 @@ export class ConsumerGroups extends APIResource {
       method: 'POST',
       path: `${groupPath(topic, group)}/reset-offsets`,
       body: { to: params.to },
+      ...options,
+    });
+    return answer.data;
+  }
+
+  /** A new signing secret for a push group, answered once; the previous one keeps signing for 24 h. */
+  rotatePushSecret(topic: string, group: string, options?: RequestOptions): Promise<{ secret: string }> {
+    return this.client.requestObject<{ secret: string }>({
+      method: 'POST',
+      path: `${groupPath(topic, group)}/push/rotate-secret`,
+      ...options,
+    });
+  }
+
+  /** A push group's most recent POSTs, newest first (`limit` 1 to 1000, default 50). */
+  async pushAttempts(
+    topic: string,
+    group: string,
+    params: { limit?: number } = {},
+    options?: RequestOptions,
+  ): Promise<PushAttempt[]> {
+    const answer = await this.client.requestObject<{ data: PushAttempt[] }>({
+      method: 'GET',
+      path: `${groupPath(topic, group)}/push/attempts`,
+      query: { limit: params.limit },
       ...options,
     });
     return answer.data;

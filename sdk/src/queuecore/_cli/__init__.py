@@ -10,6 +10,7 @@ stderr.
     queuecore read TOPIC [-p N,...] [--from earliest|latest | --from-offset N | --from-timestamp T] [-f|-e]
     queuecore consume TOPIC --group G [--from earliest] [--count N] [-e] [--no-ack | --nack --reason R]
     queuecore groups list|describe|create|update|delete|reset-offsets TOPIC [GROUP] [config options]
+    queuecore groups push set|off|rotate-secret|attempts TOPIC GROUP  # POST a group's messages to a URL
     queuecore offsets get|seek|reset TOPIC --group G [--partition N] [--offset N|--timestamp T] [--to ...]
     queuecore overview TOPIC                              # partitions, groups, lag on one screen
     queuecore dlq list|replay|replay-all|delete|audit TOPIC --group G [--message-id ID] [--rate R]

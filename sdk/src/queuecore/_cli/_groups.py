@@ -11,6 +11,7 @@ from typing import Any
 from .._client import QueueCore
 from .._exceptions import NotFoundError
 from ..types.consumer_group import DeadLetter
+from . import _push
 from ._args import (
     Subcommands,
     add_command,
@@ -237,3 +238,4 @@ def register(sub: Subcommands) -> None:
     gr.add_argument("group")
     gr.add_argument("--to", type=reset_target, required=True, help="earliest, latest or an offset")
     gr.set_defaults(run=cmd_reset_offsets)
+    _push.register(groups)

@@ -9,12 +9,14 @@ from typing import Any, Literal, Union
 from .._base_client import RequestOptions, parse_model
 from .._resource import AsyncAPIResource, SyncAPIResource, path_segment
 from ..types.consumer_group import ConsumerGroup, ConsumerGroupSummary, DeadLetter, PartitionPosition
+from ..types.push import Push, PushAttempt, PushSecret
 from ._lists import parse_list
 
-__all__ = ["AsyncConsumerGroups", "ConsumerGroups", "DeadLetterParam", "ResetTo"]
+__all__ = ["AsyncConsumerGroups", "ConsumerGroups", "DeadLetterParam", "PushParam", "ResetTo"]
 
 ResetTo = Union[Literal["earliest", "latest"], int]
 DeadLetterParam = Union[DeadLetter, Mapping[str, Any], None]
+PushParam = Union[Push, Mapping[str, Any], None]
 
 
 class _Unset:
@@ -35,6 +37,24 @@ def dead_letter_wire(dead_letter: DeadLetterParam) -> dict[str, Any] | None:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def push_wire(push: PushParam) -> dict[str, Any] | None:
+    """``Push(...)`` or a dict of its snake_case fields as the wire's ``push`` object (``rate=None`` set
+    explicitly is sent: it removes the limit)."""
+    if push is None:
+        return None
+    model = push if isinstance(push, Push) else Push.model_validate(dict(push))
+    wire = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if "rate" in model.model_fields_set and model.rate is None:
+        wire["rate"] = None
+    return wire
+
+
+def _push_options(topic: str, group: str, what: str, limit: int | None = None) -> RequestOptions:
+    if what == "rotate-secret":
+        return RequestOptions("POST", f"{_path(topic, group)}/push/rotate-secret")
+    return RequestOptions("GET", f"{_path(topic, group)}/push/attempts", params={"limit": limit})
+
+
 def _path(topic: str, group: str | None = None) -> str:
     path = f"/v1/topics/{path_segment(topic)}/groups"
     return path if group is None else f"{path}/{path_segment(group)}"
@@ -46,6 +66,7 @@ def _update_options(
     ack_timeout: str | None,
     session_timeout: str | None,
     dead_letter: Any,
+    push: Any = _UNSET,
     *,
     max_in_flight: Any = _UNSET,
     rate: Any = _UNSET,
@@ -62,6 +83,8 @@ def _update_options(
     for wire, value in (("maxInFlight", max_in_flight), ("rate", rate), ("filter", filter)):
         if value is not _UNSET:
             body[wire] = value
+    if push is not _UNSET:
+        body["push"] = push_wire(push)
     return RequestOptions("PUT", _path(topic, group), json=body)
 
 
@@ -99,6 +122,7 @@ class ConsumerGroups(SyncAPIResource):
         max_in_flight: int | None = _UNSET,
         rate: float | None = _UNSET,
         filter: str | None = _UNSET,
+        push: PushParam = _UNSET,
     ) -> ConsumerGroup:
         """Create the group or merge the given settings into its config; omitted settings are kept.
 
@@ -113,6 +137,9 @@ class ConsumerGroups(SyncAPIResource):
             filter: only messages matching it are delivered, e.g. ``'headers.type = "order"'``
                 (docs/consuming.md, "Filters"); ``None`` removes it. A changed filter applies from the
                 offsets in the answer's ``filter_applies_from``.
+            push: ``Push(url=, max_concurrency=, rate=, timeout=, ordered=, mode=)`` or a dict of those
+                fields: POST every message to ``url`` (the answer of the update that first sets it holds
+                the signing secret, once); ``None`` turns push off.
 
         Raises:
             BadRequestError: a value is out of range, or the filter does not parse (``details`` give the
@@ -125,6 +152,7 @@ class ConsumerGroups(SyncAPIResource):
             ack_timeout,
             session_timeout,
             dead_letter,
+            push,
             max_in_flight=max_in_flight,
             rate=rate,
             filter=filter,
@@ -149,6 +177,27 @@ class ConsumerGroups(SyncAPIResource):
             NotFoundError: no such topic or group.
         """
         return parse_list(PartitionPosition, self._client.request(_reset_options(topic, group, to)))
+
+    def rotate_push_secret(self, topic: str, group: str) -> PushSecret:
+        """A new signing secret for a push group, answered once; the previous one keeps signing beside it
+        for 24 h (verify with either: ``queuecore.webhooks.verify(body, headers, [new, old])``).
+
+        Raises:
+            BadRequestError: the group is not a push group.
+            NotFoundError: no such topic or group.
+        """
+        return parse_model(PushSecret, self._client.request(_push_options(topic, group, "rotate-secret")))
+
+    def push_attempts(
+        self, topic: str, group: str, *, limit: int | None = None
+    ) -> builtins.list[PushAttempt]:
+        """A push group's most recent POSTs, newest first (``limit`` 1 to 1000, default 50).
+
+        Raises:
+            BadRequestError: the group is not a push group.
+            NotFoundError: no such topic or group.
+        """
+        return parse_list(PushAttempt, self._client.request(_push_options(topic, group, "attempts", limit)))
 
 
 class AsyncConsumerGroups(AsyncAPIResource):
@@ -175,6 +224,7 @@ class AsyncConsumerGroups(AsyncAPIResource):
         max_in_flight: int | None = _UNSET,
         rate: float | None = _UNSET,
         filter: str | None = _UNSET,
+        push: PushParam = _UNSET,
     ) -> ConsumerGroup:
         """Create the group or merge settings into its config. See ``ConsumerGroups.update``."""
         options = _update_options(
@@ -183,6 +233,7 @@ class AsyncConsumerGroups(AsyncAPIResource):
             ack_timeout,
             session_timeout,
             dead_letter,
+            push,
             max_in_flight=max_in_flight,
             rate=rate,
             filter=filter,
@@ -197,3 +248,15 @@ class AsyncConsumerGroups(AsyncAPIResource):
         """Move every partition of a stopped group. See ``ConsumerGroups.reset_offsets``."""
         response = await self._client.request(_reset_options(topic, group, to))
         return parse_list(PartitionPosition, response)
+
+    async def rotate_push_secret(self, topic: str, group: str) -> PushSecret:
+        """A new signing secret for a push group. See ``ConsumerGroups.rotate_push_secret``."""
+        response = await self._client.request(_push_options(topic, group, "rotate-secret"))
+        return parse_model(PushSecret, response)
+
+    async def push_attempts(
+        self, topic: str, group: str, *, limit: int | None = None
+    ) -> builtins.list[PushAttempt]:
+        """A push group's most recent POSTs. See ``ConsumerGroups.push_attempts``."""
+        response = await self._client.request(_push_options(topic, group, "attempts", limit))
+        return parse_list(PushAttempt, response)

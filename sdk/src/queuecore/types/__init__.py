@@ -29,6 +29,10 @@ from .offset import Offset as Offset
 from .offset import PartitionOffset as PartitionOffset
 from .offset import SeekResult as SeekResult
 from .publish_result import PublishResult as PublishResult
+from .push import Push as Push
+from .push import PushAttempt as PushAttempt
+from .push import PushConfig as PushConfig
+from .push import PushSecret as PushSecret
 from .schedule import Schedule as Schedule
 from .schedule import ScheduleRun as ScheduleRun
 from .topic import Topic as Topic

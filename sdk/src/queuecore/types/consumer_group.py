@@ -1,6 +1,7 @@
 from typing import Optional
 
 from .._models import BaseModel
+from .push import PushConfig
 
 __all__ = [
     "ConsumerGroup",
@@ -43,6 +44,9 @@ class ConsumerGroupConfig(BaseModel):
     """Messages per second delivered to the group; ``None``: no limit."""
     filter: Optional[str] = None
     """Only messages matching it are delivered (the grammar: docs/consuming.md, "Filters"); ``None``: all."""
+
+    push: Optional[PushConfig] = None
+    """``None`` unless the group POSTs its messages to a URL (a push group)."""
 
 
 class FilterStart(BaseModel):

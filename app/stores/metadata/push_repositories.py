@@ -1,0 +1,138 @@
+"""SQL of push groups: their endpoint rows (``push_endpoints``) and recent attempts (``push_attempts``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, delete, insert, select, update
+
+from app.stores.metadata.base import Repository
+from app.stores.metadata.models import ConsumerGroup, PushAttempt, PushEndpoint, Topic
+
+endpoints = cast(Table, PushEndpoint.__table__)
+attempts = cast(Table, PushAttempt.__table__)
+groups = cast(Table, ConsumerGroup.__table__)
+topics = cast(Table, Topic.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class PushTarget:
+    """A push group as the delivery workers see it: where it is, and its endpoint row's fields."""
+
+    group_id: str
+    group_name: str
+    topic_id: str
+    topic_name: str
+    partitions: int
+    delivery: str
+    replicas: int
+    url: str
+    max_concurrency: int
+    rate: float | None
+    timeout_ms: int
+    ordered: bool
+    mode: str
+    secret: str
+    previous_secret: str | None
+    previous_until_ms: int | None
+
+
+class PushRepository(Repository):
+    """Push endpoints and their attempts."""
+
+    async def get(self, group_id: str) -> PushEndpoint | None:
+        result = await self.session.execute(
+            select(PushEndpoint)
+            .where(PushEndpoint.group_id == group_id)
+            .execution_options(populate_existing=True)
+        )
+        return result.scalar_one_or_none()
+
+    async def add(self, endpoint: PushEndpoint) -> None:
+        self.session.add(endpoint)
+        await self.session.flush()
+
+    async def remove(self, group_id: str) -> bool:
+        result = await self.session.execute(delete(endpoints).where(endpoints.c.group_id == group_id))
+        return bool(cast(Any, result).rowcount)
+
+    async def targets(self) -> list[PushTarget]:
+        """Every push group of the deployment, with its topic (one query: what each node's workers poll)."""
+        stmt = (
+            select(
+                endpoints.c.group_id,
+                groups.c.name,
+                topics.c.id,
+                topics.c.name,
+                topics.c.partitions,
+                topics.c.delivery,
+                topics.c.replicas,
+                endpoints.c.url,
+                endpoints.c.max_concurrency,
+                endpoints.c.rate,
+                endpoints.c.timeout_ms,
+                endpoints.c.ordered,
+                endpoints.c.mode,
+                endpoints.c.secret,
+                endpoints.c.previous_secret,
+                endpoints.c.previous_until_ms,
+            )
+            .join(groups, groups.c.id == endpoints.c.group_id)
+            .join(topics, topics.c.id == groups.c.topic_id)
+        )
+        rows = (await self.session.execute(stmt)).all()
+        return [PushTarget(*row) for row in rows]  # type: ignore[call-arg]  # the columns, in order
+
+    async def sealed_secrets(self) -> list[tuple[str, str, str | None]]:
+        """Every push group's ``(group_id, secret, previous_secret)`` as stored (sealed)."""
+        stmt = select(endpoints.c.group_id, endpoints.c.secret, endpoints.c.previous_secret)
+        return [(g, s, p) for g, s, p in (await self.session.execute(stmt)).all()]
+
+    async def replace_secrets(self, group_id: str, secret: str, previous_secret: str | None) -> None:
+        await self.session.execute(
+            update(endpoints)
+            .where(endpoints.c.group_id == group_id)
+            .values(secret=secret, previous_secret=previous_secret)
+        )
+
+    async def set_breaker(self, group_id: str, failures: int, open_until_ms: int | None) -> None:
+        await self.session.execute(
+            update(endpoints)
+            .where(endpoints.c.group_id == group_id)
+            .values(breaker_failures=failures, breaker_open_until_ms=open_until_ms)
+        )
+
+    # attempts -------------------------------------------------------------------------------------
+
+    async def add_attempts(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Record attempts (one multi-row ``INSERT``)."""
+        if rows:
+            await self.session.execute(insert(attempts), list(rows))
+
+    async def trim_attempts(self, group_ids: Sequence[str], keep: int) -> None:
+        """Keep the newest ``keep`` attempts of each group."""
+        for group_id in group_ids:
+            cutoff = (
+                select(attempts.c.id)
+                .where(attempts.c.group_id == group_id)
+                .order_by(attempts.c.id.desc())
+                .offset(keep)
+                .limit(1)
+                .scalar_subquery()
+            )
+            await self.session.execute(
+                delete(attempts).where(attempts.c.group_id == group_id, attempts.c.id <= cutoff)
+            )
+
+    async def recent_attempts(self, group_id: str, limit: int) -> list[PushAttempt]:
+        result = await self.session.execute(
+            select(PushAttempt)
+            .where(PushAttempt.group_id == group_id)
+            # Concurrent attempts end (and are written) in another order than they began: sort by start.
+            # At most ``attempts_kept`` rows per group are there to sort.
+            .order_by(PushAttempt.at.desc(), PushAttempt.id.desc())
+            .limit(limit)
+        )
+        return list(result.scalars().all())
