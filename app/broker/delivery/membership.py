@@ -123,7 +123,9 @@ async def settle(
     changed. Returns the group's generation afterwards."""
     partition_rows = PartitionRepository.from_session(repo.session)
     lease_rows = LeaseRepository.from_session(repo.session)
-    gone = list(gone or ()) + await repo.remove_expired_members(group.id, now)
+    left = list(gone or ())
+    expired = await repo.remove_expired_members(group.id, now)
+    gone = left + expired
     grown = topic_partitions > group.partition_count
     if grown:
         have = {s.partition for s in await partition_rows.partitions(group.id)}
@@ -142,10 +144,12 @@ async def settle(
     held = {p: owner for p in moved if (owner := current.get(p)) in pushers}
     await partition_rows.set_owners(group.id, moved, held)
     await partition_rows.clear_held(group.id, gone)
-    # Leases of members that are gone become due now, for the partitions' new owners. Leases of members
+    # Leases of members that are gone become due now, for the partitions' new owners: given back unspent
+    # by members that left, as ack timeouts of members that expired (``failures.py``). Leases of members
     # still alive keep their deadline: a message is never redelivered while its ack deadline holds.
     # (Partitions before leases: the lock order every unit of work keeps.)
-    await lease_rows.release_member_leases(group.id, gone, now)
+    await lease_rows.release_member_leases(group.id, left, now, clean=True)
+    await lease_rows.release_member_leases(group.id, expired, now)
     generation = group.generation + 1
     await repo.set_generation(group.id, generation, max(topic_partitions, group.partition_count))
     return generation

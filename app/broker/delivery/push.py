@@ -131,6 +131,7 @@ class PushMember(AckSettlement):
         # records reach it (the beat then marks it ``releasing``). The others go on.
         self._paused: set[int] = set()
         self._pause_requests = 0  # joins that paused something: a beat that saw them all clears it
+        self._group_paused = False  # the group is paused (``pauses.py``), as of the last beat's poll
         self._beat_wakeup = Wakeup()
         self._beats_stopped = False
         self._beat_error: Exception | None = None
@@ -360,6 +361,8 @@ class PushMember(AckSettlement):
         if now >= self._next_expiry:
             await self._expire(now)
         budget = min(self._max_in_flight - len(self._in_flight) - self._reserved, self._frame_max)
+        if self._group_paused:
+            return False  # nothing new until a beat sees the group resumed
         if budget > 0 and self._parts and self._ack_timeout_ms is not None:
             return await self._deliver_new(budget, now + self._ack_timeout_ms)
         return False
@@ -410,6 +413,9 @@ class PushMember(AckSettlement):
                 self._nudge()  # the room it held back is the delivery loop's again
             first = self._ack_timeout_ms is None
             self._ack_timeout_ms = polled.ack_timeout_ms
+            if self._group_paused != polled.paused:
+                self._group_paused = polled.paused
+                self._nudge()  # resumed: deliver now rather than at the next wait's end
             self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
             self._rows_due = self._due_at  # what the store said: rows due then
             if polled.messages:
@@ -516,7 +522,7 @@ class PushMember(AckSettlement):
         # Watch only where a pass could send now: with no room (the beat's reservation counts), or
         # from a partition paused or being released, records already there would wake it again and
         # again (the beat wakes it when those end).
-        if self._max_in_flight - len(self._in_flight) - self._reserved > 0:
+        if self._max_in_flight - len(self._in_flight) - self._reserved > 0 and not self._group_paused:
             topic_id = self._topic.id
             paused = self._paused
             for part in self._parts.values():

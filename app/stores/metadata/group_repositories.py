@@ -117,6 +117,8 @@ class GroupRepository(Repository):
                 members.c.session_timeout_ms,
                 soonest,
                 groups.c.dead_letter,
+                groups.c.paused_reason,
+                groups.c.paused_until_ms,
             )
             .select_from(
                 groups.outerjoin(members, and_(members.c.group_id == groups.c.id, members.c.id == member_id))
