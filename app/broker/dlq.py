@@ -157,7 +157,7 @@ async def records_for(
 
 
 def _copy_of(
-    topic: TopicRef, failure: Failure, failed_at_ms: int, attempts: Sequence[tuple[int, str]]
+    topic: TopicRef, failure: Failure, failed_at_ms: int, attempts: Sequence[tuple[int, str]] = ()
 ) -> RecordIn:
     headers, _ = decode_headers(failure.record.headers)
     meta = {
@@ -173,7 +173,7 @@ def _copy_of(
             "reason": failure.reason,
             "retryCount": failure.retry_count,
             "failedAt": failed_at_ms,
-            "attempts": attempts,
+            "attempts": list(attempts) or [(failed_at_ms, failure.reason)],
         },
     }
     return RecordIn(failure.record.value, failure.record.key, orjson.dumps(meta), failure.record.timestamp_ms)
