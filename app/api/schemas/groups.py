@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -99,8 +99,11 @@ class Group(ResponseBody):
 
 
 class PauseIn(RequestBody):
-    until: Annotated[str, schema(format="date-time")] | int | None = Field(
-        None, description="ISO-8601 or epoch milliseconds, in the future; omitted: until resumed"
+    # Checked by the broker (``pauses.parse_until``), so that a refusal names ``until`` itself.
+    until: Any = Field(
+        None,
+        json_schema_extra={"anyOf": [{"type": "string", "format": "date-time"}, {"type": "integer"}]},
+        description="ISO-8601 or epoch milliseconds, in the future; omitted or null: until resumed",
     )
 
 
