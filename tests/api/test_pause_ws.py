@@ -42,6 +42,17 @@ class TestPausedWebSocket:
         assert sorted(m["id"] for m in got) == sorted(ids)
         await c.close()
 
+    async def test_a_member_joining_a_paused_group_receives_nothing(self, api: Api) -> None:
+        topic = api.topic()
+        api.ok("PUT", f"/v1/topics/{topic}/groups/g", {})
+        api.ok("POST", f"/v1/topics/{topic}/groups/g/pause", {})
+        ids = api.publish(topic, 2)
+        c = await Consumer.open(api, topic)
+        assert await c.quiet(1.5) == []
+        api.ok("POST", f"/v1/topics/{topic}/groups/g/resume")
+        assert sorted(m["id"] for m in await c.messages(2)) == sorted(ids)
+        await c.close()
+
     async def test_acks_work_while_paused(self, api: Api) -> None:
         topic = api.topic()
         c = await Consumer.open(api, topic)

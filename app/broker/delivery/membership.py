@@ -19,7 +19,7 @@ from typing import TypeVar, cast
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import durations, groups
+from app.broker import durations, groups, pauses
 from app.broker.delivery.assignment import assign
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
 from app.broker.topics import TopicRef
@@ -66,6 +66,7 @@ class Membership:
     session_timeout: str
     group_id: str = ""
     ack_timeout_ms: int | None = None  # the group's, as of the join
+    paused: bool = False  # the group is paused (``pauses.py``), as of the join
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +239,7 @@ async def join(
             member.session_timeout,
             group.id,
             group.ack_timeout_ms,
+            pauses.holds(group.paused_reason, group.paused_until_ms, now),
         )
 
     return await committing_fences(metadata, work)

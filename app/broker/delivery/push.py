@@ -171,6 +171,7 @@ class PushMember(AckSettlement):
         )
         self.group_id = joined.group_id
         self._ack_timeout_ms = joined.ack_timeout_ms  # delivery starts before the first beat's poll
+        self._group_paused = joined.paused  # so a member joining a paused group sends nothing
         self.session_timeout_ms = durations.parse(
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
