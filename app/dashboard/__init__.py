@@ -7,7 +7,12 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from app.dashboard import account_pages, auth, project_pages  # noqa: F401 - account_pages and project_pages register their pages
+from app.dashboard import (  # noqa: F401 - account_pages, project_pages and group_controls register their pages
+    account_pages,
+    auth,
+    group_controls,
+    project_pages,
+)
 from app.dashboard.routes import HERE, CsrfRefused, NotFoundPage, SignInRequired, router, templates
 from app.dashboard.security import StaticAssets, secure
 
