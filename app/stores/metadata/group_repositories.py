@@ -126,7 +126,7 @@ class GroupRepository(Repository):
             .where(groups.c.topic_id == topic_id, groups.c.name == name)
         )
         row = (await self.session.execute(stmt)).first()
-        return CallerView(*row) if row else None
+        return CallerView(*tuple(row)) if row else None
 
     # members --------------------------------------------------------------------------------------
 
