@@ -72,6 +72,12 @@ class BreakerConfig:
         return ended >= self.min_attempts and failed > self.failure_rate * ended
 
 
+def configured(dead_letter: dict[str, Any] | None) -> bool:
+    """Whether a stored ``deadLetter`` config has a breaker (outcomes of groups without one are not
+    counted at all: no flush, no statement)."""
+    return dead_letter is not None and dead_letter.get("breaker", DEFAULTS) is not None
+
+
 def parse(value: Any) -> dict[str, Any] | None:
     """``deadLetter.breaker`` of a config PUT: None turns it off; omitted fields take their defaults."""
     if value is None:

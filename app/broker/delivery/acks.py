@@ -86,6 +86,7 @@ class AckSettlement:
     _in_flight: dict[str, int]  # every message this connection holds -> ack deadline (ms)
     _writing: asyncio.Lock  # checkpoints, releases and materializations, one at a time
     _stopped: bool
+    _breaker: bool  # the group has a DLQ breaker: acks are counted
 
     def _start_acks(self, *, durable: bool) -> None:
         """This half's own state: ``durable`` acks are answered once checkpointed (exactly-once)."""
@@ -167,7 +168,7 @@ class AckSettlement:
             done[message_id] = p
         if done and len(self._in_flight) + len(done) >= self._max_in_flight:
             self._nudge()  # it was full: room to deliver again (otherwise it is not waiting on acks)
-        if done:
+        if done and self._breaker:
             breaker.outcomes(self._metadata).record(self.group_id, acked=len(done))
         return done, failed, touched
 

@@ -76,6 +76,7 @@ class Polled:
     paused_until_ms: int | None = None
     group_id: str = ""
     failed: int = 0  # ack timeouts this pass found (the DLQ breaker counts them)
+    breaker: bool = False  # the group has a DLQ breaker (its outcomes are counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class Settled:
     ids: list[str]
     failed: list[dict[str, str]]
     group_id: str = ""  # the group settled in (the DLQ breaker counts acks and nacks per group)
+    breaker: bool = False  # the group has a DLQ breaker
 
 
 async def _caller(
@@ -181,7 +183,7 @@ async def poll_once(
         return await _poll_once(session, log, member, max_messages, wait_ms, heartbeat, fresh)
 
     polled = await committing_fences(metadata, work)
-    if polled.failed:
+    if polled.failed and polled.breaker:
         breaker.outcomes(metadata).record(polled.group_id, failed=polled.failed)
     return polled
 
@@ -242,7 +244,11 @@ async def _poll_once(
     view = await _caller(repo, member, now, extra_ms=wait_ms, maintain=True, touch=heartbeat)
     if pauses.holds(view.paused_reason, view.paused_until_ms, now):
         return Polled(
-            [], ack_timeout_ms=view.ack_timeout_ms, paused=True, paused_until_ms=view.paused_until_ms
+            [],
+            ack_timeout_ms=view.ack_timeout_ms,
+            paused=True,
+            paused_until_ms=view.paused_until_ms,
+            breaker=breaker.configured(view.dead_letter),
         )
     owned = await partition_rows.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
@@ -325,6 +331,7 @@ async def _poll_once(
             ack_timeout_ms=view.ack_timeout_ms,
             group_id=view.group_id,
             failed=timeouts,
+            breaker=breaker.configured(view.dead_letter),
         )
     delivered.sort(key=lambda d: (d[0], d[1]))
     ack_deadline = isoformat_ms(deadline_ms)
@@ -342,6 +349,7 @@ async def _poll_once(
         next_deadline_ms=await lease_rows.next_deadline(view.group_id, numbers) if not fresh else None,
         group_id=view.group_id,
         failed=timeouts,
+        breaker=breaker.configured(view.dead_letter),
     )
 
 
@@ -389,7 +397,7 @@ async def _settle_ids(
     """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
     where = [(str(message_id), *_locate(member.topic, message_id)) for message_id in ids]
     located = {key for _, key, _ in where if key is not None}
-    group: list[str] = []
+    group: list[tuple[str, bool]] = []
 
     async def work(session: AsyncSession) -> tuple[set[Key], dict[Key, str]]:
         repo = GroupRepository.from_session(session)
@@ -397,7 +405,7 @@ async def _settle_ids(
         lease_rows = LeaseRepository.from_session(session)
         now = now_ms()
         view = await _caller(repo, member, now, touch=heartbeat)
-        group[:] = [view.group_id]
+        group[:] = [(view.group_id, breaker.configured(view.dead_letter))]
         if not located:
             return set(), {}
         keys = sorted(located)
@@ -437,7 +445,8 @@ async def _settle_ids(
             failed.append(
                 {"id": message_id, "code": codes[key] if key is not None else code or "INVALID_REQUEST"}
             )
-    return Settled(ok, failed, group[0] if group else "")
+    group_id, counted = group[0] if group else ("", False)
+    return Settled(ok, failed, group_id, counted)
 
 
 async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat: bool = True) -> Settled:
@@ -450,7 +459,7 @@ async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat
         commit=True,
         heartbeat=heartbeat,
     )
-    if settled.ids:
+    if settled.ids and settled.breaker:
         breaker.outcomes(metadata).record(settled.group_id, acked=len(settled.ids))
     return settled
 
@@ -525,7 +534,7 @@ async def nack(
         commit=False,
         then=then,
     )
-    if settled.ids:
+    if settled.ids and settled.breaker:
         breaker.outcomes(metadata).record(settled.group_id, failed=len(settled.ids))
     return settled
 

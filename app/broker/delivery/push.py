@@ -132,6 +132,7 @@ class PushMember(AckSettlement):
         self._paused: set[int] = set()
         self._pause_requests = 0  # joins that paused something: a beat that saw them all clears it
         self._group_paused = False  # the group is paused (``pauses.py``), as of the last beat's poll
+        self._breaker = False  # the group has a DLQ breaker (acks are counted), as of the last beat
         self._beat_wakeup = Wakeup()
         self._beats_stopped = False
         self._beat_error: Exception | None = None
@@ -414,6 +415,7 @@ class PushMember(AckSettlement):
                 self._nudge()  # the room it held back is the delivery loop's again
             first = self._ack_timeout_ms is None
             self._ack_timeout_ms = polled.ack_timeout_ms
+            self._breaker = polled.breaker
             if self._group_paused != polled.paused:
                 self._group_paused = polled.paused
                 self._nudge()  # resumed: deliver now rather than at the next wait's end
