@@ -220,13 +220,24 @@ async def nack(
     delay_ms = durations.parse_delay(body.delay) if body.delay is not None else None
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
+    to_dlq = body.deadLetter
     if tracing.enabled:
         with spans.settling(name, group, "nack", [body.id], _trace(request)):
             return _settled(
-                await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
+                await leases.nack(
+                    services.metadata,
+                    services.log,
+                    member,
+                    body.id,
+                    delay_ms,
+                    body.reason,
+                    dead_letter=to_dlq,
+                )
             )
     return _settled(
-        await leases.nack(services.metadata, services.log, member, body.id, delay_ms, body.reason)
+        await leases.nack(
+            services.metadata, services.log, member, body.id, delay_ms, body.reason, dead_letter=to_dlq
+        )
     )
 
 

@@ -18,10 +18,13 @@ from app.api.schemas.groups import (
     GroupPartition,
     GroupSummary,
     PartitionPosition,
+    Paused,
+    PauseIn,
     Positions,
     ResetOffsetsIn,
+    Resumed,
 )
-from app.broker import groups, offsets, push_groups
+from app.broker import groups, offsets, pauses, push_groups
 from app.errors import responses
 
 router = APIRouter(prefix="/v1/topics/{name}/groups", tags=["groups"], route_class=JsonRoute)
@@ -40,6 +43,9 @@ def _group(detail: groups.GroupDetail, push: dict[str, Any] | None = None) -> Gr
                 for p in detail.partitions
             ],
             "config": {**detail.config, "push": push},
+            "paused": detail.pause.paused,
+            "pausedUntil": detail.pause.until,
+            "pausedReason": detail.pause.reason,
         }
     )
 
@@ -125,6 +131,39 @@ async def delete_group(
     topic = await topics.get(name)
     await groups.delete_group_and_dlq(services.metadata, services.log, topic, group)
     return Response(status_code=204)
+
+
+@router.post(
+    "/{group}/pause",
+    response_model=Paused,
+    responses=responses("INVALID_REQUEST", *_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND"),
+)
+async def pause_group(
+    name: TopicNamePath,
+    group: GroupNamePath,
+    topics: AdminTopics,
+    session: SessionDep,
+    body: PauseIn | None = None,
+) -> Paused:
+    """Pause the group: no member receives messages (within 1 s on every node) until ``until`` or
+    ``resume``; acks, nacks and extends still work."""
+    topic = await topics.get(name)
+    state = await pauses.pause(session, topic, group, body.until if body is not None else None)
+    return Paused(paused=True, until=state.until)
+
+
+@router.post(
+    "/{group}/resume",
+    response_model=Resumed,
+    responses=responses(*_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND"),
+)
+async def resume_group(
+    name: TopicNamePath, group: GroupNamePath, topics: AdminTopics, session: SessionDep
+) -> Resumed:
+    """End the group's pause (a user's or the DLQ breaker's); delivery resumes."""
+    topic = await topics.get(name)
+    await pauses.resume(session, topic, group)
+    return Resumed(paused=False)
 
 
 @router.post(

@@ -7,7 +7,8 @@ crashes. After ``maxRetries`` retries the next failure moves the message to the 
 
 - its copy is appended to the group's DLQ log (engine topic ``dlq_<group id>``): the original data, key,
   timestamp and headers, and in the record's metadata the failure — topic, partition, offset, reason,
-  retry count, time;
+  retry count, time, and every failed attempt (``attempts``: the history its lease row kept, then this
+  last one; ``delivery/failures.py``);
 - then one metadata transaction inserts the ``dead_letters`` row (what makes it a member of the DLQ) and
   acks the lease, which moves the group's committed offset past it.
 
@@ -32,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import alerts, durations, message_ids
 from app.broker.dead_letter_logs import log_id
+from app.broker.delivery import failures as failed_attempts
 from app.broker.errors import InvalidRequest, MessageNotFound
 from app.broker.groups import get_group
 from app.broker.messages import decode_headers
@@ -154,7 +156,9 @@ async def records_for(
     return found
 
 
-def _copy_of(topic: TopicRef, failure: Failure, failed_at_ms: int) -> RecordIn:
+def _copy_of(
+    topic: TopicRef, failure: Failure, failed_at_ms: int, attempts: Sequence[tuple[int, str]] = ()
+) -> RecordIn:
     headers, _ = decode_headers(failure.record.headers)
     meta = {
         "h": headers,
@@ -169,6 +173,7 @@ def _copy_of(topic: TopicRef, failure: Failure, failed_at_ms: int) -> RecordIn:
             "reason": failure.reason,
             "retryCount": failure.retry_count,
             "failedAt": failed_at_ms,
+            "attempts": list(attempts) or [(failed_at_ms, failure.reason)],
         },
     }
     return RecordIn(failure.record.value, failure.record.key, orjson.dumps(meta), failure.record.timestamp_ms)
@@ -182,8 +187,17 @@ async def dead_letter(
         return
     now = now_ms()
     dlq_topic = log_id(group_id)
+    lease_rows = LeaseRepository.from_session(session)
+    # One read for the batch (dead-lettering is no hot path): the failed attempts the lease rows kept.
+    kept = await lease_rows.failures_of(group_id, [(f.partition, f.offset) for f in failures])
+    copies = [
+        _copy_of(
+            topic, f, now, [*failed_attempts.history(kept.get((f.partition, f.offset))), (now, f.reason)]
+        )
+        for f in failures
+    ]
     await log.create_topic(dlq_topic, 1, TopicLogConfig())
-    first = (await log.append(dlq_topic, {0: [_copy_of(topic, f, now) for f in failures]}))[0]
+    first = (await log.append(dlq_topic, {0: copies}))[0]
     repo = DeadLetterRepository.from_session(session)
     await repo.add(
         group_id,
@@ -192,9 +206,7 @@ async def dead_letter(
             for i, f in enumerate(failures)
         ],
     )
-    await LeaseRepository.from_session(session).mark_acked(
-        group_id, [(f.partition, f.offset) for f in failures]
-    )
+    await lease_rows.mark_acked(group_id, [(f.partition, f.offset) for f in failures])
     await PartitionRepository.from_session(session).advance_committed(
         group_id, sorted({f.partition for f in failures})
     )
@@ -257,10 +269,21 @@ class DlqPage:
         )
 
 
+def _attempts_of(record: Record | None, row: DeadLetterRow) -> list[tuple[int, str]]:
+    """The failed attempts a dead letter's copy holds; a copy from before histories knows only the last."""
+    kept: Any = None
+    if record is not None and record.headers:
+        kept = (orjson.loads(record.headers).get("dlq") or {}).get("attempts")
+    if not kept:
+        return [(row.failed_at_ms, row.reason)]
+    return [(int(at), str(reason)) for at, reason in kept]
+
+
 def _entry(topic: TopicRef, row: DeadLetterRow, record: Record | None) -> bytes:
     headers: dict[str, str] = {}
     if record is not None:
         headers, _ = decode_headers(record.headers)
+    attempts = _attempts_of(record, row)
     head = {
         "messageId": message_ids.encode(topic.id, row.partition, row.offset, prefix=topic.id_prefix),
         "key": record.key.decode() if record is not None and record.key is not None else None,
@@ -270,6 +293,8 @@ def _entry(topic: TopicRef, row: DeadLetterRow, record: Record | None) -> bytes:
         "reason": row.reason,
         "retryCount": row.retry_count,
         "failedAt": isoformat_ms(row.failed_at_ms),
+        "firstFailedAt": isoformat_ms(attempts[0][0]),
+        "attempts": failed_attempts.render(attempts),
     }
     value = record.value if record is not None else b"null"
     return orjson.dumps(head)[:-1] + b',"data":' + value + b"}"

@@ -11,12 +11,12 @@ import contextlib
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import dead_letter_logs, durations, filters, push_groups, quotas
+from app.broker import breaker, dead_letter_logs, durations, filters, pauses, push_groups, quotas
 from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
 from app.broker.quotas import Quota
 from app.broker.topics import TopicRef
@@ -67,6 +67,7 @@ class GroupDetail:
     consumers: int
     partitions: list[PartitionLag]
     config: dict[str, Any]
+    pause: pauses.PauseState = field(default_factory=lambda: pauses.PauseState(False))
 
 
 def validate_name(name: str) -> str:
@@ -81,11 +82,18 @@ def config_of(group: ConsumerGroup) -> dict[str, Any]:
     return {
         "ackTimeout": group.ack_timeout,
         "sessionTimeout": group.session_timeout,
-        "deadLetter": group.dead_letter,
+        "deadLetter": _with_breaker(group.dead_letter),
         "maxInFlight": group.max_in_flight,
         "rate": group.rate,
         "filter": group.filter,
     }
+
+
+def _with_breaker(dead_letter: dict[str, Any] | None) -> dict[str, Any] | None:
+    # A DLQ configured before breakers existed has the default one (``breaker.BreakerConfig.of``).
+    if dead_letter is None or "breaker" in dead_letter:
+        return dead_letter
+    return {**dead_letter, "breaker": dict(breaker.DEFAULTS)}
 
 
 MAX_IN_FLIGHT = 100_000
@@ -115,10 +123,12 @@ def parse_dead_letter(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise InvalidRequest.field("deadLetter", "expected an object or null")
-    unknown = set(value) - set(DEAD_LETTER_DEFAULTS)
+    unknown = set(value) - set(DEAD_LETTER_DEFAULTS) - {"breaker"}
     if unknown:
         raise InvalidRequest.field(f"deadLetter.{min(unknown)}", "unknown field")
     merged = {**DEAD_LETTER_DEFAULTS, **{k: v for k, v in value.items() if v is not None}}
+    # ``breaker: null`` turns the breaker off; omitted, it takes its defaults.
+    merged["breaker"] = breaker.parse(value["breaker"]) if "breaker" in value else dict(breaker.DEFAULTS)
     retries, threshold = merged["maxRetries"], merged["alertThreshold"]
     if type(retries) is not int or not 0 <= retries <= 100:
         raise InvalidRequest.field("deadLetter.maxRetries", "must be an integer between 0 and 100")
@@ -359,7 +369,9 @@ async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef,
     group = await get_group(session, topic, name)
     counts = await repo.live_member_counts([group.id], now_ms())
     lags = await partition_lags(session, log, topic, group.id, group.filter)
-    return GroupDetail(group.name, topic.name, counts.get(group.id, 0), lags, config_of(group))
+    return GroupDetail(
+        group.name, topic.name, counts.get(group.id, 0), lags, config_of(group), pauses.state_of(group)
+    )
 
 
 async def require_stopped(repo: GroupRepository, group: ConsumerGroup, what: str) -> None:

@@ -10,6 +10,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from app.dashboard import (  # noqa: F401 - the page modules register their pages
     account_pages,
     auth,
+    group_controls,
     group_flow,
     project_pages,
     push_pages,

@@ -503,6 +503,7 @@ async def _group_view(ctx: Ctx, topic: str, group: str) -> dict[str, Any]:
         "partitions": health.partitions,
         "lag": sum(p.lag for p in health.partitions),
         "dlq_depth": health.dlq_depth,
+        "pause": detail.pause,
     }
 
 
@@ -531,6 +532,13 @@ async def group_config(request: Request, project_id: str, env: str, topic: str, 
                 "maxRetries": int(form.get("max_retries") or 5),
                 "retryDelay": form.get("retry_delay") or "30s",
                 "alertThreshold": int(form.get("alert_threshold") or 100),
+                "breaker": {
+                    "failureRate": float(form.get("breaker_failure_rate") or 0.5),
+                    "minAttempts": int(form.get("breaker_min_attempts") or 100),
+                    "window": form.get("breaker_window") or "60s",
+                }
+                if form.get("breaker_enabled")
+                else None,
             }
         async with _services(request).metadata.session() as session:
             await groups.upsert_config(
@@ -542,7 +550,7 @@ async def group_config(request: Request, project_id: str, env: str, topic: str, 
                 dead_letter=dead_letter,
             )
     except ValueError:
-        error = "Max retries and alert threshold must be whole numbers."
+        error = "Max retries, alert threshold and minimum attempts must be whole numbers; the failure rate a number."
     except CODED_ERRORS as e:
         error = _message(e)
     else:

@@ -303,10 +303,11 @@ func fatal(err error) bool {
 // -- settling ----------------------------------------------------------------------------------------
 
 type settlement struct {
-	kind   string // ack, nack, extend
-	id     string
-	reason string
-	delay  time.Duration
+	kind       string // ack, nack, extend
+	id         string
+	reason     string
+	delay      time.Duration
+	deadLetter bool // a nack straight to the dead-letter queue
 }
 
 // settler queues acks, nacks and extends from any goroutine for the transport to send.

@@ -21,6 +21,17 @@ type DeadLetterMessage struct {
 	Reason     string            `json:"reason"`     // the last nack's reason, or "ack timeout"
 	RetryCount int               `json:"retryCount"` // retries made before it was dead-lettered
 	FailedAt   time.Time         `json:"failedAt"`
+	// FirstFailedAt is when its first failed attempt failed.
+	FirstFailedAt time.Time `json:"firstFailedAt"`
+	// Attempts are every failed attempt, oldest first (the last is Reason at FailedAt).
+	Attempts []FailedAttempt `json:"attempts"`
+}
+
+// FailedAttempt is one failed delivery attempt of a dead letter: a nack (its reason), an ack timeout,
+// expiry.
+type FailedAttempt struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
 }
 
 // DeadLetterPage is one page of DLQ.Inspect, oldest first.

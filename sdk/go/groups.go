@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/queuecore/queuecore-go/option"
 )
@@ -16,6 +17,34 @@ type DeadLetter struct {
 	MaxRetries     *int   `json:"maxRetries,omitempty"`     // 0 to 100
 	RetryDelay     string `json:"retryDelay,omitempty"`     // "0s" to "1h"
 	AlertThreshold *int   `json:"alertThreshold,omitempty"` // DLQ depth that triggers the alert webhook
+	// Breaker is the DLQ breaker; nil keeps the server's (on by default), RemoveBreaker turns it off.
+	Breaker *Breaker `json:"breaker,omitempty"`
+	// RemoveBreaker turns the DLQ breaker off (sent as "breaker": null).
+	RemoveBreaker bool `json:"-"`
+}
+
+// MarshalJSON writes RemoveBreaker as "breaker": null.
+func (d DeadLetter) MarshalJSON() ([]byte, error) {
+	type plain DeadLetter
+	raw, err := json.Marshal(plain(d))
+	if err != nil || !d.RemoveBreaker {
+		return raw, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, err
+	}
+	fields["breaker"] = json.RawMessage("null")
+	return json.Marshal(fields)
+}
+
+// Breaker is the DLQ breaker: when, within Window, at least MinAttempts deliveries ended and more than
+// FailureRate of them failed, the group pauses itself (PausedReason "dlq-breaker") and the alert endpoint
+// gets a "dlq.breaker_tripped" event. Unset fields take the server's defaults (0.5, 100, "60s").
+type Breaker struct {
+	FailureRate *float64 `json:"failureRate,omitempty"` // 0 to below 1
+	MinAttempts *int     `json:"minAttempts,omitempty"` // 1 to 1,000,000
+	Window      string   `json:"window,omitempty"`      // "1s" to "1d"
 }
 
 // ConsumerGroupConfig is a group's settings.
@@ -60,6 +89,23 @@ type ConsumerGroup struct {
 	// Only in the answer of an Update that changed the filter: per partition, the offset from which the
 	// new filter decides (messages before it were delivered, or passed over, under the old one).
 	FilterAppliesFrom []FilterStart `json:"filterAppliesFrom"`
+	// Paused: no member receives messages (ConsumerGroups.Pause).
+	Paused bool `json:"paused"`
+	// PausedUntil is when the pause ends by itself; nil until resumed.
+	PausedUntil *time.Time `json:"pausedUntil"`
+	// PausedReason is "user" or "dlq-breaker"; "" when not paused.
+	PausedReason string `json:"pausedReason"`
+}
+
+// GroupPause answers ConsumerGroups.Pause and Resume.
+type GroupPause struct {
+	Paused bool       `json:"paused"`
+	Until  *time.Time `json:"until"` // nil: until resumed
+}
+
+// PauseParams: Until, when not zero, ends the pause by itself.
+type PauseParams struct {
+	Until time.Time
 }
 
 // PartitionPosition is where a partition of a group stands after a reset.
@@ -211,4 +257,35 @@ func (s *ConsumerGroupService) ResetOffsets(ctx context.Context, topic, group st
 		return nil, err
 	}
 	return out.Data, nil
+}
+
+// Pause pauses the group: no member receives messages (within a second, on every server) until
+// params.Until or Resume; acks, nacks and extends still work. ErrGroupNotFound when there is none.
+func (s *ConsumerGroupService) Pause(ctx context.Context, topic, group string, params PauseParams, opts ...option.RequestOption) (*GroupPause, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
+	body := map[string]any{}
+	if !params.Until.IsZero() {
+		body["until"] = params.Until.UTC().Format(time.RFC3339Nano)
+	}
+	var out GroupPause
+	if _, err := c.do(ctx, request{method: "POST", path: groupPath(topic, group) + "/pause", body: body}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Resume ends the group's pause (a user's or the DLQ breaker's).
+func (s *ConsumerGroupService) Resume(ctx context.Context, topic, group string, opts ...option.RequestOption) (*GroupPause, error) {
+	c, err := s.c.with(opts)
+	if err != nil {
+		return nil, err
+	}
+	var out GroupPause
+	if _, err := c.do(ctx, request{method: "POST", path: groupPath(topic, group) + "/resume"}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

@@ -539,3 +539,73 @@ func TestNackRedeliversAndExtendHolds(t *testing.T) {
 		})
 	}
 }
+
+func TestPauseNackDeadLetterAndHistory(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	topic := newTopic(t, c, 1)
+	const group = "paused-group"
+	made, err := c.ConsumerGroups.Update(ctx, topic, group, queuecore.ConsumerGroupUpdateParams{
+		DeadLetter: &queuecore.DeadLetter{MaxRetries: queuecore.Int(5), RetryDelay: "0s", Breaker: &queuecore.Breaker{MinAttempts: queuecore.Int(20)}},
+	})
+	if err != nil || made.Config.DeadLetter == nil || made.Config.DeadLetter.Breaker == nil || *made.Config.DeadLetter.Breaker.MinAttempts != 20 {
+		t.Fatalf("breaker config %+v %v", made, err)
+	}
+	off, err := c.ConsumerGroups.Update(ctx, topic, group, queuecore.ConsumerGroupUpdateParams{
+		DeadLetter: &queuecore.DeadLetter{MaxRetries: queuecore.Int(5), RetryDelay: "0s", RemoveBreaker: true},
+	})
+	if err != nil || off.Config.DeadLetter == nil || off.Config.DeadLetter.Breaker != nil {
+		t.Fatalf("breaker off %+v %v", off, err)
+	}
+	until := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	paused, err := c.ConsumerGroups.Pause(ctx, topic, group, queuecore.PauseParams{Until: until})
+	if err != nil || !paused.Paused || paused.Until == nil || !paused.Until.Equal(until) {
+		t.Fatalf("pause %+v %v", paused, err)
+	}
+	desc, err := c.ConsumerGroups.Describe(ctx, topic, group)
+	if err != nil || !desc.Paused || desc.PausedReason != "user" || desc.PausedUntil == nil {
+		t.Fatalf("describe paused %+v %v", desc, err)
+	}
+	sent, err := c.Publish(ctx, topic, map[string]int{"i": 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer, err := c.Consume(ctx, topic, queuecore.ConsumeParams{Group: group, StartFrom: "earliest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &collected{}
+	done := make(chan error, 1)
+	go func() {
+		done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error {
+			got.add(msg)
+			if msg.Attempt == 1 {
+				return msg.Nack("flaky", 0)
+			}
+			return msg.NackDeadLetter("poison")
+		})
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	if got.len() != 0 {
+		t.Fatalf("delivered while paused: %d", got.len())
+	}
+	if r, err := c.ConsumerGroups.Resume(ctx, topic, group); err != nil || r.Paused {
+		t.Fatalf("resume %+v %v", r, err)
+	}
+	var page *queuecore.DeadLetterPage
+	eventually(t, "the dead letter", func() bool {
+		page, err = c.DLQ.Inspect(ctx, topic, queuecore.DLQInspectParams{Group: group, Limit: 10})
+		return err == nil && page.Total == 1
+	})
+	if err := consumer.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	entry := page.Data[0]
+	if entry.MessageID != sent.ID || entry.RetryCount != 1 || len(entry.Attempts) != 2 ||
+		entry.Attempts[0].Reason != "flaky" || entry.Attempts[1].Reason != "poison" || !entry.FirstFailedAt.Equal(entry.Attempts[0].At) {
+		t.Fatalf("dead letter %+v", entry)
+	}
+}

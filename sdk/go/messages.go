@@ -195,6 +195,15 @@ func (m *Message) Nack(reason string, delay time.Duration) error {
 	return m.settle.add(settlement{kind: "nack", id: m.ID, reason: reason, delay: delay})
 }
 
+// NackDeadLetter moves the message to the group's dead-letter queue at once, whatever retries remain
+// (the server refuses it, reported to OnError, when the group has no dead-letter queue).
+func (m *Message) NackDeadLetter(reason string) error {
+	if m.settle == nil {
+		return ErrNotDelivered
+	}
+	return m.settle.add(settlement{kind: "nack", id: m.ID, reason: reason, deadLetter: true})
+}
+
 // Extend moves the ack deadline to d from now (1 s to 12 h).
 func (m *Message) Extend(d time.Duration) error {
 	if m.settle == nil {

@@ -267,6 +267,9 @@ func (k *Consumer) pullFlush(ctx context.Context, m *pullMember, base string, fi
 			if x.delay > 0 {
 				body["delay"] = durationString(x.delay)
 			}
+			if x.deadLetter {
+				body["deadLetter"] = true
+			}
 		} else {
 			body["ids"] = []string{x.id}
 			body["seconds"] = x.delay.Seconds()

@@ -375,6 +375,9 @@ func (s *pushSession) flush() error {
 			if x.delay > 0 {
 				f["delay"] = durationString(x.delay)
 			}
+			if x.deadLetter {
+				f["deadLetter"] = true
+			}
 		} else {
 			f["seconds"] = x.delay.Seconds()
 		}

@@ -271,6 +271,26 @@ class TestGroupConfig:
         assert (config["maxInFlight"], config["rate"], config["filter"]) == (None, None, None)
 
 
+class TestGroupPause:
+    def test_pause_until_and_resume(self, env, spread_topic):
+        group = unique("g")
+        assert run(env, "groups", "create", spread_topic, group).returncode == 0
+        paused = run(env, "groups", "pause", spread_topic, group, "--until", "2099-01-01T00:00:00Z")
+        assert paused.returncode == 0, paused.stderr
+        answer = json.loads(paused.stdout)
+        assert (answer["group"], answer["paused"]) == (group, True)
+        assert answer["until"].startswith("2099-01-01T00:00:00")
+        described = json.loads(run(env, "groups", "describe", spread_topic, group).stdout)
+        assert (described["paused"], described["pausedReason"]) == (True, "user")
+        resumed = run(env, "groups", "resume", spread_topic, group)
+        assert resumed.returncode == 0 and json.loads(resumed.stdout)["paused"] is False
+        assert json.loads(run(env, "groups", "describe", spread_topic, group).stdout)["paused"] is False
+        bad = run(env, "groups", "pause", spread_topic, group, "--until", "soon")
+        assert bad.returncode == 1 and "until" in bad.stderr
+        missing = run(env, "groups", "resume", spread_topic, unique("missing"))
+        assert missing.returncode == 1 and "GROUP_NOT_FOUND" in missing.stderr
+
+
 class TestConsumeOptions:
     def test_exit_at_end_stops_once_the_lag_is_zero(self, env, spread_topic):
         group = unique("g")

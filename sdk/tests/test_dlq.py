@@ -125,3 +125,48 @@ class TestAsync:
             "replay_all",
             "replay",
         ]
+
+
+class TestNackToTheDlqAndHistory:
+    @pytest.mark.parametrize("transport", ["websocket", "pull"])
+    def test_nack_dead_letter_moves_at_once_with_its_history(self, client, transport):
+        topic, group = unique("dlq"), unique("g")
+        client.topics.create(topic, partitions=1)
+        [message_id] = [client.publish(topic, {"n": 0}).id]
+        consumer = client.consume(
+            topic,
+            group=group,
+            start_from="earliest",
+            transport=transport,  # type: ignore[arg-type]
+            dead_letter=queuecore.DeadLetter(max_retries=5, retry_delay="0s"),
+        )
+        seen: list[int] = []
+
+        def handle(msg: queuecore.ConsumedMessage) -> None:
+            seen.append(msg.attempt)
+            if msg.attempt == 1:
+                msg.nack("flaky")  # a retry
+            else:
+                msg.nack("poison", dead_letter=True)  # 4 retries left, but it goes now
+
+        consumer.on("message", handle)
+        thread = threading.Thread(target=consumer.start)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if client.dlq.inspect(topic, group=group).total:
+                        break
+                except queuecore.NotFoundError:
+                    pass
+                time.sleep(0.1)
+        finally:
+            consumer.stop()
+            thread.join(30)
+        [entry] = client.dlq.inspect(topic, group=group).data
+        assert (entry.message_id, entry.reason, entry.retry_count) == (message_id, "poison", 1)
+        assert [a.reason for a in entry.attempts] == ["flaky", "poison"]
+        assert isinstance(entry.attempts[0], queuecore.FailedAttempt)
+        assert entry.first_failed_at == entry.attempts[0].at and entry.attempts[-1].at == entry.failed_at
+        assert seen == [1, 2]

@@ -73,7 +73,10 @@ def test_docs_sync(server):
         dead_letter={"max_retries": 5, "retry_delay": "30s", "alert_threshold": 100},
     )
     assert group.config.dead_letter == queuecore.DeadLetter(
-        max_retries=5, retry_delay="30s", alert_threshold=100
+        max_retries=5,
+        retry_delay="30s",
+        alert_threshold=100,
+        breaker=queuecore.Breaker(failure_rate=0.5, min_attempts=100, window="60s"),  # on by default
     )
 
     # List Consumer Groups

@@ -85,7 +85,14 @@ class TestDeadLettering:
         page = await dlq_page(client, prod, member.base)
         assert page["total"] == 1 and page["nextCursor"] is None
         [entry] = page["data"]
-        assert entry.pop("failedAt").endswith("Z")
+        failed_at = entry.pop("failedAt")
+        assert failed_at.endswith("Z")
+        attempts = entry.pop("attempts")
+        # Every failed attempt, oldest first; the last one is the dead-lettering itself.
+        assert [a["reason"] for a in attempts] == ["failed #1", "failed #2", "failed #3"]
+        assert [a["at"] for a in attempts] == sorted(a["at"] for a in attempts)
+        assert attempts[-1]["at"] == failed_at
+        assert entry.pop("firstFailedAt") == attempts[0]["at"]
         assert entry == {
             "messageId": message_id,
             "data": {"order": 7},

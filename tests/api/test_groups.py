@@ -31,7 +31,12 @@ class TestConfig:
         group = await configure(client, prod, topic, "workers", ackTimeout="2m")
         assert group["config"]["ackTimeout"] == "2m" and group["config"]["sessionTimeout"] == "10s"
         group = await configure(client, prod, topic, "workers", deadLetter={"maxRetries": 3})
-        assert group["config"]["deadLetter"] == {"maxRetries": 3, "retryDelay": "30s", "alertThreshold": 100}
+        assert group["config"]["deadLetter"] == {
+            "maxRetries": 3,
+            "retryDelay": "30s",
+            "alertThreshold": 100,
+            "breaker": {"failureRate": 0.5, "minAttempts": 100, "window": "60s"},
+        }
         assert group["config"]["ackTimeout"] == "2m"
         group = await configure(client, prod, topic, "workers", sessionTimeout="3s")
         assert group["config"]["deadLetter"]["maxRetries"] == 3

@@ -48,11 +48,30 @@ class TestNames:
 class TestDeadLetterConfig:
     def test_null_removes_and_omitted_fields_take_their_defaults(self):
         assert groups.parse_dead_letter(None) is None
-        assert groups.parse_dead_letter({}) == {"maxRetries": 5, "retryDelay": "30s", "alertThreshold": 100}
+        assert groups.parse_dead_letter({}) == {
+            "maxRetries": 5,
+            "retryDelay": "30s",
+            "alertThreshold": 100,
+            "breaker": {"failureRate": 0.5, "minAttempts": 100, "window": "60s"},
+        }
         assert groups.parse_dead_letter({"maxRetries": 0, "retryDelay": None}) == {
             "maxRetries": 0,
             "retryDelay": "30s",
             "alertThreshold": 100,
+            "breaker": {"failureRate": 0.5, "minAttempts": 100, "window": "60s"},
+        }
+
+    def test_breaker_null_turns_it_off_and_its_omitted_fields_take_defaults(self):
+        assert groups.parse_dead_letter({"breaker": None})["breaker"] is None
+        assert groups.parse_dead_letter({"breaker": {"minAttempts": 10}})["breaker"] == {
+            "failureRate": 0.5,
+            "minAttempts": 10,
+            "window": "60s",
+        }
+        assert groups.parse_dead_letter({"breaker": {"failureRate": 0, "window": "1d"}})["breaker"] == {
+            "failureRate": 0,
+            "minAttempts": 100,
+            "window": "1d",
         }
 
     @pytest.mark.parametrize(
@@ -69,6 +88,16 @@ class TestDeadLetterConfig:
             ({"alertThreshold": 1_000_001}, "deadLetter.alertThreshold"),
             ({"retryDelay": "2h"}, "deadLetter.retryDelay"),
             ({"retryDelay": 30}, "deadLetter.retryDelay"),
+            ({"breaker": 1}, "deadLetter.breaker"),
+            ({"breaker": {"failureRate": 1}}, "deadLetter.breaker.failureRate"),
+            ({"breaker": {"failureRate": -0.1}}, "deadLetter.breaker.failureRate"),
+            ({"breaker": {"failureRate": "0.5"}}, "deadLetter.breaker.failureRate"),
+            ({"breaker": {"failureRate": True}}, "deadLetter.breaker.failureRate"),
+            ({"breaker": {"minAttempts": 0}}, "deadLetter.breaker.minAttempts"),
+            ({"breaker": {"minAttempts": 1.5}}, "deadLetter.breaker.minAttempts"),
+            ({"breaker": {"window": "500ms"}}, "deadLetter.breaker.window"),
+            ({"breaker": {"window": 60}}, "deadLetter.breaker.window"),
+            ({"breaker": {"bogus": 1}}, "deadLetter.breaker.bogus"),
         ],
     )
     def test_refusals_name_the_field(self, value, field):
@@ -79,8 +108,18 @@ class TestDeadLetterConfig:
     def test_the_bounds_themselves_are_accepted(self):
         low = groups.parse_dead_letter({"maxRetries": 0, "alertThreshold": 1, "retryDelay": "0s"})
         high = groups.parse_dead_letter({"maxRetries": 100, "alertThreshold": 1_000_000, "retryDelay": "1h"})
-        assert low == {"maxRetries": 0, "alertThreshold": 1, "retryDelay": "0s"}
-        assert high == {"maxRetries": 100, "alertThreshold": 1_000_000, "retryDelay": "1h"}
+        assert low == {
+            "maxRetries": 0,
+            "alertThreshold": 1,
+            "retryDelay": "0s",
+            "breaker": {"failureRate": 0.5, "minAttempts": 100, "window": "60s"},
+        }
+        assert high == {
+            "maxRetries": 100,
+            "alertThreshold": 1_000_000,
+            "retryDelay": "1h",
+            "breaker": {"failureRate": 0.5, "minAttempts": 100, "window": "60s"},
+        }
 
 
 def test_lag_is_never_negative():
@@ -125,7 +164,12 @@ class TestConfig:
         assert merged == {
             "ackTimeout": "45s",
             "sessionTimeout": "20s",
-            "deadLetter": {"maxRetries": 2, "retryDelay": "30s", "alertThreshold": 100},
+            "deadLetter": {
+                "maxRetries": 2,
+                "retryDelay": "30s",
+                "alertThreshold": 100,
+                "breaker": {"failureRate": 0.5, "minAttempts": 100, "window": "60s"},
+            },
             **NO_FLOW,
         }
         assert (await upsert(topic, dead_letter=None))["deadLetter"] is None

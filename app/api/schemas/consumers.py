@@ -87,6 +87,9 @@ class NackIn(RequestBody):
     delay: NackDelayText | NackDelaySeconds | None = Field(
         None, examples=["30s"], description="Redeliver after this: a duration string or seconds (default 0)"
     )
+    deadLetter: bool = Field(
+        False, description="Move the message to the group's DLQ at once (400 when the group has no DLQ)"
+    )
 
 
 class ExtendIn(RequestBody):

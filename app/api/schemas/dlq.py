@@ -11,6 +11,11 @@ from app.api.schemas.constraints import Instant, MessageId, Partition, at_most
 from app.broker import dlq
 
 
+class FailedAttempt(ResponseBody):
+    at: Instant
+    reason: str = Field(examples=["ack timeout"])
+
+
 class DeadLetterEntry(ResponseBody):
     messageId: MessageId = Field(examples=["msg_x8k2n4"])
     data: Any
@@ -21,6 +26,10 @@ class DeadLetterEntry(ResponseBody):
     reason: str = Field(examples=["ack timeout"])
     retryCount: int = Field(description="retries made before the message was dead-lettered")
     failedAt: Instant
+    firstFailedAt: Instant = Field(description="when its first failed attempt failed")
+    attempts: Annotated[list[FailedAttempt], at_most(102)] = Field(
+        description="every failed attempt (a nack, an ack timeout, expiry), oldest first"
+    )
 
 
 class DeadLetterPage(ResponseBody):

@@ -198,6 +198,11 @@ class NackFrame(ClientFrame):
     delay: NackDelayText | NackDelaySeconds | None = Field(
         None, examples=["30s"], description="Redeliver after this: a duration string or seconds, up to 12h."
     )
+    deadLetter: bool | None = Field(
+        None,
+        description="true: move the message to the group's DLQ at once, whatever retries remain "
+        "(an `error` frame, INVALID_REQUEST, when the group has no DLQ).",
+    )
 
 
 class ExtendFrame(ClientFrame):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -10,6 +10,7 @@ from app.api.schemas.common import RequestBody, ResponseBody
 from app.api.schemas.constraints import (
     AckTimeout,
     GroupName,
+    Instant,
     LogOffset,
     MemberId,
     Partition,
@@ -25,6 +26,18 @@ from app.broker import topics
 Reset = Annotated[str, schema(enum=["earliest", "latest"])]
 
 
+class BreakerIn(RequestBody):
+    failureRate: float | None = Field(None, description="0 to below 1; default 0.5")
+    minAttempts: int | None = Field(None, description="1 to 1000000; default 100")
+    window: str | None = Field(None, examples=["60s"], description="1s to 1d; default 60s")
+
+
+class Breaker(ResponseBody):
+    failureRate: float
+    minAttempts: int
+    window: str
+
+
 class DeadLetterIn(RequestBody):
     maxRetries: Annotated[int, schema(minimum=0, maximum=100)] | None = Field(
         None, description="0 to 100; default 5"
@@ -32,6 +45,10 @@ class DeadLetterIn(RequestBody):
     retryDelay: RetryDelay | None = Field(None, description="0s to 1h; default 30s")
     alertThreshold: Annotated[int, schema(minimum=1, maximum=1_000_000)] | None = Field(
         None, description="1 to 1000000; default 100"
+    )
+    breaker: BreakerIn | None = Field(
+        None,
+        description="The DLQ breaker (pauses the group when too many deliveries fail); null turns it off",
     )
 
 
@@ -57,6 +74,7 @@ class DeadLetter(ResponseBody):
     maxRetries: int
     retryDelay: str
     alertThreshold: int
+    breaker: Breaker | None
 
 
 class GroupConfig(ResponseBody):
@@ -105,6 +123,27 @@ class Group(ResponseBody):
             "delivered, or passed over, under the old one). Redeliveries are decided by the new filter too."
         ),
     )
+    paused: bool = Field(description="No member receives messages while paused")
+    pausedUntil: Instant | None = Field(description="When the pause ends by itself (null: until resumed)")
+    pausedReason: Literal["user", "dlq-breaker"] | None
+
+
+class PauseIn(RequestBody):
+    # Checked by the broker (``pauses.parse_until``), so that a refusal names ``until`` itself.
+    until: Any = Field(
+        None,
+        json_schema_extra={"anyOf": [{"type": "string", "format": "date-time"}, {"type": "integer"}]},
+        description="ISO-8601 or epoch milliseconds, in the future; omitted or null: until resumed",
+    )
+
+
+class Paused(ResponseBody):
+    paused: Literal[True]
+    until: Instant | None = Field(description="When it resumes by itself (null: until resumed)")
+
+
+class Resumed(ResponseBody):
+    paused: Literal[False]
 
 
 class ResetOffsetsIn(RequestBody):

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from app.broker import durations
+from app.broker import breaker, durations
 from app.broker import tracing as spans
 from app.broker.delivery import checkpoints, leases
 from app.broker.delivery.checkpoints import HeldPartition
@@ -56,6 +56,16 @@ Send = Callable[[bytes], Awaitable[None]]
 RenderError = Callable[[CodedError], bytes]
 
 
+def _dead_letter_flag(frame: dict[str, Any]) -> bool:
+    """A nack frame's ``deadLetter`` (absent or null: false); anything but a boolean is refused."""
+    value = frame.get("deadLetter")
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest.field("deadLetter", "expected true or false")
+    return value
+
+
 class AckSettlement:
     """The client-frame half of a ``push.PushMember``: it shares the member's in-memory leases and its
     write lock, and calls back into the member to reconcile, rejoin and wake its delivery loop."""
@@ -76,6 +86,7 @@ class AckSettlement:
     _in_flight: dict[str, int]  # every message this connection holds -> ack deadline (ms)
     _writing: asyncio.Lock  # checkpoints, releases and materializations, one at a time
     _stopped: bool
+    _breaker: bool  # the group has a DLQ breaker: acks are counted
 
     def _start_acks(self, *, durable: bool) -> None:
         """This half's own state: ``durable`` acks are answered once checkpointed (exactly-once)."""
@@ -157,6 +168,8 @@ class AckSettlement:
             done[message_id] = p
         if done and len(self._in_flight) + len(done) >= self._max_in_flight:
             self._nudge()  # it was full: room to deliver again (otherwise it is not waiting on acks)
+        if done and self._breaker:
+            breaker.outcomes(self._metadata).record(self.group_id, acked=len(done))
         return done, failed, touched
 
     async def _ack_lazily(self, ids: list[Any]) -> None:
@@ -263,6 +276,7 @@ class AckSettlement:
             message_id = frame["id"]
             if frame.get("delay") is not None:
                 durations.parse_delay(frame["delay"])  # refused before anything changes
+            _dead_letter_flag(frame)
             if self._is_held(message_id):
                 p, offset = self._held[message_id]
                 part = self._parts[p]
@@ -338,6 +352,7 @@ class AckSettlement:
                         frame["id"],
                         delay_ms,
                         reason if isinstance(reason, str) else None,
+                        dead_letter=_dead_letter_flag(frame),
                     )
                 else:
                     answer = await leases.extend(self._metadata, member, ids, seconds)

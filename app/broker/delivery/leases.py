@@ -34,7 +34,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import dlq, message_ids, topics
+from app.broker import breaker, dlq, message_ids, pauses, topics
+from app.broker.delivery import failures as failed_attempts
 from app.broker.delivery import flow, membership, stream_wakeups
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, TopicNotFound
@@ -52,6 +53,7 @@ MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30
 MAX_IDS = 1000
 MAX_EXTEND_SECONDS = 12 * 3600
+PAUSE_RECHECK_SECONDS = 0.5  # a long poll of a paused group looks again this often (resumed within 1 s)
 _READ_BYTES = 8 << 20
 
 Key = tuple[int, int]
@@ -71,6 +73,11 @@ class Polled:
     deadline_ms: int = 0
     ack_timeout_ms: int | None = None  # the group's (None when the member owns no partition)
     flow: flow.FlowConfig = field(default_factory=flow.FlowConfig)  # the group's, as of this pass
+    paused: bool = False  # the group is paused: nothing was delivered (``pauses.py``)
+    paused_until_ms: int | None = None
+    group_id: str = ""
+    failed: int = 0  # ack timeouts this pass found (the DLQ breaker counts them)
+    breaker: bool = False  # the group has a DLQ breaker (its outcomes are counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,8 @@ class Settled:
 
     ids: list[str]
     failed: list[dict[str, str]]
+    group_id: str = ""  # the group settled in (the DLQ breaker counts acks and nacks per group)
+    breaker: bool = False  # the group has a DLQ breaker
 
 
 async def _caller(
@@ -144,6 +153,8 @@ async def poll(
             timeout = remaining
             if polled.next_deadline_ms is not None:
                 timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now_ms()) / 1000) + 0.005)
+            if polled.paused:  # a resume is seen by reading the group again, not by a wake-up
+                timeout = min(timeout, PAUSE_RECHECK_SECONDS)
             await wait_for_data(log, member.topic, polled.positions, timeout, abandoned)
             if abandoned is not None and abandoned.is_set():
                 return []
@@ -172,7 +183,10 @@ async def poll_once(
     async def work(session: AsyncSession) -> Polled:
         return await _poll_once(session, log, member, max_messages, wait_ms, heartbeat, fresh)
 
-    return await committing_fences(metadata, work)
+    polled = await committing_fences(metadata, work)
+    if polled.failed and polled.breaker:
+        breaker.outcomes(metadata).record(polled.group_id, failed=polled.failed)
+    return polled
 
 
 async def wait_for_data(
@@ -230,11 +244,28 @@ async def _poll_once(
     topic, member_id = member.topic, member.member_id
     view = await _caller(repo, member, now, extra_ms=wait_ms, maintain=True, touch=heartbeat)
     gates = flow.FlowConfig(view.max_in_flight, view.rate, view.filter)
+    if pauses.holds(view.paused_reason, view.paused_until_ms, now):
+        return Polled(
+            [],
+            ack_timeout_ms=view.ack_timeout_ms,
+            paused=True,
+            paused_until_ms=view.paused_until_ms,
+            breaker=breaker.configured(view.dead_letter),
+            flow=gates,
+        )
     # The group's maxInFlight (pull members; a push member's beat passes its own room as max_messages).
     room = await flow.pull_room(session, view.group_id, member_id, view.max_in_flight, now) if fresh else None
     if room is not None and room[0] <= 0:  # no room: look again shortly (acks may come on any node)
         await flow.settle_pull_claim(session, view.group_id, member_id, room[1])  # what it holds, no more
-        return Polled([], {}, now + flow.RECHECK_MS, ack_timeout_ms=view.ack_timeout_ms, flow=gates)
+        return Polled(
+            [],
+            {},
+            now + flow.RECHECK_MS,
+            ack_timeout_ms=view.ack_timeout_ms,
+            flow=gates,
+            group_id=view.group_id,
+            breaker=breaker.configured(view.dead_letter),
+        )
     if room is not None:
         max_messages = min(max_messages, room[0])
     owned = await partition_rows.lock_partitions(view.group_id, member_id=member_id)
@@ -256,6 +287,8 @@ async def _poll_once(
     vanished: list[Key] = []
     schedule: list[tuple[int, int, int, str]] = []
     failures: list[dlq.Failure] = []
+    histories: dict[Key, str] = {}  # failed-attempt histories of the timeouts kept for a retry
+    timeouts = 0
     for d in due:
         key = (d.partition, d.offset)
         record = found.get(key)
@@ -263,9 +296,11 @@ async def _poll_once(
             vanished.append(key)  # gone with retention, or no longer matching the filter: settled
             continue
         if policy is not None and d.member_id is not None:  # its holder let the deadline pass: a failure
+            timeouts += 1
             if policy.exhausted(d.attempt):
                 failures.append(dlq.Failure(d.partition, d.offset, record, dlq.TIMEOUT_REASON, d.attempt - 1))
                 continue
+            histories[key] = failed_attempts.with_failure(d.failures, d.deadline_ms, dlq.TIMEOUT_REASON)
             due_at = d.deadline_ms + dlq.retry_delay_ms(policy, d.attempt)
             if due_at > now:
                 schedule.append((d.partition, d.offset, due_at, dlq.TIMEOUT_REASON))
@@ -325,9 +360,11 @@ async def _poll_once(
         first.append((p, record.offset))
         delivered.append((p, record.offset, 1, record))
 
-    await lease_rows.renew_leases(view.group_id, member_id, deadline_ms, renewed)
+    await lease_rows.renew_leases(
+        view.group_id, member_id, deadline_ms, renewed, {k: histories[k] for k in renewed if k in histories}
+    )
     await lease_rows.drop_leases(view.group_id, vanished)
-    await lease_rows.reschedule_leases(view.group_id, schedule)
+    await lease_rows.reschedule_leases(view.group_id, schedule, histories if histories else None)
     await dlq.dead_letter(session, log, topic, view.group_id, failures)
     await lease_rows.add_leases(view.group_id, member_id, deadline_ms, first)
     await partition_rows.set_offsets(view.group_id, started)
@@ -342,7 +379,16 @@ async def _poll_once(
         if throttled:  # records are there: wait for the next token, not for a commit
             positions = {}
             next_deadline = min(next_deadline or now + tokens.wait_ms, now + tokens.wait_ms)
-        return Polled([], positions, next_deadline, ack_timeout_ms=view.ack_timeout_ms, flow=gates)
+        return Polled(
+            [],
+            positions,
+            next_deadline,
+            ack_timeout_ms=view.ack_timeout_ms,
+            flow=gates,
+            group_id=view.group_id,
+            failed=timeouts,
+            breaker=breaker.configured(view.dead_letter),
+        )
     delivered.sort(key=lambda d: (d[0], d[1]))
     ack_deadline = isoformat_ms(deadline_ms)
     return Polled(
@@ -358,6 +404,9 @@ async def _poll_once(
         ack_timeout_ms=view.ack_timeout_ms,
         next_deadline_ms=await lease_rows.next_deadline(view.group_id, numbers) if not fresh else None,
         flow=gates,
+        group_id=view.group_id,
+        failed=timeouts,
+        breaker=breaker.configured(view.dead_letter),
     )
 
 
@@ -405,6 +454,7 @@ async def _settle_ids(
     """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
     where = [(str(message_id), *_locate(member.topic, message_id)) for message_id in ids]
     located = {key for _, key, _ in where if key is not None}
+    group: list[tuple[str, bool]] = []
 
     async def work(session: AsyncSession) -> tuple[set[Key], dict[Key, str]]:
         repo = GroupRepository.from_session(session)
@@ -412,6 +462,7 @@ async def _settle_ids(
         lease_rows = LeaseRepository.from_session(session)
         now = now_ms()
         view = await _caller(repo, member, now, touch=heartbeat)
+        group[:] = [(view.group_id, breaker.configured(view.dead_letter))]
         if not located:
             return set(), {}
         keys = sorted(located)
@@ -452,12 +503,13 @@ async def _settle_ids(
             failed.append(
                 {"id": message_id, "code": codes[key] if key is not None else code or "INVALID_REQUEST"}
             )
-    return Settled(ok, failed)
+    group_id, counted = group[0] if group else ("", False)
+    return Settled(ok, failed, group_id, counted)
 
 
 async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat: bool = True) -> Settled:
     """Acknowledge messages; answered once the acks and the committed offset are durable."""
-    return await _settle_ids(
+    settled = await _settle_ids(
         metadata,
         member,
         validate_ids(ids),
@@ -465,6 +517,9 @@ async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat
         commit=True,
         heartbeat=heartbeat,
     )
+    if settled.ids and settled.breaker:
+        breaker.outcomes(metadata).record(settled.group_id, acked=len(settled.ids))
+    return settled
 
 
 async def nack(
@@ -474,30 +529,40 @@ async def nack(
     message_id: Any,
     delay_ms: int | None = None,
     reason: str | None = None,
+    *,
+    dead_letter: bool = False,
 ) -> Settled:
     """Give a message back: it is redelivered (to the partition's owner) after ``delay_ms`` — at once by
     default, or, when the group has a DLQ, after the retry schedule's wait; a nack of the last allowed
-    attempt moves the message to the DLQ instead."""
+    attempt moves the message to the DLQ instead, and so does one with ``dead_letter`` at once, whatever
+    retries remain (400 ``INVALID_REQUEST`` on ``deadLetter`` when the group has no DLQ)."""
     if reason is not None and "\x00" in reason:  # stored with the lease: text a database can hold
         raise InvalidRequest.field("reason", "may not contain the NUL character")
+    if not isinstance(dead_letter, bool):
+        raise InvalidRequest.field("deadLetter", "expected true or false")
     why = (reason or dlq.NACK_REASON)[:1024]
     topic = member.topic
 
     async def then(session: AsyncSession, view: CallerView, done: set[Key], now: int) -> None:
         policy = dlq.Policy.of(view.dead_letter)
         if policy is None:
+            if dead_letter:  # rolls the nack back with it: the message stays the caller's
+                raise InvalidRequest.field("deadLetter", "the group has no dead-letter queue")
             return
         partition_rows = PartitionRepository.from_session(session)
         lease_rows = LeaseRepository.from_session(session)
         nacked = await lease_rows.leases_among(view.group_id, sorted(done))
         exhausted: list[LeaseState] = []
         schedule: list[tuple[int, int, int, str]] = []
+        histories: dict[Key, str] = {}
         for (p, o), lease in nacked.items():
-            if policy.exhausted(lease.attempt):
+            if dead_letter or policy.exhausted(lease.attempt):
                 exhausted.append(lease)
-            elif delay_ms is None:
-                schedule.append((p, o, now + dlq.retry_delay_ms(policy, lease.attempt), why))
-        await lease_rows.reschedule_leases(view.group_id, schedule)
+                continue
+            histories[(p, o)] = failed_attempts.with_failure(lease.failures, now, why)
+            wait = delay_ms if delay_ms is not None else dlq.retry_delay_ms(policy, lease.attempt)
+            schedule.append((p, o, now + wait, why))
+        await lease_rows.reschedule_leases(view.group_id, schedule, histories)
         if exhausted:
             replays = await lease_rows.replay_offsets(
                 view.group_id, [(x.partition, x.offset) for x in exhausted]
@@ -519,7 +584,7 @@ async def nack(
                 await lease_rows.drop_leases(view.group_id, gone)
                 await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in gone}))
 
-    return await _settle_ids(
+    settled = await _settle_ids(
         metadata,
         member,
         [message_id],
@@ -527,6 +592,9 @@ async def nack(
         commit=False,
         then=then,
     )
+    if settled.ids and settled.breaker:
+        breaker.outcomes(metadata).record(settled.group_id, failed=len(settled.ids))
+    return settled
 
 
 async def extend(metadata: MetadataStore, member: MemberRef, ids: Any, seconds: float) -> Settled:

@@ -19,7 +19,7 @@ from typing import TypeVar, cast
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.broker import durations, groups, push_groups
+from app.broker import durations, groups, pauses, push_groups
 from app.broker.delivery.assignment import assign
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
 from app.broker.topics import TopicRef
@@ -66,6 +66,7 @@ class Membership:
     session_timeout: str
     group_id: str = ""
     ack_timeout_ms: int | None = None  # the group's, as of the join
+    paused: bool = False  # the group is paused (``pauses.py``), as of the join
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +124,9 @@ async def settle(
     changed. Returns the group's generation afterwards."""
     partition_rows = PartitionRepository.from_session(repo.session)
     lease_rows = LeaseRepository.from_session(repo.session)
-    gone = list(gone or ()) + await repo.remove_expired_members(group.id, now)
+    left = list(gone or ())
+    expired = await repo.remove_expired_members(group.id, now)
+    gone = left + expired
     grown = topic_partitions > group.partition_count
     if grown:
         have = {s.partition for s in await partition_rows.partitions(group.id)}
@@ -142,10 +145,12 @@ async def settle(
     held = {p: owner for p in moved if (owner := current.get(p)) in pushers}
     await partition_rows.set_owners(group.id, moved, held)
     await partition_rows.clear_held(group.id, gone)
-    # Leases of members that are gone become due now, for the partitions' new owners. Leases of members
+    # Leases of members that are gone become due now, for the partitions' new owners: given back unspent
+    # by members that left, as ack timeouts of members that expired (``failures.py``). Leases of members
     # still alive keep their deadline: a message is never redelivered while its ack deadline holds.
     # (Partitions before leases: the lock order every unit of work keeps.)
-    await lease_rows.release_member_leases(group.id, gone, now)
+    await lease_rows.release_member_leases(group.id, left, now, clean=True)
+    await lease_rows.release_member_leases(group.id, expired, now)
     generation = group.generation + 1
     await repo.set_generation(group.id, generation, max(topic_partitions, group.partition_count))
     return generation
@@ -237,6 +242,7 @@ async def join(
             member.session_timeout,
             group.id,
             group.ack_timeout_ms,
+            pauses.holds(group.paused_reason, group.paused_until_ms, now),
         )
 
     return await committing_fences(metadata, work)

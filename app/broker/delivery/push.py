@@ -132,6 +132,8 @@ class PushMember(AckSettlement, PushFlow):
         # records reach it (the beat then marks it ``releasing``). The others go on.
         self._paused: set[int] = set()
         self._pause_requests = 0  # joins that paused something: a beat that saw them all clears it
+        self._group_paused = False  # the group is paused (``pauses.py``), as of the last beat's poll
+        self._breaker = False  # the group has a DLQ breaker (acks are counted), as of the last beat
         self._beat_wakeup = Wakeup()
         self._beats_stopped = False
         self._beat_error: Exception | None = None
@@ -172,6 +174,7 @@ class PushMember(AckSettlement, PushFlow):
         )
         self.group_id = joined.group_id
         self._ack_timeout_ms = joined.ack_timeout_ms  # delivery starts before the first beat's poll
+        self._group_paused = joined.paused  # so a member joining a paused group sends nothing
         self.session_timeout_ms = durations.parse(
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
@@ -364,6 +367,8 @@ class PushMember(AckSettlement, PushFlow):
         budget = min(self._cap - len(self._in_flight) - self._reserved, self._frame_max)
         if now < self._throttled_until or self._flow is None:
             return False
+        if self._group_paused:
+            return False  # nothing new until a beat sees the group resumed
         if budget > 0 and self._parts and self._ack_timeout_ms is not None:
             return await self._deliver_new(budget, now + self._ack_timeout_ms)
         return False
@@ -418,6 +423,10 @@ class PushMember(AckSettlement, PushFlow):
             self._ack_timeout_ms = polled.ack_timeout_ms
             self._flow = polled.flow
             self._nudge()
+            self._breaker = polled.breaker
+            if self._group_paused != polled.paused:
+                self._group_paused = polled.paused
+                self._nudge()  # resumed: deliver now rather than at the next wait's end
             self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
             self._rows_due = self._due_at  # what the store said: rows due then
             if polled.messages:
@@ -535,7 +544,7 @@ class PushMember(AckSettlement, PushFlow):
         # Watch only where a pass could send now: with no room (the beat's reservation counts), or
         # from a partition paused or being released, records already there would wake it again and
         # again (the beat wakes it when those end).
-        if self._cap - len(self._in_flight) - self._reserved > 0 and not throttled:
+        if self._cap - len(self._in_flight) - self._reserved > 0 and not throttled and not self._group_paused:
             topic_id = self._topic.id
             paused = self._paused
             for part in self._parts.values():

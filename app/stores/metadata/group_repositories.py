@@ -120,6 +120,8 @@ class GroupRepository(Repository):
                 groups.c.max_in_flight,
                 groups.c.rate,
                 groups.c.filter,
+                groups.c.paused_reason,
+                groups.c.paused_until_ms,
             )
             .select_from(
                 groups.outerjoin(members, and_(members.c.group_id == groups.c.id, members.c.id == member_id))
@@ -127,7 +129,7 @@ class GroupRepository(Repository):
             .where(groups.c.topic_id == topic_id, groups.c.name == name)
         )
         row = (await self.session.execute(stmt)).first()
-        return CallerView(*row) if row else None
+        return CallerView(*tuple(row)) if row else None
 
     # members --------------------------------------------------------------------------------------
 

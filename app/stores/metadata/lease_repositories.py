@@ -11,7 +11,7 @@ write unit of work under ``BEGIN IMMEDIATE``, which serialises them; ``FOR UPDAT
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, delete, func, insert, select, tuple_, update
@@ -40,6 +40,7 @@ class LeaseRepository(Repository):
                 leases.c.deadline_ms,
                 leases.c.reason,
                 leases.c.replay_offset,
+                leases.c.failures,
             )
             .where(
                 leases.c.group_id == group_id,
@@ -52,19 +53,51 @@ class LeaseRepository(Repository):
         )
         return [DueLease(*row) for row in result.all()]
 
-    async def reschedule_leases(self, group_id: str, schedule: Sequence[tuple[int, int, int, str]]) -> None:
-        """Failed attempts waiting for their retry: ``(partition, offset, due_ms, reason)``; no holder."""
-        if schedule:
-            await self.session.execute(
-                update(leases)
-                .where(
-                    leases.c.group_id == group_id,
-                    leases.c.partition == bindparam("p"),
-                    leases.c.offset == bindparam("o"),
-                )
-                .values(member_id=None, deadline_ms=bindparam("d"), reason=bindparam("r")),
-                [{"p": p, "o": o, "d": d, "r": r} for p, o, d, r in schedule],
+    async def reschedule_leases(
+        self,
+        group_id: str,
+        schedule: Sequence[tuple[int, int, int, str]],
+        failures: Mapping[tuple[int, int], str] | None = None,
+    ) -> None:
+        """Failed attempts waiting for their retry: ``(partition, offset, due_ms, reason)``; no holder.
+        With ``failures`` (every key's new failed-attempt history) the same statement writes those too."""
+        if not schedule:
+            return
+        values: dict[str, Any] = {"member_id": None, "deadline_ms": bindparam("d"), "reason": bindparam("r")}
+        if failures is not None:  # a key without a new history keeps the one it has
+            values["failures"] = func.coalesce(bindparam("f"), leases.c.failures)
+        await self.session.execute(
+            update(leases)
+            .where(
+                leases.c.group_id == group_id,
+                leases.c.partition == bindparam("p"),
+                leases.c.offset == bindparam("o"),
             )
+            .values(**values),
+            [
+                {
+                    "p": p,
+                    "o": o,
+                    "d": d,
+                    "r": r,
+                    **({"f": failures.get((p, o))} if failures is not None else {}),
+                }
+                for p, o, d, r in schedule
+            ],
+        )
+
+    async def failures_of(self, group_id: str, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        """The failed-attempt histories kept on these leases (those that have one)."""
+        if not keys:
+            return {}
+        result = await self.session.execute(
+            select(leases.c.partition, leases.c.offset, leases.c.failures).where(
+                leases.c.group_id == group_id,
+                tuple_(leases.c.partition, leases.c.offset).in_(keys),
+                leases.c.failures.is_not(None),
+            )
+        )
+        return {(p, o): str(f) for p, o, f in result.all()}
 
     async def mark_acked(self, group_id: str, keys: Sequence[tuple[int, int]]) -> None:
         """Leases done with (dead-lettered): ``advance_committed`` then moves past them."""
@@ -111,19 +144,35 @@ class LeaseRepository(Repository):
         return int(value) if value is not None else None
 
     async def renew_leases(
-        self, group_id: str, member_id: str, deadline_ms: int, keys: Sequence[tuple[int, int]]
+        self,
+        group_id: str,
+        member_id: str,
+        deadline_ms: int,
+        keys: Sequence[tuple[int, int]],
+        failures: Mapping[tuple[int, int], str] | None = None,
     ) -> None:
-        """Hand due leases to ``member_id`` for one more attempt (the caller holds their partitions)."""
-        if keys:
+        """Hand due leases to ``member_id`` for one more attempt (the caller holds their partitions).
+        ``failures``: new failed-attempt histories of some of them (timed out, retried at once)."""
+        noted = failures or {}
+        plain = [k for k in keys if k not in noted]
+        values: dict[str, Any] = {
+            "member_id": member_id,
+            "attempt": leases.c.attempt + 1,
+            "deadline_ms": deadline_ms,
+        }
+        where = (
+            leases.c.group_id == group_id,
+            leases.c.partition == bindparam("p"),
+            leases.c.offset == bindparam("o"),
+        )
+        if plain:
             await self.session.execute(
-                update(leases)
-                .where(
-                    leases.c.group_id == group_id,
-                    leases.c.partition == bindparam("p"),
-                    leases.c.offset == bindparam("o"),
-                )
-                .values(member_id=member_id, attempt=leases.c.attempt + 1, deadline_ms=deadline_ms),
-                [{"p": p, "o": o} for p, o in keys],
+                update(leases).where(*where).values(**values), [{"p": p, "o": o} for p, o in plain]
+            )
+        if noted:
+            await self.session.execute(
+                update(leases).where(*where).values(**values, failures=bindparam("f")),
+                [{"p": p, "o": o, "f": f} for (p, o), f in noted.items()],
             )
 
     async def add_leases(
@@ -145,18 +194,33 @@ class LeaseRepository(Repository):
             delete(leases).where(leases.c.group_id == group_id, leases.c.partition.in_(numbers))
         )
 
-    async def release_member_leases(self, group_id: str, member_ids: Sequence[str], now_ms: int) -> None:
-        """Leases of members that are gone become due at once (for the partitions' new owners)."""
-        if member_ids:
-            await self.session.execute(
-                update(leases)
-                .where(
-                    leases.c.group_id == group_id,
-                    leases.c.member_id.in_(member_ids),
-                    leases.c.acked.is_(False),
-                )
-                .values(member_id=None, deadline_ms=now_ms)
-            )
+    async def release_member_leases(
+        self, group_id: str, member_ids: Sequence[str], now_ms: int, *, clean: bool = False
+    ) -> None:
+        """Leases of members that are gone become due at once (for the partitions' new owners).
+
+        ``clean`` (the members left): what they held and whose deadline still ran is given back unspent,
+        with no holder and the attempt counted back (the next delivery repeats the same ``attempt``).
+        Otherwise (their sessions expired) the holder stays on the lease and its deadline ends now: the
+        next poll takes it for an ack timeout. Leases whose deadline had passed already are timeouts
+        either way, left as they are."""
+        if not member_ids:
+            return
+        running = (
+            leases.c.group_id == group_id,
+            leases.c.member_id.in_(member_ids),
+            leases.c.acked.is_(False),
+            leases.c.deadline_ms > now_ms,
+        )
+        if clean:
+            values: dict[str, Any] = {
+                "member_id": None,
+                "deadline_ms": now_ms,
+                "attempt": leases.c.attempt - 1,
+            }
+        else:
+            values = {"deadline_ms": now_ms}
+        await self.session.execute(update(leases).where(*running).values(**values))
 
     async def settle(
         self,
@@ -211,6 +275,7 @@ class LeaseRepository(Repository):
                 leases.c.attempt,
                 leases.c.deadline_ms,
                 leases.c.acked,
+                leases.c.failures,
             ).where(leases.c.group_id == group_id, tuple_(leases.c.partition, leases.c.offset).in_(keys))
         )
         return {(row[0], row[1]): LeaseState(*row) for row in result.all()}

@@ -140,6 +140,13 @@ class ConsumerGroup(Base):
     max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rate: Mapped[float | None] = mapped_column(Float, nullable=True)
     filter: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    # A pause: why ("user", "dlq-breaker"; None: not paused) and until when (None: until resumed).
+    paused_reason: Mapped[str | None] = mapped_column(String(16), nullable=True, default=None)
+    paused_until_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    # The DLQ breaker's counts of delivery outcomes in the window that began at ``breaker_window_ms``.
+    breaker_window_ms: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
+    breaker_acked: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
+    breaker_failed: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -215,6 +222,8 @@ class GroupLease(Base):
     # A replayed dead letter: its copy's offset in the group's DLQ log, read when the topic's own log
     # no longer holds the message (retention).
     replay_offset: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    # The failed attempts before the last one, as JSON ``[[at_ms, reason], …]`` (the dead letter's history).
+    failures: Mapped[str | None] = mapped_column(Text, nullable=True, default=None)
 
 
 class DeadLetter(Base):

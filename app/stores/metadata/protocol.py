@@ -20,7 +20,7 @@ A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -56,6 +56,8 @@ class CallerView:
     max_in_flight: int | None = None
     rate: float | None = None
     filter: str | None = None
+    paused_reason: str | None = None  # a pause (``app/broker/pauses.py``): why, and until when
+    paused_until_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,7 @@ class DueLease:
     deadline_ms: int
     reason: str | None
     replay_offset: int | None
+    failures: str | None = None  # the failed attempts before this one (``delivery/failures.py``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,7 @@ class LeaseState:
     attempt: int
     deadline_ms: int
     acked: bool
+    failures: str | None = None  # the failed attempts so far (``delivery/failures.py``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,9 +405,17 @@ class LeaseStore(Protocol):
     ) -> list[DueLease]:
         """Unacked leases whose deadline passed (timed out, nacked, or released), in offset order."""
 
-    async def reschedule_leases(self, group_id: str, schedule: Sequence[tuple[int, int, int, str]]) -> None:
+    async def reschedule_leases(
+        self,
+        group_id: str,
+        schedule: Sequence[tuple[int, int, int, str]],
+        failures: Mapping[tuple[int, int], str] | None = None,
+    ) -> None:
         """Failed attempts waiting for their retry: ``(partition, offset, due_ms, reason)``; no
-        holder."""
+        holder; with their new failed-attempt histories when given."""
+
+    async def failures_of(self, group_id: str, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        """The failed-attempt histories kept on these leases."""
 
     async def mark_acked(self, group_id: str, keys: Sequence[tuple[int, int]]) -> None:
         """Leases done with (dead-lettered): ``advance_committed`` then moves past them."""
@@ -418,7 +430,12 @@ class LeaseStore(Protocol):
         """The soonest deadline of the unacked leases in these partitions."""
 
     async def renew_leases(
-        self, group_id: str, member_id: str, deadline_ms: int, keys: Sequence[tuple[int, int]]
+        self,
+        group_id: str,
+        member_id: str,
+        deadline_ms: int,
+        keys: Sequence[tuple[int, int]],
+        failures: Mapping[tuple[int, int], str] | None = None,
     ) -> None:
         """Hand due leases to ``member_id`` for one more attempt (the caller holds their
         partitions)."""
@@ -434,8 +451,11 @@ class LeaseStore(Protocol):
     async def drop_partition_leases(self, group_id: str, numbers: Sequence[int]) -> None:
         """Delete every lease of these partitions."""
 
-    async def release_member_leases(self, group_id: str, member_ids: Sequence[str], now_ms: int) -> None:
-        """Leases of members that are gone become due at once (for the partitions' new owners)."""
+    async def release_member_leases(
+        self, group_id: str, member_ids: Sequence[str], now_ms: int, *, clean: bool = False
+    ) -> None:
+        """Leases of members that are gone become due at once: given back unspent (``clean``: they left)
+        or as ack timeouts (their sessions expired)."""
 
     async def settle(
         self,

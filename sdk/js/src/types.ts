@@ -164,12 +164,28 @@ export interface DeadLetterConfig {
   retryDelay?: string;
   /** DLQ depth at which the alert webhook fires; default 100. */
   alertThreshold?: number;
+  /** The DLQ breaker (on by default with its defaults); `null` turns it off. */
+  breaker?: BreakerConfig | null;
+}
+
+/**
+ * The DLQ breaker: when, within `window`, at least `minAttempts` deliveries ended and more than
+ * `failureRate` of them failed, the group pauses itself (`pausedReason: 'dlq-breaker'`) and the alert
+ * endpoint gets a `dlq.breaker_tripped` event.
+ */
+export interface BreakerConfig {
+  /** 0 to below 1; default 0.5. */
+  failureRate?: number;
+  /** 1 to 1,000,000; default 100. */
+  minAttempts?: number;
+  /** `"1s"` to `"1d"`; default `"60s"`. */
+  window?: string;
 }
 
 export interface GroupConfig {
   ackTimeout: string;
   sessionTimeout: string;
-  deadLetter: Required<DeadLetterConfig> | null;
+  deadLetter: (Required<Omit<DeadLetterConfig, 'breaker'>> & { breaker: Required<BreakerConfig> | null }) | null;
   /** Unacked messages across all members of the group; `null`: no limit. */
   maxInFlight: number | null;
   /** Messages per second delivered to the group; `null`: no limit. */
@@ -266,6 +282,23 @@ export interface ConsumerGroup {
    * filter decides (messages before it were delivered, or passed over, under the old one); else `null`.
    */
   filterAppliesFrom?: FilterStart[] | null;
+  /** No member receives messages while paused. */
+  paused: boolean;
+  /** When the pause ends by itself; `null` until resumed. */
+  pausedUntil: string | null;
+  pausedReason: 'user' | 'dlq-breaker' | null;
+}
+
+/** The answer to `consumerGroups.pause` and `resume`. */
+export interface GroupPause {
+  paused: boolean;
+  until?: string | null;
+}
+
+/** One failed delivery attempt of a dead letter: a nack (its reason), an ack timeout, expiry. */
+export interface FailedAttempt {
+  at: string;
+  reason: string;
 }
 
 export interface PartitionPosition {
@@ -299,6 +332,10 @@ export interface DeadLetterMessage<T = any> {
   reason: string;
   retryCount: number;
   failedAt: string;
+  /** When its first failed attempt failed. */
+  firstFailedAt: string;
+  /** Every failed attempt, oldest first (the last one is `reason` at `failedAt`). */
+  attempts: FailedAttempt[];
 }
 
 export interface DeadLetterPage<T = any> {

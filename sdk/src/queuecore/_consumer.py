@@ -26,7 +26,7 @@ import httpx
 
 from . import _tracing
 from ._base_client import RequestOptions, parse_model
-from ._consumer_kit import RebalanceEvent, _Settler
+from ._consumer_kit import Nack, RebalanceEvent, _Settler
 from ._exceptions import (
     AckError,
     APIConnectionError,
@@ -421,7 +421,7 @@ class AsyncConsumer:
         if not (acks or nacks or extends):
             return
         retry_acks: list[str] = []
-        retry_nacks: list[tuple[str, str | None, str | float | None]] = []
+        retry_nacks: list[Nack] = []
         retry_extends: list[tuple[str, float]] = []
         member = {"memberId": self._member_id, "generationId": self._generation}
         try:
@@ -434,18 +434,20 @@ class AsyncConsumer:
                         retry_acks.extend(acks[start : start + 1000])
                     else:
                         await self._emit_error(exc)
-            for message_id, reason, delay in nacks:
+            for message_id, reason, delay, dead_letter in nacks:
                 body: dict[str, Any] = {**member, "id": message_id}
                 if reason is not None:
                     body["reason"] = reason
                 if delay is not None:
                     body["delay"] = delay
+                if dead_letter:
+                    body["deadLetter"] = True
                 try:
                     answer = await self._call("POST", "/nack", body)
                     await self._report_failed(answer.json(), "nack")
                 except Exception as exc:  # noqa: BLE001
                     if _retryable(exc) and not self._stopping:
-                        retry_nacks.append((message_id, reason, delay))
+                        retry_nacks.append((message_id, reason, delay, dead_letter))
                     else:
                         await self._emit_error(exc)
             for message_id, seconds in extends:

@@ -20,13 +20,17 @@ class RebalanceEvent:
     assignments: list[int]
 
 
+# A nack to send: message id, reason, delay, and whether it goes to the dead-letter queue at once.
+Nack = tuple[str, "str | None", "str | float | None", bool]
+
+
 class _Settler:
     """Thread-safe queue of acks, nacks and extends; the engine sends them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.acks: list[str] = []
-        self.nacks: list[tuple[str, str | None, str | float | None]] = []
+        self.nacks: list[Nack] = []
         self.extends: list[tuple[str, float]] = []
         self.wake: Callable[[], None] | None = None
         self.wake_on_ack = False  # push: acks go out within milliseconds; pull: on the flush interval
@@ -37,9 +41,11 @@ class _Settler:
         if self.wake_on_ack and self.wake is not None:
             self.wake()
 
-    def nack(self, message_id: str, reason: str | None, delay: str | float | None) -> None:
+    def nack(
+        self, message_id: str, reason: str | None, delay: str | float | None, dead_letter: bool = False
+    ) -> None:
         with self._lock:
-            self.nacks.append((message_id, reason, delay))
+            self.nacks.append((message_id, reason, delay, dead_letter))
         if self.wake is not None:
             self.wake()
 
@@ -51,14 +57,14 @@ class _Settler:
 
     def take(
         self,
-    ) -> tuple[list[str], list[tuple[str, str | None, str | float | None]], list[tuple[str, float]]]:
+    ) -> tuple[list[str], list[Nack], list[tuple[str, float]]]:
         with self._lock:
             acks, nacks, extends = self.acks, self.nacks, self.extends
             self.acks, self.nacks, self.extends = [], [], []
         # An extend of a message acked or nacked in the same batch is dropped: settling ends the lease
         # anyway, and as acks and nacks go first the extend would reach the server after them and be
         # refused (ACK_EXPIRED, an AckError the application never caused).
-        settled = set(acks) | {message_id for message_id, _, _ in nacks}
+        settled = set(acks) | {nack[0] for nack in nacks}
         if settled:
             extends = [item for item in extends if item[0] not in settled]
         return acks, nacks, extends

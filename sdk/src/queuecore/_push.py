@@ -274,12 +274,14 @@ class PushSession:
             for start in range(0, len(acks), ACK_BATCH):
                 await ws.send(json.dumps({"type": "ack", "ids": acks[start : start + ACK_BATCH]}))
                 self._unanswered += 1
-            for message_id, reason, delay in nacks:
+            for message_id, reason, delay, dead_letter in nacks:
                 frame: dict[str, Any] = {"type": "nack", "id": message_id}
                 if reason is not None:
                     frame["reason"] = reason
                 if delay is not None:
                     frame["delay"] = delay
+                if dead_letter:
+                    frame["deadLetter"] = True
                 await ws.send(json.dumps(frame))
                 self._unanswered += 1
             for message_id, seconds in extends:

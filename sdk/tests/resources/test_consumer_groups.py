@@ -130,3 +130,51 @@ class TestAsync:
         assert (flow.config.max_in_flight, flow.config.rate, flow.config.filter) == (5, 1.0, 'key = "k"')
         await async_client.consumer_groups.delete(topic, group)
         assert await async_client.consumer_groups.list(topic) == []
+
+
+class TestPauseAndBreaker:
+    def test_pause_until_then_resume(self, client, topic):
+        from datetime import datetime, timedelta, timezone
+
+        group = unique("g")
+        client.consumer_groups.update(topic, group)
+        until = datetime.now(timezone.utc) + timedelta(minutes=5)
+        paused = client.consumer_groups.pause(topic, group, until=until)
+        assert isinstance(paused, queuecore.GroupPause)
+        assert paused.paused is True and paused.until is not None
+        assert abs((paused.until - until).total_seconds()) < 0.001
+        detail = client.consumer_groups.describe(topic, group)
+        assert (detail.paused, detail.paused_reason, detail.paused_until) == (True, "user", paused.until)
+        assert client.consumer_groups.pause(topic, group).until is None  # until resumed
+        resumed = client.consumer_groups.resume(topic, group)
+        assert (resumed.paused, resumed.until) == (False, None)
+        detail = client.consumer_groups.describe(topic, group)
+        assert (detail.paused, detail.paused_reason, detail.paused_until) == (False, None, None)
+        with pytest.raises(queuecore.BadRequestError):
+            client.consumer_groups.pause(topic, group, until="yesterday")
+        with pytest.raises(queuecore.NotFoundError):
+            client.consumer_groups.pause(topic, unique("missing"))
+
+    def test_breaker_config_defaults_set_and_off(self, client, topic):
+        group = unique("g")
+        made = client.consumer_groups.update(topic, group, dead_letter=DeadLetter(max_retries=2))
+        assert made.config.dead_letter is not None and made.config.dead_letter.breaker is not None
+        breaker = made.config.dead_letter.breaker
+        assert (breaker.failure_rate, breaker.min_attempts, breaker.window) == (0.5, 100, "60s")
+        tuned = client.consumer_groups.update(
+            topic, group, dead_letter=DeadLetter(breaker=queuecore.Breaker(min_attempts=20, window="5m"))
+        )
+        assert tuned.config.dead_letter is not None and tuned.config.dead_letter.breaker is not None
+        assert tuned.config.dead_letter.breaker.min_attempts == 20
+        assert tuned.config.dead_letter.breaker.window == "5m"
+        off = client.consumer_groups.update(topic, group, dead_letter={"breaker": None})
+        assert off.config.dead_letter is not None and off.config.dead_letter.breaker is None
+        with pytest.raises(queuecore.BadRequestError):
+            client.consumer_groups.update(topic, group, dead_letter={"breaker": {"failure_rate": 2}})
+
+    async def test_async_pause_and_resume(self, client, async_client, topic):
+        group = unique("g")
+        client.consumer_groups.update(topic, group)
+        assert (await async_client.consumer_groups.pause(topic, group)).paused is True
+        assert (await async_client.consumer_groups.describe(topic, group)).paused_reason == "user"
+        assert (await async_client.consumer_groups.resume(topic, group)).paused is False

@@ -153,7 +153,8 @@ class TestLeave:
         member = MemberRef(topic.ref, "g", stays.member_id, current.generation)
         again = await leases.poll(services.metadata, services.log, member, max_messages=10)
         assert [orjson.loads(m)["id"] for m in again] == [orjson.loads(m)["id"] for m in taken]
-        assert {orjson.loads(m)["attempt"] for m in again} == {2}
+        # A clean leave spends no retry: the same attempt again.
+        assert {orjson.loads(m)["attempt"] for m in again} == {1}
 
     async def test_leaving_twice_is_not_found(self, make_topic: MakeTopic):
         topic = await make_topic()

@@ -420,11 +420,45 @@ class TestLeases:
             assert await leases.next_deadline(group_id, [0, 1]) == 1_000
             await leases.renew_leases(group_id, "csr_b", 20_000, [(0, 1)])
             await leases.reschedule_leases(group_id, [(0, 3, 15_000, "nacked")])
-            await leases.release_member_leases(group_id, ["csr_a"], 2_000)  # (0, 2) and (1, 4) due now
+            # csr_a's session expired: (0, 2) ends now as an ack timeout of its holder; (1, 4) had timed
+            # out already and stays as it was.
+            await leases.release_member_leases(group_id, ["csr_a"], 2_000)
             got = await leases.leases_among(group_id, [(0, 1), (0, 2), (0, 3), (1, 4)])
         assert (got[(0, 1)].member_id, got[(0, 1)].attempt, got[(0, 1)].deadline_ms) == ("csr_b", 2, 20_000)
-        assert (got[(0, 2)].member_id, got[(0, 2)].deadline_ms) == (None, 2_000)
+        assert (got[(0, 2)].member_id, got[(0, 2)].attempt, got[(0, 2)].deadline_ms) == ("csr_a", 1, 2_000)
         assert (got[(0, 3)].member_id, got[(0, 3)].deadline_ms) == (None, 15_000)
+        assert (got[(1, 4)].member_id, got[(1, 4)].attempt, got[(1, 4)].deadline_ms) == ("csr_a", 1, 1_000)
+
+    async def test_a_clean_leave_gives_running_leases_back_unspent(self, metadata: MetadataStore, rows: Rows):
+        group_id = await rows.group(partitions=1)
+        async with metadata.session() as session:
+            leases = LeaseRepository.from_session(session)
+            await leases.put_leases(
+                group_id,
+                [LeaseState(0, 1, "csr_a", 3, 9_000, False), LeaseState(0, 2, "csr_a", 2, 1_000, False)],
+            )
+            await leases.release_member_leases(group_id, ["csr_a"], 2_000, clean=True)
+            got = await leases.leases_among(group_id, [(0, 1), (0, 2)])
+        # Deadline running: no holder, due now, the attempt counted back (the next delivery is attempt 3).
+        assert (got[(0, 1)].member_id, got[(0, 1)].attempt, got[(0, 1)].deadline_ms) == (None, 2, 2_000)
+        # Timed out before the leave: still an ack timeout of its holder.
+        assert (got[(0, 2)].member_id, got[(0, 2)].attempt, got[(0, 2)].deadline_ms) == ("csr_a", 2, 1_000)
+
+    async def test_failure_histories_are_written_with_the_reschedule(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        group_id = await rows.group(partitions=1)
+        async with metadata.session() as session:
+            leases = LeaseRepository.from_session(session)
+            await leases.add_leases(group_id, "csr_a", 1_000, [(0, 1), (0, 2)])
+            await leases.reschedule_leases(
+                group_id, [(0, 1, 5_000, "nack"), (0, 2, 5_000, "nack")], {(0, 1): '[[1000,"nack"]]'}
+            )
+            assert await leases.failures_of(group_id, [(0, 1), (0, 2)]) == {(0, 1): '[[1000,"nack"]]'}
+            # A key without a new history keeps the one it has.
+            await leases.reschedule_leases(group_id, [(0, 1, 6_000, "again")], {})
+            due = await leases.due_leases(group_id, [0], 6_000, 10)
+        assert [(d.offset, d.failures) for d in due] == [(1, '[[1000,"nack"]]'), (2, None)]
 
     async def test_replayed_dead_letters_come_back_due_with_their_dlq_offset(
         self, metadata: MetadataStore, rows: Rows

@@ -8,7 +8,7 @@ import type { Message } from '../types.js';
 /** Where a message's `ack()`, `nack()` and `extend()` go: the consumer that delivered it. */
 export interface Settler {
   ack(id: string): void;
-  nack(id: string, reason: string | undefined, delay: string | number | undefined): void;
+  nack(id: string, reason: string | undefined, delay: string | number | undefined, deadLetter?: boolean): void;
   extend(id: string, seconds: number): void;
 }
 
@@ -56,12 +56,12 @@ export class ConsumedMessage<T = any> implements Message<T> {
 
   /**
    * Give the message back for redelivery (after `delay`: `'30s'` or seconds), or to the dead-letter queue
-   * once its retries are spent.
+   * once its retries are spent; `deadLetter: true` moves it there at once (the group must have a DLQ).
    */
-  async nack(reason?: string, options: { delay?: string | number } = {}): Promise<void> {
+  async nack(reason?: string, options: { delay?: string | number; deadLetter?: boolean } = {}): Promise<void> {
     if (this.#settled) return;
     this.#settled = true;
-    this.#settler.nack(this.id, reason, options.delay);
+    this.#settler.nack(this.id, reason, options.delay, options.deadLetter === true);
   }
 
   /** Move the ack deadline to `seconds` from now (1 to 43200). */

@@ -79,7 +79,7 @@ export class Membership {
   }
 }
 
-type Nack = { id: string; reason: string | undefined; delay: string | number | undefined };
+type Nack = { id: string; reason: string | undefined; delay: string | number | undefined; deadLetter?: boolean };
 
 /**
  * Acks, nacks and extends waiting to be sent, and the timer that sends them through the connected

@@ -264,8 +264,8 @@ export class Consumer<T = any> implements AsyncIterable<ConsumedMessage<T>> {
       this.#pending.acks.push(id);
       this.#pending.schedule(this.transport === 'websocket' && !this.#pullFallback ? ACK_LINGER : PULL_FLUSH_INTERVAL);
     },
-    nack: (id, reason, delay) => {
-      this.#pending.nacks.push({ id, reason, delay });
+    nack: (id, reason, delay, deadLetter) => {
+      this.#pending.nacks.push({ id, reason, delay, deadLetter });
       this.#pending.schedule(0);
     },
     extend: (id, seconds) => {

@@ -178,6 +178,7 @@ export class PullTransport implements ConsumerTransport {
       const body: Record<string, unknown> = { ...member, id: nack.id };
       if (nack.reason !== undefined) body['reason'] = nack.reason;
       if (nack.delay !== undefined) body['delay'] = nack.delay;
+      if (nack.deadLetter) body['deadLetter'] = true;
       try {
         const answer = await host.client.requestObject<{ failed?: unknown }>({
           method: 'POST',

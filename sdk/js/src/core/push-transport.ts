@@ -177,6 +177,7 @@ export class PushTransport implements ConsumerTransport {
         const frame: Record<string, unknown> = { type: 'nack', id: nack.id };
         if (nack.reason !== undefined) frame['reason'] = nack.reason;
         if (nack.delay !== undefined) frame['delay'] = nack.delay;
+        if (nack.deadLetter) frame['deadLetter'] = true;
         socket.send(JSON.stringify(frame));
         this.#unanswered += 1;
       }

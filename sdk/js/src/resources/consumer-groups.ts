@@ -3,6 +3,7 @@ import { APIResource } from '../core/resource.js';
 import type {
   ConsumerGroup,
   ConsumerGroupSummary,
+  GroupPause,
   GroupUpdateParams,
   PartitionPosition,
   PushAttempt,
@@ -88,5 +89,33 @@ export class ConsumerGroups extends APIResource {
       ...options,
     });
     return answer.data;
+  }
+
+  /**
+   * Pause the group: no member receives messages (within a second, on every server) until `until` (a
+   * `Date`, ISO-8601 or epoch milliseconds) or `resume`; acks, nacks and extends still work.
+   */
+  pause(
+    topic: string,
+    group: string,
+    params: { until?: Date | string | number } = {},
+    options?: RequestOptions,
+  ): Promise<GroupPause> {
+    const until = params.until instanceof Date ? params.until.toISOString() : params.until;
+    return this.client.requestObject<GroupPause>({
+      method: 'POST',
+      path: `${groupPath(topic, group)}/pause`,
+      body: until === undefined ? {} : { until },
+      ...options,
+    });
+  }
+
+  /** End the group's pause (a user's or the DLQ breaker's). */
+  resume(topic: string, group: string, options?: RequestOptions): Promise<GroupPause> {
+    return this.client.requestObject<GroupPause>({
+      method: 'POST',
+      path: `${groupPath(topic, group)}/resume`,
+      ...options,
+    });
   }
 }

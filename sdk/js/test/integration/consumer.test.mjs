@@ -304,3 +304,59 @@ describe('membership', () => {
     assert.notEqual(joins[0], joins.at(-1));
   });
 });
+
+describe('pause, nack to the DLQ, dead-letter history', () => {
+  for (const transport of ['websocket', 'pull']) {
+    test(`${transport}: nack({deadLetter: true}) moves a message at once, with every failed attempt`, async () => {
+      const topic = await topicWith(1);
+      const group = `dl-${transport}`;
+      const consumer = pq.consume(topic, { group, startFrom: 'latest', transport, deadLetter: { maxRetries: 5, retryDelay: '0s' } });
+      const attempts = [];
+      consumer.on('message', async (msg) => {
+        attempts.push(msg.attempt);
+        if (msg.attempt === 1) await msg.nack('flaky');
+        else await msg.nack('poison', { deadLetter: true });
+      });
+      await consumer.start();
+      const sent = await pq.publish(topic, { n: 1 });
+      await eventually(async () => (await pq.dlq.inspect(topic, { group })).total === 1, 30_000, 'the dead letter');
+      await consumer.stop();
+      const [entry] = (await pq.dlq.inspect(topic, { group })).data;
+      assert.equal(entry.messageId, sent.id);
+      assert.equal(entry.retryCount, 1);
+      assert.deepEqual(entry.attempts.map((a) => a.reason), ['flaky', 'poison']);
+      assert.equal(entry.firstFailedAt, entry.attempts[0].at);
+      assert.deepEqual(attempts, [1, 2]);
+    });
+  }
+
+  test('consumerGroups.pause holds deliveries until resume; the breaker config round-trips', async () => {
+    const topic = await topicWith(1);
+    const group = 'paused';
+    const made = await pq.consumerGroups.update(topic, group, { deadLetter: { breaker: { minAttempts: 20 } } });
+    assert.deepEqual(made.config.deadLetter.breaker, { failureRate: 0.5, minAttempts: 20, window: '60s' });
+    const off = await pq.consumerGroups.update(topic, group, { deadLetter: { breaker: null } });
+    assert.equal(off.config.deadLetter.breaker, null);
+    const until = new Date(Date.now() + 3_600_000);
+    const paused = await pq.consumerGroups.pause(topic, group, { until });
+    assert.equal(paused.paused, true);
+    assert.equal(new Date(paused.until).getTime(), until.getTime());
+    assert.equal((await pq.consumerGroups.describe(topic, group)).pausedReason, 'user');
+    const seen = [];
+    const consumer = pq.consume(topic, { group, startFrom: 'earliest' });
+    consumer.on('message', async (msg) => {
+      seen.push(msg.data.n);
+      await msg.ack();
+    });
+    await consumer.start();
+    await pq.publish(topic, { n: 1 });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    assert.deepEqual(seen, []); // paused: nothing delivered
+    assert.deepEqual(await pq.consumerGroups.resume(topic, group), { paused: false });
+    await eventually(() => seen.length === 1, 20_000, 'delivered after resume');
+    await consumer.stop();
+    const described = await pq.consumerGroups.describe(topic, group);
+    assert.equal(described.paused, false);
+    assert.equal(described.pausedUntil, null);
+  });
+});

@@ -120,6 +120,20 @@ def cmd_reset_offsets(client: QueueCore, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_pause(client: QueueCore, args: argparse.Namespace) -> int:
+    """Pause a group: no member receives messages until ``--until`` or ``groups resume``."""
+    paused = client.consumer_groups.pause(args.topic, args.group, until=args.until)
+    emit({"topic": args.topic, "group": args.group, **paused.model_dump(mode="json")})
+    return EXIT_OK
+
+
+def cmd_resume(client: QueueCore, args: argparse.Namespace) -> int:
+    """End a group's pause (a user's or the DLQ breaker's)."""
+    resumed = client.consumer_groups.resume(args.topic, args.group)
+    emit({"topic": args.topic, "group": args.group, "paused": resumed.paused})
+    return EXIT_OK
+
+
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ack-timeout", metavar="DURATION", help="unacked this long, a message is redelivered (1s-12h)"
@@ -167,7 +181,7 @@ def positive_rate(text: str) -> float:
 
 
 def register(sub: Subcommands) -> None:
-    """Add ``groups list|describe|create|update|delete|reset-offsets``."""
+    """Add ``groups list|describe|create|update|delete|reset-offsets|pause|resume``."""
     groups = add_group(
         sub,
         "groups",
@@ -239,3 +253,23 @@ def register(sub: Subcommands) -> None:
     gr.add_argument("--to", type=reset_target, required=True, help="earliest, latest or an offset")
     gr.set_defaults(run=cmd_reset_offsets)
     _push.register(groups)
+    gp = add_command(
+        groups,
+        "pause",
+        help="pause a group: no member receives messages until --until or groups resume",
+        example="queuecore groups pause order.events order-processing\n"
+        "queuecore groups pause order.events order-processing --until 2026-12-01T08:00:00Z",
+    )
+    gp.add_argument("topic")
+    gp.add_argument("group")
+    gp.add_argument("--until", metavar="TIME", help="resume by itself then (ISO-8601 with a time zone)")
+    gp.set_defaults(run=cmd_pause)
+    gm = add_command(
+        groups,
+        "resume",
+        help="end a group's pause (by a user or by the DLQ breaker)",
+        example="queuecore groups resume order.events order-processing",
+    )
+    gm.add_argument("topic")
+    gm.add_argument("group")
+    gm.set_defaults(run=cmd_resume)

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Literal, Union
 
 from .._base_client import RequestOptions, parse_model
 from .._resource import AsyncAPIResource, SyncAPIResource, path_segment
-from ..types.consumer_group import ConsumerGroup, ConsumerGroupSummary, DeadLetter, PartitionPosition
+from ..types.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupSummary,
+    DeadLetter,
+    GroupPause,
+    PartitionPosition,
+)
 from ..types.push import Push, PushAttempt, PushSecret
 from ._lists import parse_list
 
@@ -34,7 +41,10 @@ def dead_letter_wire(dead_letter: DeadLetterParam) -> dict[str, Any] | None:
     model = (
         dead_letter if isinstance(dead_letter, DeadLetter) else DeadLetter.model_validate(dict(dead_letter))
     )
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    wire = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if "breaker" in model.model_fields_set and model.breaker is None:
+        wire["breaker"] = None  # given as None: the breaker is turned off
+    return wire
 
 
 def push_wire(push: PushParam) -> dict[str, Any] | None:
@@ -90,6 +100,17 @@ def _update_options(
 
 def _reset_options(topic: str, group: str, to: ResetTo) -> RequestOptions:
     return RequestOptions("POST", f"{_path(topic, group)}/reset-offsets", json={"to": to})
+
+
+def _pause_options(topic: str, group: str, until: datetime | int | str | None) -> RequestOptions:
+    body: dict[str, Any] = {}
+    if isinstance(until, datetime):
+        if until.tzinfo is None:
+            raise ValueError("until needs a time zone (e.g. datetime.now(timezone.utc))")
+        body["until"] = until.isoformat()
+    elif until is not None:
+        body["until"] = until
+    return RequestOptions("POST", f"{_path(topic, group)}/pause", json=body)
 
 
 class ConsumerGroups(SyncAPIResource):
@@ -199,6 +220,26 @@ class ConsumerGroups(SyncAPIResource):
         """
         return parse_list(PushAttempt, self._client.request(_push_options(topic, group, "attempts", limit)))
 
+    def pause(self, topic: str, group: str, *, until: datetime | int | str | None = None) -> GroupPause:
+        """Pause the group: no member receives messages (within a second, on every server) until
+        ``until`` (an aware ``datetime``, ISO-8601 or epoch milliseconds) or ``resume``; acks, nacks and
+        extends still work.
+
+        Raises:
+            BadRequestError: ``until`` is malformed or not in the future.
+            NotFoundError: no such topic or group.
+        """
+        return parse_model(GroupPause, self._client.request(_pause_options(topic, group, until)))
+
+    def resume(self, topic: str, group: str) -> GroupPause:
+        """End the group's pause (a user's or the DLQ breaker's).
+
+        Raises:
+            NotFoundError: no such topic or group.
+        """
+        response = self._client.request(RequestOptions("POST", f"{_path(topic, group)}/resume"))
+        return parse_model(GroupPause, response)
+
 
 class AsyncConsumerGroups(AsyncAPIResource):
     """Consumer groups of a topic."""
@@ -260,3 +301,12 @@ class AsyncConsumerGroups(AsyncAPIResource):
         """A push group's most recent POSTs. See ``ConsumerGroups.push_attempts``."""
         response = await self._client.request(_push_options(topic, group, "attempts", limit))
         return parse_list(PushAttempt, response)
+
+    async def pause(self, topic: str, group: str, *, until: datetime | int | str | None = None) -> GroupPause:
+        """Pause the group. See ``ConsumerGroups.pause``."""
+        return parse_model(GroupPause, await self._client.request(_pause_options(topic, group, until)))
+
+    async def resume(self, topic: str, group: str) -> GroupPause:
+        """End the group's pause. See ``ConsumerGroups.resume``."""
+        response = await self._client.request(RequestOptions("POST", f"{_path(topic, group)}/resume"))
+        return parse_model(GroupPause, response)

@@ -8,18 +8,21 @@ from .batch_message import BatchMessage as BatchMessage
 from .batch_result import BatchItem as BatchItem
 from .batch_result import BatchResult as BatchResult
 from .consumed_message import ConsumedMessage as ConsumedMessage
+from .consumer_group import Breaker as Breaker
 from .consumer_group import ConsumerGroup as ConsumerGroup
 from .consumer_group import ConsumerGroupConfig as ConsumerGroupConfig
 from .consumer_group import ConsumerGroupPartition as ConsumerGroupPartition
 from .consumer_group import ConsumerGroupSummary as ConsumerGroupSummary
 from .consumer_group import DeadLetter as DeadLetter
 from .consumer_group import FilterStart as FilterStart
+from .consumer_group import GroupPause as GroupPause
 from .consumer_group import PartitionPosition as PartitionPosition
 from .dead_letter import AuditActor as AuditActor
 from .dead_letter import AuditEntry as AuditEntry
 from .dead_letter import AuditPage as AuditPage
 from .dead_letter import DeadLetterMessage as DeadLetterMessage
 from .dead_letter import DeadLetterPage as DeadLetterPage
+from .dead_letter import FailedAttempt as FailedAttempt
 from .dead_letter import ReplayAllResult as ReplayAllResult
 from .dead_letter import ReplayResult as ReplayResult
 from .health import Health as Health
@@ -51,6 +54,7 @@ __all__ = [
     "BatchItem",
     "BatchMessage",
     "BatchResult",
+    "Breaker",
     "ConsumedMessage",
     "ConsumerGroup",
     "ConsumerGroupConfig",
@@ -59,7 +63,9 @@ __all__ = [
     "DeadLetter",
     "DeadLetterMessage",
     "DeadLetterPage",
+    "FailedAttempt",
     "FilterStart",
+    "GroupPause",
     "Health",
     "Message",
     "MessagePage",

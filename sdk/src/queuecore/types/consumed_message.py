@@ -27,11 +27,18 @@ class ConsumedMessage(Message):
         if self._settle is not None:
             self._settle.ack(self.id)
 
-    def nack(self, reason: Optional[str] = None, delay: Union[str, float, None] = None) -> None:
+    def nack(
+        self,
+        reason: Optional[str] = None,
+        delay: Union[str, float, None] = None,
+        *,
+        dead_letter: bool = False,
+    ) -> None:
         """Give the message back for redelivery (after ``delay``: ``"30s"`` or seconds), or to the
-        dead-letter queue once its retries are spent."""
+        dead-letter queue once its retries are spent; ``dead_letter=True`` moves it there at once
+        (the group must have a dead-letter queue)."""
         if self._settle is not None:
-            self._settle.nack(self.id, reason, delay)
+            self._settle.nack(self.id, reason, delay, dead_letter)
 
     def extend(self, seconds: float) -> None:
         """Move the ack deadline to ``seconds`` from now (1 to 43200)."""

@@ -1,17 +1,33 @@
-from typing import Optional
+from typing import Literal, Optional
 
-from .._models import BaseModel
+from .._models import BaseModel, Timestamp
 from .push import PushConfig
 
 __all__ = [
+    "Breaker",
     "ConsumerGroup",
     "ConsumerGroupConfig",
     "ConsumerGroupPartition",
     "ConsumerGroupSummary",
     "DeadLetter",
     "FilterStart",
+    "GroupPause",
     "PartitionPosition",
 ]
+
+
+class Breaker(BaseModel):
+    """The DLQ breaker: when, within ``window``, at least ``min_attempts`` deliveries ended and more than
+    ``failure_rate`` of them failed, the group pauses itself (``paused_reason="dlq-breaker"``) and the
+    alert endpoint gets a ``dlq.breaker_tripped`` event. Unset fields take the server's defaults
+    (``0.5``, ``100``, ``"60s"``)."""
+
+    failure_rate: Optional[float] = None
+    """0 to below 1."""
+    min_attempts: Optional[int] = None
+    """1 to 1,000,000."""
+    window: Optional[str] = None
+    """``1s`` to ``1d``."""
 
 
 class DeadLetter(BaseModel):
@@ -27,6 +43,8 @@ class DeadLetter(BaseModel):
     """``0s`` to ``1h``."""
     alert_threshold: Optional[int] = None
     """Dead letters that trigger an alert."""
+    breaker: Optional[Breaker] = None
+    """The DLQ breaker (on by default); ``breaker=None`` given explicitly turns it off."""
 
 
 class ConsumerGroupConfig(BaseModel):
@@ -88,6 +106,18 @@ class ConsumerGroup(BaseModel):
     filter_applies_from: Optional[list[FilterStart]] = None
     """Only in the answer of an ``update`` that changed the filter: per partition, the offset from which
     the new filter decides (messages before it were delivered, or passed over, under the old one)."""
+    paused: bool = False
+    """No member receives messages while paused (``consumer_groups.pause``)."""
+    paused_until: Optional[Timestamp] = None
+    """When the pause ends by itself; ``None`` until resumed."""
+    paused_reason: Optional[Literal["user", "dlq-breaker"]] = None
+
+
+class GroupPause(BaseModel):
+    """The answer to ``consumer_groups.pause`` and ``resume``."""
+
+    paused: bool
+    until: Optional[Timestamp] = None
 
 
 class PartitionPosition(BaseModel):

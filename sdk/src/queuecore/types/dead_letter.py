@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
+from pydantic import Field
+
 from .._models import BaseModel, Timestamp
 
 __all__ = [
@@ -10,9 +12,17 @@ __all__ = [
     "AuditPage",
     "DeadLetterMessage",
     "DeadLetterPage",
+    "FailedAttempt",
     "ReplayAllResult",
     "ReplayResult",
 ]
+
+
+class FailedAttempt(BaseModel):
+    """One failed delivery attempt of a dead letter: a nack (its reason), an ack timeout, expiry."""
+
+    at: Timestamp
+    reason: str
 
 
 class DeadLetterMessage(BaseModel):
@@ -30,6 +40,10 @@ class DeadLetterMessage(BaseModel):
     retry_count: int
     """Retries made before it was dead-lettered."""
     failed_at: Timestamp
+    first_failed_at: Optional[Timestamp] = None
+    """When its first failed attempt failed."""
+    attempts: list[FailedAttempt] = Field(default_factory=list)
+    """Every failed attempt, oldest first (the last one is ``reason`` at ``failed_at``)."""
 
 
 class DeadLetterPage(BaseModel):

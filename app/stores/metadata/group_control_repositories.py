@@ -1,0 +1,48 @@
+"""SQL of a group's controls: its pause and the DLQ breaker's outcome counters (``consumer_groups`` row).
+
+Not on a per-message path: the breaker's flush writes one row per group for many outcomes
+(``app/broker/breaker.py``), pause and resume one row per call. The group row is locked as
+``groups.get(for_update=True)`` does (``FOR NO KEY UPDATE``), the first step of the lock order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from app.stores.metadata.base import Repository
+from app.stores.metadata.models import ConsumerGroup, Topic
+
+
+class GroupControlRepository(Repository):
+    """Pause state and breaker counters of consumer groups."""
+
+    async def dead_letter_configs(self, group_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+        """The ``deadLetter`` config of each of these groups that still exists."""
+        if not group_ids:
+            return {}
+        result = await self.session.execute(
+            select(ConsumerGroup.id, ConsumerGroup.dead_letter).where(ConsumerGroup.id.in_(group_ids))
+        )
+        return {group_id: config for group_id, config in result.all()}
+
+    async def lock(self, group_id: str) -> ConsumerGroup | None:
+        """The group row by id, locked for this unit of work."""
+        result = await self.session.execute(
+            select(ConsumerGroup)
+            .where(ConsumerGroup.id == group_id)
+            .with_for_update(key_share=True)
+            .execution_options(populate_existing=True)
+        )
+        return result.scalar_one_or_none()
+
+    async def topic_of(self, topic_id: str) -> tuple[str, str, str] | None:
+        """``(project_id, environment, name)`` of a topic."""
+        row = (
+            await self.session.execute(
+                select(Topic.project_id, Topic.environment, Topic.name).where(Topic.id == topic_id)
+            )
+        ).first()
+        return (str(row[0]), str(row[1]), str(row[2])) if row is not None else None
