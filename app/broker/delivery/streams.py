@@ -38,7 +38,7 @@ from app.broker.delivery.membership import MemberRef
 from app.broker.errors import MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.topics import TopicRef
 from app.kit.clock import now_ms
-from app.stores.log.protocol import LogEngine
+from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.lease_repositories import LeaseRepository
 
@@ -140,6 +140,20 @@ class StreamMember:
     async def deliver(self, emit: Emit) -> None:
         """Lease and emit messages until ``stop``; keepalives when idle, ``rebalance`` when it happens.
         Raises ``TopicNotFound`` when the topic is deleted under the stream."""
+        try:
+            await self._deliver(emit)
+        except UnknownLog:
+            raise TopicNotFound(self._topic.name) from None
+        except (TopicNotFound, asyncio.CancelledError):
+            raise
+        except Exception:
+            # A topic deleted under a live stream fails wherever the loop was (its log, its group's rows):
+            # that is the topic's end, told to the client as such, not an internal error (as push.py does).
+            if not self._stopped and not await topics.exists(self._metadata, self._topic.id):
+                raise TopicNotFound(self._topic.name) from None
+            raise
+
+    async def _deliver(self, emit: Emit) -> None:
         last_sent = time.monotonic()
         while not self._stopped:
             self._nudged.clear()
