@@ -37,6 +37,7 @@ def _group(detail: groups.GroupDetail) -> Group:
                 for p in detail.partitions
             ],
             "config": detail.config,
+            "expired": detail.expired,
         }
     )
 

@@ -25,6 +25,7 @@ from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine, LogEngineError
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.dlq_repositories import DeadLetterRepository
+from app.stores.metadata.expiry_repositories import ExpiryRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup
@@ -64,6 +65,7 @@ class GroupDetail:
     consumers: int
     partitions: list[PartitionLag]
     config: dict[str, Any]
+    expired: int = 0  # messages whose TTL passed before delivery, since the group's creation
 
 
 def validate_name(name: str) -> str:
@@ -261,7 +263,8 @@ async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef,
     group = await get_group(session, topic, name)
     counts = await repo.live_member_counts([group.id], now_ms())
     lags = await partition_lags(session, log, topic, group.id)
-    return GroupDetail(group.name, topic.name, counts.get(group.id, 0), lags, config_of(group))
+    expired = await ExpiryRepository.from_session(session).expired(group.id)
+    return GroupDetail(group.name, topic.name, counts.get(group.id, 0), lags, config_of(group), expired)
 
 
 async def require_stopped(repo: GroupRepository, group: ConsumerGroup, what: str) -> None:

@@ -75,6 +75,12 @@ class Group(ResponseBody):
     consumers: int
     partitions: Annotated[list[GroupPartition], at_most(topics.MAX_PARTITIONS)]
     config: GroupConfig
+    expired: int = Field(
+        0,
+        examples=[0],
+        description="Messages whose TTL (ttl / expiresAt) passed before the group delivered them, since "
+        "its creation.",
+    )
 
 
 class ResetOffsetsIn(RequestBody):

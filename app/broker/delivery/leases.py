@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import dlq, message_ids, topics
-from app.broker.delivery import membership
+from app.broker.delivery import delays, membership
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, TopicNotFound
 from app.broker.messages import render_message
@@ -240,6 +240,7 @@ async def _poll_once(
         log, topic, view.group_id, [(d.partition, d.offset, d.replay_offset) for d in due]
     )
     policy = dlq.Policy.of(view.dead_letter)
+    gate = delays.TimeGate(now)  # delays and TTL: what is not due yet, or no more
     renewed: list[Key] = []
     vanished: list[Key] = []
     schedule: list[tuple[int, int, int, str]] = []
@@ -250,6 +251,8 @@ async def _poll_once(
         if record is None:  # gone with retention: nothing left to deliver
             vanished.append(key)
             continue
+        if not gate.admit_again(d.partition, record, d.attempt, d.replay_offset is not None):
+            continue  # expired: never delivered again
         if policy is not None and d.member_id is not None:  # its holder let the deadline pass: a failure
             if policy.exhausted(d.attempt):
                 failures.append(dlq.Failure(d.partition, d.offset, record, dlq.TIMEOUT_REASON, d.attempt - 1))
@@ -271,29 +274,38 @@ async def _poll_once(
     start = random.randrange(len(owned))  # no partition starves another of the budget
     for state in owned[start:] + owned[:start] if fresh else ():
         position = positions[state.partition] = await _position_of(log, topic, state, started)
-        if budget <= 0:
-            continue
-        records = await log.read(
-            topic.id, state.partition, position, max_records=budget, max_bytes=_READ_BYTES
-        )
         skip = ahead.get(state.partition, ())
-        for record in records:
-            if record.offset not in skip:
-                first.append((state.partition, record.offset))
-                delivered.append((state.partition, record.offset, 1, record))
-        if records:
-            moved[state.partition] = positions[state.partition] = records[-1].offset + 1
-            budget -= len(records)
+        scanned = 0
+        # Records held back (not due) or expired take no budget: read on past them, within a bound.
+        while budget > 0 and scanned < delays.MAX_SCAN:
+            records = await log.read(
+                topic.id, state.partition, position, max_records=budget, max_bytes=_READ_BYTES
+            )
+            if not records:
+                break
+            gated = gate.count
+            for record in records:
+                if record.offset not in skip and gate.admit(state.partition, record):
+                    first.append((state.partition, record.offset))
+                    delivered.append((state.partition, record.offset, 1, record))
+            moved[state.partition] = positions[state.partition] = position = records[-1].offset + 1
+            scanned += len(records)
+            gated = gate.count - gated
+            budget -= len(records) - gated
+            if not gated:
+                break
 
     await lease_rows.renew_leases(view.group_id, member_id, deadline_ms, renewed)
     await lease_rows.drop_leases(view.group_id, vanished)
     await lease_rows.reschedule_leases(view.group_id, schedule)
     await dlq.dead_letter(session, log, topic, view.group_id, failures)
+    expired = gate.expired_partitions()
+    await gate.write(session, log, topic, view.group_id, view.dead_letter)
     await lease_rows.add_leases(view.group_id, member_id, deadline_ms, first)
     await partition_rows.set_offsets(view.group_id, started)
     await partition_rows.set_offsets(view.group_id, moved, position_only=True)
-    if vanished:
-        await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in vanished}))
+    if vanished or expired:
+        await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in vanished} | set(expired)))
 
     if not delivered:
         return Polled(

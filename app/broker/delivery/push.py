@@ -50,7 +50,7 @@ from collections.abc import Awaitable, Callable, Collection
 
 from app.broker import durations, message_ids, topics
 from app.broker import tracing as spans
-from app.broker.delivery import checkpoints, leases, membership
+from app.broker.delivery import checkpoints, delays, leases, membership
 from app.broker.delivery.acks import AckSettlement, RenderError, Send
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
@@ -136,6 +136,7 @@ class PushMember(AckSettlement):
         self._beat_error: Exception | None = None
         self._reserved = 0  # in-flight room a lease-row poll in progress may fill
         self._rows_due = _NEVER  # when lease rows are known to be due (``_due_at`` may be a guess)
+        self._held_due = _NEVER  # the first due time of rows held back since the beat's last poll began
         self._rejoining = asyncio.Lock()
         self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
         self._stopped = False
@@ -401,6 +402,7 @@ class PushMember(AckSettlement):
             budget = min(budget, _BEAT_ROWS)
         if budget > 0:
             self._reserved += budget  # the delivery loop leaves room for what the poll brings
+            self._held_due = _NEVER  # rows held back from now on may be missing from the poll's answer
             try:
                 polled = await leases.poll_once(
                     self._metadata, self._log, self.ref, budget, heartbeat=beat, fresh=False
@@ -412,6 +414,8 @@ class PushMember(AckSettlement):
             self._ack_timeout_ms = polled.ack_timeout_ms
             self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
             self._rows_due = self._due_at  # what the store said: rows due then
+            if self._held_due < self._due_at:  # delayed messages held back while it ran
+                self._due_at = self._rows_due = self._held_due
             if polled.messages:
                 for message_id in polled.ids:
                     self._in_flight[message_id] = polled.deadline_ms
@@ -437,6 +441,7 @@ class PushMember(AckSettlement):
         parts = list(self._parts.values())
         start = random.randrange(len(parts))  # no partition starves another of the budget
         paused = self._paused
+        gate = delays.TimeGate(now_ms())  # delays and TTL: records not due yet, or no more
         for part in parts[start:] + parts[:start]:
             if budget <= 0:
                 break
@@ -449,26 +454,72 @@ class PushMember(AckSettlement):
                 # Nothing new, or being handed over (the release has taken what was sent; what it
                 # did not take is the new owner's), or reconciled away while reading.
                 continue
+            sending: list[tuple[int, str, bytes]] = []
             for record in records:
                 offset = record.offset
                 if offset in part.skip:  # leased already (acked out of order, or a due row)
                     part.skip.discard(offset)
                     continue
+                if not gate.admit(part.partition, record):
+                    continue  # not due yet, or expired: a lease row (``delays``)
                 message_id = message_ids.encode(topic.id, part.partition, offset, head=part.head)
-                rendered.append(
-                    render_message(
-                        topic.name, topic, topic.id, part.partition, record, extra, message_id=message_id
+                sending.append(
+                    (
+                        offset,
+                        message_id,
+                        render_message(
+                            topic.name, topic, topic.id, part.partition, record, extra, message_id=message_id
+                        ),
                     )
                 )
+            if gate.pending and not await self._gate_rows(part, gate):
+                continue  # fenced: the partition changed hands; the reconcile that follows sorts it out
+            for offset, message_id, message in sending:
+                rendered.append(message)
                 part.in_flight[offset] = deadline
                 self._held[message_id] = (part.partition, offset)
                 self._in_flight[message_id] = deadline
             part.position = records[-1].offset + 1
-            budget -= len(records)
+            budget -= len(sending)
         self._next_expiry = min(self._next_expiry, deadline)
         if rendered:
             await self._send_messages(rendered)
         return bool(rendered)
+
+    async def _gate_rows(self, part: HeldPartition, gate: delays.TimeGate) -> bool:
+        """Write what ``gate`` held back or found expired in ``part`` as lease rows, before the member's
+        position moves past them; the beat then wakes when the first held one falls due."""
+        next_due = gate.next_due
+        expired = [x.offset for x in gate.expired]
+        async with self._writing:
+            if self._parts.get(part.partition) is not part or part.releasing:
+                gate.held.clear()
+                gate.expired.clear()
+                return False
+            ok = await delays.write_for_push(
+                self._metadata,
+                self._log,
+                self._topic,
+                self.group_id,
+                self.member_id,
+                part.partition,
+                part.epoch,
+                gate,
+            )
+        if not ok:
+            gate.held.clear()
+            gate.expired.clear()
+            self._last_beat = 0.0  # reconcile at the next beat, now
+            self._nudge_beat()
+            return False
+        if expired:  # acked rows above the floor: the next checkpoint drops them once below it
+            part.acked_row_max = max(part.acked_row_max, *expired)
+        if next_due is not None:
+            self._held_due = min(self._held_due, next_due)
+            self._due_at = min(self._due_at, next_due)
+            self._rows_due = min(self._rows_due, next_due)
+            self._nudge_beat()
+        return True
 
     async def _send_messages(self, rendered: list[bytes]) -> None:
         """One ``message`` / ``messages`` frame; a ``receive`` span around it when tracing."""

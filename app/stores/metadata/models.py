@@ -182,6 +182,8 @@ class GroupPartition(Base):
     position: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     held_by: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
     epoch: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
+    # Messages whose TTL passed before this group delivered them (group describe: ``expired``).
+    expired: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
 
 
 class GroupLease(Base):

@@ -1,0 +1,29 @@
+"""delays: add group_partitions.expired
+
+A group's partition counts the messages that expired (their TTL passed) before it delivered them; group
+describe answers their sum as ``expired``. Existing partitions start at 0.
+
+Revision ID: 7ebac95d791a
+Revises: 3c81f0d2a9e4
+Create Date: 2026-11-26 19:15:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "7ebac95d791a"
+down_revision: str | None = "3c81f0d2a9e4"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("group_partitions") as batch:
+        batch.add_column(sa.Column("expired", sa.BigInteger(), nullable=False, server_default="0"))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("group_partitions") as batch:
+        batch.drop_column("expired")
