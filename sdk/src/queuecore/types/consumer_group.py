@@ -67,6 +67,8 @@ class ConsumerGroup(BaseModel):
     consumers: int
     partitions: list[ConsumerGroupPartition]
     config: ConsumerGroupConfig
+    expired: int = 0
+    """Messages whose TTL passed before the group delivered them, since its creation."""
 
 
 class PartitionPosition(BaseModel):
