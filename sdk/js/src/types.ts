@@ -79,6 +79,14 @@ export interface PublishParams {
   partition?: number;
   /** Your own key, to make a publish idempotent across processes too (24 h window per topic). */
   idempotencyKey?: string;
+  /** Deliver to consumer groups this much later: `'90s'` (`<n>ms|s|m|h|d`) or seconds; at most 30 days. */
+  delay?: string | number;
+  /** Or deliver from this time on: a `Date`, ISO-8601 or epoch ms (a past time means now). Not with `delay`. */
+  deliverAt?: string | number | Date;
+  /** Never deliver it once this long has passed since the publish (a DLQ gets it with reason `expired`). */
+  ttl?: string | number;
+  /** Or never deliver it from this time on. Not with `ttl`. */
+  expiresAt?: string | number | Date;
 }
 
 export interface PublishResult {
@@ -86,6 +94,10 @@ export interface PublishResult {
   offset: number;
   partition: number;
   timestamp: string;
+  /** When consumer groups receive it (`null`: at once, not delayed). */
+  deliverAt: string | null;
+  /** When it expires undelivered (`null`: never). */
+  expiresAt: string | null;
   /** Server-side milliseconds. */
   latency: number;
   /** `fsync` or `replicated:<n>`: on what terms the message is durable. */
@@ -101,6 +113,14 @@ export interface BatchMessage {
   headers?: Record<string, string>;
   partition?: number;
   idempotencyKey?: string;
+  /** Deliver to consumer groups this much later: `'90s'` (`<n>ms|s|m|h|d`) or seconds; at most 30 days. */
+  delay?: string | number;
+  /** Or deliver from this time on: a `Date`, ISO-8601 or epoch ms (a past time means now). Not with `delay`. */
+  deliverAt?: string | number | Date;
+  /** Never deliver it once this long has passed since the publish (a DLQ gets it with reason `expired`). */
+  ttl?: string | number;
+  /** Or never deliver it from this time on. Not with `ttl`. */
+  expiresAt?: string | number | Date;
 }
 
 export interface BatchMessageResult {
@@ -108,6 +128,10 @@ export interface BatchMessageResult {
   offset: number;
   partition: number;
   timestamp: string;
+  /** When consumer groups receive it (`null`: at once, not delayed). */
+  deliverAt: string | null;
+  /** When it expires undelivered (`null`: never). */
+  expiresAt: string | null;
   /** True for an item whose idempotency key had been seen. */
   replayed?: boolean;
 }
@@ -129,6 +153,10 @@ export interface Message<T = any> {
   headers: Record<string, string>;
   data: T;
   timestamp: string;
+  /** When consumer groups receive it (`null`: at once, not delayed). */
+  deliverAt: string | null;
+  /** When it expires undelivered (`null`: never). */
+  expiresAt: string | null;
 }
 
 export interface ReadParams {
@@ -186,6 +214,8 @@ export interface ConsumerGroup {
   consumers: number;
   partitions: GroupPartition[];
   config: GroupConfig;
+  /** Messages whose TTL passed before the group delivered them, since its creation. */
+  expired: number;
 }
 
 export interface PartitionPosition {
