@@ -47,6 +47,8 @@ type ConsumerGroup struct {
 	Consumers  int                      `json:"consumers"`
 	Partitions []ConsumerGroupPartition `json:"partitions"`
 	Config     ConsumerGroupConfig      `json:"config"`
+	// Expired counts the messages whose TTL passed before the group delivered them, since its creation.
+	Expired int64 `json:"expired"`
 }
 
 // PartitionPosition is where a partition of a group stands after a reset.
