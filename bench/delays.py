@@ -71,6 +71,26 @@ async def _publish_due(http: httpx.AsyncClient, topic: str, rate: int, seconds: 
     return total
 
 
+async def _publish_paced(http: httpx.AsyncClient, topic: str, rate: int, seconds: float, t0_ms: float) -> int:
+    """The baseline: the same number of messages without a delay, published from ``t0`` on at ``rate``
+    (a batch every 10 ms), so that they become deliverable at the rate the delayed ones fall due."""
+    total = int(rate * seconds)
+    per_batch = max(1, rate // 100)
+    await asyncio.sleep(max(0.0, (t0_ms - now_ms()) / 1000))
+    start = time.perf_counter()
+    for n, first in enumerate(range(0, total, per_batch)):
+        await asyncio.sleep(max(0.0, start + n * 0.01 - time.perf_counter()))
+        items = [{"data": {"i": i}} for i in range(first, min(total, first + per_batch))]
+        r = await http.post(f"/v1/topics/{topic}/messages/batch", json={"messages": items})
+        r.raise_for_status()
+    return total
+
+
+def _lateness(arrived: float, message: dict[str, Any]) -> float:
+    """Arrival − the time the message became deliverable: its ``deliverAt``, else its publish time."""
+    return arrived - _ms(message["deliverAt"] or message["timestamp"])
+
+
 async def _push(
     server: BenchServer, topic: str, total: int, deadline: float, late: list[float], ready: asyncio.Event
 ) -> None:
@@ -91,7 +111,7 @@ async def _push(
             for m in batch:
                 if m["id"] not in seen:
                     seen.add(m["id"])
-                    late.append(arrived - _ms(m["deliverAt"]))
+                    late.append(_lateness(arrived, m))
             if batch:
                 await ws.send(json.dumps({"type": "ack", "ids": [m["id"] for m in batch]}))
 
@@ -115,7 +135,7 @@ async def _pull(
             for m in batch:
                 if m["id"] not in seen:
                     seen.add(m["id"])
-                    late.append(arrived - _ms(m["deliverAt"]))
+                    late.append(_lateness(arrived, m))
             if batch:
                 a = await http.post(f"{base}/ack", json={**ident, "ids": [m["id"] for m in batch]})
                 a.raise_for_status()
@@ -128,7 +148,14 @@ def _ms(instant: str) -> float:
 
 
 async def one_run(
-    server: BenchServer, transport: str, rate: int, seconds: float, partitions: int, lead: float
+    server: BenchServer,
+    transport: str,
+    rate: int,
+    seconds: float,
+    partitions: int,
+    lead: float,
+    *,
+    delayed: bool = True,
 ) -> dict[str, Any]:
     ready = asyncio.Event()
     headers = {"Authorization": f"Bearer {server.key}"}
@@ -141,11 +168,15 @@ async def one_run(
         consumer = asyncio.ensure_future(consume(server, topic, total, deadline, late, ready))
         await asyncio.wait_for(ready.wait(), 30)
         t0 = now_ms() + lead * 1000
-        await _publish_due(http, topic, rate, seconds, t0)
+        if delayed:
+            await _publish_due(http, topic, rate, seconds, t0)
+        else:
+            await _publish_paced(http, topic, rate, seconds, t0)
         await consumer
         await http.delete(f"/v1/topics/{topic}")
     return {
         "transport": transport,
+        "delayed": delayed,
         "rate": rate,
         "messages": total,
         "received": len(late),
@@ -162,13 +193,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     try:
         for rate in args.rates:
-            for transport in ("push", "pull"):
+            for transport, delayed in (("push", True), ("push", False), ("pull", True), ("pull", False)):
                 rounds = [
-                    await one_run(server, transport, rate, args.seconds, args.partitions, args.lead)
+                    await one_run(
+                        server, transport, rate, args.seconds, args.partitions, args.lead, delayed=delayed
+                    )
                     for _ in range(args.rounds)
                 ]
                 summary = {
                     "transport": transport,
+                    "delayed": delayed,
                     "rate": rate,
                     "messages": rounds[0]["messages"],
                     "early": sum(r["early"] for r in rounds),
@@ -185,7 +219,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(report: dict[str, Any], command: str) -> str:
     args = report["args"]
     rows = "\n".join(
-        f"| {r['transport']} | {r['rate']:,} | {r['messages']:,} | {r['p50_ms']} | {r['p99_ms']} | "
+        f"| {r['transport']} | {'delayed' if r['delayed'] else 'not delayed (baseline)'} | {r['rate']:,} | {r['messages']:,} | {r['p50_ms']} | {r['p99_ms']} | "
         f"{r['max_ms']} | {r['early']} |"
         for r in report["runs"]
     )
@@ -201,8 +235,13 @@ process) minus its `deliverAt`. Each run publishes `rate × {args["seconds"]}` m
 poll) receives them. Embedded server (SQLite metadata, local engine). `early` counts deliveries before
 `deliverAt` (must be 0).
 
-| transport | due msgs/s | messages | late p50 ms | late p99 ms | max ms | early |
-|---|---:|---:|---:|---:|---:|---:|
+Baseline, in the same run: the same number of messages **without** a delay, published from `T0` at the
+same rate (a batch every 10 ms) to the same kind of consumer; their lateness is arrival − publish
+timestamp. It is the floor the delayed figures compare to: what delivering at that rate costs on this
+machine at this moment, whatever the delay.
+
+| transport | messages | due msgs/s | count | late p50 ms | late p99 ms | max ms | early |
+|---|---|---:|---:|---:|---:|---:|---:|
 {rows}
 
 Caveats:

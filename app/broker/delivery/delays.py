@@ -39,6 +39,9 @@ EXPIRED_REASON = "expired"
 # Records a pull pass reads per partition past ones held back or expired, at most (each such record is a
 # lease row written in the pass's unit of work).
 MAX_SCAN = 10_000
+# A push member's beat scans for due lease rows at most this often (ms): rows falling due a millisecond
+# apart are delivered a few per metadata round trip, at the cost of up to this much lateness.
+COALESCE_MS = 20
 
 
 @dataclass(slots=True)

@@ -136,6 +136,7 @@ class PushMember(AckSettlement):
         self._beat_error: Exception | None = None
         self._reserved = 0  # in-flight room a lease-row poll in progress may fill
         self._rows_due = _NEVER  # when lease rows are known to be due (``_due_at`` may be a guess)
+        self._due_polled = 0  # when the beat last scanned lease rows (ms)
         self._held_due = _NEVER  # the first due time of rows held back since the beat's last poll began
         self._rejoining = asyncio.Lock()
         self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
@@ -385,7 +386,10 @@ class PushMember(AckSettlement):
             if self._beats_stopped:
                 return
             timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
-            await self._beat_wakeup.wait(min(timeout, max(0.0, (self._due_at - now_ms()) / 1000) + 0.005))
+            # Rows falling due one after another (delayed messages) are taken a few at a time, not one
+            # metadata round trip each: at most one due-row scan per ``delays.COALESCE_MS``.
+            due = max(self._due_at, self._due_polled + delays.COALESCE_MS)
+            await self._beat_wakeup.wait(min(timeout, max(0.0, (due - now_ms()) / 1000) + 0.005))
 
     async def _beat(self) -> bool:
         """Every ``BEAT_EVERY``: heartbeat and reconcile; and whenever a lease row may be due: deliver
@@ -404,6 +408,7 @@ class PushMember(AckSettlement):
             self._reserved += budget  # the delivery loop leaves room for what the poll brings
             self._held_due = _NEVER  # rows held back from now on may be missing from the poll's answer
             try:
+                self._due_polled = now
                 polled = await leases.poll_once(
                     self._metadata, self._log, self.ref, budget, heartbeat=beat, fresh=False
                 )

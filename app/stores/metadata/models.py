@@ -194,7 +194,11 @@ class GroupLease(Base):
     """
 
     __tablename__ = "group_leases"
-    __table_args__ = (Index("ix_group_leases_member", "group_id", "member_id"),)
+    __table_args__ = (
+        Index("ix_group_leases_member", "group_id", "member_id"),
+        # The due-time index: delayed messages wait here (possibly many, for days) beside retries.
+        Index("ix_group_leases_due", "group_id", "deadline_ms"),
+    )
 
     group_id: Mapped[str] = mapped_column(
         ForeignKey("consumer_groups.id", ondelete="CASCADE"), primary_key=True
