@@ -306,6 +306,7 @@ class GroupStats:
     oldest_unacked_seconds: float = 0.0
     in_flight: int = 0
     dlq_depth: int = 0
+    expired: int = 0  # messages whose TTL passed before delivery, since the group's creation
 
 
 async def delivery_stats(
@@ -320,6 +321,7 @@ async def delivery_stats(
     rows = await PartitionRepository.from_session(session).all_partition_offsets()
     in_flight = await LeaseRepository.from_session(session).unacked_counts()
     depths = await DeadLetterRepository.from_session(session).depths()
+    expired = await ExpiryRepository.from_session(session).expired_by_group()
     now = now_ms()
     stats: dict[str, GroupStats] = {}
     for project_id, environment, topic_id, topic, group_id, group, partition, committed in rows:
@@ -332,6 +334,7 @@ async def delivery_stats(
                 group,
                 in_flight=in_flight.get(group_id, 0) + (in_memory or {}).get(group_id, 0),
                 dlq_depth=depths.get(group_id, 0),
+                expired=expired.get(group_id, 0),
             )
         try:
             info = await log.partition_info(topic_id, partition)

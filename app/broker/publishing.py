@@ -402,7 +402,7 @@ class Publisher:
             async def write(indexes: list[int]) -> list[Placed]:
                 return await self._write(topic, [messages[i] for i in indexes])
 
-            placed, replayed = await self.shared.append(
+            landed, again = await self.shared.append(
                 topic.id,
                 topic.partitions,
                 [m.idempotency_key for m in messages],
@@ -410,7 +410,7 @@ class Publisher:
                 Placed,
                 lambda record: decode_headers(record.headers)[1],
             )
-            return await self._timed_replays(topic, placed, replayed), replayed
+            return await self._timed_replays(topic, landed, again), again
         index = await self._index(topic)
         index.prune(now_ms() - self.dedup_window_ms)
         results: list[Placed | None] = [None] * len(messages)
