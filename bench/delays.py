@@ -13,8 +13,8 @@ SQLite, local engine, exactly-once topic):
    ``deliverAt`` (both on this machine's clock). A negative lateness would be a delivery before the due
    time: the report counts them (``early``; it must be 0).
 
-The figures are p50 / p99 / max lateness in ms per run, medians over ``--rounds``. Every message must
-arrive, once: a run that misses one within 60 s of the last due time fails.
+The figures are p50 / p99 / max lateness in ms per run, medians over ``--rounds``. ``received`` counts
+the messages that arrived within 60 s of the last due time (each counted once).
 
     .venv/bin/python bench/delays.py [--rates 1000,5000,10000] [--seconds 5] [--rounds 1] [--no-write]
 
@@ -105,7 +105,11 @@ async def _push(
         ready.set()
         seen: set[str] = set()
         while len(seen) < total:
-            frame = json.loads(await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic())))
+            try:
+                raw = await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                return  # the report says how many arrived in time
+            frame = json.loads(raw)
             batch = [frame] if frame["type"] == "message" else frame.get("messages", [])
             arrived = now_ms()
             for m in batch:
@@ -139,8 +143,6 @@ async def _pull(
             if batch:
                 a = await http.post(f"{base}/ack", json={**ident, "ids": [m["id"] for m in batch]})
                 a.raise_for_status()
-        if len(seen) < total:
-            raise RuntimeError(f"pull: {len(seen)} of {total} messages arrived")
 
 
 def _ms(instant: str) -> float:
@@ -206,6 +208,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     "rate": rate,
                     "messages": rounds[0]["messages"],
                     "early": sum(r["early"] for r in rounds),
+                    "received": min(r["received"] for r in rounds),
                     **{k: statistics.median(r[k] for r in rounds) for k in ("p50_ms", "p99_ms", "max_ms")},
                     "rounds": rounds,
                 }
@@ -220,7 +223,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
     args = report["args"]
     rows = "\n".join(
         f"| {r['transport']} | {'delayed' if r['delayed'] else 'not delayed (baseline)'} | {r['rate']:,} | {r['messages']:,} | {r['p50_ms']} | {r['p99_ms']} | "
-        f"{r['max_ms']} | {r['early']} |"
+        f"{r['max_ms']} | {r['early']} | {r['received']:,} |"
         for r in report["runs"]
     )
     return f"""# Delayed-delivery accuracy
@@ -240,8 +243,8 @@ same rate (a batch every 10 ms) to the same kind of consumer; their lateness is 
 timestamp. It is the floor the delayed figures compare to: what delivering at that rate costs on this
 machine at this moment, whatever the delay.
 
-| transport | messages | due msgs/s | count | late p50 ms | late p99 ms | max ms | early |
-|---|---|---:|---:|---:|---:|---:|---:|
+| transport | messages | due msgs/s | count | late p50 ms | late p99 ms | max ms | early | received |
+|---|---|---:|---:|---:|---:|---:|---:|---:|
 {rows}
 
 Caveats:
