@@ -46,6 +46,7 @@ def _group(detail: groups.GroupDetail, push: dict[str, Any] | None = None) -> Gr
             "paused": detail.pause.paused,
             "pausedUntil": detail.pause.until,
             "pausedReason": detail.pause.reason,
+            "expired": detail.expired,
         }
     )
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
@@ -95,7 +95,7 @@ class _GroupCollector(Collector):
     def __init__(self, stats: list[groups.GroupStats]) -> None:
         self.stats = stats
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         lag = GaugeMetricFamily(
             "queuecore_group_lag_messages",
             "Messages not yet acked by the group (latest - current).",
@@ -116,9 +116,15 @@ class _GroupCollector(Collector):
             "Messages in the group's dead-letter queue.",
             labels=list(self._LABELS),
         )
+        expired = CounterMetricFamily(
+            "queuecore_group_expired_messages",
+            "Messages whose TTL passed before the group delivered them (since the group's creation).",
+            labels=list(self._LABELS),
+        )
         for s in self.stats:
             labels = [s.project_id, s.environment, s.topic, s.group]
             dlq_depth.add_metric(labels, s.dlq_depth)
+            expired.add_metric(labels, s.expired)
             lag.add_metric(labels, s.lag)
             age.add_metric(labels, round(s.oldest_unacked_seconds, 3))
             in_flight.add_metric(labels, s.in_flight)
@@ -126,6 +132,7 @@ class _GroupCollector(Collector):
         yield age
         yield in_flight
         yield dlq_depth
+        yield expired
 
 
 class _DependencyCollector(Collector):

@@ -25,6 +25,7 @@ from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine, LogEngineError
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.dlq_repositories import DeadLetterRepository
+from app.stores.metadata.expiry_repositories import ExpiryRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup
@@ -68,6 +69,7 @@ class GroupDetail:
     partitions: list[PartitionLag]
     config: dict[str, Any]
     pause: pauses.PauseState = field(default_factory=lambda: pauses.PauseState(False))
+    expired: int = 0  # messages whose TTL passed before delivery, since the group's creation
 
 
 def validate_name(name: str) -> str:
@@ -369,8 +371,15 @@ async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef,
     group = await get_group(session, topic, name)
     counts = await repo.live_member_counts([group.id], now_ms())
     lags = await partition_lags(session, log, topic, group.id, group.filter)
+    expired = await ExpiryRepository.from_session(session).expired(group.id)
     return GroupDetail(
-        group.name, topic.name, counts.get(group.id, 0), lags, config_of(group), pauses.state_of(group)
+        group.name,
+        topic.name,
+        counts.get(group.id, 0),
+        lags,
+        config_of(group),
+        pauses.state_of(group),
+        expired,
     )
 
 
@@ -414,6 +423,7 @@ class GroupStats:
     oldest_unacked_seconds: float = 0.0
     in_flight: int = 0
     dlq_depth: int = 0
+    expired: int = 0  # messages whose TTL passed before delivery, since the group's creation
 
 
 async def delivery_stats(
@@ -428,6 +438,7 @@ async def delivery_stats(
     rows = await PartitionRepository.from_session(session).all_partition_offsets()
     in_flight = await LeaseRepository.from_session(session).unacked_counts()
     depths = await DeadLetterRepository.from_session(session).depths()
+    expired = await ExpiryRepository.from_session(session).expired_by_group()
     now = now_ms()
     stats: dict[str, GroupStats] = {}
     for project_id, environment, topic_id, topic, group_id, group, partition, committed in rows:
@@ -440,6 +451,7 @@ async def delivery_stats(
                 group,
                 in_flight=in_flight.get(group_id, 0) + (in_memory or {}).get(group_id, 0),
                 dlq_depth=depths.get(group_id, 0),
+                expired=expired.get(group_id, 0),
             )
         try:
             info = await log.partition_info(topic_id, partition)

@@ -5,7 +5,9 @@ rendering for readers (stream reads, pull polls, push frames, lookups by id):
 
     value    the message's ``data`` as JSON bytes
     key      the message key, UTF-8, or None
-    headers  None, or JSON ``{"h": {header map} | null, "i": "<idempotency key>" | null}``
+    headers  None, or JSON ``{"d": <deliverAt ms>?, "x": <expiresAt ms>?, "h": {header map} | null,
+             "i": "<idempotency key>" | null}`` (``d`` and ``x`` only when set, and first: see
+             ``timing.is_timed``)
 
 The idempotency key travels in the record so that publishing can rebuild its dedup index from the
 records themselves after a restart. Rendering splices the stored ``data`` bytes into the answer as they
@@ -20,16 +22,31 @@ from typing import Any
 import orjson
 
 from app.broker import message_ids
+from app.broker.timing import TIMED_PREFIXES
 from app.broker.topics import TopicRef
 from app.kit.clock import isoformat_ms
 from app.stores.log.protocol import Record
 
 
-def encode_headers(headers: dict[str, str] | None, idempotency_key: str | None) -> bytes | None:
-    """A record's ``headers`` bytes for the user headers and idempotency key (None when neither)."""
-    if headers is None and idempotency_key is None:
-        return None
-    return orjson.dumps({"h": headers, "i": idempotency_key})
+def encode_headers(
+    headers: dict[str, str] | None,
+    idempotency_key: str | None,
+    deliver_at_ms: int | None = None,
+    expires_at_ms: int | None = None,
+) -> bytes | None:
+    """A record's ``headers`` bytes for the user headers, idempotency key, due time and expiry (None when
+    none of them)."""
+    if deliver_at_ms is None and expires_at_ms is None:
+        if headers is None and idempotency_key is None:
+            return None
+        return orjson.dumps({"h": headers, "i": idempotency_key})
+    meta: dict[str, Any] = {}
+    if deliver_at_ms is not None:
+        meta["d"] = deliver_at_ms
+    if expires_at_ms is not None:
+        meta["x"] = expires_at_ms
+    meta["h"], meta["i"] = headers, idempotency_key
+    return orjson.dumps(meta)
 
 
 def decode_headers(raw: bytes | None) -> tuple[dict[str, str], str | None]:
@@ -51,7 +68,11 @@ def render_message(
     message_id: str | None = None,
 ) -> bytes:
     """A stored message as the wire shows it, with ``data`` spliced in as the JSON bytes it was stored as."""
-    headers, _ = decode_headers(record.headers)
+    raw = record.headers
+    meta = orjson.loads(raw) if raw else None
+    deliver_at = expires_at = None
+    if meta is not None and raw is not None and raw[:5] in TIMED_PREFIXES:
+        deliver_at, expires_at = meta.get("d"), meta.get("x")
     head = {
         "id": message_id
         or message_ids.encode(topic_id, partition, record.offset, prefix=topic.id_prefix if topic else None),
@@ -59,8 +80,10 @@ def render_message(
         "partition": partition,
         "offset": record.offset,
         "key": record.key.decode() if record.key is not None else None,
-        "headers": headers,
+        "headers": (meta.get("h") or {}) if meta is not None else {},
         "timestamp": isoformat_ms(record.timestamp_ms),
+        "deliverAt": isoformat_ms(deliver_at) if deliver_at is not None else None,
+        "expiresAt": isoformat_ms(expires_at) if expires_at is not None else None,
         **(extra or {}),
     }
     encoded = orjson.dumps(head)

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from app.broker import message_ids
+from app.broker import message_ids, timing
 from app.broker.errors import InvalidRequest, PayloadTooLarge
 from app.broker.idempotency import SharedIdempotency
 from app.broker.messages import decode_headers, encode_headers
@@ -40,7 +40,7 @@ MAX_KEY_BYTES = 4096
 MAX_IDEMPOTENCY_KEY = 256
 MAX_HEADERS = 64
 MAX_HEADER_NAME_BYTES = 256
-_SINGLE_FIELDS = frozenset({"data", "key", "headers", "partition"})
+_SINGLE_FIELDS = frozenset({"data", "key", "headers", "partition"}) | timing.FIELDS
 # Per-message tuples are built with tuple.__new__: half the cost of a NamedTuple's generated __new__.
 _new = tuple.__new__
 _BATCH_FIELDS = _SINGLE_FIELDS | {"idempotencyKey"}
@@ -54,6 +54,8 @@ class Outgoing(NamedTuple):
     headers: dict[str, str] | None
     partition: int | None
     idempotency_key: str | None
+    deliver_at_ms: int | None = None  # not delivered to groups before (``timing``)
+    expires_at_ms: int | None = None  # never delivered from then on
 
 
 class Placed(NamedTuple):
@@ -63,6 +65,8 @@ class Placed(NamedTuple):
     offset: int
     timestamp_ms: int
     latency_ms: int
+    deliver_at_ms: int | None = None
+    expires_at_ms: int | None = None
 
 
 _ENVELOPE_HINT = (
@@ -95,7 +99,7 @@ def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key:
         # The common case, a bare {"data": ...}: nothing else to check.
         data = _dump(item["data"], index)
         if len(data) <= MAX_MESSAGE_BYTES and not too_deep(data):
-            return _new(Outgoing, (data, None, None, None, None))
+            return _new(Outgoing, (data, None, None, None, None, None, None))
     if not isinstance(item, dict):
         raise InvalidRequest.field(
             "body" if index is None else f"messages[{index}]", "expected a JSON object"
@@ -134,7 +138,10 @@ def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key:
         validate_idempotency_key(
             idem, "idempotencyKey" if index is None else f"messages[{index}].idempotencyKey"
         )
-    return Outgoing(data, key, headers or None, partition, idem)
+    deliver_at = expires_at = None
+    if not item.keys().isdisjoint(timing.FIELDS):
+        deliver_at, expires_at = timing.parse(item, now_ms(), index)
+    return Outgoing(data, key, headers or None, partition, idem, deliver_at, expires_at)
 
 
 def _headers_size(headers: Any, index: int | None) -> int:
@@ -213,7 +220,7 @@ def parse_batch(body: Any) -> list[Outgoing]:
             except orjson.JSONEncodeError:
                 raise _too_deep(i) from None
             if len(data) <= MAX_MESSAGE_BYTES and (len(data) <= 2 * MAX_DEPTH or not too_deep(data)):
-                out.append(_new(Outgoing, (data, None, None, None, None)))
+                out.append(_new(Outgoing, (data, None, None, None, None, None, None)))
                 continue
         out.append(parse_message(m, index=i, allow_idempotency_key=True))
     return out
@@ -283,13 +290,16 @@ class Publisher:
         return message_ids.encode(topic.id, partition, offset, prefix=topic.id_prefix)
 
     def result(self, topic: TopicRef, placed: Placed) -> dict[str, Any]:
-        """The wire answer for one placed message: ``{id, offset, partition, timestamp}``."""
-        partition, offset, timestamp_ms, _ = placed
+        """The wire answer for one placed message: ``{id, offset, partition, timestamp, deliverAt,
+        expiresAt}``."""
+        partition, offset, timestamp_ms, _, deliver_at, expires_at = placed
         return {
             "id": message_ids.encode(topic.id, partition, offset, prefix=topic.id_prefix),
             "offset": offset,
             "partition": partition,
             "timestamp": isoformat_ms(timestamp_ms),
+            "deliverAt": isoformat_ms(deliver_at) if deliver_at is not None else None,
+            "expiresAt": isoformat_ms(expires_at) if expires_at is not None else None,
         }
 
     def results(self, topic: TopicRef, placed: Sequence[Placed]) -> list[dict[str, Any]]:
@@ -298,7 +308,7 @@ class Publisher:
         heads: dict[int, bytes] = {}
         encode, topic_id = message_ids.encode, topic.id
         out = []
-        for partition, offset, ts, _ in placed:
+        for partition, offset, ts, _, deliver_at, expires_at in placed:
             stamp = stamps.get(ts)
             if stamp is None:
                 stamp = stamps[ts] = isoformat_ms(ts)
@@ -313,6 +323,8 @@ class Publisher:
                     "offset": offset,
                     "partition": partition,
                     "timestamp": stamp,
+                    "deliverAt": isoformat_ms(deliver_at) if deliver_at is not None else None,
+                    "expiresAt": isoformat_ms(expires_at) if expires_at is not None else None,
                 }
             )
         return out
@@ -323,7 +335,7 @@ class Publisher:
         """Append one message; returns where it is and whether this was a replay."""
         topic = await self.topics.resolve(scope, topic_name)
         if idempotency_key is not None:
-            message = Outgoing(message.data, message.key, message.headers, message.partition, idempotency_key)
+            message = message._replace(idempotency_key=idempotency_key)
         placed, replayed = await self._append(topic, [message])
         return topic, placed[0], replayed[0]
 
@@ -359,7 +371,11 @@ class Publisher:
     def _items(self, topic: TopicRef, partition: int, base: int, count: int, stamp: bytes) -> list[bytes]:
         """``results`` of ``count`` messages at consecutive offsets of one partition, as JSON."""
         template = (
-            b'{"id":"%s","offset":%d,"partition":' + b"%d" % partition + b',"timestamp":"' + stamp + b'"}'
+            b'{"id":"%s","offset":%d,"partition":'
+            + b"%d" % partition
+            + b',"timestamp":"'
+            + stamp
+            + b'","deliverAt":null,"expiresAt":null}'
         )
         ids = message_ids.encode_run(topic.id, partition, base, count, prefix=topic.id_prefix)
         return list(map(template.__mod__, zip(ids, range(base, base + count), strict=True)))
@@ -386,7 +402,7 @@ class Publisher:
             async def write(indexes: list[int]) -> list[Placed]:
                 return await self._write(topic, [messages[i] for i in indexes])
 
-            return await self.shared.append(
+            landed, again = await self.shared.append(
                 topic.id,
                 topic.partitions,
                 [m.idempotency_key for m in messages],
@@ -394,6 +410,7 @@ class Publisher:
                 Placed,
                 lambda record: decode_headers(record.headers)[1],
             )
+            return await self._timed_replays(topic, landed, again), again
         index = await self._index(topic)
         index.prune(now_ms() - self.dedup_window_ms)
         results: list[Placed | None] = [None] * len(messages)
@@ -443,15 +460,40 @@ class Publisher:
             if records is None:
                 records = by_partition[p] = []
             slots.append((p, len(records)))
-            if m.key is None and m.headers is None and m.idempotency_key is None:
+            if (
+                m.key is None
+                and m.headers is None
+                and m.idempotency_key is None
+                and m.deliver_at_ms is None
+                and m.expires_at_ms is None
+            ):
                 records.append(_new(RecordIn, (m.data, None, None, timestamp)))
-            else:
-                key = m.key.encode() if m.key is not None else None
-                headers = encode_headers(m.headers, m.idempotency_key)
-                records.append(_new(RecordIn, (m.data, key, headers, timestamp)))
+                continue
+            key = m.key.encode() if m.key is not None else None
+            headers = encode_headers(m.headers, m.idempotency_key, m.deliver_at_ms, m.expires_at_ms)
+            records.append(_new(RecordIn, (m.data, key, headers, timestamp)))
         bases = await self._log_append(topic.id, by_partition)
         latency = round((time.perf_counter() - started) * 1000)
-        return [_new(Placed, (p, bases[p] + i, timestamp, latency)) for p, i in slots]
+        return [
+            _new(Placed, (p, bases[p] + i, timestamp, latency, m.deliver_at_ms, m.expires_at_ms))
+            for (p, i), m in zip(slots, messages, strict=True)
+        ]
+
+    async def _timed_replays(
+        self, topic: TopicRef, placed: list[Placed], replayed: list[bool]
+    ) -> list[Placed]:
+        """Replays answered from the shared idempotency records carry where the message landed only: its
+        due time and expiry are read back from the record (a rare path), so the answer is the original's."""
+        out = list(placed)
+        for i, again in enumerate(replayed):
+            if not again:
+                continue
+            at = out[i]
+            records = await self.log.read(topic.id, at.partition, at.offset, max_records=1, max_bytes=1)
+            if records and records[0].offset == at.offset:
+                deliver_at, expires_at = timing.of_record(records[0].headers)
+                out[i] = at._replace(deliver_at_ms=deliver_at, expires_at_ms=expires_at)
+        return out
 
     async def _log_append(self, topic_id: str, records: Mapping[int, Sequence[RecordIn]]) -> dict[int, int]:
         try:
@@ -487,7 +529,13 @@ class Publisher:
                             (
                                 record.timestamp_ms,
                                 key,
-                                Placed(partition, record.offset, record.timestamp_ms, 0),
+                                Placed(
+                                    partition,
+                                    record.offset,
+                                    record.timestamp_ms,
+                                    0,
+                                    *timing.of_record(record.headers),
+                                ),
                             )
                         )
                 offset = batch[-1].offset + 1

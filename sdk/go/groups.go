@@ -95,6 +95,8 @@ type ConsumerGroup struct {
 	PausedUntil *time.Time `json:"pausedUntil"`
 	// PausedReason is "user" or "dlq-breaker"; "" when not paused.
 	PausedReason string `json:"pausedReason"`
+	// Expired counts the messages whose TTL passed before the group delivered them, since its creation.
+	Expired int64 `json:"expired"`
 }
 
 // GroupPause answers ConsumerGroups.Pause and Resume.

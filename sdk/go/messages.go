@@ -23,7 +23,47 @@ type PublishParams struct {
 	// IdempotencyKey deduplicates the publish within the topic (24 h). Default: a fresh key per call,
 	// the same across the call's retries, so a retried publish never duplicates.
 	IdempotencyKey string
+	// Delay, when positive, delivers the message to consumer groups this much later (at most 30 days).
+	// It is stored, and readable, at once.
+	Delay time.Duration
+	// DeliverAt, when set, delivers it from this time on instead (a past time means now). Not with Delay.
+	DeliverAt time.Time
+	// TTL, when positive: never delivered once this long has passed since the publish (with a DLQ it
+	// moves there with reason "expired").
+	TTL time.Duration
+	// ExpiresAt, when set: never delivered from this time on. Not with TTL.
+	ExpiresAt time.Time
 }
+
+// timing is the wire form of a message's Delay, DeliverAt, TTL and ExpiresAt.
+type timing struct {
+	Delay     *float64 `json:"delay,omitempty"` // seconds
+	DeliverAt string   `json:"deliverAt,omitempty"`
+	TTL       *float64 `json:"ttl,omitempty"` // seconds
+	ExpiresAt string   `json:"expiresAt,omitempty"`
+}
+
+func timingOf(delay time.Duration, deliverAt time.Time, ttl time.Duration, expiresAt time.Time) timing {
+	var t timing
+	if delay != 0 { // a negative one is sent: the server refuses it, naming the field
+		seconds := delay.Seconds()
+		t.Delay = &seconds
+	}
+	if !deliverAt.IsZero() {
+		t.DeliverAt = deliverAt.UTC().Format(wireTime)
+	}
+	if ttl != 0 {
+		seconds := ttl.Seconds()
+		t.TTL = &seconds
+	}
+	if !expiresAt.IsZero() {
+		t.ExpiresAt = expiresAt.UTC().Format(wireTime)
+	}
+	return t
+}
+
+// wireTime is how the API writes instants: ISO-8601 UTC with milliseconds.
+const wireTime = "2006-01-02T15:04:05.000Z07:00"
 
 // PublishResult says where a published message landed; it is answered once the message is durable.
 type PublishResult struct {
@@ -33,6 +73,10 @@ type PublishResult struct {
 	Timestamp  time.Time `json:"timestamp"`
 	Latency    int       `json:"latency"`    // server-side milliseconds
 	Durability string    `json:"durability"` // fsync or replicated:<n>
+	// DeliverAt is when consumer groups receive it (nil: at once, not delayed).
+	DeliverAt *time.Time `json:"deliverAt"`
+	// ExpiresAt is when it expires undelivered (nil: never).
+	ExpiresAt *time.Time `json:"expiresAt"`
 	// Replayed is true when the idempotency key had been seen: nothing was appended, this is the
 	// original result.
 	Replayed bool `json:"replayed"`
@@ -45,6 +89,7 @@ type publishBody struct {
 	Key       string            `json:"key,omitempty"`
 	Headers   map[string]string `json:"headers,omitempty"`
 	Partition *int              `json:"partition,omitempty"`
+	timing
 }
 
 // Publish appends data (any value encoding/json takes; a json.RawMessage is sent as is) to topic.
@@ -57,6 +102,7 @@ func (c *Client) Publish(ctx context.Context, topic string, data any, params *Pu
 	key := ""
 	if params != nil {
 		body.Key, body.Headers, body.Partition = params.Key, params.Headers, params.Partition
+		body.timing = timingOf(params.Delay, params.DeliverAt, params.TTL, params.ExpiresAt)
 		key = params.IdempotencyKey
 	}
 	if c.idempotencyKey != "" {
@@ -86,15 +132,31 @@ type BatchMessage struct {
 	Headers        map[string]string `json:"headers,omitempty"`
 	Partition      *int              `json:"partition,omitempty"`
 	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	// Delay, DeliverAt, TTL and ExpiresAt are as in PublishParams.
+	Delay     time.Duration `json:"-"`
+	DeliverAt time.Time     `json:"-"`
+	TTL       time.Duration `json:"-"`
+	ExpiresAt time.Time     `json:"-"`
+}
+
+// MarshalJSON writes the item as the API takes it (durations in seconds, instants in ISO-8601).
+func (m BatchMessage) MarshalJSON() ([]byte, error) {
+	type fields BatchMessage // the same fields, without this method
+	return json.Marshal(struct {
+		fields
+		timing
+	}{fields(m), timingOf(m.Delay, m.DeliverAt, m.TTL, m.ExpiresAt)})
 }
 
 // BatchItem says where one message of a batch landed.
 type BatchItem struct {
-	ID        string    `json:"id"`
-	Offset    int64     `json:"offset"`
-	Partition int       `json:"partition"`
-	Timestamp time.Time `json:"timestamp"`
-	Replayed  bool      `json:"replayed"` // its idempotency key had been seen; not written again
+	ID        string     `json:"id"`
+	Offset    int64      `json:"offset"`
+	Partition int        `json:"partition"`
+	Timestamp time.Time  `json:"timestamp"`
+	DeliverAt *time.Time `json:"deliverAt"` // nil: not delayed
+	ExpiresAt *time.Time `json:"expiresAt"` // nil: no expiry
+	Replayed  bool       `json:"replayed"`  // its idempotency key had been seen; not written again
 }
 
 // BatchResult answers PublishBatch: every message was written atomically, in the order given.
@@ -166,6 +228,10 @@ type Message struct {
 	// Data is the JSON value as published ("null" for a published null); see Decode.
 	Data      json.RawMessage `json:"data"`
 	Timestamp time.Time       `json:"timestamp"`
+	// DeliverAt is when it was due to consumer groups (nil: not delayed).
+	DeliverAt *time.Time `json:"deliverAt"`
+	// ExpiresAt is when it expires undelivered (nil: never).
+	ExpiresAt *time.Time `json:"expiresAt"`
 	// Attempt is 1 on first delivery, +1 on every redelivery (consumers only).
 	Attempt int `json:"attempt,omitempty"`
 	// AckDeadline: unacked by then, the message is redelivered (consumers only).

@@ -102,6 +102,8 @@ def test_message_page_with_null_data_and_key():
                 "headers": {},
                 "data": None,
                 "timestamp": "2026-03-28T10:42:18.003Z",
+                "deliverAt": None,
+                "expiresAt": None,
             }
         ],
         "nextOffset": 6,

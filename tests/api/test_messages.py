@@ -32,7 +32,17 @@ class TestPublish:
         response = await client.post("/v1/topics/order.events/messages", json={"data": data}, headers=prod)
         assert response.status_code == 201, response.text
         body = response.json()
-        assert set(body) == {"id", "offset", "partition", "timestamp", "latency", "durability"}
+        assert set(body) == {
+            "id",
+            "offset",
+            "partition",
+            "timestamp",
+            "deliverAt",
+            "expiresAt",
+            "latency",
+            "durability",
+        }
+        assert body["deliverAt"] is None and body["expiresAt"] is None
         assert body["id"].startswith("msg_") and body["durability"] == deployment.durability()
         assert body["offset"] == 0 and 0 <= body["partition"] < 3
         assert isinstance(body["latency"], int) and body["timestamp"].endswith("Z")
@@ -48,6 +58,8 @@ class TestPublish:
             "headers": {},
             "data": data,
             "timestamp": body["timestamp"],
+            "deliverAt": None,
+            "expiresAt": None,
         }
 
     async def test_key_routes_like_kafka_and_keeps_order(self, client, prod, topic):

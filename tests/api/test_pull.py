@@ -128,6 +128,8 @@ class TestJoin:
             "headers",
             "data",
             "timestamp",
+            "deliverAt",
+            "expiresAt",
             "attempt",
             "ackDeadline",
         }

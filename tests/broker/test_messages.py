@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from app.broker import message_ids
+from app.broker import message_ids, timing
 from app.broker.messages import decode_headers, encode_headers, render_message
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import Record
@@ -44,8 +44,22 @@ class TestRender:
             "key": "user-1",
             "headers": {"h": "v"},
             "timestamp": "2023-11-14T22:13:20.123Z",
+            "deliverAt": None,
+            "expiresAt": None,
             "data": {"z": 1, "a": [1, 2]},
         }
+
+    def test_a_timed_record_renders_its_due_time_and_expiry(self):
+        headers = encode_headers({"h": "v"}, None, 1_700_000_060_000, 1_700_000_120_000)
+        record = Record(7, 1_700_000_000_123, b"1", None, headers)
+        rendered = orjson.loads(render_message(REF.name, REF, REF.id, 2, record))
+        assert rendered["deliverAt"] == "2023-11-14T22:14:20.000Z"
+        assert rendered["expiresAt"] == "2023-11-14T22:15:20.000Z"
+        assert rendered["headers"] == {"h": "v"}
+        # Only a due time or an expiry makes a record "timed"; headers alone do not.
+        assert not timing.is_timed(encode_headers({"d": "x"}, "k"))
+        assert timing.of_record(encode_headers({"d": "x"}, "k")) == (None, None)
+        assert timing.of_record(encode_headers(None, None, None, 5)) == (None, 5)
 
     def test_extra_fields_and_a_given_id(self):
         record = Record(0, 0, b"null", None, None)

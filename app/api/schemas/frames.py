@@ -45,6 +45,8 @@ _DELIVERED = {
     "headers": {"source": "checkout"},
     "data": {"type": "order.created", "orderId": "ord_92jf8x", "amount": 9900},
     "timestamp": "2026-03-28T10:42:18.003Z",
+    "deliverAt": None,
+    "expiresAt": None,
     "attempt": 1,
     "ackDeadline": "2026-03-28T10:42:48.003Z",
 }

@@ -126,6 +126,12 @@ class Group(ResponseBody):
     paused: bool = Field(description="No member receives messages while paused")
     pausedUntil: Instant | None = Field(description="When the pause ends by itself (null: until resumed)")
     pausedReason: Literal["user", "dlq-breaker"] | None
+    expired: int = Field(
+        0,
+        examples=[0],
+        description="Messages whose TTL (ttl / expiresAt) passed before the group delivered them, since "
+        "its creation.",
+    )
 
 
 class PauseIn(RequestBody):

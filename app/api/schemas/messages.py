@@ -42,6 +42,31 @@ class MessageIn(RequestBody):
     partition: Partition | None = Field(
         None, description="Explicit partition (below the topic's count); overrides the key."
     )
+    delay: str | float | None = Field(
+        None,
+        description='Deliver to consumer groups this much later: a duration `<n>ms|s|m|h|d` ("90s") or a '
+        "number of seconds, at most 30 days; not with `deliverAt`. Stored (and readable) at once.",
+        examples=["90s"],
+    )
+    deliverAt: str | int | None = Field(
+        None,
+        description="Deliver to consumer groups from this time on: ISO-8601 or epoch milliseconds, at most "
+        "30 days ahead (a past time means now); not with `delay`.",
+        examples=["2026-03-28T11:00:00.000Z"],
+    )
+    ttl: str | float | None = Field(
+        None,
+        description="Never deliver this message once this long has passed since the publish: a duration or "
+        "a number of seconds, more than 0 and at most 365 days, and later than the due time; not with "
+        "`expiresAt`. With a DLQ an expired message moves there with reason `expired`.",
+        examples=["1h"],
+    )
+    expiresAt: str | int | None = Field(
+        None,
+        description="Never deliver this message from this time on: ISO-8601 or epoch milliseconds, later "
+        "than the due time (now or `deliverAt`), at most 365 days ahead; not with `ttl`.",
+        examples=["2026-03-28T12:00:00.000Z"],
+    )
 
 
 class BatchMessageIn(MessageIn):
@@ -59,6 +84,10 @@ class Published(ResponseBody):
     offset: int = Field(examples=[14829])
     partition: Partition = Field(examples=[2])
     timestamp: Instant = Field(examples=["2026-03-28T10:42:18.003Z"])
+    deliverAt: Instant | None = Field(
+        examples=[None], description="When consumer groups receive it (null: at once)."
+    )
+    expiresAt: Instant | None = Field(examples=[None], description="When it expires (null: never).")
     latency: int = Field(examples=[12], description="Server-side milliseconds.")
     durability: str = Field(examples=["fsync"], description='"fsync" or "replicated:<n>"')
 
@@ -68,6 +97,8 @@ class BatchItem(ResponseBody):
     offset: int
     partition: Partition
     timestamp: Instant
+    deliverAt: Instant | None
+    expiresAt: Instant | None
     replayed: bool | None = Field(None, description="Present and true for items answered from idempotency.")
 
 
@@ -87,6 +118,8 @@ class Message(ResponseBody):
     headers: dict[str, str]
     data: Any
     timestamp: Instant
+    deliverAt: Instant | None = Field(description="When consumer groups receive it (null: not delayed).")
+    expiresAt: Instant | None = Field(description="When it expires undelivered (null: never).")
 
 
 class MessagePage(ResponseBody):

@@ -35,8 +35,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import breaker, dlq, message_ids, pauses, topics
+from app.broker.delivery import delays, flow, membership, stream_wakeups
 from app.broker.delivery import failures as failed_attempts
-from app.broker.delivery import flow, membership, stream_wakeups
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, TopicNotFound
 from app.broker.messages import render_message
@@ -283,6 +283,7 @@ async def _poll_once(
         log, topic, view.group_id, [(d.partition, d.offset, d.replay_offset) for d in due]
     )
     policy = dlq.Policy.of(view.dead_letter)
+    gate = delays.TimeGate(now)  # delays and TTL: what is not due yet, or no more
     renewed: list[Key] = []
     vanished: list[Key] = []
     schedule: list[tuple[int, int, int, str]] = []
@@ -295,6 +296,8 @@ async def _poll_once(
         if record is None or (predicate is not None and not predicate(record.key, record.headers)):
             vanished.append(key)  # gone with retention, or no longer matching the filter: settled
             continue
+        if not gate.admit_again(d.partition, record, d.attempt, d.replay_offset is not None):
+            continue  # expired: never delivered again
         if policy is not None and d.member_id is not None:  # its holder let the deadline pass: a failure
             timeouts += 1
             if policy.exhausted(d.attempt):
@@ -322,7 +325,10 @@ async def _poll_once(
         position = positions[state.partition] = await _position_of(log, topic, state, started)
         skip = ahead.get(state.partition, ())
         scanned = 0
-        while budget > 0:
+        # Records passed over by the filter, held back (not due) or expired take no budget: read on past
+        # them, within a bound.
+        while budget > 0 and scanned < delays.MAX_SCAN:
+            asked = budget
             records = await log.read(
                 topic.id, state.partition, position, max_records=budget, max_bytes=_READ_BYTES
             )
@@ -335,14 +341,16 @@ async def _poll_once(
                 if predicate is not None and not predicate(record.key, record.headers):
                     filtered.add(state.partition)  # never delivered: counts as acked
                     continue
+                if not gate.admit(state.partition, record):
+                    continue  # not due yet (a lease row due then), or expired
                 fresh_records.append((state.partition, record))
                 taken += 1
             position = moved[state.partition] = positions[state.partition] = records[-1].offset + 1
             scanned += len(records)
-            # Without a filter one read per partition, as asked; with one, read on past non-matching
-            # records while they fill whole reads (bounded: the rest waits for the next pass).
-            if predicate is None or taken or len(records) < budget or scanned >= flow.SCAN_LIMIT:
-                budget -= len(records) if predicate is None else taken
+            budget -= taken
+            # The partition's end (a short read), or far enough past what was passed over: the rest waits
+            # for the next pass.
+            if len(records) < asked or scanned >= flow.SCAN_LIMIT:
                 break
 
     # The group's rate: tokens for what this pass would deliver; what gets none waits where it is.
@@ -355,6 +363,8 @@ async def _poll_once(
         delivered = [d for d in delivered if (d[0], d[1]) in kept]
         for p, record in fresh_records[tokens.granted - keep_due :]:  # not sent: read again next time
             moved[p] = positions[p] = min(moved[p], record.offset)
+        for p, back_to in moved.items():  # what the gate found past there is found again next time
+            gate.forget_from(p, back_to)
         fresh_records = fresh_records[: tokens.granted - keep_due]
     for p, record in fresh_records:
         first.append((p, record.offset))
@@ -366,11 +376,15 @@ async def _poll_once(
     await lease_rows.drop_leases(view.group_id, vanished)
     await lease_rows.reschedule_leases(view.group_id, schedule, histories if histories else None)
     await dlq.dead_letter(session, log, topic, view.group_id, failures)
+    expired = gate.expired_partitions()
+    await gate.write(session, log, topic, view.group_id, view.dead_letter)
     await lease_rows.add_leases(view.group_id, member_id, deadline_ms, first)
     await partition_rows.set_offsets(view.group_id, started)
     await partition_rows.set_offsets(view.group_id, moved, position_only=True)
-    if vanished or filtered:
-        await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in vanished} | filtered))
+    if vanished or filtered or expired:
+        await partition_rows.advance_committed(
+            view.group_id, sorted({p for p, _ in vanished} | filtered | set(expired))
+        )
     if room is not None:
         await flow.settle_pull_claim(session, view.group_id, member_id, room[1] + len(delivered))
 

@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Callable, Collection
 
 from app.broker import durations, message_ids, topics
 from app.broker import tracing as spans
-from app.broker.delivery import checkpoints, leases, membership
+from app.broker.delivery import checkpoints, delays, leases, membership
 from app.broker.delivery.acks import AckSettlement, RenderError, Send
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
@@ -139,6 +139,8 @@ class PushMember(AckSettlement, PushFlow):
         self._beat_error: Exception | None = None
         self._reserved = 0  # in-flight room a lease-row poll in progress may fill
         self._rows_due = _NEVER  # when lease rows are known to be due (``_due_at`` may be a guess)
+        self._due_polled = 0  # when the beat last scanned lease rows (ms)
+        self._held_due = _NEVER  # the first due time of rows held back since the beat's last poll began
         self._rejoining = asyncio.Lock()
         self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
         self._stopped = False
@@ -393,7 +395,10 @@ class PushMember(AckSettlement, PushFlow):
             if self._beats_stopped:
                 return
             timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
-            await self._beat_wakeup.wait(min(timeout, max(0.0, (self._due_at - now_ms()) / 1000) + 0.005))
+            # Rows falling due one after another (delayed messages) are taken a few at a time, not one
+            # metadata round trip each: at most one due-row scan per ``delays.COALESCE_MS``.
+            due = max(self._due_at, self._due_polled + delays.COALESCE_MS)
+            await self._beat_wakeup.wait(min(timeout, max(0.0, (due - now_ms()) / 1000) + 0.005))
 
     async def _beat(self) -> bool:
         """Every ``BEAT_EVERY``: heartbeat and reconcile; and whenever a lease row may be due: deliver
@@ -412,7 +417,9 @@ class PushMember(AckSettlement, PushFlow):
             budget = max(0, budget)
         if budget > 0 or self._flow is None:
             self._reserved += budget  # the delivery loop leaves room for what the poll brings
+            self._held_due = _NEVER  # rows held back from now on may be missing from the poll's answer
             try:
+                self._due_polled = now
                 polled = await leases.poll_once(
                     self._metadata, self._log, self.ref, budget, heartbeat=beat, fresh=False
                 )
@@ -429,6 +436,8 @@ class PushMember(AckSettlement, PushFlow):
                 self._nudge()  # resumed: deliver now rather than at the next wait's end
             self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
             self._rows_due = self._due_at  # what the store said: rows due then
+            if self._held_due < self._due_at:  # delayed messages held back while it ran
+                self._due_at = self._rows_due = self._held_due
             if polled.messages:
                 for message_id in polled.ids:
                     self._in_flight[message_id] = polled.deadline_ms
@@ -460,6 +469,7 @@ class PushMember(AckSettlement, PushFlow):
         parts = list(self._parts.values())
         start = random.randrange(len(parts))  # no partition starves another of the budget
         paused = self._paused
+        gate = delays.TimeGate(now_ms())  # delays and TTL: records not due yet, or no more
         for part in parts[start:] + parts[:start]:
             if budget <= 0:
                 break
@@ -472,27 +482,73 @@ class PushMember(AckSettlement, PushFlow):
                 # Nothing new, or being handed over (the release has taken what was sent; what it
                 # did not take is the new owner's), or reconciled away while reading.
                 continue
-            records, position = await self._admit(part, records, now_ms())
+            records, position = await self._admit(part, records, now_ms())  # the group's filter, rate
+            sending: list[tuple[int, str, bytes]] = []
             for record in records:
                 offset = record.offset
                 if offset in part.skip:  # leased already (acked out of order, or a due row)
                     part.skip.discard(offset)
                     continue
+                if not gate.admit(part.partition, record):
+                    continue  # not due yet, or expired: a lease row (``delays``)
                 message_id = message_ids.encode(topic.id, part.partition, offset, head=part.head)
-                rendered.append(
-                    render_message(
-                        topic.name, topic, topic.id, part.partition, record, extra, message_id=message_id
+                sending.append(
+                    (
+                        offset,
+                        message_id,
+                        render_message(
+                            topic.name, topic, topic.id, part.partition, record, extra, message_id=message_id
+                        ),
                     )
                 )
+            if gate.pending and not await self._gate_rows(part, gate):
+                continue  # fenced: the partition changed hands; the reconcile that follows sorts it out
+            for offset, message_id, message in sending:
+                rendered.append(message)
                 part.in_flight[offset] = deadline
                 self._held[message_id] = (part.partition, offset)
                 self._in_flight[message_id] = deadline
             part.position = position
-            budget -= len(records)
+            budget -= len(sending)
         self._next_expiry = min(self._next_expiry, deadline)
         if rendered:
             await self._send_messages(rendered)
         return bool(rendered)
+
+    async def _gate_rows(self, part: HeldPartition, gate: delays.TimeGate) -> bool:
+        """Write what ``gate`` held back or found expired in ``part`` as lease rows, before the member's
+        position moves past them; the beat then wakes when the first held one falls due."""
+        next_due = gate.next_due
+        expired = [x.offset for x in gate.expired]
+        async with self._writing:
+            if self._parts.get(part.partition) is not part or part.releasing:
+                gate.held.clear()
+                gate.expired.clear()
+                return False
+            ok = await delays.write_for_push(
+                self._metadata,
+                self._log,
+                self._topic,
+                self.group_id,
+                self.member_id,
+                part.partition,
+                part.epoch,
+                gate,
+            )
+        if not ok:
+            gate.held.clear()
+            gate.expired.clear()
+            self._last_beat = 0.0  # reconcile at the next beat, now
+            self._nudge_beat()
+            return False
+        if expired:  # acked rows above the floor: the next checkpoint drops them once below it
+            part.acked_row_max = max(part.acked_row_max, *expired)
+        if next_due is not None:
+            self._held_due = min(self._held_due, next_due)
+            self._due_at = min(self._due_at, next_due)
+            self._rows_due = min(self._rows_due, next_due)
+            self._nudge_beat()
+        return True
 
     async def _send_messages(self, rendered: list[bytes]) -> None:
         """One ``message`` / ``messages`` frame; a ``receive`` span around it when tracing."""

@@ -135,10 +135,13 @@ class LeaseRepository(Repository):
         )
 
     async def next_deadline(self, group_id: str, numbers: Sequence[int]) -> int | None:
+        # ORDER BY … LIMIT 1, not min(): a walk of the due-time index that stops at the first match
+        # (delayed messages may keep many rows waiting; min() with these filters reads them all).
         result = await self.session.execute(
-            select(func.min(leases.c.deadline_ms)).where(
-                leases.c.group_id == group_id, leases.c.partition.in_(numbers), leases.c.acked.is_(False)
-            )
+            select(leases.c.deadline_ms)
+            .where(leases.c.group_id == group_id, leases.c.partition.in_(numbers), leases.c.acked.is_(False))
+            .order_by(leases.c.deadline_ms)
+            .limit(1)
         )
         value = result.scalar_one_or_none()
         return int(value) if value is not None else None

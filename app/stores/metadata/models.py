@@ -196,6 +196,8 @@ class GroupPartition(Base):
     position: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     held_by: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
     epoch: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
+    # Messages whose TTL passed before this group delivered them (group describe: ``expired``).
+    expired: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
 
 
 class GroupLease(Base):
@@ -206,7 +208,11 @@ class GroupLease(Base):
     """
 
     __tablename__ = "group_leases"
-    __table_args__ = (Index("ix_group_leases_member", "group_id", "member_id"),)
+    __table_args__ = (
+        Index("ix_group_leases_member", "group_id", "member_id"),
+        # The due-time index: delayed messages wait here (possibly many, for days) beside retries.
+        Index("ix_group_leases_due", "group_id", "deadline_ms"),
+    )
 
     group_id: Mapped[str] = mapped_column(
         ForeignKey("consumer_groups.id", ondelete="CASCADE"), primary_key=True

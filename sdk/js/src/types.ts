@@ -91,6 +91,14 @@ export interface PublishParams {
   partition?: number;
   /** Your own key, to make a publish idempotent across processes too (24 h window per topic). */
   idempotencyKey?: string;
+  /** Deliver to consumer groups this much later: `'90s'` (`<n>ms|s|m|h|d`) or seconds; at most 30 days. */
+  delay?: string | number;
+  /** Or deliver from this time on: a `Date`, ISO-8601 or epoch ms (a past time means now). Not with `delay`. */
+  deliverAt?: string | number | Date;
+  /** Never deliver it once this long has passed since the publish (a DLQ gets it with reason `expired`). */
+  ttl?: string | number;
+  /** Or never deliver it from this time on. Not with `ttl`. */
+  expiresAt?: string | number | Date;
 }
 
 export interface PublishResult {
@@ -98,6 +106,10 @@ export interface PublishResult {
   offset: number;
   partition: number;
   timestamp: string;
+  /** When consumer groups receive it (`null`: at once, not delayed). */
+  deliverAt: string | null;
+  /** When it expires undelivered (`null`: never). */
+  expiresAt: string | null;
   /** Server-side milliseconds. */
   latency: number;
   /** `fsync` or `replicated:<n>`: on what terms the message is durable. */
@@ -113,6 +125,14 @@ export interface BatchMessage {
   headers?: Record<string, string>;
   partition?: number;
   idempotencyKey?: string;
+  /** Deliver to consumer groups this much later: `'90s'` (`<n>ms|s|m|h|d`) or seconds; at most 30 days. */
+  delay?: string | number;
+  /** Or deliver from this time on: a `Date`, ISO-8601 or epoch ms (a past time means now). Not with `delay`. */
+  deliverAt?: string | number | Date;
+  /** Never deliver it once this long has passed since the publish (a DLQ gets it with reason `expired`). */
+  ttl?: string | number;
+  /** Or never deliver it from this time on. Not with `ttl`. */
+  expiresAt?: string | number | Date;
 }
 
 export interface BatchMessageResult {
@@ -120,6 +140,10 @@ export interface BatchMessageResult {
   offset: number;
   partition: number;
   timestamp: string;
+  /** When consumer groups receive it (`null`: at once, not delayed). */
+  deliverAt: string | null;
+  /** When it expires undelivered (`null`: never). */
+  expiresAt: string | null;
   /** True for an item whose idempotency key had been seen. */
   replayed?: boolean;
 }
@@ -141,6 +165,10 @@ export interface Message<T = any> {
   headers: Record<string, string>;
   data: T;
   timestamp: string;
+  /** When consumer groups receive it (`null`: at once, not delayed). */
+  deliverAt: string | null;
+  /** When it expires undelivered (`null`: never). */
+  expiresAt: string | null;
 }
 
 export interface ReadParams {
@@ -287,6 +315,8 @@ export interface ConsumerGroup {
   /** When the pause ends by itself; `null` until resumed. */
   pausedUntil: string | null;
   pausedReason: 'user' | 'dlq-breaker' | null;
+  /** Messages whose TTL passed before the group delivered them, since its creation. */
+  expired: number;
 }
 
 /** The answer to `consumerGroups.pause` and `resume`. */

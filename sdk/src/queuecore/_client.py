@@ -26,7 +26,7 @@ from ._raw_response import AsyncRawResponse, RawResponse
 from .resources.alerts import Alerts, AsyncAlerts
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.dlq import AsyncDlq, Dlq
-from .resources.messages import AsyncMessages, Messages
+from .resources.messages import AsyncMessages, DurationParam, Messages, TimestampParam
 from .resources.offsets import AsyncOffsets, Offsets
 from .resources.schedules import AsyncSchedules, Schedules
 from .resources.topics import AsyncTopics, Topics
@@ -187,10 +187,23 @@ class QueueCore(SyncAPIClient):
         headers: Mapping[str, str] | None = None,
         partition: int | None = None,
         idempotency_key: str | None = None,
+        delay: DurationParam | None = None,
+        deliver_at: TimestampParam | None = None,
+        ttl: DurationParam | None = None,
+        expires_at: TimestampParam | None = None,
     ) -> PublishResult:
         """Publish one message; returns once it is durable. Same as ``client.messages.publish``."""
         return self.messages.publish(
-            topic, data, key=key, headers=headers, partition=partition, idempotency_key=idempotency_key
+            topic,
+            data,
+            key=key,
+            headers=headers,
+            partition=partition,
+            idempotency_key=idempotency_key,
+            delay=delay,
+            deliver_at=deliver_at,
+            ttl=ttl,
+            expires_at=expires_at,
         )
 
     def consume(
@@ -388,10 +401,23 @@ class AsyncQueueCore(AsyncAPIClient):
         headers: Mapping[str, str] | None = None,
         partition: int | None = None,
         idempotency_key: str | None = None,
+        delay: DurationParam | None = None,
+        deliver_at: TimestampParam | None = None,
+        ttl: DurationParam | None = None,
+        expires_at: TimestampParam | None = None,
     ) -> PublishResult:
         """Publish one message; returns once it is durable. Same as ``client.messages.publish``."""
         return await self.messages.publish(
-            topic, data, key=key, headers=headers, partition=partition, idempotency_key=idempotency_key
+            topic,
+            data,
+            key=key,
+            headers=headers,
+            partition=partition,
+            idempotency_key=idempotency_key,
+            delay=delay,
+            deliver_at=deliver_at,
+            ttl=ttl,
+            expires_at=expires_at,
         )
 
     def consume(

@@ -22,6 +22,10 @@ export class ConsumedMessage<T = any> implements Message<T> {
   readonly headers: Record<string, string>;
   readonly data: T;
   readonly timestamp: string;
+  /** When it was due to consumer groups (`null`: not delayed). */
+  readonly deliverAt: string | null;
+  /** When it expires undelivered (`null`: never). */
+  readonly expiresAt: string | null;
   /** 1 on first delivery, +1 on every redelivery. */
   readonly attempt: number;
   /** Unacked by then, the message is redelivered (`extend` moves it). */
@@ -38,6 +42,8 @@ export class ConsumedMessage<T = any> implements Message<T> {
     this.headers = wire['headers'] ?? {};
     this.data = wire['data'];
     this.timestamp = wire['timestamp'];
+    this.deliverAt = wire['deliverAt'] ?? null;
+    this.expiresAt = wire['expiresAt'] ?? null;
     this.attempt = wire['attempt'];
     this.ackDeadline = wire['ackDeadline'];
     this.#settler = settler;
@@ -72,7 +78,8 @@ export class ConsumedMessage<T = any> implements Message<T> {
 
   /** The message's fields as the API sent them. */
   toJSON(): Message<T> & { attempt: number; ackDeadline: string } {
-    const { id, topic, partition, offset, key, headers, data, timestamp, attempt, ackDeadline } = this;
-    return { id, topic, partition, offset, key, headers, data, timestamp, attempt, ackDeadline };
+    const { id, topic, partition, offset, key, headers, data, timestamp, deliverAt, expiresAt } = this;
+    const { attempt, ackDeadline } = this;
+    return { id, topic, partition, offset, key, headers, data, timestamp, deliverAt, expiresAt, attempt, ackDeadline };
   }
 }

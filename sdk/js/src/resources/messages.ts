@@ -15,7 +15,7 @@ import type {
 const BATCH_BRAND = Symbol.for('queuecore.BatchMessage');
 
 /**
- * A batch item with more than data (a key, headers, a partition, an idempotency key). Plain values given to
+ * A batch item with more than data (a key, headers, a partition, an idempotency key, a delay or a TTL). Plain values given to
  * `publishBatch` are each one message's data; wrap a value in `BatchMessage` to say more:
  *
  *     await pq.publishBatch('order.events', [new BatchMessage({ data: order, key: order.orderId })]);
@@ -26,6 +26,10 @@ export class BatchMessage {
   readonly headers: Record<string, string> | undefined;
   readonly partition: number | undefined;
   readonly idempotencyKey: string | undefined;
+  readonly delay: string | number | undefined;
+  readonly deliverAt: string | number | Date | undefined;
+  readonly ttl: string | number | undefined;
+  readonly expiresAt: string | number | Date | undefined;
   readonly [BATCH_BRAND] = true;
 
   constructor(init: {
@@ -34,13 +38,35 @@ export class BatchMessage {
     headers?: Record<string, string>;
     partition?: number;
     idempotencyKey?: string;
+    delay?: string | number;
+    deliverAt?: string | number | Date;
+    ttl?: string | number;
+    expiresAt?: string | number | Date;
   }) {
     this.data = init.data;
     this.key = init.key;
     this.headers = init.headers;
     this.partition = init.partition;
     this.idempotencyKey = init.idempotencyKey;
+    this.delay = init.delay;
+    this.deliverAt = init.deliverAt;
+    this.ttl = init.ttl;
+    this.expiresAt = init.expiresAt;
   }
+}
+
+type Timing = Pick<PublishParams, 'delay' | 'deliverAt' | 'ttl' | 'expiresAt'>;
+
+/** A publish body's `delay` / `deliverAt` / `ttl` / `expiresAt` (the server checks them). */
+function setTiming(body: Record<string, unknown>, timing: Timing): void {
+  if (timing.delay !== undefined) body['delay'] = timing.delay;
+  if (timing.deliverAt !== undefined) body['deliverAt'] = instant(timing.deliverAt);
+  if (timing.ttl !== undefined) body['ttl'] = timing.ttl;
+  if (timing.expiresAt !== undefined) body['expiresAt'] = instant(timing.expiresAt);
+}
+
+function instant(value: string | number | Date): string | number {
+  return value instanceof Date ? value.toISOString() : value;
 }
 
 function isBatchMessage(value: unknown): value is BatchMessage {
@@ -57,6 +83,7 @@ function batchItem(message: unknown, trace: Record<string, string> | undefined):
   const headers = withTraceContext(message.headers, trace);
   if (headers !== undefined) item['headers'] = headers;
   if (message.partition !== undefined) item['partition'] = message.partition;
+  setTiming(item, message);
   item['idempotencyKey'] = message.idempotencyKey ?? newIdempotencyKey();
   return item;
 }
@@ -78,6 +105,7 @@ export class Messages extends APIResource {
     if (params.key !== undefined) body['key'] = params.key;
     if (params.headers !== undefined) body['headers'] = params.headers;
     if (params.partition !== undefined) body['partition'] = params.partition;
+    setTiming(body, params);
     const trace = await currentTraceContext(); // the server keeps it as the message's headers
     const response = await this.client.request<PublishResult>({
       method: 'POST',

@@ -49,6 +49,28 @@ def parse_headers(pairs: Sequence[str] | None) -> dict[str, str] | None:
     return headers
 
 
+def duration(text: str) -> str | float:
+    """``--delay`` / ``--ttl``: ``90s`` style, or a plain number of seconds (the server checks the range)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def instant(text: str) -> int | str:
+    """``--deliver-at`` / ``--expires-at``: epoch milliseconds, or ISO-8601."""
+    return int(text) if text.isdigit() else text
+
+
+def _timing(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "delay": args.delay,
+        "deliver_at": args.deliver_at,
+        "ttl": args.ttl,
+        "expires_at": args.expires_at,
+    }
+
+
 def cmd_publish(client: QueueCore, args: argparse.Namespace) -> int:
     """Publish one message, or every line of ``--file`` or stdin."""
     headers = parse_headers(args.header)
@@ -62,6 +84,7 @@ def cmd_publish(client: QueueCore, args: argparse.Namespace) -> int:
             headers=headers,
             partition=args.partition,
             idempotency_key=args.idempotency_key,
+            **_timing(args),
         )
         if not args.quiet:
             emit_model(result)
@@ -141,6 +164,7 @@ def _publish_lines(
                 headers=headers,
                 partition=args.partition,
                 idempotency_key=key,
+                **_timing(args),
             )
         )
         batch_bytes += size
@@ -161,6 +185,7 @@ def register(sub: Subcommands) -> None:
         "prints one result per message and progress on stderr (a bar on a terminal); a rerun with the same "
         "--idempotency-key reports 'N new, M replayed'.",
         example='queuecore publish order.events \'{"orderId": "ord_1"}\' --key ord_1\n'
+        'queuecore publish reminders \'{"userId": "u_1"}\' --delay 15m --ttl 1h\n'
         "queuecore publish order.events --file orders.jsonl --idempotency-key import-2026-03-28 -q",
     )
     pub.add_argument("topic")
@@ -169,6 +194,26 @@ def register(sub: Subcommands) -> None:
     pub.add_argument("--key", help="the partitioning key (every message)")
     pub.add_argument("--header", action="append", metavar="NAME=VALUE", help="a header (repeatable)")
     pub.add_argument("--partition", type=non_negative, help="an explicit partition")
+    pub.add_argument(
+        "--delay",
+        type=duration,
+        help="deliver to consumer groups this much later: 90s, 5m, 2h, 1d or seconds (at most 30d)",
+    )
+    pub.add_argument(
+        "--deliver-at",
+        type=instant,
+        help="deliver from this time on: ISO-8601 or epoch ms (not with --delay)",
+    )
+    pub.add_argument(
+        "--ttl",
+        type=duration,
+        help="never deliver once this long has passed since the publish (a DLQ gets it as 'expired')",
+    )
+    pub.add_argument(
+        "--expires-at",
+        type=instant,
+        help="never deliver from this time on: ISO-8601 or epoch ms (not with --ttl)",
+    )
     pub.add_argument(
         "--idempotency-key",
         help="the idempotency key; with lines, a prefix: line N gets PREFIX:N, so rerunning the same input "

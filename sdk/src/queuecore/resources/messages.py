@@ -11,7 +11,7 @@ publish retried after a lost answer is appended once (the retry answers the orig
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Union
 
 import httpx
@@ -25,10 +25,39 @@ from ..types.batch_result import BatchResult
 from ..types.message import Message, MessagePage
 from ..types.publish_result import PublishResult
 
-__all__ = ["AsyncMessages", "Messages"]
+__all__ = ["AsyncMessages", "DurationParam", "Messages", "TimestampParam"]
 
 TimestampParam = Union[datetime, int, str]
 """A point in time: an aware ``datetime``, epoch milliseconds, or an ISO-8601 string."""
+
+DurationParam = Union[str, float, timedelta]
+"""A duration: ``"90s"`` (``<n>ms|s|m|h|d``), a number of seconds, or a ``timedelta``."""
+
+
+def _duration(value: DurationParam) -> str | float:
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def _instant(value: TimestampParam) -> int | str:
+    return wire_timestamp(value) if isinstance(value, datetime) else value
+
+
+def _timing(
+    item: dict[str, Any],
+    delay: DurationParam | None,
+    deliver_at: TimestampParam | None,
+    ttl: DurationParam | None,
+    expires_at: TimestampParam | None,
+) -> None:
+    """Set a publish body's ``delay`` / ``deliverAt`` / ``ttl`` / ``expiresAt`` (the server checks them)."""
+    if delay is not None:
+        item["delay"] = _duration(delay)
+    if deliver_at is not None:
+        item["deliverAt"] = _instant(deliver_at)
+    if ttl is not None:
+        item["ttl"] = _duration(ttl)
+    if expires_at is not None:
+        item["expiresAt"] = _instant(expires_at)
 
 
 def _publish_options(
@@ -38,6 +67,10 @@ def _publish_options(
     headers: Mapping[str, str] | None,
     partition: int | None,
     idempotency_key: str | None,
+    delay: DurationParam | None = None,
+    deliver_at: TimestampParam | None = None,
+    ttl: DurationParam | None = None,
+    expires_at: TimestampParam | None = None,
 ) -> RequestOptions:
     body: dict[str, Any] = {"data": data}
     if key is not None:
@@ -46,6 +79,7 @@ def _publish_options(
         body["headers"] = dict(headers)
     if partition is not None:
         body["partition"] = partition
+    _timing(body, delay, deliver_at, ttl, expires_at)
     return RequestOptions(
         "POST",
         f"/v1/topics/{path_segment(topic)}/messages",
@@ -69,6 +103,7 @@ def _batch_item(message: Any, trace: dict[str, str] | None = None) -> dict[str, 
         item["headers"] = headers
     if message.partition is not None:
         item["partition"] = message.partition
+    _timing(item, message.delay, message.deliver_at, message.ttl, message.expires_at)
     item["idempotencyKey"] = message.idempotency_key or new_idempotency_key()
     return item
 
@@ -123,6 +158,10 @@ class Messages(SyncAPIResource):
         headers: Mapping[str, str] | None = None,
         partition: int | None = None,
         idempotency_key: str | None = None,
+        delay: DurationParam | None = None,
+        deliver_at: TimestampParam | None = None,
+        ttl: DurationParam | None = None,
+        expires_at: TimestampParam | None = None,
     ) -> PublishResult:
         """Publish one message; returns once it is durable.
 
@@ -135,13 +174,22 @@ class Messages(SyncAPIResource):
             idempotency_key: the publish's idempotency key (1–256 printable chars). Default: a fresh uuid4
                 key, reused by this call's retries. A key seen in the topic within 24 h appends nothing and
                 answers the original result with ``replayed=True``.
+            delay: deliver to consumer groups this much later (``"90s"``, seconds, or a ``timedelta``; at
+                most 30 days). The message is stored, and readable, at once.
+            deliver_at: or deliver from this time on (a ``datetime``, epoch ms, or ISO-8601; a past time
+                means now). Not with ``delay``.
+            ttl: never deliver it once this long has passed since the publish (with a DLQ it moves there
+                with reason ``"expired"``).
+            expires_at: or never deliver it from this time on. Not with ``ttl``.
 
         Raises:
             NotFoundError: no such topic.
             PayloadTooLargeError: the message is over 256 KiB.
             ServiceUnavailableError: it could not be made durable (after retries).
         """
-        options = _publish_options(topic, data, key, headers, partition, idempotency_key)
+        options = _publish_options(
+            topic, data, key, headers, partition, idempotency_key, delay, deliver_at, ttl, expires_at
+        )
         return _published(self._client.request(options))
 
     def publish_batch(self, topic: str, messages: Iterable[BatchMessage | Any]) -> BatchResult:
@@ -202,9 +250,15 @@ class AsyncMessages(AsyncAPIResource):
         headers: Mapping[str, str] | None = None,
         partition: int | None = None,
         idempotency_key: str | None = None,
+        delay: DurationParam | None = None,
+        deliver_at: TimestampParam | None = None,
+        ttl: DurationParam | None = None,
+        expires_at: TimestampParam | None = None,
     ) -> PublishResult:
         """Publish one message; returns once it is durable. See ``Messages.publish``."""
-        options = _publish_options(topic, data, key, headers, partition, idempotency_key)
+        options = _publish_options(
+            topic, data, key, headers, partition, idempotency_key, delay, deliver_at, ttl, expires_at
+        )
         return _published(await self._client.request(options))
 
     async def publish_batch(self, topic: str, messages: Iterable[BatchMessage | Any]) -> BatchResult:

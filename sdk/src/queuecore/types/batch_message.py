@@ -1,4 +1,5 @@
-from typing import Any, Optional
+from datetime import datetime, timedelta
+from typing import Any, Optional, Union
 
 import pydantic
 from pydantic import ConfigDict
@@ -26,3 +27,11 @@ class BatchMessage(pydantic.BaseModel):
     partition: Optional[int] = None
     idempotency_key: Optional[str] = None
     """Made for you (a uuid4) when not given, so a retried batch never duplicates."""
+    delay: Union[str, float, timedelta, None] = None
+    """Deliver to consumer groups this much later (``"90s"``, seconds, a ``timedelta``; at most 30 days)."""
+    deliver_at: Union[datetime, int, str, None] = None
+    """Or deliver from this time on (not with ``delay``)."""
+    ttl: Union[str, float, timedelta, None] = None
+    """Never deliver it once this long has passed since the publish (a DLQ gets it, reason ``expired``)."""
+    expires_at: Union[datetime, int, str, None] = None
+    """Or never deliver it from this time on (not with ``ttl``)."""

@@ -12,6 +12,10 @@ class BatchItem(BaseModel):
     offset: int
     partition: int
     timestamp: Timestamp
+    deliver_at: Optional[Timestamp] = None
+    """When consumer groups receive it (``None``: at once, not delayed)."""
+    expires_at: Optional[Timestamp] = None
+    """When it expires undelivered (``None``: never)."""
     replayed: Optional[bool] = None
     """True for an item whose idempotency key had been seen (it was not written again)."""
 

@@ -111,6 +111,8 @@ class ConsumerGroup(BaseModel):
     paused_until: Optional[Timestamp] = None
     """When the pause ends by itself; ``None`` until resumed."""
     paused_reason: Optional[Literal["user", "dlq-breaker"]] = None
+    expired: int = 0
+    """Messages whose TTL passed before the group delivered them, since its creation."""
 
 
 class GroupPause(BaseModel):

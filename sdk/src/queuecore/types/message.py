@@ -19,6 +19,10 @@ class Message(BaseModel):
     data: Any = None
     """Any JSON value, as published (``None`` for a published ``null``)."""
     timestamp: Timestamp
+    deliver_at: Optional[Timestamp] = None
+    """When consumer groups receive it (``None``: at once, not delayed)."""
+    expires_at: Optional[Timestamp] = None
+    """When it expires undelivered (``None``: never)."""
 
 
 class MessagePage(BaseModel):

@@ -1,3 +1,5 @@
+from typing import Optional
+
 from .._models import BaseModel, Timestamp
 
 __all__ = ["PublishResult"]
@@ -15,5 +17,10 @@ class PublishResult(BaseModel):
     """Server-side milliseconds."""
     durability: str
     """``fsync`` or ``replicated:<n>``: on what terms the message is durable."""
+    deliver_at: Optional[Timestamp] = None
+    """When consumer groups receive it (``None``: at once, not delayed)."""
+    expires_at: Optional[Timestamp] = None
+    """When it expires undelivered (``None``: never)."""
+
     replayed: bool = False
     """True when the idempotency key had been seen: nothing was appended, this is the original result."""
