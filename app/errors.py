@@ -98,6 +98,21 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
+def coded_error_body(request_id: str, error: Any) -> dict[str, Any]:
+    """The envelope's ``error`` object for a coded error (a ``BrokerError``, a store's ``StoreUnavailable``),
+    as frames and events carry it where no HTTP answer can (WebSocket ``error`` frames, SSE ``error``
+    events)."""
+    body: dict[str, Any] = {
+        "code": error.code,
+        "message": error.message,
+        "status": STATUS_BY_CODE.get(error.code, 500),
+        "requestId": request_id,
+    }
+    if error.details:
+        body["details"] = error.details
+    return body
+
+
 def error_response(
     request_id: str,
     code: str,

@@ -8,6 +8,7 @@ by itself."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -15,6 +16,7 @@ import time
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.api.sse_client import open_stream
@@ -79,6 +81,13 @@ async def test_sigterm_drains_push_members_to_the_other_node_and_exits(pair):
         assert health.status_code == 503 and health.json()["status"] == "draining"
         published = await http.post(f"/v1/topics/{topic}/messages", json={"data": "during the drain"})
         assert published.status_code == 201, published.text
+        # A push connection opened meanwhile (a balancer notices a draining node only at its next health
+        # check) is told to go elsewhere at once: `draining`, then 1012, and it never joins the group.
+        async with connect(api.ws_url(topic), additional_headers=api.headers) as late:
+            assert json.loads(await asyncio.wait_for(late.recv(), 5)) == {"type": "draining"}
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(late.recv(), 5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
         # The other node's member has both partitions long before the 60 s session timeout.
         while True:
             rebalance = await remaining.until("rebalance", 10)

@@ -51,7 +51,7 @@ from app.broker.delivery.frames import MAX_IN_FLIGHT
 from app.broker.delivery.streams import StreamEvent, StreamMember
 from app.broker.errors import CODED_ERRORS, CodedError, Draining
 from app.broker.rate_limits import Category
-from app.errors import STATUS_BY_CODE, ApiError, responses
+from app.errors import ApiError, coded_error_body, responses
 from app.kit import sse
 
 logger = logging.getLogger("queuecore.sse")
@@ -63,15 +63,7 @@ _GOODBYE_SECONDS = 5.0  # how long a stream being ended may take to finish writi
 
 
 def _envelope(request_id: str, error: CodedError) -> bytes:
-    body: dict[str, object] = {
-        "code": error.code,
-        "message": error.message,
-        "status": STATUS_BY_CODE.get(error.code, 500),
-        "requestId": request_id,
-    }
-    if error.details:
-        body["details"] = error.details
-    return orjson.dumps({"error": body})
+    return orjson.dumps({"error": coded_error_body(request_id, error)})
 
 
 def _encode(events: list[StreamEvent]) -> bytes:

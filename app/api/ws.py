@@ -35,7 +35,7 @@ from app.broker.delivery.frames import validate_max_in_flight
 from app.broker.delivery.push import PushMember
 from app.broker.errors import CODED_ERRORS, CodedError, Draining, InvalidRequest, RateLimitExceeded
 from app.broker.rate_limits import Category
-from app.errors import STATUS_BY_CODE, ApiError, error_response
+from app.errors import ApiError, coded_error_body, error_response
 from app.kit.websocket_protocol import KEEPALIVE
 
 logger = logging.getLogger("queuecore.ws")
@@ -48,15 +48,7 @@ def _request_id(websocket: WebSocket) -> str:
 
 
 def _error_frame(request_id: str, error: CodedError) -> bytes:
-    body: dict[str, object] = {
-        "code": error.code,
-        "message": error.message,
-        "status": STATUS_BY_CODE.get(error.code, 500),
-        "requestId": request_id,
-    }
-    if error.details:
-        body["details"] = error.details
-    return orjson.dumps({"type": "error", "error": body})
+    return orjson.dumps({"type": "error", "error": coded_error_body(request_id, error)})
 
 
 @router.websocket("/v1/topics/{name}/consume")

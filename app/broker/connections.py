@@ -86,13 +86,14 @@ class ConnectionRegistry:
         self._by_key: dict[str, set[Connection]] = {}
         self._seq = itertools.count(1)
         self._sweeper: asyncio.Task[None] | None = None
-        self._draining = False  # drain() was called: push connections opened now end at once
+        # drain() was called (this process is shutting down): push connections opened now end at once.
+        self.draining = False
 
     def open(self, key_id: str, kind: Kind, end: Callable[[CodedError], None]) -> Connection:
         """Register a connection of ``key_id`` until ``close``; ``end`` is called at most once."""
         connection = Connection(key_id, kind, end, next(self._seq))
         self._by_key.setdefault(key_id, set()).add(connection)
-        if self._draining and kind in PUSH_KINDS:
+        if self.draining and kind in PUSH_KINDS:
             # Opened after drain() (a balancer still sent it here): ended at once, before it joins.
             self._end(connection, Draining())
         return connection
@@ -116,7 +117,7 @@ class ConnectionRegistry:
     def drain(self) -> int:
         """End every push connection of this process with ``Draining`` (it is shutting down); long polls
         finish as requests do. Answers how many were ended."""
-        self._draining = True
+        self.draining = True
         push = [c for held in self._by_key.values() for c in held if c.kind in PUSH_KINDS and c.ended is None]
         for connection in sorted(push, key=lambda c: c.seq):
             self._end(connection, Draining())

@@ -11,11 +11,11 @@ when that time comes: nothing is written then, every reader compares with the cl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.broker import timing
 from app.broker.errors import GroupNotFound, InvalidRequest
 from app.broker.topics import TopicRef
 from app.kit.clock import isoformat_ms, now_ms, utcnow
@@ -57,22 +57,7 @@ def parse_until(value: Any, now: int) -> int | None:
     """``until`` of a pause: ISO-8601 with a time zone, or epoch milliseconds, in the future; or None."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise InvalidRequest.field("until", "expected an ISO-8601 timestamp or epoch milliseconds")
-    if isinstance(value, int):
-        at = value
-    elif isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            raise InvalidRequest.field(
-                "until", "expected an ISO-8601 timestamp or epoch milliseconds"
-            ) from None
-        if parsed.tzinfo is None:
-            raise InvalidRequest.field("until", "an ISO-8601 timestamp needs a time zone (e.g. Z)")
-        at = int(parsed.timestamp() * 1000)
-    else:
-        raise InvalidRequest.field("until", "expected an ISO-8601 timestamp or epoch milliseconds")
+    at = timing.instant_ms(value, "until")
     if not now < at <= MAX_UNTIL_MS:
         raise InvalidRequest.field("until", "must be in the future")
     return at
