@@ -317,9 +317,11 @@ def test_no_deprecation_warning_for_the_new_names():
         assert queuecore.BadRequestError.__name__ == "BadRequestError"
 
 
-async def test_a_draining_server_is_left_for_another_without_an_error():
-    """A deploy: the node sends ``draining`` and closes with 1012; the consumer reconnects at once (here
-    to the same scripted address, as to another node behind one balancer) and reports no error."""
+@pytest.mark.parametrize("deploy", ["draining after welcome", "draining before welcome", "1012 alone"])
+async def test_a_draining_server_is_left_for_another_without_an_error(deploy):
+    """A deploy: the node sends ``draining`` and closes with 1012 (also before any welcome, when the
+    connection reached a node already draining; or a bare 1012 close); the consumer reconnects at once
+    (here to the same scripted address, as to another node behind one balancer) and reports no error."""
     from websockets.asyncio.server import serve
 
     connections = 0
@@ -329,11 +331,14 @@ async def test_a_draining_server_is_left_for_another_without_an_error():
         nonlocal connections
         connections += 1
         welcome = {"type": "welcome", "memberId": f"csr_{connections}", "generationId": 1, "assignments": [0]}
-        await ws.send(json.dumps(welcome))
         if connections == 1:
-            await ws.send(json.dumps({"type": "draining"}))
+            if deploy != "draining before welcome":
+                await ws.send(json.dumps(welcome))
+            if deploy != "1012 alone":
+                await ws.send(json.dumps({"type": "draining"}))
             await ws.close(code=1012)
             return
+        await ws.send(json.dumps(welcome))
         await ws.send(json.dumps({"type": "message", **MESSAGE}))
         async for raw in ws:
             frame = json.loads(raw)

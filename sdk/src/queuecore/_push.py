@@ -131,6 +131,12 @@ class PushSession:
     async def _session(self, ws: Any) -> None:
         consumer = self.consumer
         welcome = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        if welcome.get("type") == "draining":
+            # Connected to a node that had begun draining (its balancer had not noticed yet): not a member
+            # there; connect again (to another node), reporting nothing.
+            consumer._log.info("the server is draining; reconnecting")
+            await consumer._sleep(random.random() / 10)
+            return
         if welcome.get("type") == "error":
             raise _refusal("", int(welcome["error"].get("status", 500)), {}, json.dumps(welcome).encode())
         self.member_id, self.generation = welcome.get("memberId"), int(welcome.get("generationId", 0))
