@@ -41,7 +41,7 @@ async def pair(tmp_path_factory, nats_cluster):
             QUEUECORE_REDIS_URL="redis://127.0.0.1:6379/0",
             QUEUECORE_RATE_LIMIT_PREFIX=f"qc:test:{secrets.token_hex(4)}:",
             QUEUECORE_SECRET_KEY=secret,
-            QUEUECORE_DRAIN_SECONDS="3",
+            QUEUECORE_DRAIN_SECONDS="8",
         )
         servers.append(
             ServerProcess(env=env, port=free_port(), data_dir=tmp / f"node{i}", log_path=tmp / f"node{i}.log")
@@ -93,11 +93,12 @@ async def test_sigterm_drains_push_members_to_the_other_node_and_exits(pair):
             rebalance = await remaining.until("rebalance", 10)
             if sorted(rebalance["assignments"]) == [0, 1]:
                 break
-        assert time.monotonic() - signalled < 10
+        # Seen while the node still drains (8 s): handed over by the drain, not by the 60 s session's expiry.
+        assert draining.process.poll() is None
     # And the process exits by itself, cleanly, after its drain period.
     exit_code = await asyncio.to_thread(draining.process.wait, 30)
     assert exit_code == 0
-    assert time.monotonic() - signalled >= 3  # it kept serving for QUEUECORE_DRAIN_SECONDS
+    assert time.monotonic() - signalled >= 8  # it kept serving for QUEUECORE_DRAIN_SECONDS
     # The message published during the drain is delivered on the node that stayed.
     received = await remaining.messages(1, timeout=10)
     assert any(m["data"] == "during the drain" for m in received)
@@ -123,7 +124,6 @@ async def test_sigterm_ends_event_streams_with_draining_and_hands_their_partitio
             assert (await remaining.next()).event == "welcome"
             await leaving.until("rebalance", 10)  # the group split its two partitions between the nodes
             draining.process.send_signal(signal.SIGTERM)
-            signalled = time.monotonic()
             said = await leaving.until("draining", 5)
             assert said.json() == {}
             await leaving.ended(timeout=5)
@@ -132,7 +132,9 @@ async def test_sigterm_ends_event_streams_with_draining_and_hands_their_partitio
                 rebalance = (await remaining.until("rebalance", 10)).json()
                 if sorted(rebalance["assignments"]) == [0, 1]:
                     break
-            assert time.monotonic() - signalled < 10
+            # Seen while the node still drains (8 s): handed over by the drain, not by the 60 s session's
+            # expiry.
+            assert draining.process.poll() is None
     exit_code = await asyncio.to_thread(draining.process.wait, 30)
     assert exit_code == 0
     draining.process = None
