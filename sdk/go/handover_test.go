@@ -146,9 +146,16 @@ func TestAHandlerRunningWhenTheServerDrainsGetsItsAckSettled(t *testing.T) {
 	}
 }
 
-// A connection opened on a node that had begun draining is closed with 1012 before any "draining" frame is
-// seen: a deploy all the same, not an error, and the consumer reconnects.
+// A close with 1012 whose "draining" frame was not seen is a deploy all the same: not an error, and the
+// consumer reconnects. And a connection opened on a node already draining gets "draining" instead of its
+// welcome, then 1012: a deploy too.
 func TestACloseWith1012AndNoDrainingFrameIsADeploy(t *testing.T) {
+	for _, first := range []string{"welcome", "draining"} {
+		t.Run(first, func(t *testing.T) { closedWith1012(t, first) })
+	}
+}
+
+func closedWith1012(t *testing.T, first string) {
 	var connections atomic.Int32
 	reconnected := make(chan struct{})
 	upgrader := websocket.Upgrader{}
@@ -159,7 +166,11 @@ func TestACloseWith1012AndNoDrainingFrameIsADeploy(t *testing.T) {
 		}
 		defer conn.Close()
 		n := connections.Add(1)
-		_ = conn.WriteJSON(map[string]any{"type": "welcome", "memberId": "csr_1", "generationId": 1, "assignments": []int{0}})
+		if n == 1 && first == "draining" {
+			_ = conn.WriteJSON(map[string]any{"type": "draining"})
+		} else {
+			_ = conn.WriteJSON(map[string]any{"type": "welcome", "memberId": "csr_1", "generationId": 1, "assignments": []int{0}})
+		}
 		if n == 1 {
 			_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1012, ""))
 			time.Sleep(100 * time.Millisecond)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	mrand "math/rand"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -81,6 +82,11 @@ func (k *Consumer) runPush(handler MessageHandler) error {
 			// once (to another node behind the same address), reporting nothing: no error happened.
 			failures = 0
 			k.c.log.Info("queuecore consumer: the server is draining; reconnecting", "topic", k.topic)
+			// Up to 100 ms: the members of a draining node do not all knock on the next one at once (nor
+			// spin on the draining node itself while the balancer still routes to it).
+			if !k.sleep(time.Duration(mrand.Int63n(int64(100 * time.Millisecond)))) {
+				return nil
+			}
 			continue
 		}
 		k.emit(err)
@@ -151,6 +157,9 @@ func (k *Consumer) pushSession(target string, handler MessageHandler) (welcomed 
 	}
 	if hello.Type == "error" {
 		return false, frameError(hello.Error)
+	}
+	if hello.Type == "draining" {
+		return false, errDraining // opened on a node already draining: told to go elsewhere before joining
 	}
 	if hello.Type != "welcome" {
 		return false, &Error{Code: "CONNECTION_ERROR", Message: "expected a welcome frame, got " + hello.Type}
