@@ -53,6 +53,7 @@ export class PushTransport implements ConsumerTransport {
     let failures = 0;
     while (!host.stop.stopped) {
       let socket: Socket | undefined;
+      let deployed = false;
       try {
         const url = await this.#url();
         const headers: Record<string, string> = { 'User-Agent': 'queuecore-node' };
@@ -61,7 +62,7 @@ export class PushTransport implements ConsumerTransport {
         socket = await this.#open(url, headers, session, OPEN_TIMEOUT);
         session.socket = socket;
         failures = 0;
-        await this.#session(session);
+        deployed = await this.#session(session);
       } catch (error) {
         if (host.stop.stopped) return;
         if (!retryable(error)) throw error;
@@ -78,6 +79,9 @@ export class PushTransport implements ConsumerTransport {
         host.pending.disconnect();
         await host.recover();
       }
+      // A deploy: up to 100 ms, so that the members of a draining node do not all knock on the next one at
+      // once (nor spin on the draining node itself while the balancer still routes to it).
+      if (deployed) await host.stop.sleep(Math.random() * 100);
     }
   }
 
@@ -102,10 +106,16 @@ export class PushTransport implements ConsumerTransport {
     return `${scheme}//${base.host}${path}?${query.toString()}`;
   }
 
-  async #session(session: PushSession): Promise<void> {
+  /** One connection, until stopped (`false`) or the node drains for a deploy (`true`); else throws why it ended. */
+  async #session(session: PushSession): Promise<boolean> {
     const host = this.#host;
     const welcome = await session.welcome;
     if (welcome['type'] === 'error') throw frameError(welcome, 'refused');
+    // Opened on a node already draining: told to go elsewhere before joining (a deploy, not a failure).
+    if (welcome['type'] === 'draining') {
+      host.client.logger.info('the server is draining; reconnecting');
+      return true;
+    }
     const member = host.member;
     member.memberId = typeof welcome['memberId'] === 'string' ? welcome['memberId'] : null;
     member.generation = Number(welcome['generationId'] ?? 0);
@@ -121,7 +131,7 @@ export class PushTransport implements ConsumerTransport {
     const ended = await Promise.race([session.ended, session.drainSaid, host.stop.promise]);
     if (ended === 'stopped') {
       await this.#finish(session);
-      return;
+      return false;
     }
     if (ended === 'draining') {
       // A deploy: hand over as a stop does (running handlers finish, their acks are sent and answered,
@@ -129,12 +139,12 @@ export class PushTransport implements ConsumerTransport {
       // the same address) at once, reporting nothing.
       await this.#finish(session, { leave: false });
       host.client.logger.info('the server is draining; reconnecting');
-      return;
+      return true;
     }
     // Closed by a node that had begun draining (1012), its frame unseen: a deploy too.
     if (session.draining || session.closeCode === SERVICE_RESTART) {
       host.client.logger.info('the server is draining; reconnecting');
-      return;
+      return true;
     }
     throw new APIConnectionError(`WebSocket connection lost (${ended})`);
   }

@@ -96,26 +96,31 @@ test('a handler running when the server drains gets its ack settled before the h
   assert.deepEqual(errors, []);
 });
 
-test('a close with 1012 and no draining frame is a deploy: no error, reconnected', async () => {
-  let connections = 0;
-  let reconnected;
-  const second = new Promise((resolve) => (reconnected = resolve));
-  const wss = await listen((ws) => {
-    connections += 1;
-    ws.send(JSON.stringify({ type: 'welcome', memberId: `csr_${connections}`, generationId: 1, assignments: [0] }));
-    if (connections === 1) ws.close(1012);
-    else reconnected();
+// A close with 1012 whose `draining` frame was not seen is a deploy all the same; and a connection opened on a
+// node already draining gets `draining` instead of its welcome, then 1012: a deploy too.
+for (const first of ['welcome', 'draining']) {
+  test(`a close with 1012 after ${first} is a deploy: no error, reconnected`, async () => {
+    let connections = 0;
+    let reconnected;
+    const second = new Promise((resolve) => (reconnected = resolve));
+    const wss = await listen((ws) => {
+      connections += 1;
+      if (connections === 1 && first === 'draining') ws.send(JSON.stringify({ type: 'draining' }));
+      else ws.send(JSON.stringify({ type: 'welcome', memberId: `csr_${connections}`, generationId: 1, assignments: [0] }));
+      if (connections === 1) ws.close(1012);
+      else reconnected();
+    });
+    const { port } = wss.address();
+    const client = new sdk.QueueCore({ apiKey: 'pq_test_sk_unit', baseURL: `http://127.0.0.1:${port}` });
+    const consumer = client.consume('t', { group: 'g' });
+    const errors = [];
+    consumer.on('error', (err) => errors.push(err));
+    consumer.on('message', async (msg) => msg.ack());
+    await consumer.start();
+    await second;
+    await consumer.stop();
+    await new Promise((resolve) => wss.close(resolve));
+    assert.equal(connections, 2);
+    assert.deepEqual(errors, []);
   });
-  const { port } = wss.address();
-  const client = new sdk.QueueCore({ apiKey: 'pq_test_sk_unit', baseURL: `http://127.0.0.1:${port}` });
-  const consumer = client.consume('t', { group: 'g' });
-  const errors = [];
-  consumer.on('error', (err) => errors.push(err));
-  consumer.on('message', async (msg) => msg.ack());
-  await consumer.start();
-  await second;
-  await consumer.stop();
-  await new Promise((resolve) => wss.close(resolve));
-  assert.equal(connections, 2);
-  assert.deepEqual(errors, []);
-});
+}
