@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	mrand "math/rand"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -58,7 +59,8 @@ func (k *Consumer) wsURL() (string, error) {
 		"/consume?" + q.Encode(), nil
 }
 
-// errDraining ends a push session whose server said "draining" before closing: a deploy, not a failure.
+// errDraining ends a push session whose server is draining for a deploy (it said "draining", or closed
+// with 1012, service restart): not a failure.
 var errDraining = errors.New("queuecore: the server is draining")
 
 func (k *Consumer) runPush(handler MessageHandler) error {
@@ -76,10 +78,15 @@ func (k *Consumer) runPush(handler MessageHandler) error {
 			return nil
 		}
 		if errors.Is(err, errDraining) {
-			// A deploy: the node said "draining" and closed (1012). Reconnect at once (to another node
-			// behind the same address), reporting nothing: no error happened.
+			// A deploy: the node said "draining" (the session handed over) or closed with 1012. Reconnect at
+			// once (to another node behind the same address), reporting nothing: no error happened.
 			failures = 0
 			k.c.log.Info("queuecore consumer: the server is draining; reconnecting", "topic", k.topic)
+			// Up to 100 ms: the members of a draining node do not all knock on the next one at once (nor
+			// spin on the draining node itself while the balancer still routes to it).
+			if !k.sleep(time.Duration(mrand.Int63n(int64(100 * time.Millisecond)))) {
+				return nil
+			}
 			continue
 		}
 		k.emit(err)
@@ -151,6 +158,9 @@ func (k *Consumer) pushSession(target string, handler MessageHandler) (welcomed 
 	if hello.Type == "error" {
 		return false, frameError(hello.Error)
 	}
+	if hello.Type == "draining" {
+		return false, errDraining // opened on a node already draining: told to go elsewhere before joining
+	}
 	if hello.Type != "welcome" {
 		return false, &Error{Code: "CONNECTION_ERROR", Message: "expected a welcome frame, got " + hello.Type}
 	}
@@ -159,33 +169,35 @@ func (k *Consumer) pushSession(target string, handler MessageHandler) (welcomed 
 	k.emitRebalance(hello.MemberID, hello.GenerationID, hello.Assignments)
 	k.c.log.Debug("queuecore consumer: joined", "topic", k.topic, "member", hello.MemberID)
 	s := &pushSession{k: k, conn: conn, handler: handler, done: make(chan struct{}), ended: make(chan error, 3),
-		answered: make(chan struct{}, 1), queues: map[int]chan *Message{}}
+		answered: make(chan struct{}, 1), drainSaid: make(chan struct{}), readDone: make(chan struct{}),
+		queues: map[int]chan *Message{}}
 	_ = conn.SetReadDeadline(time.Now().Add(wsReadIdle))
 	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(wsReadIdle)) })
 
-	var readerDone sync.WaitGroup
-	readerDone.Add(1)
-	go func() { defer readerDone.Done(); s.read() }()
+	go func() { defer close(s.readDone); s.read() }()
 	writerDone := make(chan struct{})
 	go func() { defer close(writerDone); s.write() }()
 
 	var end error
 	select {
 	case end = <-s.ended:
+	case <-s.drainSaid:
+		end = errDraining
 	case <-k.stopCh:
 	}
 	close(s.done) // workers stop taking messages; the writer stops
 	<-writerDone
 	s.workers.Wait() // running handlers finish (their acks are queued)
-	if end == nil {
-		// Graceful: send what handlers settled and wait until the server confirmed it.
+	if end == nil || errors.Is(end, errDraining) {
+		// Graceful (a stop, or a deploy's handover: a draining node still settles what its member sends
+		// until it closes): send what handlers settled and wait until the server confirmed it.
 		if err := s.flush(); err == nil {
 			deadline := time.NewTimer(stopFlushTimeout)
 			for s.unanswered.Load() > 0 {
 				select {
 				case <-s.answered:
 					continue
-				case <-s.ended:
+				case <-s.readDone:
 				case <-deadline.C:
 				}
 				break
@@ -196,7 +208,7 @@ func (k *Consumer) pushSession(target string, handler MessageHandler) (welcomed 
 			websocket.FormatCloseMessage(websocket.CloseNormalClosure, "consumer closed"), time.Now().Add(time.Second))
 	}
 	_ = conn.Close()
-	readerDone.Wait()
+	<-s.readDone
 	if end == nil {
 		// The server removes the member when it sees the close; leaving explicitly too makes Close return
 		// only once the group knows (a second leave is a harmless 404).
@@ -224,6 +236,8 @@ type pushSession struct {
 	answered   chan struct{} // an acked frame arrived
 	unanswered atomic.Int64  // ack/nack/extend frames sent and not yet answered
 	draining   atomic.Bool   // the server said "draining": the close that follows is a deploy
+	drainSaid  chan struct{} // closed by the "draining" frame: hand over, then reconnect
+	readDone   chan struct{} // closed when the reader returns (the connection is gone)
 	workers    sync.WaitGroup
 	queues     map[int]chan *Message // reader's goroutine only
 }
@@ -236,7 +250,8 @@ func (s *pushSession) read() {
 			err = json.Unmarshal(data, &f)
 		}
 		if err != nil {
-			if s.draining.Load() {
+			// 1012 (service restart) without the frame: a connection opened on a node that had begun draining.
+			if s.draining.Load() || websocket.IsCloseError(err, websocket.CloseServiceRestart) {
 				s.ended <- errDraining
 				return
 			}
@@ -246,7 +261,9 @@ func (s *pushSession) read() {
 		_ = s.conn.SetReadDeadline(time.Now().Add(wsReadIdle))
 		switch f.Type {
 		case "draining":
-			s.draining.Store(true)
+			if !s.draining.Swap(true) {
+				close(s.drainSaid)
+			}
 		case "message":
 			var m Message
 			if json.Unmarshal(data, &m) == nil {
@@ -281,6 +298,11 @@ func (s *pushSession) read() {
 
 // deliver hands a message to its partition's worker (one per partition: offset order is kept).
 func (s *pushSession) deliver(m *Message) {
+	select {
+	case <-s.done:
+		return // handing over (a stop, a drain): the server redelivers it once this member left
+	default:
+	}
 	if s.k.isStopping() {
 		return // not handled, not acked: the server redelivers it once this member left
 	}

@@ -4,6 +4,11 @@
  * welcome, delivers `message(s)` frames to the Consumer, sends settlements as `ack`/`nack`/`extend` frames
  * and counts their `acked` answers, follows `rebalance` frames, and reconnects with backoff when the
  * connection drops. On stop it drains, waits for its settle frames to be answered, closes and leaves.
+ *
+ * A deploy is no failure: on a `draining` frame it hands over as a stop does (messages not started are left
+ * to the next owner, running handlers finish, their settlements are sent and answered while the draining
+ * node still settles them), closes, and reconnects at once; a close with 1012 (service restart) counts as a
+ * deploy even without the frame (a connection opened on a node that had begun draining). Neither is reported.
  */
 import { seg } from './api-client.js';
 import { APIConnectionError, APIError, RateLimitError } from './error.js';
@@ -13,6 +18,8 @@ import { SocketOpenError, type OpenSocket, type Socket } from './websocket.js';
 const ACK_BATCH = 500;
 const STOP_FLUSH_TIMEOUT = 5_000;
 const OPEN_TIMEOUT = 10_000;
+/** Close code 1012 (service restart): the node is draining for a deploy. */
+const SERVICE_RESTART = 1012;
 
 /** The typed error an `error` frame (or a refusing welcome) carries. */
 function frameError(frame: Record<string, any>, fallback: string): APIError {
@@ -46,6 +53,7 @@ export class PushTransport implements ConsumerTransport {
     let failures = 0;
     while (!host.stop.stopped) {
       let socket: Socket | undefined;
+      let deployed = false;
       try {
         const url = await this.#url();
         const headers: Record<string, string> = { 'User-Agent': 'queuecore-node' };
@@ -54,7 +62,7 @@ export class PushTransport implements ConsumerTransport {
         socket = await this.#open(url, headers, session, OPEN_TIMEOUT);
         session.socket = socket;
         failures = 0;
-        await this.#session(session);
+        deployed = await this.#session(session);
       } catch (error) {
         if (host.stop.stopped) return;
         if (!retryable(error)) throw error;
@@ -71,6 +79,9 @@ export class PushTransport implements ConsumerTransport {
         host.pending.disconnect();
         await host.recover();
       }
+      // A deploy: up to 100 ms, so that the members of a draining node do not all knock on the next one at
+      // once (nor spin on the draining node itself while the balancer still routes to it).
+      if (deployed) await host.stop.sleep(Math.random() * 100);
     }
   }
 
@@ -95,10 +106,16 @@ export class PushTransport implements ConsumerTransport {
     return `${scheme}//${base.host}${path}?${query.toString()}`;
   }
 
-  async #session(session: PushSession): Promise<void> {
+  /** One connection, until stopped (`false`) or the node drains for a deploy (`true`); else throws why it ended. */
+  async #session(session: PushSession): Promise<boolean> {
     const host = this.#host;
     const welcome = await session.welcome;
     if (welcome['type'] === 'error') throw frameError(welcome, 'refused');
+    // Opened on a node already draining: told to go elsewhere before joining (a deploy, not a failure).
+    if (welcome['type'] === 'draining') {
+      host.client.logger.info('the server is draining; reconnecting');
+      return true;
+    }
     const member = host.member;
     member.memberId = typeof welcome['memberId'] === 'string' ? welcome['memberId'] : null;
     member.generation = Number(welcome['generationId'] ?? 0);
@@ -111,16 +128,23 @@ export class PushTransport implements ConsumerTransport {
     host.joined();
     session.onFrame = (frame) => this.#onFrame(frame, session);
     if (host.pending.size > 0) host.pending.schedule(0);
-    const ended = await Promise.race([session.ended, host.stop.promise]);
+    const ended = await Promise.race([session.ended, session.drainSaid, host.stop.promise]);
     if (ended === 'stopped') {
       await this.#finish(session);
-      return;
+      return false;
     }
-    // A deploy: the node said `draining` and closed (1012). Reconnect at once (to another node behind the
-    // same address), reporting nothing: no error happened.
-    if (session.draining) {
+    if (ended === 'draining') {
+      // A deploy: hand over as a stop does (running handlers finish, their acks are sent and answered,
+      // messages not started are left to the next owner), close, and connect again (to another node behind
+      // the same address) at once, reporting nothing.
+      await this.#finish(session, { leave: false });
       host.client.logger.info('the server is draining; reconnecting');
-      return;
+      return true;
+    }
+    // Closed by a node that had begun draining (1012), its frame unseen: a deploy too.
+    if (session.draining || session.closeCode === SERVICE_RESTART) {
+      host.client.logger.info('the server is draining; reconnecting');
+      return true;
     }
     throw new APIConnectionError(`WebSocket connection lost (${ended})`);
   }
@@ -129,7 +153,7 @@ export class PushTransport implements ConsumerTransport {
     const host = this.#host;
     switch (frame['type']) {
       case 'draining':
-        session.draining = true;
+        session.drain();
         break;
       case 'message':
         host.deliver(frame);
@@ -189,8 +213,12 @@ export class PushTransport implements ConsumerTransport {
     }
   }
 
-  /** Graceful stop: no new messages, running handlers finish, acks flushed and answered, close, leave. */
-  async #finish(session: PushSession): Promise<void> {
+  /**
+   * Graceful stop: no new messages, running handlers finish, acks flushed and answered, close, and (`leave`)
+   * leave the group; a draining node's member leaves as its connection ends, and its unanswered settle
+   * frames are not the caller's failure (what they settled comes back to the next owner).
+   */
+  async #finish(session: PushSession, { leave = true } = {}): Promise<void> {
     const host = this.#host;
     await host.drain();
     host.pending.cancel();
@@ -203,15 +231,17 @@ export class PushTransport implements ConsumerTransport {
         new Promise<void>((resolve) => setTimeout(resolve, Math.max(1, deadline - Date.now())).unref?.()),
       ]);
     }
-    if (this.#unanswered > 0) {
+    if (this.#unanswered > 0 && leave) {
       await host.emitError(new APIConnectionError(`stop(): ${this.#unanswered} settle frame(s) not confirmed`));
+    } else if (this.#unanswered > 0) {
+      host.client.logger.warn(`the draining server confirmed ${this.#unanswered} settle frame(s) fewer than sent`);
     }
     session.socket?.close(1000);
     await Promise.race([session.socket?.closed(), new Promise((resolve) => setTimeout(resolve, 2000).unref?.())]);
     // The server removes the member when it sees the close; leaving explicitly too makes stop() resolve only
     // once the group knows (a second leave is a harmless 404).
     const memberId = host.member.memberId;
-    if (memberId !== null) {
+    if (leave && memberId !== null) {
       try {
         await host.client.request({ method: 'DELETE', path: host.path(`/members/${seg(memberId)}`), maxRetries: 0 });
       } catch {
@@ -228,8 +258,13 @@ export class PushTransport implements ConsumerTransport {
 class PushSession {
   socket: Socket | undefined;
   closed = false;
-  /** The server sent `draining`: its close that follows is a deploy, not a failure. */
+  /** The server sent `draining`: hand over, then reconnect; its close is a deploy, not a failure. */
   draining = false;
+  /** The close code, once closed (1012: the node is draining). */
+  closeCode: number | undefined;
+  /** Resolves with `'draining'` when the server says it is draining. */
+  readonly drainSaid: Promise<'draining'>;
+  #drainSaid = deferred<'draining'>();
   #onFrame: ((frame: Record<string, any>) => void) | undefined;
   #early: Record<string, any>[] = [];
   readonly welcome: Promise<Record<string, any>>;
@@ -242,6 +277,7 @@ class PushSession {
   constructor() {
     this.welcome = this.#welcome.promise;
     this.ended = this.#ended.promise;
+    this.drainSaid = this.#drainSaid.promise;
     this.welcome.catch(() => {});
     this.#timer = setTimeout(() => {
       if (!this.#gotWelcome) {
@@ -274,8 +310,15 @@ class PushSession {
     for (const frame of this.#early.splice(0)) handler(frame);
   }
 
+  /** The `draining` frame. */
+  drain(): void {
+    this.draining = true;
+    this.#drainSaid.resolve('draining');
+  }
+
   onClose(code: number, reason: string): void {
     this.closed = true;
+    this.closeCode = code;
     clearTimeout(this.#timer);
     const why = `code ${code}${reason ? `: ${reason}` : ''}`;
     if (!this.#gotWelcome) this.#welcome.reject(new APIConnectionError(`WebSocket closed before the welcome (${why})`));

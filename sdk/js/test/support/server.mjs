@@ -62,7 +62,8 @@ export async function startServer() {
   }
   const port = await freePort();
   const log = openSync(join(dataDir, 'server.log'), 'a');
-  const child = spawn(serverBin(), ['serve', '--port', String(port)], { env, stdio: ['ignore', log, log], detached: true });
+  const launch = () => spawn(serverBin(), ['serve', '--port', String(port)], { env, stdio: ['ignore', log, log], detached: true });
+  let child = launch();
   const url = `http://127.0.0.1:${port}`;
   const server = {
     url,
@@ -79,7 +80,8 @@ export async function startServer() {
         return '(no log)';
       }
     },
-    async stop() {
+    /** SIGTERM (the server drains, then exits) and wait for the exit; `keep`: keep the data dir to restart on. */
+    async stop({ keep = false } = {}) {
       if (child.exitCode === null && child.signalCode === null) {
         const exited = new Promise((r) => child.once('exit', r));
         try {
@@ -93,22 +95,31 @@ export async function startServer() {
         await exited;
         clearTimeout(timer);
       }
-      rmSync(dataDir, { recursive: true, force: true });
+      if (!keep) rmSync(dataDir, { recursive: true, force: true });
+    },
+    /** Serve again on the same data dir and port (after `stop({ keep: true })`). */
+    async restart() {
+      child = launch();
+      server.pid = child.pid;
+      await healthy();
     },
   };
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`queuecore-server exited:\n${server.logTail()}`);
-    try {
-      const res = await fetch(`${url}/v1/health`);
-      if (res.status === 200) break;
-    } catch {}
-    if (Date.now() > deadline) {
-      await server.stop();
-      throw new Error(`queuecore-server was not healthy within 60 s:\n${server.logTail()}`);
+  const healthy = async () => {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`queuecore-server exited:\n${server.logTail()}`);
+      try {
+        const res = await fetch(`${url}/v1/health`);
+        if (res.status === 200) break;
+      } catch {}
+      if (Date.now() > deadline) {
+        await server.stop();
+        throw new Error(`queuecore-server was not healthy within 60 s:\n${server.logTail()}`);
+      }
+      await new Promise((r) => setTimeout(r, 50));
     }
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  };
+  await healthy();
   return server;
 }
 
