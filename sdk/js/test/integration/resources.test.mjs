@@ -31,7 +31,7 @@ describe('topics', () => {
     assert.ok(more instanceof sdk.BadRequestError, String(more));
     assert.equal(more.code, 'INVALID_REQUEST');
     assert.match(more.message, /keeps one copy/);
-    assert.deepEqual(Object.keys(detail.partitionDetails[0]).sort(), ['bytes', 'earliestOffset', 'id', 'latestOffset', 'messages']);
+    assert.deepEqual(Object.keys(detail.partitionDetails[0]).sort(), ['bytes', 'earliestOffset', 'id', 'latestOffset', 'messages', 'replicas']);
 
     const updated = await pq.topics.update(names[0], { partitions: 8, retention: '1d' });
     assert.equal(updated.partitions, 8);
