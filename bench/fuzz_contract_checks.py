@@ -34,6 +34,12 @@ _DATA = (
     "any JSON nested at most 64 levels, its integers within 64 bits (larger ones would not be kept exactly)"
 )
 # operation -> {field as the error names it ("messages[].x" for every item): why the contract cannot say it}
+# Delays and TTL (docs/scheduling.md): rules across fields and against the clock, which a schema cannot say.
+_TIMED = (
+    "a duration or instant at most 30 days ahead (TTL: 365 days), not both of delay and deliverAt (nor of ttl "
+    "and expiresAt), and an expiry later than the due time"
+)
+
 EXCLUSIONS: dict[str, dict[str, str]] = {
     "POST /v1/topics": {
         "replicas": "the counts the log engine in use offers (the local engine: 1 only; JetStream: 1, 3, 5 "
@@ -59,8 +65,16 @@ EXCLUSIONS: dict[str, dict[str, str]] = {
         "key": "at most 4096 bytes of UTF-8 (JSON Schema counts characters)",
         "headers": _HEADER_NAMES,
         "data": _DATA,
+        "delay": _TIMED,
+        "deliverAt": _TIMED,
+        "ttl": _TIMED,
+        "expiresAt": _TIMED,
     },
     "POST /v1/topics/{name}/messages/batch": {
+        "messages[].delay": _TIMED,
+        "messages[].deliverAt": _TIMED,
+        "messages[].ttl": _TIMED,
+        "messages[].expiresAt": _TIMED,
         "messages[].partition": _PARTITION,
         "messages[].key": "at most 4096 bytes of UTF-8 (JSON Schema counts characters)",
         "messages[].headers": _HEADER_NAMES,
@@ -72,6 +86,19 @@ EXCLUSIONS: dict[str, dict[str, str]] = {
     "PUT /v1/topics/{name}/groups/{group}": {
         "filter": "an expression of the filter grammar (docs/consuming.md, 'Filters'), which no JSON Schema "
         "pattern can state (nested parentheses)",
+        "push.url": "required the first time a group gets push (the group's state, not the request's); a URL "
+        "whose host resolves, to a public address unless the operator allows internal ones",
+        "push.timeout": "a duration of 100ms to 5m",
+        "push.rate": "messages per second above 0",
+        "deadLetter.breaker.window": "a duration of 1s to 1d",
+        "deadLetter.breaker.minAttempts": "an integer of 1 to 1000000 (the schema of an optional integer "
+        "leaves the bounds to the server)",
+        "deadLetter.breaker.failureRate": "a share above 0 and at most 1",
+        "maxInFlight": "an integer of 1 to 100000 or null",
+        "rate": "messages per second above 0 (at most 1000000) or null",
+    },
+    "POST /v1/topics/{name}/groups/{group}/pause": {
+        "until": "an instant in the future (a rule against the clock)",
     },
     "PUT /v1/alerts/endpoint": {
         "url": "a URL whose host resolves, to a public address unless the operator allows internal ones",
@@ -86,6 +113,13 @@ EXCLUSIONS: dict[str, dict[str, str]] = {
         "data": _DATA,
     },
     "GET /v1/schedules": {"cursor": _CURSOR},
+    # A group's state the contract cannot say of a request: these calls need a push group.
+    "POST /v1/topics/{name}/groups/{group}/push/rotate-secret": {
+        "push": "a group whose config has push (a push group): the state of the group, not of the request",
+    },
+    "GET /v1/topics/{name}/groups/{group}/push/attempts": {
+        "push": "a group whose config has push (a push group): the state of the group, not of the request",
+    },
     "PUT /v1/admin/projects/{project}/tier": {
         "limits": "custom limits for the enterprise tier only (a rule across two fields)",
     },

@@ -11,6 +11,7 @@ tenant and ``/v1/health`` went down).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,8 +132,11 @@ def test_a_budget_beyond_the_limit_fails_the_calls_needing_a_file_and_heals(tmp_
                 again = http.post("/v1/topics/wide/messages", json={"data": p, "partition": p})
                 assert again.status_code == 201, again.text
                 assert again.json()["offset"] == 0
-            assert len(open_fds(server.process.pid)) < FILE_LIMIT
         assert refused, "the process never ran out of files"
+        # Healed: the engine's lowered cap leaves descriptors free. Checked once it is quiet (the app's
+        # background loops open database files for moments, and may take a freed descriptor meanwhile).
+        time.sleep(0.5)
+        assert len(open_fds(server.process.pid)) < FILE_LIMIT
         described = http.get("/v1/topics/wide").json()
         assert all(d["messages"] >= 1 for d in described["partitionDetails"])
     log = Path(server.log_path or "").read_text()

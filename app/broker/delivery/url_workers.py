@@ -23,6 +23,7 @@ from app.broker.delivery.url_push import Outcome, UrlWorker
 from app.broker.errors import CODED_ERRORS
 from app.broker.push_groups import PushPolicy
 from app.broker.topics import TopicRef
+from app.kit.sealing import SealError
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.push_repositories import PushRepository
@@ -114,6 +115,7 @@ class UrlWorkers:
         self._wake = asyncio.Event()
         self._closed = False
         self._pushing: set[tuple[str, str]] = set()  # (topic id, group name) of every push group
+        self._unopenable: set[str] = set()  # push groups whose secret no key of ours opens (logged once)
 
     def start(self) -> None:
         self.attempts.start()
@@ -191,9 +193,19 @@ class UrlWorkers:
             )
             running = self._workers.get(group_id)
             if running is None:
-                started = self._workers[group_id] = UrlWorker(
-                    self._metadata, self._log, self.policy, self._http, self.attempts.add, target, topic
-                )
+                try:
+                    started = UrlWorker(
+                        self._metadata, self._log, self.policy, self._http, self.attempts.add, target, topic
+                    )
+                except SealError as error:
+                    # Its secret opens under no key of this process (sealed under another QUEUECORE_SECRET_KEY):
+                    # that group cannot be signed for here; the other groups are delivered.
+                    if group_id not in self._unopenable:
+                        self._unopenable.add(group_id)
+                        logger.error("push group %s not delivered: %s", group_id, error)
+                    continue
+                self._unopenable.discard(group_id)
+                self._workers[group_id] = started
                 started.start()
             elif running.target != target or running.topic != topic:
                 running.update(target, topic)

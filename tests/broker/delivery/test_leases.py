@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,10 +17,18 @@ from app.broker.topics import Scope
 
 @contextmanager
 def counting(store) -> Iterator[list[str]]:
+    """The statements this task sends to ``store`` meanwhile; the app's background loops (schedules, push
+    workers, the breaker's counts, connection sweeps) share the engine and are not counted."""
     statements: list[str] = []
+    owner = asyncio.current_task()
 
     def record(conn, cursor, statement, parameters, context, executemany):
-        statements.append(statement.split()[0])
+        try:
+            current = asyncio.current_task()
+        except RuntimeError:  # a thread of its own (never this test's calls)
+            return
+        if current is owner:
+            statements.append(statement.split()[0])
 
     event.listen(store.engine.sync_engine, "before_cursor_execute", record)
     try:
@@ -62,4 +71,4 @@ class TestStatementsPerCall:
             costs[count] = (len(polled), len(acked))
         assert costs[2] == costs[400]
         poll_cost, ack_cost = costs[2]
-        assert poll_cost <= 12 and ack_cost <= 10, costs
+        assert 0 < poll_cost <= 12 and 0 < ack_cost <= 10, costs  # counted (this task's), and few
