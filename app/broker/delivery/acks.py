@@ -96,7 +96,7 @@ class AckSettlement:
         self._lazy_task: asyncio.Task[None] | None = None
 
     # The member's, called from here.
-    async def _reconcile(self, *, leaving: bool = False) -> set[int]:
+    async def _reconcile(self, *, leaving: bool = False, confirmed: bool = False) -> set[int]:
         raise NotImplementedError
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:

@@ -138,6 +138,7 @@ class PushMember(AckSettlement, PushFlow):
         self._beats_stopped = False
         self._beat_error: Exception | None = None
         self._reserved = 0  # in-flight room a lease-row poll in progress may fill
+        self._passing = 0  # in-flight room a delivery pass in progress may fill (its budget)
         self._rows_due = _NEVER  # when lease rows are known to be due (``_due_at`` may be a guess)
         self._due_polled = 0  # when the beat last scanned lease rows (ms)
         self._held_due = _NEVER  # the first due time of rows held back since the beat's last poll began
@@ -180,7 +181,7 @@ class PushMember(AckSettlement, PushFlow):
         self.session_timeout_ms = durations.parse(
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
-        await self._reconcile()
+        await self._reconcile(confirmed=True)
         neighbours = _neighbours.setdefault(self._group_key, set())
         # A rebalance: they look at once rather than at their next beat, and send nothing more from
         # what this member was given (only a join takes partitions away: the assignment is sticky).
@@ -235,14 +236,23 @@ class PushMember(AckSettlement, PushFlow):
                 push=True,
             )
             self.generation, self.assignments = joined.generation, joined.assignments
-            await self._reconcile()
+            await self._reconcile(confirmed=True)
+            # The delivery loop sends nothing while this runs (``_pass``): the member's client learns
+            # of the new generation before any message of it.
             await self._send(
                 server_frame("rebalance", generationId=self.generation, assignments=self.assignments)
             )
+        self._nudge()
 
-    async def _reconcile(self, *, leaving: bool = False) -> set[int]:
+    async def _reconcile(self, *, leaving: bool = False, confirmed: bool = False) -> set[int]:
         """Release the partitions this member lost (every one when ``leaving``), claim the ones it owns
-        and may deliver from, forget the ones it holds no more; answers the partitions it released."""
+        and may deliver from, forget the ones it holds no more; answers the partitions it released.
+
+        ``confirmed``: the member's generation was found current just before (a join, a rejoin, a beat).
+        Otherwise (a fenced checkpoint found the change) a partition it owns anew, or at a new epoch,
+        starts only at the beat this asks for: the epoch may have moved in a rebalance this member
+        has not rejoined yet, and its client must hear of that (``rebalance``) before any message of
+        the new generation, not after messages from the new owner's position."""
         async with self._writing:
             async with self._metadata.session(readonly=True) as session:
                 claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
@@ -269,6 +279,10 @@ class PushMember(AckSettlement, PushFlow):
                     continue
                 if part is not None:  # a seek or reset moved it: what was in flight there is dropped
                     self._forget(p)
+                if not confirmed:  # the beat, asked for now, confirms the generation and starts it
+                    self._last_beat = 0.0
+                    self._nudge_beat()
+                    continue
                 self._parts[p] = HeldPartition(
                     p,
                     owned.epoch,
@@ -371,8 +385,16 @@ class PushMember(AckSettlement, PushFlow):
             return False
         if self._group_paused:
             return False  # nothing new until a beat sees the group resumed
+        if self._rejoining.locked():
+            return False  # a rejoin: nothing before its ``rebalance`` frame (it nudges when done)
         if budget > 0 and self._parts and self._ack_timeout_ms is not None:
-            return await self._deliver_new(budget, now + self._ack_timeout_ms)
+            # The beat, running beside this pass, counts its budget as held: neither its lease-row
+            # poll nor its claim of the group's maxInFlight may give that room away meanwhile.
+            self._passing = budget
+            try:
+                return await self._deliver_new(budget, now + self._ack_timeout_ms)
+            finally:
+                self._passing = 0
         return False
 
     async def _beat_forever(self) -> None:
@@ -408,7 +430,7 @@ class PushMember(AckSettlement, PushFlow):
         beat = started - self._last_beat >= BEAT_EVERY
         if not beat and self._due_at > now:
             return True
-        budget = self._cap - len(self._in_flight) - self._reserved
+        budget = self._cap - len(self._in_flight) - self._reserved - self._passing
         if not self._rows_due <= now:
             # Rows are not known to be due (a plain beat, or a scan after a rebalance or a timeout):
             # the poll takes a slice, so that the delivery loop keeps its room meanwhile.
@@ -456,7 +478,7 @@ class PushMember(AckSettlement, PushFlow):
                 raise StaleGeneration("rebalanced")
         if beat:
             self._last_beat = started
-            await self._reconcile()
+            await self._reconcile(confirmed=True)
             await self._flow_beat(now)
         return True
 

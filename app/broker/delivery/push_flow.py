@@ -26,6 +26,7 @@ class PushFlow:
     group_id: str
     _parts: dict[int, HeldPartition]
     _in_flight: dict[str, int]
+    _passing: int
     _writing: asyncio.Lock
 
     def _start_flow(self) -> None:
@@ -37,7 +38,7 @@ class PushFlow:
         self._filtered: set[int] = set()  # partitions with records the filter passed over, not checkpointed
 
     # The member's, called from here.
-    async def _reconcile(self, *, leaving: bool = False) -> set[int]:
+    async def _reconcile(self, *, leaving: bool = False, confirmed: bool = False) -> set[int]:
         raise NotImplementedError
 
     def _nudge(self) -> None:
@@ -79,7 +80,9 @@ class PushFlow:
         if self._flow is None:
             return
         if self._flow.max_in_flight is not None or self._claim is not None:
-            held = len(self._in_flight)
+            # What it holds, and what a delivery pass in progress may still add (its budget was taken
+            # under the claim before this one).
+            held = len(self._in_flight) + self._passing
             self._claim = held  # no new deliveries while the claim changes: below both old and new
             try:
                 self._claim = await flow.push_claim(
