@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap pipeline test audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster checkers rolling-restart faults
+.PHONY: install lock run serve migrate bootstrap pipeline test test-matrix test-long audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster checkers rolling-restart faults
 
 # The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
 # git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
@@ -139,6 +139,16 @@ test: install services lint typecheck audit go-deps checkers install-js $(CHROMI
 	$(MAKE) test-go
 	$(MAKE) test-js
 
+# Every suite over all three deployments (make test runs the two the product ships: SQLite with the local
+# log engine, and Postgres with JetStream; tests/conftest.py says why), then the bounded long runs.
+test-matrix: install services go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT)
+	QC_TEST_BACKENDS=sqlite,postgres,jetstream $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The bounded versions of the long runs that make test leaves out (pytest -m long): the contract fuzz and
+# a rolling restart of every API process under SDK load. make fuzz and make rolling-restart are the long ones.
+test-long: install services $(HAPROXY) $(NFT)
+	$(BIN)/python -m pytest -q -m long $(PYTEST_ARGS)
+
 test-sdk: install
 	$(BIN)/python -m pytest -q sdk/tests $(PYTEST_ARGS)
 
@@ -232,7 +242,7 @@ bench-go: go-deps
 	$(GO_ENV) $(BIN)/python bench/go_sdk_bench.py
 
 # The API fuzzed from its contract (schemathesis over openapi.yaml, every phase, a fixed seed), long: its
-# figures go to bench/results/fuzz.md. make test runs a bounded version (tests/test_contract_fuzz.py).
+# figures go to bench/results/fuzz.md. make test-long runs a bounded version (tests/test_contract_fuzz.py).
 fuzz: install
 	$(BIN)/python bench/fuzz_contract.py --max-examples 400
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -28,7 +29,14 @@ pytest_plugins = [
 
 # The metadata store each deployment runs on; "jetstream" is the scale-out shape: Postgres, Redis for limits,
 # and the JetStream log engine on the session's 3-node NATS cluster.
-BACKENDS = ["sqlite", "postgres", "jetstream"]
+ALL_BACKENDS = ["sqlite", "postgres", "jetstream"]
+# ``make test`` runs the suites over the two shapes the product ships: the embedded default (``sqlite``:
+# SQLite and the local log engine, ``make run``) and the scale-out shape (``jetstream``, ``make cluster``),
+# whose metadata store is Postgres. The third combination (Postgres with the local log engine) adds a
+# third of the API suite's time for little more than the metadata conformance suite, the broker tests
+# that ask for it (``tests/broker/conftest.py``) and the jetstream deployment already prove of Postgres:
+# ``make test-matrix`` runs every suite over all three (QC_TEST_BACKENDS=sqlite,postgres,jetstream).
+BACKENDS = [b for b in os.environ.get("QC_TEST_BACKENDS", "sqlite,jetstream").split(",") if b in ALL_BACKENDS]
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 

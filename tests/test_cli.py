@@ -172,8 +172,9 @@ class TestBadArguments:
             ["projects", "set-tier", "--project", "x", "--tier", "platinum"],
         ],
     )
-    def test_usage_errors_exit_2(self, env, args):
-        result = cli(env, *args, check=False)
+    def test_usage_errors_exit_2(self, tmp_path, args):
+        # Refused by the argument parser, before any database is opened: one store is enough.
+        result = cli(server_env(tmp_path), *args, check=False)
         assert result.returncode == 2
         assert "usage:" in result.stderr
 

@@ -2,7 +2,7 @@
 phase (the coverage phase included), a fixed seed (``bench/fuzz_contract.py``; ``make fuzz`` runs the long
 version). No 5xx, every status documented, every answer matching its schema and content type (every non-2xx
 is the envelope); every request the contract calls valid is accepted, less the rejections it cannot express
-(``bench/fuzz_contract_checks.py``, each with its reason); a call without its credential is 401."""
+(``bench/fuzz_contract_checks.py``, each with its reason); a call without its credential is 401. A long run: ``make test-long`` (not ``make test``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_schemathesis_finds_no_failure():
     result = subprocess.run(
         [sys.executable, str(REPO / "bench" / "fuzz_contract.py"), "--max-examples", "20", "--no-report"],

@@ -20,10 +20,11 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from tests.conftest import BACKENDS
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 
-@pytest.fixture(params=["sqlite", "postgres", "jetstream"])
+@pytest.fixture(params=BACKENDS)
 def running(request, tmp_path, postgres_database):
     extra: dict[str, str] = {}
     url = postgres_database if request.param == "postgres" else ""

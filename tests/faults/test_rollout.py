@@ -18,7 +18,7 @@ from tests.fixtures.database import drop_database
 from tests.fixtures.nats import free_base_port
 from tests.fixtures.server import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long  # make test-long and make rolling-restart, not make test
 
 
 async def test_a_rolling_restart_of_every_process_is_invisible_to_sdk_callers(tmp_path):
