@@ -171,6 +171,20 @@ class TestMembership:
         r = await http.get("/v1/topics/orders/groups/workers", headers=prod)
         assert r.status_code == 200 and r.json()["consumers"] == 1, r.text
 
+    async def test_a_member_that_leaves_by_the_call_ends_its_stream_and_never_joins_again(self, http, prod):
+        # The SDKs' stop() closes the stream, then leaves by the call: that call may come before the
+        # server has seen the stream close. Here the stream stays open: the leave alone must end it,
+        # with no rebalance (a rejoin) and no member left in the group.
+        await make_topic(http, prod)
+        async with open_stream(http, f"{BASE}/events", prod) as stream:
+            welcome = await welcome_of(stream)
+            r = await http.delete(f"{BASE}/members/{welcome['memberId']}", headers=prod)
+            assert r.status_code == 204, r.text
+            await stream.ended(timeout=10)
+        assert [e.event for e in stream.seen if e.event not in (None, "keepalive")] == ["welcome"]
+        r = await http.get("/v1/topics/orders/groups/workers", headers=prod)
+        assert r.status_code == 200 and r.json()["consumers"] == 0, r.text
+
     async def test_unacked_messages_of_a_closed_stream_go_to_the_next_member(self, http, prod):
         await make_topic(http, prod, partitions=1)
         async with open_stream(http, f"{BASE}/events", prod) as stream:

@@ -20,6 +20,7 @@ from typing import TypeVar, cast
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import durations, groups, pauses, push_groups
+from app.broker.delivery import stream_wakeups
 from app.broker.delivery.assignment import assign
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
 from app.broker.topics import TopicRef
@@ -284,6 +285,7 @@ async def leave(metadata: MetadataStore, topic: TopicRef, group_name: str, membe
         await settle(repo, group, topic.partitions, now_ms(), gone=[member_id])
 
     await committing_fences(metadata, work)
+    stream_wakeups.left(member_id)  # its event stream here, if any, ends rather than join again
 
 
 async def maintain(session: AsyncSession, topic: TopicRef, group_name: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 _waiting: dict[str, set[Callable[[], None]]] = {}
+_ending: dict[str, set[Callable[[], None]]] = {}
 
 
 def register(member_id: str, wake: Callable[[], None]) -> None:
@@ -30,3 +31,22 @@ def settled(member_id: str) -> None:
     """Acks, nacks or extends of ``member_id`` were written: wake its streams on this process."""
     for wake in tuple(_waiting.get(member_id, ())):
         wake()
+
+
+def register_end(member_id: str, end: Callable[[], None]) -> None:
+    """``end`` (which must not block) is called when ``member_id`` leaves the group by a call."""
+    _ending.setdefault(member_id, set()).add(end)
+
+
+def unregister_end(member_id: str, end: Callable[[], None]) -> None:
+    held = _ending.get(member_id)
+    if held is not None:
+        held.discard(end)
+        if not held:
+            del _ending[member_id]
+
+
+def left(member_id: str) -> None:
+    """``member_id`` left its group: end its streams on this process."""
+    for end in tuple(_ending.get(member_id, ())):
+        end()

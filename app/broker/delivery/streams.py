@@ -109,6 +109,7 @@ class StreamMember:
         )
         self.group_id = joined.group_id
         stream_wakeups.register(self.member_id, self.nudge)
+        stream_wakeups.register_end(self.member_id, self.stop)
         self._registered = True
         return StreamEvent("welcome", self._membership_data())
 
@@ -123,6 +124,7 @@ class StreamMember:
         if self._registered:
             self._registered = False
             stream_wakeups.unregister(self.member_id, self.nudge)
+            stream_wakeups.unregister_end(self.member_id, self.stop)
 
     def nudge(self) -> None:
         """Look again now (acks freed room, a nack made a message due, or the stream is ending)."""
@@ -160,12 +162,16 @@ class StreamMember:
             try:
                 polled = await self._pass()
             except StaleGeneration:
+                if self._stopped:
+                    return
                 await self._rejoin(emit)
                 last_sent = time.monotonic()
                 continue
             except MemberNotFound:
                 if not await topics.exists(self._metadata, self._topic.id):
                     raise TopicNotFound(self._topic.name) from None
+                if self._stopped:
+                    return  # it left by a call (``stream_wakeups.left``): not an eviction
                 await self._rejoin(emit)  # evicted (a stream stalled past its session): back in
                 last_sent = time.monotonic()
                 continue
