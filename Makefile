@@ -274,3 +274,4 @@ faults: install services $(NFT)
 	$(BIN)/python bench/faults.py --faults sigkill,sigstop,mixed --deployments embedded,postgres,jetstream --runs 3 --repeat 4
 	$(BIN)/python bench/faults.py --faults nats-pause,nats-kill,nats-partition,nats-bridge,api-nats-cut,nats-disk,nats-mixed \
 		--deployments jetstream --runs 2 --repeat 4
+	$(BIN)/python bench/faults.py --faults redis-pause,redis-kill --deployments postgres,jetstream --runs 2 --repeat 3

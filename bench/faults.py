@@ -11,7 +11,9 @@ cluster's nodes on addresses and in cgroups of their own, tests/faults/nats_faul
 (SIGSTOP of the leading node past an election), ``nats-kill`` (SIGKILL, restart), ``nats-partition`` (the
 leading node cut from the other two), ``nats-bridge`` (the two others cut from each other), ``api-nats-cut``
 (the API process cut from every node), ``nats-disk`` (a follower's last message block truncated, or a bit
-flipped, while it is stopped), ``nats-mixed`` (pause, partition, cut, kill, bridge by turns).
+flipped, while it is stopped), ``nats-mixed`` (pause, partition, cut, kill, bridge by turns); on the
+deployments with limits in Redis (each run starts a ``redis-server`` of its own, tests/faults/redis_faults.py):
+``redis-pause`` (SIGSTOP of Redis for 8 s), ``redis-kill`` (SIGKILL, 8 s down, started again empty).
 
 Deployments: ``embedded`` (SQLite metadata, local log engine), ``postgres`` (Postgres metadata, Redis
 limits, local log engine), ``jetstream`` (Postgres metadata, Redis limits, the JetStream engine on a fresh
@@ -45,12 +47,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from tests.faults import nats_faults
+from tests.faults import nats_faults, redis_faults
 from tests.faults.history import KINDS, Recorder
 from tests.faults.load import SIGKILL, SIGSTOP, Fault, Target, prepare_server, run
 from tests.faults.network import Links
 from tests.fixtures.database import create_database, database_url, drop_database
-from tests.fixtures.server import server_env
+from tests.fixtures.redis import RedisServer
+from tests.fixtures.server import free_port, server_env
 
 RESULTS = ROOT / "bench" / "results"
 FAULTS = {
@@ -71,8 +74,12 @@ FAULTS = {
         nats_faults.NATS_KILL,
         nats_faults.NATS_BRIDGE,
     ],
+    # The limits store (a Redis of the run's own): postgres and jetstream deployments.
+    "redis-pause": [redis_faults.REDIS_PAUSE],
+    "redis-kill": [redis_faults.REDIS_KILL],
 }
 JETSTREAM_ONLY = {name for name in FAULTS if name.startswith(("nats-", "api-nats"))}
+WITH_REDIS = {"redis-pause", "redis-kill"}  # not the embedded deployment: its limits are in the process
 DEPLOYMENTS = ("embedded", "postgres", "jetstream")
 
 
@@ -86,19 +93,21 @@ def deployment(kind: str) -> Iterator[tuple[dict[str, str], Target]]:
         return
     name = f"qc_faults_{secrets.token_hex(4)}"
     asyncio.run(create_database(name))
+    root = Path(tempfile.mkdtemp(prefix="qc-faults-nats-"))
+    redis = RedisServer(free_port(), root)  # its own: a Redis fault touches nothing else on the machine
+    redis.start()
     env = {
         "QUEUECORE_DATABASE_URL": database_url(name),
-        "QUEUECORE_REDIS_URL": "redis://127.0.0.1:6379/0",
+        "QUEUECORE_REDIS_URL": redis.url,
         "QUEUECORE_RATE_LIMIT_PREFIX": f"qc:faults:{name}:",
     }
-    root = Path(tempfile.mkdtemp(prefix="qc-faults-nats-"))
     links = Links() if kind == "jetstream" else None
     cluster = None
-    target = Target()
+    target = Target(redis=redis)
     try:
         if links is not None:
             cluster, nodes, api = nats_faults.start_cluster(root, links)
-            target = Target(cluster=cluster, links=links, api=api, nodes=nodes)
+            target = Target(redis=redis, cluster=cluster, links=links, api=api, nodes=nodes)
             env |= {"QUEUECORE_LOG_ENGINE": "jetstream", "QUEUECORE_NATS_URL": cluster.url}
         yield env, target
     finally:
@@ -106,6 +115,7 @@ def deployment(kind: str) -> Iterator[tuple[dict[str, str], Target]]:
             cluster.stop()
         if links is not None:
             links.close()
+        redis.kill()
         shutil.rmtree(root, ignore_errors=True)
         asyncio.run(drop_database(name))
 
@@ -141,6 +151,8 @@ def one_run(fault: str, kind: str, repeat: int, between: float) -> dict[str, Any
             "counts": outcome.report.counts(),
             "undrained": {g: lag for g, lag in outcome.lags.items() if lag != 0},
             "summary": outcome.report.summary(5),
+            # What each fault saw (elections, health during a Redis fault): printed with the run's line.
+            "notes": outcome.notes,
             "kept": str(kept.relative_to(ROOT)) if kept else None,
         }
     finally:
@@ -203,7 +215,9 @@ def main() -> int:
     rows = []
     for fault in args.faults.split(","):
         for kind in args.deployments.split(","):
-            if fault in JETSTREAM_ONLY and kind != "jetstream":
+            if (fault in JETSTREAM_ONLY and kind != "jetstream") or (
+                fault in WITH_REDIS and kind == "embedded"
+            ):
                 continue
             row: dict[str, Any] = {
                 "fault": fault, "deployment": kind, "runs": 0, "operations": 0, "undrained": {}, "findings": [],
@@ -222,6 +236,8 @@ def main() -> int:
                 print(
                     f"{fault} {kind} run {n + 1}: {result['operations']} ops, {result['summary']}", flush=True
                 )
+                for note in result["notes"]:
+                    print(f"  {note}", flush=True)
             rows.append(row)
     if not args.no_write:
         write(rows, args)

@@ -26,6 +26,7 @@ from websockets.asyncio.client import connect
 from infra.nats_cluster import NatsCluster
 from tests.faults.history import Recorder, Report, check
 from tests.faults.network import Links, Party
+from tests.fixtures.redis import RedisServer
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, set_tier
 
 TOPIC = "history"
@@ -39,9 +40,11 @@ SESSION_TIMEOUT_S = 2.0
 @dataclass
 class Target:
     """What a fault acts on: the API process and, on the JetStream deployment, the NATS cluster and the
-    parties whose links can be cut (tests/faults/network.py): the API process and each NATS node."""
+    parties whose links can be cut (tests/faults/network.py): the API process and each NATS node; on a
+    deployment with limits in Redis, its own ``redis-server`` (tests/faults/redis_faults.py)."""
 
     server: ServerProcess | None = None  # set once the API process is made (it starts in ``api``'s cgroup)
+    redis: RedisServer | None = None
     cluster: NatsCluster | None = None
     links: Links | None = None
     api: Party | None = None
