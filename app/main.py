@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -27,8 +27,9 @@ from app.broker.connections import ConnectionRegistry
 from app.broker.delivery import flow
 from app.broker.delivery.url_workers import UrlWorkers
 from app.broker.groups import KnownGroups
-from app.broker.idempotency import SharedIdempotency
+from app.broker.idempotency import shared_idempotency
 from app.broker.keys import KeyAuthenticator
+from app.broker.maintenance import LogMaintenance
 from app.broker.publishing import Publisher
 from app.broker.push_groups import PushPolicy
 from app.broker.schedules.runner import ScheduleRunner
@@ -83,136 +84,139 @@ def build_log_engine(settings: Settings) -> LogEngine:
     return LocalLogEngine(settings.log_dir, LocalLogConfig(**settings.log.model_dump()))
 
 
-def shared_idempotency(log: LogEngine, settings: Settings) -> SharedIdempotency | None:
-    """On JetStream, idempotency keys live where every API node sees them; one process keeps its own."""
-    if isinstance(log, JetStreamLogEngine):
-        return SharedIdempotency(log.idempotency_records(settings.idempotency_window_ms / 1000), log)
-    return None
-
-
-@asynccontextmanager
+@contextlib.asynccontextmanager
 async def lifespan(application: FastAPI) -> AsyncIterator[None]:
+    """Build and start every store and background service; close them in reverse order at shutdown, and
+    also when a later one fails to start (nothing started is left running)."""
     settings: Settings = application.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    metadata = MetadataStore(
-        settings.resolved_database_url,
-        statement_timeout=settings.metadata_statement_timeout_seconds,
-        connect_timeout=settings.metadata_connect_timeout_seconds,
-    )
-    log = build_log_engine(settings)
-    await log.start()
-    # A crash between a topic's deletion and its files' removal leaves logs nobody owns: remove them.
-    # Never a reason not to start: with the metadata store down, health must still answer (503).
-    # Not on JetStream: there another API process may be creating a topic right now, its streams made just
-    # before its row commits, and a sweep would take them (an orphan there costs storage, not data).
+    async with contextlib.AsyncExitStack() as stack:
+        # Off unless configured; an embedding application (or a test) that started tracing keeps its own.
+        if settings.tracing_enabled() and not tracing.enabled:
+            tracing.start_otlp(settings.otel_endpoint or None, settings.tracing_service_name())
+            logger.info("tracing: spans exported over OTLP/HTTP")
+            # Closed last: it flushes the spans still buffered (a blocking export).
+            stack.push_async_callback(asyncio.to_thread, tracing.stop)
+        metadata = MetadataStore(
+            settings.resolved_database_url,
+            statement_timeout=settings.metadata_statement_timeout_seconds,
+            connect_timeout=settings.metadata_connect_timeout_seconds,
+        )
+        stack.push_async_callback(metadata.close)
+        log = build_log_engine(settings)
+        await log.start()
+        stack.push_async_callback(log.close)
+        await _sweep_orphan_logs(metadata, log)
+        maintenance = LogMaintenance(log, interval=settings.retention_check_interval_ms / 1000)
+        maintenance.start()
+        stack.push_async_callback(maintenance.close)
+        limiter = build_limiter(settings)
+        stack.push_async_callback(limiter.close)
+        token_buckets = build_token_buckets(settings)
+        stack.push_async_callback(token_buckets.close)
+        flow.use_token_buckets(token_buckets)
+        keys = KeyAuthenticator(
+            metadata,
+            settings.server_secret(),
+            cache_ttl=settings.key_cache_ttl_seconds,
+            flush_interval=settings.key_last_used_flush_seconds,
+        )
+        keys.start()
+        stack.push_async_callback(keys.close)
+        usage = UsageMeter(log, enabled=settings.usage_metering)
+        await usage.start()
+        stack.push_async_callback(usage.close)
+        # Its own small pool: its polls never wait behind (nor count among) the request path's connections.
+        alerts_store = MetadataStore(
+            settings.resolved_database_url,
+            pool_size=2,
+            statement_timeout=settings.metadata_statement_timeout_seconds,
+            connect_timeout=settings.metadata_connect_timeout_seconds,
+        )
+        stack.push_async_callback(alerts_store.close)
+        alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
+        alerts.start()
+        stack.push_async_callback(alerts.close)
+        publisher = Publisher(
+            log,
+            TopicDirectory(metadata),
+            dedup_window_ms=settings.idempotency_window_ms,
+            shared=shared_idempotency(log, settings.idempotency_window_ms),
+        )
+        # Its own small pool too: a pass every poll, never waiting behind the request path.
+        schedules_store = MetadataStore(
+            settings.resolved_database_url,
+            pool_size=2,
+            statement_timeout=settings.metadata_statement_timeout_seconds,
+            connect_timeout=settings.metadata_connect_timeout_seconds,
+        )
+        stack.push_async_callback(schedules_store.close)
+        schedule_runner = ScheduleRunner(
+            schedules_store,
+            publisher,
+            poll_seconds=settings.schedule_poll_seconds,
+            claim_seconds=settings.schedule_claim_seconds,
+            catch_up_seconds=settings.schedule_catch_up_seconds,
+            runs_kept=settings.schedule_runs_kept,
+        )
+        schedule_runner.start()
+        stack.push_async_callback(schedule_runner.close)
+        stored_bytes = StoredBytes(metadata, log, refresh_seconds=settings.stored_bytes_refresh_seconds)
+        stack.push_async_callback(stored_bytes.close)
+        push_policy = PushPolicy.from_settings(settings)
+        push_workers = UrlWorkers(metadata, log, push_policy)
+        push_workers.start()
+        stack.push_async_callback(push_workers.close)
+        connections = ConnectionRegistry(
+            metadata,
+            interval=settings.open_connection_check_seconds,
+            ceiling=settings.ws_max_connections_per_key,
+        )
+        connections.start()
+        stack.push_async_callback(connections.close_all)
+        application.state.services = Services(
+            settings=settings,
+            metadata=metadata,
+            log=log,
+            limiter=limiter,
+            keys=keys,
+            usage=usage,
+            publisher=publisher,
+            registry=application.state.registry,
+            alerts=alerts,
+            connections=connections,
+            stored_bytes=stored_bytes,
+            known_groups=KnownGroups(),
+            push_policy=push_policy,
+            push_workers=push_workers,
+        )
+        # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
+        # which otherwise rescan it and stall requests (the p99 of publishing).
+        gc.collect()
+        gc.freeze()
+        # A young-generation pass every 10,000 net allocations rather than 700: each request allocates and
+        # frees hundreds of containers, and the passes were ~3 % of a single publish's main thread (py-spy).
+        gc.set_threshold(_GC_YOUNG_THRESHOLD, 10, 10)
+        logger.info("queuecore started", extra={"version": package.__version__, "durability": log.durability})
+        yield
+
+
+async def _sweep_orphan_logs(metadata: MetadataStore, log: LogEngine) -> None:
+    """A crash between a topic's deletion and its files' removal leaves logs nobody owns: remove them.
+
+    Only where this process alone creates logs (``LogEngine.exclusive``): on JetStream another API process
+    may be creating a topic right now, its streams made just before its row commits, and a sweep would
+    take them (an orphan there costs storage, not data). Never a reason not to start: with the metadata
+    store down, health must still answer (503)."""
+    if not log.exclusive:
+        return
     try:
-        if not isinstance(log, JetStreamLogEngine):
-            async with metadata.session() as session:
-                swept = await sweep_orphan_logs(session, log, await log.topic_ids())
-            if swept:
-                logger.info("removed the logs of %d deleted topics", swept)
+        async with metadata.session() as session:
+            swept = await sweep_orphan_logs(session, log, await log.topic_ids())
+        if swept:
+            logger.info("removed the logs of %d deleted topics", swept)
     except StoreUnavailable:
         logger.warning("metadata store unavailable at startup: orphan logs not swept this time")
-    limiter = build_limiter(settings)
-    token_buckets = build_token_buckets(settings)
-    flow.use_token_buckets(token_buckets)
-    # Off unless configured; an embedding application (or a test) that started tracing keeps its own.
-    own_tracing = settings.tracing_enabled() and not tracing.enabled
-    if own_tracing:
-        tracing.start_otlp(settings.otel_endpoint or None, settings.tracing_service_name())
-        logger.info("tracing: spans exported over OTLP/HTTP")
-    keys = KeyAuthenticator(
-        metadata,
-        settings.server_secret(),
-        cache_ttl=settings.key_cache_ttl_seconds,
-        flush_interval=settings.key_last_used_flush_seconds,
-    )
-    keys.start()
-    usage = UsageMeter(log, enabled=settings.usage_metering)
-    await usage.start()
-    # Its own small pool: its polls never wait behind (nor count among) the request path's connections.
-    alerts_store = MetadataStore(
-        settings.resolved_database_url,
-        pool_size=2,
-        statement_timeout=settings.metadata_statement_timeout_seconds,
-        connect_timeout=settings.metadata_connect_timeout_seconds,
-    )
-    alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
-    alerts.start()
-    publisher = Publisher(
-        log,
-        TopicDirectory(metadata),
-        dedup_window_ms=settings.idempotency_window_ms,
-        shared=shared_idempotency(log, settings),
-    )
-    # Its own small pool too: a pass every poll, never waiting behind the request path.
-    schedules_store = MetadataStore(
-        settings.resolved_database_url,
-        pool_size=2,
-        statement_timeout=settings.metadata_statement_timeout_seconds,
-        connect_timeout=settings.metadata_connect_timeout_seconds,
-    )
-    schedule_runner = ScheduleRunner(
-        schedules_store,
-        publisher,
-        poll_seconds=settings.schedule_poll_seconds,
-        claim_seconds=settings.schedule_claim_seconds,
-        catch_up_seconds=settings.schedule_catch_up_seconds,
-        runs_kept=settings.schedule_runs_kept,
-    )
-    schedule_runner.start()
-    connections = ConnectionRegistry(
-        metadata,
-        interval=settings.open_connection_check_seconds,
-        ceiling=settings.ws_max_connections_per_key,
-    )
-    connections.start()
-    stored_bytes = StoredBytes(metadata, log, refresh_seconds=settings.stored_bytes_refresh_seconds)
-    push_policy = PushPolicy.from_settings(settings)
-    push_workers = UrlWorkers(metadata, log, push_policy)
-    push_workers.start()
-    application.state.services = Services(
-        settings=settings,
-        metadata=metadata,
-        log=log,
-        limiter=limiter,
-        keys=keys,
-        usage=usage,
-        publisher=publisher,
-        registry=application.state.registry,
-        alerts=alerts,
-        connections=connections,
-        stored_bytes=stored_bytes,
-        known_groups=KnownGroups(),
-        push_policy=push_policy,
-        push_workers=push_workers,
-    )
-    # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
-    # which otherwise rescan it and stall requests (the p99 of publishing).
-    gc.collect()
-    gc.freeze()
-    # A young-generation pass every 10,000 net allocations rather than 700: each request allocates and
-    # frees hundreds of containers, and the passes were ~3 % of a single publish's main thread (py-spy).
-    gc.set_threshold(_GC_YOUNG_THRESHOLD, 10, 10)
-    logger.info("queuecore started", extra={"version": package.__version__, "durability": log.durability})
-    try:
-        yield
-    finally:
-        await connections.close_all()
-        await push_workers.close()
-        await stored_bytes.close()
-        await schedule_runner.close()
-        await schedules_store.close()
-        await alerts.close()
-        await alerts_store.close()
-        await usage.close()
-        await keys.close()
-        await limiter.close()
-        await token_buckets.close()
-        await log.close()
-        await metadata.close()
-        if own_tracing:
-            await asyncio.to_thread(tracing.stop)  # flushes the spans still buffered (a blocking export)
 
 
 class QueueCoreApp(FastAPI):

@@ -52,7 +52,6 @@ class LogSettings(BaseModel):
     # reopened on demand, so no number of partitions exhausts the process. Unset: half the soft
     # RLIMIT_NOFILE, at most 4,096 (a stock limit of 1,024 gives 512). See docs/operations.md.
     open_files: int | None = Field(default=None, ge=3)
-    retention_check_interval_ms: int = 60_000
 
 
 class LogEngineKind(enum.StrEnum):
@@ -123,6 +122,8 @@ class Settings(BaseSettings):
     # The storedBytes quota: how often (at most) a publishing project's stored bytes are measured from the
     # log engine's partition sizes; a project at its quota is refused within about this long.
     stored_bytes_refresh_seconds: float = Field(default=5.0, gt=0)
+    # How often every topic's retention is applied (``LogMaintenance``, on every log engine).
+    retention_check_interval_ms: int = Field(default=60_000, gt=0)
     # How long a publish idempotency key is remembered per topic.
     idempotency_window_ms: int = 24 * 3600 * 1000
     # WebSocket keepalive: a connection silent for interval + timeout is closed. Push connections use

@@ -1,5 +1,6 @@
 """Idempotency across API nodes: the keys of a topic live in records every node sees (on the JetStream
-engine, ``app.stores.log.jetstream.idempotency``), not in one process's memory.
+engine, ``app.stores.log.jetstream.idempotency``; ``LogEngine.idempotency_records``), not in one process's
+memory.
 
 A publish carrying keys claims each distinct key first. For each key:
 
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 from app.kit.clock import now_ms
-from app.stores.log.protocol import LogEngine, Record
+from app.stores.log.protocol import IdempotencyEntry, IdempotencyRecords, LogEngine, Record
 
 _SKEW_MS = 5_000  # clocks of API nodes differ; a scan starts this much before the claim
 _WAIT_STEP = 0.05
@@ -39,30 +40,6 @@ class Placement(Protocol):
     def timestamp_ms(self) -> int: ...
     @property
     def latency_ms(self) -> int: ...
-
-
-class Entry(Placement, Protocol):
-    """An idempotency record as read: ``won`` (this claim made it), ``pending``, ``placed`` or ``unknown``;
-    where its message landed once ``placed``."""
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def revision(self) -> int: ...
-    @property
-    def at_ms(self) -> int: ...
-
-
-class IdempotencyRecords(Protocol):
-    """Where the keys live (``app.stores.log.jetstream.idempotency.JetStreamIdempotency``)."""
-
-    async def claim(self, topic_id: str, key: str, now_ms: int) -> Entry: ...
-    async def get(self, topic_id: str, key: str) -> Entry | None: ...
-    async def place(
-        self, topic_id: str, key: str, partition: int, offset: int, timestamp_ms: int, latency_ms: int
-    ) -> None: ...
-    async def abandon(self, topic_id: str, key: str, now_ms: int) -> None: ...
-    async def take_over(self, topic_id: str, key: str, revision: int, now_ms: int) -> bool: ...
 
 
 P = TypeVar("P", bound=Placement)
@@ -141,13 +118,13 @@ class SharedIdempotency:
         topic_id: str,
         partitions: int,
         key: str,
-        entry: Entry,
+        entry: IdempotencyEntry,
         placed: Callable[[int, int, int, int], P],
         key_of: Callable[[Record], str | None],
     ) -> P | None:
         """Where another request put ``key``'s message, once it has; None when this one must write it."""
         deadline = time.monotonic() + self.stale_after
-        current: Entry | None = entry
+        current: IdempotencyEntry | None = entry
         while True:
             if current is None:  # expired meanwhile: a fresh claim
                 current = await self.records.claim(topic_id, key, now_ms())
@@ -183,3 +160,10 @@ class SharedIdempotency:
                         return partition, record
                 offset = batch[-1].offset + 1
         return None
+
+
+def shared_idempotency(log: LogEngine, window_ms: int) -> SharedIdempotency | None:
+    """Append-once across nodes where the engine keeps idempotency records every API process sees; None
+    where one process owns the logs (its publisher keeps the keys in memory)."""
+    records = log.idempotency_records(window_ms / 1000)
+    return SharedIdempotency(records, log) if records is not None else None

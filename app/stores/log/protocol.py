@@ -1,7 +1,7 @@
 """The log engine: where messages live.
 
 One protocol, two implementations: ``local`` (segment files on this machine, fsync'd) and ``jetstream``
-(a replicated NATS JetStream cluster, coming next). The broker only ever talks to this protocol.
+(a replicated NATS JetStream cluster). The broker only ever talks to this protocol.
 
 A log is addressed by ``(topic_id, partition)``. ``topic_id`` is the metadata id (``top_…``), so two
 environments' topics of the same name never share a log and a re-created topic starts empty.
@@ -155,6 +155,51 @@ class EngineUnavailable(LogEngineError, StoreUnavailable):
     """The engine cannot meet its durability promise right now (answered as 503, as every store's outage)."""
 
 
+class IdempotencyEntry(Protocol):
+    """An idempotency record as read: ``won`` (this claim made it), ``pending``, ``placed`` or ``unknown``;
+    where its message landed once ``placed``."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def at_ms(self) -> int: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int: ...
+    @property
+    def latency_ms(self) -> int: ...
+
+
+class IdempotencyRecords(Protocol):
+    """Idempotency keys kept where every API process sees them (``LogEngine.idempotency_records``); how the
+    broker uses them is ``app.broker.idempotency``'s."""
+
+    async def claim(self, topic_id: str, key: str, now_ms: int) -> IdempotencyEntry:
+        """Create the key's record as ``pending`` (answered as ``won``), or read the one another made first."""
+        ...
+
+    async def get(self, topic_id: str, key: str) -> IdempotencyEntry | None: ...
+
+    async def place(
+        self, topic_id: str, key: str, partition: int, offset: int, timestamp_ms: int, latency_ms: int
+    ) -> None:
+        """Say where the key's message landed."""
+        ...
+
+    async def abandon(self, topic_id: str, key: str, now_ms: int) -> None:
+        """Say the claim's append failed (its message may or may not be stored: ``unknown``)."""
+        ...
+
+    async def take_over(self, topic_id: str, key: str, revision: int, now_ms: int) -> bool:
+        """Claim a stale or ``unknown`` record at ``revision`` (compare-and-set: one taker wins)."""
+        ...
+
+
 @runtime_checkable
 class LogEngine(Protocol):
     """A partitioned, durable, append-only log."""
@@ -248,8 +293,22 @@ class LogEngine(Protocol):
         in the same loop pass as the commit, not a few passes later."""
         ...
 
+    @property
+    def exclusive(self) -> bool:
+        """True when this process alone creates and deletes logs here (the local engine): a log no topic
+        names is then an orphan a start may remove. False where other API processes create logs at the
+        same time (JetStream): their streams exist just before their topic rows commit."""
+        ...
+
+    def idempotency_records(self, window_seconds: float) -> IdempotencyRecords | None:
+        """Idempotency records every API process sees, kept ``window_seconds``; None where one process
+        owns the logs (it keeps the keys in its own memory)."""
+        ...
+
     async def enforce_retention(self, now_ms: int) -> int:
-        """Delete whole segments past their topic's retention; returns how many were deleted."""
+        """Drop what is past its topic's retention as of ``now_ms`` (whole segments on the local engine;
+        records older by timestamp on JetStream); answers how many segments or streams it cut. The broker's
+        ``LogMaintenance`` calls it periodically, on every engine."""
         ...
 
     async def topic_ids(self) -> set[str]:

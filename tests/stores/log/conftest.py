@@ -27,7 +27,6 @@ LOCAL_CONFIG = LocalLogConfig(
     segment_ms=7 * 24 * 3600 * 1000,
     index_interval_bytes=1024,
     open_files=192,
-    retention_check_interval_ms=3_600_000,
 )
 
 

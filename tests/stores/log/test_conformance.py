@@ -623,3 +623,24 @@ class TestRestart:
     async def test_durability_and_health(self, engine):
         assert engine.durability in ("fsync",) or engine.durability.startswith("replicated:")
         assert await engine.check() is True
+
+
+@every_engine
+class TestCapabilities:
+    async def test_an_engine_shared_by_processes_shares_its_idempotency_records(self, engine, topic_id):
+        """An engine other processes write to (not ``exclusive``) must keep idempotency records they all
+        see; one that a single process owns has none (its publisher keeps keys in memory)."""
+        records = engine.idempotency_records(60)
+        if engine.exclusive:
+            assert records is None
+            return
+        assert records is not None
+        topic = topic_id()
+        first = await records.claim(topic, "key-1", now_ms())
+        assert first.state == "won"
+        # Another process's view of the same records: the claim is there, pending.
+        seen = await engine.idempotency_records(60).get(topic, "key-1")
+        assert seen is not None and seen.state == "pending"
+        await records.place(topic, "key-1", 0, 7, 1234, 5)
+        again = await engine.idempotency_records(60).claim(topic, "key-1", now_ms())
+        assert (again.state, again.partition, again.offset) == ("placed", 0, 7)

@@ -122,6 +122,11 @@ class JetStreamLogEngine:
         max_payload = self.nc.max_payload if self.nc is not None else _DEFAULT_MAX_PAYLOAD
         return max_payload - codec.FRAME_BYTES - _HEADER_ALLOWANCE
 
+    @property
+    def exclusive(self) -> bool:
+        # Every API process of the cluster creates streams in the same JetStream.
+        return False
+
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     async def start(self) -> None:

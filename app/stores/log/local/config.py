@@ -24,7 +24,6 @@ class LocalLogConfig:
     # reopened on demand. None: half the process's soft RLIMIT_NOFILE (the other half is for sockets,
     # the database and the rest), at most MAX_DERIVED_OPEN_FILES (``open_files_budget``).
     open_files: int | None = None
-    retention_check_interval_ms: int = 60_000
 
     def open_files_budget(self, soft_limit: int | None) -> int:
         """``open_files``, or the budget derived from the process's soft ``RLIMIT_NOFILE`` (None: unlimited).

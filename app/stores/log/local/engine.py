@@ -80,6 +80,15 @@ class LocalLogEngine:
     def max_record_bytes(self) -> int:
         return MAX_RECORD_BYTES
 
+    @property
+    def exclusive(self) -> bool:
+        # The local deployment is one API process over its own directory: nobody else creates logs in it.
+        return True
+
+    def idempotency_records(self, window_seconds: float) -> None:
+        # One process owns these logs: its publisher keeps the keys in memory.
+        return None
+
     async def start(self) -> None:
         await self.manager.start()
 

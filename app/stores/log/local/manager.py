@@ -2,13 +2,12 @@
 
 Holds: the topics and their ``PartitionLog``s, the shared ``OpenSegments`` LRU, the worker threads
 (writers: one write+fsync in flight per partition, up to ``_WRITE_THREADS`` partitions at once;
-readers), the ``TransactionLog``, and two background tasks:
-
-* retention, every ``retention_check_interval_ms`` (``retention.enforce_retention``);
-* the recovery-point checkpoint, after every roll (debounced) and every ``_CHECKPOINT_INTERVAL_S``:
-  ``<root>/recovery-point-offset-checkpoint`` records each partition's high-watermark (all of it is
-  durable and committed), so recovery after a crash scans only from there - in practice the active
-  segment. It then lets the transaction log drop commit records nobody can need (see ``committer``).
+readers), the ``TransactionLog``, and one background task, the recovery-point checkpoint, after every
+roll (debounced) and every ``_CHECKPOINT_INTERVAL_S``: ``<root>/recovery-point-offset-checkpoint`` records
+each partition's high-watermark (all of it is durable and committed), so recovery after a crash scans
+only from there - in practice the active segment. It then lets the transaction log drop commit records
+nobody can need (see ``committer``). Retention (``enforce_retention``) runs when the broker's
+``LogMaintenance`` asks, as on every engine.
 
 Clean shutdown (``close``): stop taking appends, wait for those in flight, flush every partition, write
 a final checkpoint (recovery point = log end everywhere) and then the ``.clean_shutdown`` marker. At
@@ -132,10 +131,7 @@ class LogManager:
             self._register(log, config)
         self.txn_log.start(self._txn_committed)
         self.started = True
-        self._tasks = [
-            asyncio.create_task(self._retention_loop(), name="log-retention"),
-            asyncio.create_task(self._checkpoint_loop(), name="log-checkpoint"),
-        ]
+        self._tasks = [asyncio.create_task(self._checkpoint_loop(), name="log-checkpoint")]
         limit = soft_file_limit()
         logger.info(
             "log engine started in %.0f ms: %d partitions, %d segment(s) scanned, %d bytes cut; open-file "
@@ -495,15 +491,6 @@ class LogManager:
             for waiter in waits:
                 waiter.cancel()
         return not self._stop.is_set()
-
-    async def _retention_loop(self) -> None:
-        interval = self.config.retention_check_interval_ms / 1000
-        never = asyncio.Event()
-        while await self._sleep(never, interval):
-            try:
-                await self.enforce_retention(now_ms())
-            except Exception:
-                logger.exception("retention pass failed")
 
     def _on_damage(self, log: PartitionLog, error: BaseException) -> None:
         if log.tp not in self.damaged:

@@ -19,7 +19,6 @@ class TestBuiltFromSettings:
             segment_ms=654_321,
             index_interval_bytes=777,
             open_files=27,
-            retention_check_interval_ms=4_242,
         )
         engine = build_log_engine(Settings(data_dir=tmp_path, log=knobs))
         assert isinstance(engine, LocalLogEngine)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from app.kit.clock import now_ms
 from app.stores.log.local.retention import (
     delete_old_segments,
@@ -108,20 +106,5 @@ class TestEnforce:
         engine = await open_local(tmp_path)
         try:
             assert await engine.partition_info("top_o", 0) == info
-        finally:
-            await engine.close()
-
-
-class TestBackground:
-    async def test_retention_runs_on_its_own(self, tmp_path):
-        engine = await open_local(tmp_path, retention_check_interval_ms=50)
-        try:
-            await engine.create_topic("top_b", 1, TopicLogConfig(retention_ms=1_000))
-            await fill(engine, "top_b", 10, ts=now_ms() - 10_000)
-            for _ in range(100):
-                if (await engine.partition_info("top_b", 0)).earliest_offset == 40:
-                    break
-                await asyncio.sleep(0.05)
-            assert (await engine.partition_info("top_b", 0)).earliest_offset == 40
         finally:
             await engine.close()

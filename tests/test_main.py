@@ -1,0 +1,42 @@
+"""``app.main``'s lifespan: what it starts, it stops, also when a later start fails."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from app.main import create_app
+from app.settings import Settings
+from app.stores.log.local.files import CLEAN_SHUTDOWN
+
+
+async def test_a_failed_start_closes_what_had_started(tmp_path: Path) -> None:
+    # A damaged data directory: the server secret's file is a directory. The key authenticator fails to
+    # start after the log engine and its maintenance already had.
+    (tmp_path / "secret_key").mkdir()
+    settings = Settings(data_dir=tmp_path, database_url=f"sqlite+aiosqlite:///{tmp_path}/metadata.db")
+    app = create_app(settings)
+    before = set(asyncio.all_tasks())
+    with pytest.raises(IsADirectoryError):
+        async with app.router.lifespan_context(app):
+            pytest.fail("the app started")
+    # The log engine was closed cleanly (its marker says so), and no background task was left behind.
+    assert (tmp_path / "log" / CLEAN_SHUTDOWN).exists()
+    left = {t.get_name() for t in set(asyncio.all_tasks()) - before if not t.done()}
+    assert left == set()
+
+
+async def test_a_clean_start_and_stop_leaves_nothing_running(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path, database_url=f"sqlite+aiosqlite:///{tmp_path}/metadata.db", secret_key="s" * 40
+    )
+    app = create_app(settings)
+    before = set(asyncio.all_tasks())
+    async with app.router.lifespan_context(app):
+        started = {t.get_name() for t in set(asyncio.all_tasks()) - before}
+        assert "log-maintenance" in started
+    assert (tmp_path / "log" / CLEAN_SHUTDOWN).exists()
+    left = {t.get_name() for t in set(asyncio.all_tasks()) - before if not t.done()}
+    assert left == set()
