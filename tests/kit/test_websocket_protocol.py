@@ -164,22 +164,23 @@ class TestSilence:
             peer.close()
 
     async def test_a_peer_that_answers_pings_is_kept_well_past_the_limit(self, serve) -> None:
-        app, port = await serve(ping_interval=0.2, ping_timeout=0.3)  # a silence limit of 0.5 s
+        app, port = await serve(ping_interval=0.5, ping_timeout=1.0)  # a silence limit of 1.5 s
         async with connect(f"ws://127.0.0.1:{port}/echo") as ws:
-            await asyncio.sleep(3.0)  # six silence limits, quiet but for the pongs
+            await asyncio.sleep(6.0)  # four silence limits, quiet but for the pongs
             await ws.send("still here")
             assert await asyncio.wait_for(ws.recv(), HANG_GUARD) == "still here"
         assert app.disconnects == [1000]
 
     async def test_a_peer_that_sends_frames_but_never_a_pong_is_kept(self, serve) -> None:
-        _, port = await serve(ping_interval=0.2, ping_timeout=0.3)
+        _, port = await serve(ping_interval=0.5, ping_timeout=1.0)  # a silence limit of 1.5 s
         peer = await RawPeer.connect(port)
         try:
-            for i in range(15):  # 3 s: six silence limits
+            for i in range(20):  # 6 s: four silence limits, a frame every 0.3 s, no pong ever
                 peer.send_text(f"ack {i}")
-                assert not await peer.closed_by_server(0.2)
+                assert not await peer.closed_by_server(0.3)
             assert not CLOSE_1011.search(peer.received)
-            assert b"ack 14" in peer.received  # the echoes arrived: the connection is live
+            assert b"\x89" in peer.received  # it was pinged, and never answered
+            assert b"ack 19" in peer.received  # the echoes arrived: the connection is live
         finally:
             peer.close()
 
@@ -200,8 +201,8 @@ class TestKeepaliveExtension:
 
     async def test_a_tuned_connection_whose_peer_answers_pings_is_kept(self, serve) -> None:
         _, port = await serve(ping_interval=60, ping_timeout=60)
-        async with connect(f"ws://127.0.0.1:{port}/echo?tune=0.6") as ws:
-            await asyncio.sleep(3.0)  # five of its limits: pinged often enough to be heard from
+        async with connect(f"ws://127.0.0.1:{port}/echo?tune=1.5") as ws:
+            await asyncio.sleep(6.0)  # four of its limits: pinged often enough to be heard from
             await ws.send("alive")
             assert await asyncio.wait_for(ws.recv(), HANG_GUARD) == "alive"
 
