@@ -70,7 +70,8 @@ def time_index_file(directory: Path, base_offset: int) -> Path:
 def offset_from_name(name: str) -> int | None:
     """The base offset of a segment file name, or None if the name is not ``<20 digits>.<suffix>``."""
     stem = name.split(".", 1)[0]
-    if len(stem) != 20 or not stem.isdigit():
+    # ASCII digits only: str.isdigit() is also true of '²' and other digits int() refuses.
+    if len(stem) != 20 or not (stem.isascii() and stem.isdigit()):
         return None
     return int(stem)
 
@@ -84,7 +85,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     if name.startswith(".") or name == TXN_DIR:
         return None
     topic_id, sep, partition = name.rpartition("-")
-    if not sep or not topic_id or not partition.isdigit():
+    if not sep or not topic_id or not (partition.isascii() and partition.isdigit()):
         return None
     return topic_id, int(partition)
 

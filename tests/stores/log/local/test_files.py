@@ -91,20 +91,10 @@ class TestNames:
     def test_nothing_but_a_partition_directory_parses_as_one(self, name: str) -> None:
         assert files.parse_partition_dir(name) is None
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="files.py:87 and :73 test str.isdigit(), which is true of '²' and other non-decimal digits "
-        "that int() refuses: the parse raises ValueError instead of answering None",
-    )
     def test_a_name_with_a_superscript_digit_is_not_a_partition_directory_nor_a_segment(self) -> None:
         assert files.parse_partition_dir("notes-²") is None
         assert files.offset_from_name("²" * 20 + ".log") is None
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="log_dir.partition_dirs parses every entry of the data directory (files.py:87): one stray "
-        "file named '<anything>-²' there makes the engine refuse to start (ValueError)",
-    )
     async def test_a_stray_file_with_a_superscript_digit_in_the_data_directory_does_not_stop_a_start(
         self, tmp_path: Path
     ) -> None:
