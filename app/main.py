@@ -14,7 +14,20 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 
 import app as package
-from app.api import admin, consumers, dlq, groups, health, messages, metrics, offsets, tokens, topics, ws
+from app.api import (
+    admin,
+    consumers,
+    dlq,
+    groups,
+    health,
+    messages,
+    metrics,
+    offsets,
+    tokens,
+    topics,
+    usage_admin,
+    ws,
+)
 from app.api import alerts as alert_routes
 from app.api import events as event_routes
 from app.api import push as push_routes
@@ -275,6 +288,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(ws.router)
     application.include_router(event_routes.router)
     application.include_router(admin.router)
+    application.include_router(usage_admin.router)
     application.include_router(metrics.router)
     # The admin dashboard: its own router and static files, no middleware (nothing on the API's path).
     install_dashboard(application)

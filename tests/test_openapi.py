@@ -259,4 +259,4 @@ class TestWhatEveryRouteAnswers:
                 data = schemas[ref.rsplit("/", 1)[1]]["properties"]["data"]
                 assert data["maxItems"] == limit[0]["schema"]["maximum"], (method, path)
                 pages += 1
-        assert pages == 7  # + GET /v1/schedules, push attempts
+        assert pages == 8  # + GET /v1/schedules, push attempts, usage events

@@ -31,7 +31,7 @@ from app.dashboard.routes import (
     router,
     templates,
 )
-from app.dashboard.usage import CATEGORIES, WINDOWS, MeteringUsageSource, UsageSource
+from app.dashboard.usage import CATEGORIES, WINDOWS, RollupUsageSource, UsageSource, window_bounds
 from app.kit.clock import now_ms
 
 
@@ -164,7 +164,8 @@ async def revoke_key(request: Request, project_id: str, env: str, key_id: str) -
 
 
 def usage_source(request: Request) -> UsageSource:
-    return MeteringUsageSource(_services(request).log)
+    services = _services(request)
+    return RollupUsageSource(services.metadata, services.log)
 
 
 @router.get("/p/{project_id}/{env}/usage")
@@ -174,9 +175,7 @@ async def usage_page(request: Request, project_id: str, env: str) -> Response:
     window = query.get("window", "hour") if query.get("window") in WINDOWS else "hour"
     key_id = query.get("key") or None
     category = query.get("category") if query.get("category") in CATEGORIES else None
-    length, bucket = WINDOWS[window]
-    end = now_ms()
-    start = end - length
+    start, end, bucket = window_bounds(window, now_ms())
     series = await usage_source(request).series(
         ctx.project.id, env, start_ms=start, end_ms=end, bucket_ms=bucket, key_id=key_id, category=category
     )

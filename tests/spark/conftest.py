@@ -3,26 +3,70 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.fixtures.database import create_database, database_url, drop_database
 from tests.spark.support import Api, Server
 
 pyspark = pytest.importorskip("pyspark")
 
 
-@pytest.fixture(scope="session")
-def qc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = Server(tmp_path_factory.mktemp("queuecore-spark-data"))
+ADMIN_TOKEN = "spark-operator-token-" + "s" * 24
+
+
+def started(server: Server) -> Server:
     server.cli("migrate")
     server.keys = server.bootstrap("spark-test")
     # Developer tier (admin 10 req/s), for the usage rollups: its requests can be refused with 429.
     server.usage_keys = server.bootstrap("spark-usage", tier="developer")
     server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def qc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The embedded default: SQLite and the local log engine."""
+    server = started(
+        Server(
+            tmp_path_factory.mktemp("queuecore-spark-data"), settings={"QUEUECORE_ADMIN_TOKEN": ADMIN_TOKEN}
+        )
+    )
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def qc_server_jetstream(
+    tmp_path_factory: pytest.TempPathFactory, nats_cluster, postgres_database_spark: str
+) -> Iterator[Server]:  # type: ignore[no-untyped-def]
+    """The scale-out shape: Postgres and the JetStream log engine on the session's NATS cluster."""
+    settings = {
+        "QUEUECORE_ADMIN_TOKEN": ADMIN_TOKEN,
+        "QUEUECORE_LOG_ENGINE": "jetstream",
+        "QUEUECORE_NATS_URL": nats_cluster.url,
+        "QUEUECORE_DATABASE_URL": postgres_database_spark,
+    }
+    server = started(Server(tmp_path_factory.mktemp("queuecore-spark-js"), settings=settings))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+async def postgres_database_spark() -> AsyncIterator[str]:
+    name = f"qc_test_spark_{os.getpid()}_{secrets.token_hex(4)}"
+    await create_database(name)
+    yield database_url(name)
+    await drop_database(name)
+
+
+@pytest.fixture(params=["local", "jetstream"])
+def any_server(request: pytest.FixtureRequest) -> Server:
+    """The server of each deployment (the jobs must run the same on both)."""
+    return request.getfixturevalue("qc_server" if request.param == "local" else "qc_server_jetstream")  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")

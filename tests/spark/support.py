@@ -36,6 +36,8 @@ class Server:
     keys: dict[str, str] = field(default_factory=dict)
     usage_keys: dict[str, str] = field(default_factory=dict)
     projects: dict[str, str] = field(default_factory=dict)
+    # QUEUECORE_* settings beyond the data dir: the deployment (log engine, NATS, database), the admin token.
+    settings: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -46,7 +48,19 @@ class Server:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
         env.update({"QUEUECORE_DATA_DIR": str(self.data_dir), "QUEUECORE_LOG_LEVEL": "WARNING"})
+        env.update(self.settings)
         return env
+
+    @property
+    def database_url(self) -> str:
+        return (
+            self.settings.get("QUEUECORE_DATABASE_URL")
+            or f"sqlite+aiosqlite:///{self.data_dir / 'metadata.db'}"
+        )
+
+    @property
+    def admin_token(self) -> str:
+        return self.settings["QUEUECORE_ADMIN_TOKEN"]
 
     def cli(self, *args: str) -> str:
         result = subprocess.run(

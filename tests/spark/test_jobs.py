@@ -85,7 +85,7 @@ class TestArchive:
 
 def _rollups(server: Server, project_id: str, key_id: str, granularity: str) -> list[Rollup]:
     async def read() -> list[Rollup]:
-        store = MetadataStore(f"sqlite+aiosqlite:///{server.data_dir / 'metadata.db'}", pool_size=1)
+        store = MetadataStore(server.database_url, pool_size=1)
         try:
             async with store.sessions() as session:
                 now = datetime.now(UTC)
@@ -105,12 +105,44 @@ def _rollups(server: Server, project_id: str, key_id: str, granularity: str) -> 
     return asyncio.run(read())
 
 
+def _events_of(server: Server, project_id: str, at_least: int) -> list[dict[str, object]]:
+    """The usage events of ``project_id`` (development), once the meter (every 0.25 s) wrote ``at_least``."""
+    admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.admin_token}"})
+    mine: list[dict[str, object]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            offset, mine = 0, []
+            while True:
+                page = admin.get(
+                    "/v1/admin/usage/events", params={"fromOffset": offset, "limit": 10_000}
+                ).json()
+                mine += [
+                    e["event"]
+                    for e in page["data"]
+                    if e["event"]["projectId"] == project_id and e["event"]["environment"] == "development"
+                ]
+                if not page["data"]:
+                    break
+                offset = page["nextOffset"]
+            if len(mine) >= at_least:
+                return mine
+            time.sleep(0.2)
+    finally:
+        admin.close()
+    return mine
+
+
 class TestUsageRollups:
-    def test_rollups_match_the_requests_made_and_a_rerun_adds_nothing(self, spark, qc_server: Server) -> None:  # type: ignore[no-untyped-def]
-        """Only this test uses project spark-usage (developer tier), so its events are the requests made here."""
-        project_id = qc_server.projects["spark-usage"]
-        key = qc_server.usage_keys["development"]
-        http = httpx.Client(base_url=qc_server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    def test_rollups_match_the_requests_made_and_a_rerun_adds_nothing(
+        self, spark, any_server: Server
+    ) -> None:  # type: ignore[no-untyped-def]
+        """Only this test uses project spark-usage (developer tier), so its events are the requests made here;
+        on the embedded default and on JetStream (the job talks to the API only)."""
+        server = any_server
+        project_id = server.projects["spark-usage"]
+        key = server.usage_keys["development"]
+        http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
         name = f"usage.{time.time_ns()}"
         statuses = [http.post("/v1/topics", json={"name": name, "partitions": 1}).status_code]
         batch = {"messages": [{"data": i} for i in range(7)]}
@@ -123,21 +155,19 @@ class TestUsageRollups:
         http.close()
         assert statuses[:5] == [201] * 5 and 429 in statuses
 
-        # Wait until the meter (it writes every 0.25 s) has written an event for every request.
-        partition_dir = qc_server.data_dir / "log" / "__usage-0"
-        mine: list[tuple[object, ...]] = []
-        deadline = time.monotonic() + 30
-        while len(mine) < len(statuses) and time.monotonic() < deadline:
-            time.sleep(0.2)
-            events = [e for f in usage.segments(partition_dir, 0) for e in usage.read_segment(f, 0)]
-            mine = [e for e in events if e[2] == project_id and e[3] == "development"]
+        mine = _events_of(server, project_id, len(statuses))
         assert len(mine) == len(statuses)
-        key_id = str(mine[0][4])
+        key_id = str(mine[0]["keyId"])
 
-        first = usage.run(spark, qc_server.data_dir)
+        # Three windows: three compare-and-set calls in one run (each window is a few Spark jobs).
+        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.admin_token}"})
+        progress = admin.get("/v1/admin/usage/rollups/progress").json()["nextOffset"]
+        latest = admin.get("/v1/admin/usage/events", params={"limit": 1}).json()["latestOffset"]
+        admin.close()
+        first = usage.run(spark, server.url, server.admin_token, window=(latest - progress) // 3 + 1)
         assert first.events >= len(statuses)
         for granularity in ("minute", "hour", "day"):
-            rows = _rollups(qc_server, project_id, key_id, granularity)
+            rows = _rollups(server, project_id, key_id, granularity)
             assert sum(r.requests for r in rows) == len(statuses)
             assert sum(r.rate_limited for r in rows) == statuses.count(429)
             assert sum(r.requests for r in rows if r.category == "publish") == 4
@@ -145,12 +175,41 @@ class TestUsageRollups:
             # The busiest second: the admin burst (26 requests within a few seconds) peaks above 1/s.
             admin = [r for r in rows if r.category == "admin"]
             assert 2 <= max(r.peak_requests_per_second for r in admin) <= sum(r.requests for r in admin)
-        before = _rollups(qc_server, project_id, key_id, "minute")
+        before = _rollups(server, project_id, key_id, "minute")
 
         # Run again: it starts where the first stopped, and this key's buckets do not change.
-        again = usage.run(spark, qc_server.data_dir)
+        again = usage.run(spark, server.url, server.admin_token)
         assert again.from_offset == first.next_offset
-        assert _rollups(qc_server, project_id, key_id, "minute") == before
+        assert _rollups(server, project_id, key_id, "minute") == before
+
+    def test_without_the_operators_token_the_job_fails_clearly(self, spark, qc_server: Server) -> None:  # type: ignore[no-untyped-def]
+        from queuecore_spark import QueueCoreError
+
+        try:
+            usage.run(spark, qc_server.url, "not-the-token")
+        except QueueCoreError as exc:
+            assert exc.code == "INVALID_API_KEY"
+        else:
+            raise AssertionError("the job ran without the operators' token")
+
+
+class TestArchiveOnJetStream:
+    def test_an_archive_run_copies_every_message_once(
+        self, spark, qc_server_jetstream: Server, tmp_path: Path
+    ) -> None:  # type: ignore[no-untyped-def]
+        key = qc_server_jetstream.keys["development"]
+        api = Api(qc_server_jetstream.url, key)
+        try:
+            topic = api.create_topic(partitions=3)
+            published = api.publish(topic, [{"data": {"n": i}} for i in range(120)])
+        finally:
+            api.http.close()
+        out = tmp_path / "archive"
+        source = archive.Source("spark-test", "development", key)
+        label = f"project=spark-test/environment=development/topic={topic}"
+        assert archive.run(spark, out, [source], qc_server_jetstream.url, [topic]) == {label: 120}
+        assert [r[4] for r in archived(spark, out)] == sorted(str(m["id"]) for m in published)
+        assert archive.run(spark, out, [source], qc_server_jetstream.url, [topic]) == {label: 0}
 
 
 class TestCommandLine:
@@ -188,7 +247,20 @@ class TestCommandLine:
 
     def test_spark_submit_usage(self, qc_server: Server) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
-        env.update({"QUEUECORE_DATA_DIR": str(qc_server.data_dir), "PYSPARK_PYTHON": sys.executable})
+        env.update(
+            {
+                "QUEUECORE_ADMIN_TOKEN": qc_server.admin_token,
+                "QUEUECORE_BASE_URL": qc_server.url,
+                "PYSPARK_PYTHON": sys.executable,
+            }
+        )
+        # One request that no run has added up yet.
+        key = qc_server.keys["development"]
+        assert (
+            httpx.get(f"{qc_server.url}/v1/topics", headers={"Authorization": f"Bearer {key}"}).status_code
+            == 200
+        )
+        _events_of(qc_server, qc_server.projects["spark-test"], 1)
         script = Path(usage.__file__).with_name("cli.py")
         result = subprocess.run(
             [str(BIN / "spark-submit"), "--master", "local[1]", "--driver-memory", "1g", str(script), "usage"],
@@ -196,4 +268,4 @@ class TestCommandLine:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         answer = json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])
-        assert answer["next_offset"] >= answer["from_offset"] > 0
+        assert answer["next_offset"] > answer["from_offset"] >= 0 and answer["events"] >= 1

@@ -19,6 +19,7 @@ import orjson
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
 ENV_API_KEY = "QUEUECORE_API_KEY"
+ENV_ADMIN_TOKEN = "QUEUECORE_ADMIN_TOKEN"
 ENV_BASE_URL = "QUEUECORE_BASE_URL"
 MAX_RETRIES = 5
 PAGE = 1000  # the stream read's largest page
@@ -96,6 +97,21 @@ class Client:
         path = f"/v1/topics/{quote(topic, safe='')}/messages/batch"
         answer: dict[str, Any] = self._call("POST", path, content=body)
         return answer
+
+    # -- the operators' usage calls (this client then holds the admin token, not a project key) --------
+
+    def usage_events(self, from_offset: int, limit: int) -> dict[str, Any]:
+        """One page ``{data: [{offset, event}], nextOffset, earliestOffset, latestOffset}``."""
+        params: dict[str, str | int] = {"fromOffset": from_offset, "limit": limit}
+        answer: dict[str, Any] = self._call("GET", "/v1/admin/usage/events", params=params)
+        return answer
+
+    def usage_progress(self) -> int:
+        """The first usage event not rolled up yet."""
+        return int(self._call("GET", "/v1/admin/usage/rollups/progress")["nextOffset"])
+
+    def add_rollups(self, body: bytes) -> None:
+        self._call("POST", "/v1/admin/usage/rollups", content=body)
 
     # -- the request loop ------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from queuecore_spark._http import DEFAULT_BASE_URL, ENV_API_KEY, ENV_BASE_URL, QueueCoreError
+from queuecore_spark._http import DEFAULT_BASE_URL, ENV_ADMIN_TOKEN, ENV_API_KEY, ENV_BASE_URL, QueueCoreError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,8 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument("--topics", help="comma-separated topic names (default: every topic)")
 
     usage = jobs.add_parser("usage", help="roll usage-metering events up into the usage tables")
-    usage.add_argument("--data-dir", type=Path, help="the server's data dir (default: $QUEUECORE_DATA_DIR)")
-    usage.add_argument("--database-url", help="the metadata database (default: the server's)")
+    usage.add_argument("--admin-token", help=f"the operators' token (default: ${ENV_ADMIN_TOKEN})")
+    usage.add_argument("--base-url", help=f"default: ${ENV_BASE_URL}, else {DEFAULT_BASE_URL}")
     return parser
 
 
@@ -68,8 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from queuecore_spark.jobs import usage
 
+            token = args.admin_token or os.environ.get(ENV_ADMIN_TOKEN)
+            if not token:
+                print(
+                    f"queuecore-spark: no admin token (--admin-token or ${ENV_ADMIN_TOKEN})", file=sys.stderr
+                )
+                return 2
+            base_url = args.base_url or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL
             spark = session("queuecore-usage", args.master)
-            result = usage.run(spark, args.data_dir, args.database_url)
+            result = usage.run(spark, base_url, token)
             print(json.dumps(result.__dict__))
     except QueueCoreError as exc:
         print(f"queuecore-spark: {exc}", file=sys.stderr)
