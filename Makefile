@@ -70,7 +70,7 @@ $(PROMTOOL):
 	apt-get install -y --no-install-recommends prometheus || \
 		(apt-get update && apt-get install -y --no-install-recommends prometheus)
 
-# nftables: the fault harness cuts links between NATS nodes and API processes (tests/faults/network.py).
+# nftables: the fault harness cuts links between NATS nodes and API processes (tests/system/faults/network.py).
 NFT := /usr/sbin/nft
 $(NFT):
 	apt-get install -y --no-install-recommends nftables || \
@@ -250,7 +250,7 @@ fuzz: install
 # JetStream engine - a 3-node NATS cluster of its own - x SQLite and Postgres), every promise checked after
 # every restart; figures to bench/results/soak.md, any violation fails it. One engine at a time (both stores
 # side by side): four configurations at once would starve this 2-CPU machine. make test runs a short
-# version (tests/test_crash_soak.py). docs/reliability.md explains it.
+# version (tests/system/test_crash_soak.py). docs/reliability.md explains it.
 .PHONY: soak
 soak: install services
 	$(BIN)/python bench/soak.py --kills 100 --stores sqlite,postgres --engines local
@@ -263,7 +263,7 @@ clean:
 # under continuous load (single and batch publishes, WebSocket and pull members on an exactly-once topic), on
 # the embedded, Postgres and JetStream deployments; every history checked for lost writes, duplicates,
 # reordering, poll skips, partial batches, acked-then-redelivered messages, two owners, unseen messages.
-# Table to bench/results/faults.md, any anomaly fails it; the short version is tests/faults/. docs/reliability.md
+# Table to bench/results/faults.md, any anomaly fails it; the short version is tests/system/faults/. docs/reliability.md
 # ("Histories and the checker") explains it.
 .PHONY: faults
 # Every API process, then every NATS server, restarted in turn under SDK load: bench/results/rolling_restart.md.

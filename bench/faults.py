@@ -1,18 +1,18 @@
-"""Fault runs, longer than tests/faults/test_short_faults.py: for each fault and deployment, ``--runs`` runs of
-the recorded load (tests/faults/load.py: single and batch publishers, two WebSocket and two pull members on an
+"""Fault runs, longer than tests/system/faults/test_short_faults.py: for each fault and deployment, ``--runs`` runs of
+the recorded load (tests/system/faults/load.py: single and batch publishers, two WebSocket and two pull members on an
 exactly-once topic) with the fault injected ``--repeat`` times, ``--between`` seconds of load apart; after
 each run the consumers drain both groups, every partition is read in full and the history is checked
-(tests/faults/history.py) for lost writes, duplicates, reordering, nonmonotonic polls, poll skips, partial
+(tests/system/faults/history.py) for lost writes, duplicates, reordering, nonmonotonic polls, poll skips, partial
 batches, acked-then-redelivered messages, two owners, unseen and never-redelivered messages.
 
 Faults: ``sigkill`` (SIGKILL of the API process, restart), ``sigstop`` (SIGSTOP for longer than the groups'
 sessionTimeout, then SIGCONT), ``mixed`` (the two by turns); on the JetStream deployment only (the
-cluster's nodes on addresses and in cgroups of their own, tests/faults/nats_faults.py): ``nats-pause``
+cluster's nodes on addresses and in cgroups of their own, tests/system/faults/nats_faults.py): ``nats-pause``
 (SIGSTOP of the leading node past an election), ``nats-kill`` (SIGKILL, restart), ``nats-partition`` (the
 leading node cut from the other two), ``nats-bridge`` (the two others cut from each other), ``api-nats-cut``
 (the API process cut from every node), ``nats-disk`` (a follower's last message block truncated, or a bit
 flipped, while it is stopped), ``nats-mixed`` (pause, partition, cut, kill, bridge by turns); on the
-deployments with limits in Redis (each run starts a ``redis-server`` of its own, tests/faults/redis_faults.py):
+deployments with limits in Redis (each run starts a ``redis-server`` of its own, tests/system/faults/redis_faults.py):
 ``redis-pause`` (SIGSTOP of Redis for 8 s), ``redis-kill`` (SIGKILL, 8 s down, started again empty).
 
 Deployments: ``embedded`` (SQLite metadata, local log engine), ``postgres`` (Postgres metadata, Redis
@@ -47,20 +47,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from tests.faults import nats_faults, redis_faults
-from tests.faults.history import KINDS, Recorder
-from tests.faults.load import SIGKILL, SIGSTOP, Fault, Target, prepare_server, run
-from tests.faults.network import Links
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.redis import RedisServer
 from tests.fixtures.server import free_port, server_env
+from tests.system.faults import nats_faults, redis_faults
+from tests.system.faults.history import KINDS, Recorder
+from tests.system.faults.load import SIGKILL, SIGSTOP, Fault, Target, prepare_server, run
+from tests.system.faults.network import Links
 
 RESULTS = ROOT / "bench" / "results"
 FAULTS = {
     "sigkill": [SIGKILL],
     "sigstop": [SIGSTOP],
     "mixed": [SIGKILL, SIGSTOP],
-    # The JetStream deployment's cluster and links (tests/faults/nats_faults.py): only there.
+    # The JetStream deployment's cluster and links (tests/system/faults/nats_faults.py): only there.
     "nats-pause": [nats_faults.NATS_PAUSE],
     "nats-kill": [nats_faults.NATS_KILL],
     "nats-partition": [nats_faults.NATS_ISOLATE],

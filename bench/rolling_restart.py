@@ -1,6 +1,6 @@
 """Rolling restarts under load (issue #36): `make cluster`'s shape (3 NATS nodes, 3 API processes behind
 HAProxy, Postgres, Redis) on free ports, the Python SDK publishing and consuming an exactly-once topic
-(tests/faults/rollout.py), while every API process is restarted in turn (SIGTERM: drain, exit, start) and
+(tests/system/faults/rollout.py), while every API process is restarted in turn (SIGTERM: drain, exit, start) and
 then every NATS server (lame-duck mode, then a restart on its store).
 
     .venv/bin/python bench/rolling_restart.py [--no-nats] [--no-write]
@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 from infra.cluster import Cluster
-from tests.faults.rollout import Outcome, run
 from tests.fixtures.database import drop_database
 from tests.fixtures.nats import free_base_port
 from tests.fixtures.server import free_port
+from tests.system.faults.rollout import Outcome, run
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -68,7 +68,7 @@ def main() -> int:
         "# Rolling restarts under load",
         "",
         "Written by `bench/rolling_restart.py` (`make rolling-restart`): what it runs is in its docstring and",
-        "tests/faults/rollout.py. The Python SDK as shipped (retries, reconnects), 2 publishers, 2 push members.",
+        "tests/system/faults/rollout.py. The Python SDK as shipped (retries, reconnects), 2 publishers, 2 push members.",
         f"Commit {commit}; machine: {platform.platform()}, {os.cpu_count()} CPUs (shared: read the",
         "latencies as this machine's, the counts as the result).",
         "",

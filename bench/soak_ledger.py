@@ -34,7 +34,7 @@ RETRY_ACK_TIMEOUT = (
 # No DLQ breaker: a kill times out every lease the retrying consumer held (up to a poll's 200), each a
 # failed attempt as the product counts them, and the default breaker (100 ended deliveries in 60 s, over
 # half failed) then pauses the group, as it should; this soak checks crash promises, the breaker has its
-# own tests (tests/api/test_pause_and_dlq_history.py, tests/test_pause_nodes.py). A group paused anyway
+# own tests (tests/api/test_pause_and_dlq_history.py, tests/system/test_pause_nodes.py). A group paused anyway
 # is reported at the end.
 RETRY = {"maxRetries": 3, "retryDelay": "100ms", "breaker": None}
 RETRY_DELAY_S = 0.1

@@ -67,7 +67,7 @@ class NatsNode:
     config: Path
     process: subprocess.Popen[bytes] | None = None
     # The loopback address the node listens on (clients, routes, monitoring): one per node lets a fault
-    # harness cut the links between nodes by address (tests/faults/network.py).
+    # harness cut the links between nodes by address (tests/system/faults/network.py).
     host: str = "127.0.0.1"
     # A cgroup v2 directory the node's process runs in (joined before exec, so every socket it opens
     # belongs to it): what nftables rules match to cut this node's links. None: the parent's.

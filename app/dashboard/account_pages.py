@@ -233,7 +233,7 @@ async def _alerts(ctx: Ctx, secret: str | None = None) -> HTMLResponse:
     services = _services(ctx.request)
     async with services.metadata.session(readonly=True) as session:
         try:
-            endpoint: Any = await alerts.get_endpoint(
+            endpoint: alerts.EndpointView | None = await alerts.get_endpoint(
                 session, services.alerts.policy, ctx.project.id, ctx.env
             )
         except CODED_ERRORS:

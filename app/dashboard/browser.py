@@ -6,6 +6,7 @@ same call as the REST stream read; the filtering here is presentation (what to s
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -91,7 +92,7 @@ def _shown(raw: bytes) -> dict[str, Any]:
     return message
 
 
-async def browse(log: LogEngine, ref: TopicRef, query: Any) -> Browse:
+async def browse(log: LogEngine, ref: TopicRef, query: Mapping[str, str]) -> Browse:
     """Read the page the query asks for (``partition`` present), or nothing."""
     found = Browse(
         partition=query.get("partition", "0"),

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from app.api.deps import Services
 from app.broker import groups, inspection, offsets, publishing, sessions, tenancy, topics
 from app.broker.errors import CODED_ERRORS, CodedError
 from app.broker.topics import TopicRef
@@ -23,6 +24,7 @@ from app.dashboard import auth, browser
 from app.dashboard.security import DashboardRoute
 from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits
+from app.stores.log.protocol import PartitionInfo
 from app.stores.metadata.models import Project
 
 HERE = Path(__file__).resolve().parent
@@ -53,10 +55,11 @@ class CsrfRefused(Exception):
     """A state-changing request without this session's CSRF token."""
 
 
-def _services(request: Request) -> Any:
-    """The services built in ``lifespan`` (``app.api.deps.Services``; the dashboard does not import the
-    other edge)."""
-    return request.app.state.services
+def _services(request: Request) -> Services:
+    """The services built in ``lifespan``: the API's ``Services``, typed so every store and service the
+    dashboard reaches is checked (``app.api.deps`` imports no edge, so no cycle)."""
+    services: Services = request.app.state.services
+    return services
 
 
 async def _session_of(request: Request) -> auth.DashboardSession | None:
@@ -349,7 +352,7 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
     return ctx.back("/topics/" + quote(name, safe=""), notice=f"Topic {name} created.")
 
 
-async def _partitions(ctx: Ctx, name: str) -> tuple[Any, list[Any]]:
+async def _partitions(ctx: Ctx, name: str) -> tuple[topics.TopicView, list[PartitionInfo]]:
     services = _services(ctx.request)
     async with services.metadata.session(readonly=True) as session:
         try:

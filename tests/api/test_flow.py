@@ -4,7 +4,7 @@ count as acked, lag counts matching ones, a change mid-stream), ``maxInFlight`` 
 live change, and ``rate`` as tokens (a rate so low that no token refills during a test: counts, not speed).
 
 Push members (WebSocket) under the same rules are ``tests/broker/delivery/test_flow.py``; two API processes
-``tests/test_flow_nodes.py``.
+``tests/system/test_flow_nodes.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (PRODUCT.md "Time and flow"), through the real app on every deployment (SQLite, Postgres, JetStream).
 
 Pull members here; WebSocket members and the SDK in ``test_pause_ws.py``, two API processes in
-``tests/test_pause_nodes.py``. Waits are real (a 1 s ack timeout, a 1 s pause); the bounds are
+``tests/system/test_pause_nodes.py``. Waits are real (a 1 s ack timeout, a 1 s pause); the bounds are
 correctness bounds, not speed claims."""
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import time
 
 import httpx
 
-from tests.faults.load import Fault, Target
 from tests.fixtures.redis import RedisServer
+from tests.system.faults.load import Fault, Target
 
 OUTAGE_SECONDS = 8.0  # longer than the limiter's socket timeout (0.25 s) and its probe interval (1 s)
 HEAL_GUARD_S = 30.0  # a hang guard on waiting for health to say ``ok`` again, not a speed claim

@@ -1,12 +1,12 @@
 """Short fault runs against a real ``queuecore-server``: single and batch publishers, two WebSocket and two
 pull members on an exactly-once topic, every operation recorded, then the history checked against the full
-read of every partition: no anomaly of any kind the checker knows (tests/faults/history.py).
+read of every partition: no anomaly of any kind the checker knows (tests/system/faults/history.py).
 
 - embedded (SQLite metadata, local log engine): the API process SIGKILLed and restarted, and SIGSTOPped for
   longer than the groups' sessionTimeout;
 - JetStream (Postgres metadata, a 3-node NATS cluster, each node on its own address and in its own cgroup):
   the leading node cut from the other two, the API process cut from every node, the leading node paused
-  past an election (tests/faults/nats_faults.py).
+  past an election (tests/system/faults/nats_faults.py).
 
 bench/faults.py runs the same longer, with more faults.
 """
@@ -19,12 +19,12 @@ import secrets
 
 import pytest
 
-from tests.faults import nats_faults
-from tests.faults.history import Recorder, check
-from tests.faults.load import SIGKILL, SIGSTOP, Target, prepare_server, run
-from tests.faults.network import Links, unavailable
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.server import server_env
+from tests.system.faults import nats_faults
+from tests.system.faults.history import Recorder, check
+from tests.system.faults.load import SIGKILL, SIGSTOP, Target, prepare_server, run
+from tests.system.faults.network import Links, unavailable
 
 
 @pytest.mark.slow

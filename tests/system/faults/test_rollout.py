@@ -1,5 +1,5 @@
 """A rolling restart of every API process of `make cluster`'s shape while the Python SDK publishes and
-consumes an exactly-once topic (tests/faults/rollout.py): no error reaches an SDK caller, nothing
+consumes an exactly-once topic (tests/system/faults/rollout.py): no error reaches an SDK caller, nothing
 acknowledged is lost, nothing is delivered twice. bench/rolling_restart.py (`make rolling-restart`) runs the
 same followed by a lame-duck restart of every NATS server (half a minute each, NATS's minimum: too long for
 `make test`) and writes what each step costs (publish p99, delivery gaps) to bench/results/rolling_restart.md."""
@@ -13,10 +13,10 @@ import secrets
 import pytest
 
 from infra.cluster import Cluster
-from tests.faults.rollout import run
 from tests.fixtures.database import drop_database
 from tests.fixtures.nats import free_base_port
 from tests.fixtures.server import free_port
+from tests.system.faults.rollout import run
 
 pytestmark = pytest.mark.long  # make test-long and make rolling-restart, not make test
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.test_pull_restart import Api, running  # noqa: F401 - the fixture
+from tests.system.test_pull_restart import Api, running  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 

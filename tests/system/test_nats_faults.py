@@ -26,7 +26,7 @@ from infra.nats_cluster import NatsCluster
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.nats import free_base_port
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
-from tests.test_scaleout import ScaleOut, start_scaleout
+from tests.system.test_scaleout import ScaleOut, start_scaleout
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Faults of the JetStream deployment's NATS cluster and of the API process's links to it.
 
 Each acts on a ``Target`` whose cluster runs its nodes on addresses and in cgroups of their own
-(``start_cluster``), so links can be cut (tests/faults/network.py). The node a fault picks is the one that
+(``start_cluster``), so links can be cut (tests/system/faults/network.py). The node a fault picks is the one that
 leads the most of QueueCore's streams at that moment: the leader is where a pause, a kill or a partition
 does the most harm (an election, writes in flight cut, a deposed leader that may still think it leads).
 
@@ -27,9 +27,9 @@ from collections import Counter
 from pathlib import Path
 
 from infra.nats_cluster import NatsCluster
-from tests.faults.load import Fault, Target
-from tests.faults.network import Links, Party
 from tests.fixtures.nats import free_base_port
+from tests.system.faults.load import Fault, Target
+from tests.system.faults.network import Links, Party
 
 # NATS elects a new stream leader after 4–9 s without one (its election timeout): every pause and
 # partition lasts longer than that, so each forces an election rather than a stall.

@@ -131,7 +131,7 @@ async def exercise(nodes: list[ServerProcess], key: str) -> None:
 
 
 async def test_two_nodes_on_jetstream_with_a_sigkill(tmp_path_factory: pytest.TempPathFactory):
-    from tests.test_scaleout import start_scaleout
+    from tests.system.test_scaleout import start_scaleout
 
     name = f"qc_test_sched_{secrets.token_hex(4)}"
     await create_database(name)

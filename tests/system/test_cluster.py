@@ -28,7 +28,7 @@ import pytest
 
 from infra.cluster import POSTGRES_ADMIN, drop_database
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="make test installs haproxy")
 
 

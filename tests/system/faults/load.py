@@ -5,7 +5,7 @@ One exactly-once topic; single and batch publishers (every message carries a uni
 offset, acking everything and (pull) nacking one message in ten once. ``run`` starts the load, applies the
 faults one after the other with load between them, then lets the consumers drain both groups to lag 0, reads
 every partition in full and returns the history, the final reads and the checker's report. Used by
-tests/faults/test_short_faults.py and bench/faults.py.
+tests/system/faults/test_short_faults.py and bench/faults.py.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import httpx
 from websockets.asyncio.client import connect
 
 from infra.nats_cluster import NatsCluster
-from tests.faults.history import Recorder, Report, check
-from tests.faults.network import Links, Party
 from tests.fixtures.redis import RedisServer
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, set_tier
+from tests.system.faults.history import Recorder, Report, check
+from tests.system.faults.network import Links, Party
 
 TOPIC = "history"
 PARTITIONS = 3
@@ -40,8 +40,8 @@ SESSION_TIMEOUT_S = 2.0
 @dataclass
 class Target:
     """What a fault acts on: the API process and, on the JetStream deployment, the NATS cluster and the
-    parties whose links can be cut (tests/faults/network.py): the API process and each NATS node; on a
-    deployment with limits in Redis, its own ``redis-server`` (tests/faults/redis_faults.py)."""
+    parties whose links can be cut (tests/system/faults/network.py): the API process and each NATS node; on a
+    deployment with limits in Redis, its own ``redis-server`` (tests/system/faults/redis_faults.py)."""
 
     server: ServerProcess | None = None  # set once the API process is made (it starts in ``api``'s cgroup)
     redis: RedisServer | None = None

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.faults.history import KINDS, Op, Recorder, check, load
+from tests.system.faults.history import KINDS, Op, Recorder, check, load
 
 T = "orders"
 

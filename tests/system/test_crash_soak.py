@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 KILLS = 5  # per metadata store
 
 _spec = importlib.util.spec_from_file_location(
-    "bench_soak", Path(__file__).resolve().parent.parent / "bench" / "soak.py"
+    "bench_soak", Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 )
 assert _spec is not None and _spec.loader is not None
 soak = sys.modules["bench_soak"] = importlib.util.module_from_spec(_spec)  # dataclasses look it up there
@@ -42,7 +42,7 @@ def check(result: dict) -> None:
     assert result["violations"] == [] and counts.get("violations", 0) == 0
     # The run did what it says (a soak that checked nothing would pass too).
     assert counts["kills"] == KILLS
-    # The kills came with publishes on the wire, not at quiet moments (tests/test_crash_acks.py does the
+    # The kills came with publishes on the wire, not at quiet moments (tests/system/test_crash_acks.py does the
     # same for acks, counted).
     assert counts["publishes cut by a kill (outcome unknown)"] > 0
     assert counts["published (2xx)"] > 100 and counts["message checks"] >= counts["published (2xx)"]
