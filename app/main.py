@@ -32,7 +32,6 @@ from app.api import alerts as alert_routes
 from app.api import events as event_routes
 from app.api import push as push_routes
 from app.api import schedules as schedule_routes
-from app.api.deps import Services
 from app.api.middleware import RequestEnvelopeMiddleware
 from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
@@ -53,6 +52,7 @@ from app.dashboard import install as install_dashboard
 from app.errors import add_exception_handlers
 from app.kit import tracing
 from app.openapi import install as install_openapi
+from app.services import Services
 from app.settings import LogEngineKind, Settings, get_settings
 from app.stores.errors import StoreUnavailable
 from app.stores.limits.protocol import RateLimiter

@@ -9,48 +9,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
-from app.broker.alerts import AlertDispatcher
-from app.broker.connections import ConnectionRegistry
-from app.broker.delivery.url_workers import UrlWorkers
-from app.broker.groups import KnownGroups
-from app.broker.keys import KeyAuthenticator, Principal
-from app.broker.publishing import Publisher
-from app.broker.push_groups import PushPolicy
+from app.broker.keys import Principal
 from app.broker.rate_limits import Category, limit_for
-from app.broker.stored_bytes import StoredBytes
 from app.broker.topics import Scope, TopicDirectory, TopicRef
-from app.broker.usage import UsageMeter
 from app.errors import ApiError
-from app.settings import Settings
-from app.stores.limits.protocol import RateLimiter
-from app.stores.log.protocol import LogEngine
-from app.stores.metadata.database import MetadataStore
-
-
-@dataclass
-class Services:
-    """Everything stateful, built once in ``lifespan`` and closed in reverse order."""
-
-    settings: Settings
-    metadata: MetadataStore
-    log: LogEngine
-    limiter: RateLimiter
-    keys: KeyAuthenticator
-    publisher: Publisher
-    usage: UsageMeter
-    registry: CollectorRegistry
-    alerts: AlertDispatcher
-    connections: ConnectionRegistry
-    stored_bytes: StoredBytes
-    known_groups: KnownGroups
-    push_policy: PushPolicy
-    push_workers: UrlWorkers
-    # Set on SIGTERM (``app/api/draining.py``): health answers 503 ``draining`` so balancers move on.
-    draining: bool = False
+from app.services import Services
 
 
 async def get_services(request: Request) -> Services:

@@ -16,7 +16,7 @@ import logging
 
 from fastapi import FastAPI
 
-from app.api.deps import Services
+from app.services import Services
 
 logger = logging.getLogger("queuecore.draining")
 

@@ -41,7 +41,7 @@ from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.api.deps import Services, ServicesDep, charge, topics_of
+from app.api.deps import ServicesDep, charge, topics_of
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, TopicNamePath
 from app.api.stream_auth import OTHER_TOPIC, authenticate_stream
@@ -53,6 +53,7 @@ from app.broker.errors import CODED_ERRORS, CodedError, Draining
 from app.broker.rate_limits import Category
 from app.errors import ApiError, coded_error_body, responses
 from app.kit import sse
+from app.services import Services
 
 logger = logging.getLogger("queuecore.sse")
 

@@ -8,9 +8,10 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 import app
-from app.api.deps import Services, ServicesDep
+from app.api.deps import ServicesDep
 from app.api.routing import JsonRoute
 from app.api.schemas.common import ResponseBody
+from app.services import Services
 
 
 class Health(ResponseBody):

@@ -15,7 +15,6 @@ from app.api.deps import (
     AdminTopics,
     ConsumeTopics,
     PublishKey,
-    Services,
     ServicesDep,
     authenticate_bearer,
     scope_of,
@@ -38,6 +37,7 @@ from app.broker.rate_limits import Category
 from app.errors import ApiError, responses
 from app.kit import tracing
 from app.kit.json_limits import MAX_DEPTH
+from app.services import Services
 
 router = APIRouter(prefix="/v1/topics/{name}", tags=["messages"], route_class=JsonRoute)
 

@@ -21,10 +21,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api import messages
-from app.api.deps import Services, authenticate_bearer
+from app.api.deps import authenticate_bearer
 from app.broker.errors import CODED_ERRORS
 from app.broker.rate_limits import Category
 from app.errors import ApiError
+from app.services import Services
 
 _PATH = re.compile(r"^/v1/topics/([^/]+)/messages(/batch)?$")
 _TEMPLATE = "/v1/topics/{name}/messages"

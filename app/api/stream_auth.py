@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from starlette.requests import HTTPConnection
 
-from app.api.deps import Services
 from app.broker import tokens
 from app.broker.keys import Principal
 from app.errors import ApiError
+from app.services import Services
 
 _INVALID_KEY = "The API key is missing, malformed, or has been revoked."
 _INVALID_TOKEN = "The WebSocket token is malformed, expired, or its API key has been revoked."

@@ -25,7 +25,7 @@ import orjson
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from app.api.deps import Services, charge, topics_of
+from app.api.deps import charge, topics_of
 from app.api.routing import JsonRoute
 from app.api.schemas.frames import CloseCode
 from app.api.stream_auth import OTHER_TOPIC, authenticate_stream
@@ -37,6 +37,7 @@ from app.broker.errors import CODED_ERRORS, CodedError, Draining, InvalidRequest
 from app.broker.rate_limits import Category
 from app.errors import ApiError, coded_error_body, error_response
 from app.kit.websocket_protocol import KEEPALIVE
+from app.services import Services
 
 logger = logging.getLogger("queuecore.ws")
 

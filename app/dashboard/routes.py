@@ -16,7 +16,6 @@ from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from app.api.deps import Services
 from app.broker import groups, inspection, offsets, publishing, sessions, tenancy, topics
 from app.broker.errors import CODED_ERRORS, CodedError
 from app.broker.topics import TopicRef
@@ -24,6 +23,7 @@ from app.dashboard import auth, browser
 from app.dashboard.security import DashboardRoute
 from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits
+from app.services import Services
 from app.stores.log.protocol import PartitionInfo
 from app.stores.metadata.models import Project
 
@@ -56,8 +56,8 @@ class CsrfRefused(Exception):
 
 
 def _services(request: Request) -> Services:
-    """The services built in ``lifespan``: the API's ``Services``, typed so every store and service the
-    dashboard reaches is checked (``app.api.deps`` imports no edge, so no cycle)."""
+    """The services built in ``lifespan`` (``app.services``, shared with the API edge without either edge
+    importing the other), typed so every store and service the dashboard reaches is checked."""
     services: Services = request.app.state.services
     return services
 
