@@ -132,20 +132,21 @@ $(CHECKERS_STAMP): $(CHECKERS)/package.json $(CHECKERS)/package-lock.json
 	cd $(CHECKERS) && npm ci --ignore-scripts --no-audit --no-fund  # no tool needs one; @scarf/scarf's is telemetry
 	touch $(CHECKERS_STAMP)
 
-# Lint and types, the server suite, then the SDK built as a wheel and tested from a clean virtualenv.
+# Lint and types, the server suite, then the three SDKs side by side (each starts servers of its own on free
+# ports; their output is kept apart, one SDK after the other): the Python SDK built as a wheel and tested
+# from a clean virtualenv, the Go SDK, the Node.js SDK.
 test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
-	bash sdk/scripts/test_in_clean_venv.sh
-	$(MAKE) test-go
-	$(MAKE) test-js
+	$(MAKE) -j3 --output-sync=target test-sdk-wheel test-go test-js
 
 # Every suite over all three deployments (make test runs the two the product ships: SQLite with the local
 # log engine, and Postgres with JetStream; tests/conftest.py says why), then the bounded long runs.
 test-matrix: install services go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT)
 	QC_TEST_BACKENDS=sqlite,postgres,jetstream $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# The bounded versions of the long runs that make test leaves out (pytest -m long): the contract fuzz and
-# a rolling restart of every API process under SDK load. make fuzz and make rolling-restart are the long ones.
+# The bounded versions of the long runs that make test leaves out (pytest -m long): the contract fuzz, a
+# rolling restart of every API process under SDK load and the crash soak. make fuzz, make rolling-restart and
+# make soak are the long ones.
 test-long: install services $(HAPROXY) $(NFT)
 	$(BIN)/python -m pytest -q -m long $(PYTEST_ARGS)
 

@@ -27,6 +27,9 @@ soak = sys.modules["bench_soak"] = importlib.util.module_from_spec(_spec)  # dat
 _spec.loader.exec_module(soak)
 
 
+# The bounded version of make soak (100 kills per store and engine, bench/results/soak.md): make test-long.
+# make test keeps the crash tests of each promise (tests/system/test_crash_*.py, test_*_crash.py).
+@pytest.mark.long
 def test_sigkill_under_mixed_load_breaks_no_promise():
     def run(store: str) -> dict:
         return soak.run_config(soak.ENGINES["local"], store, KILLS, seed=20, log=lambda line: None)
