@@ -87,6 +87,18 @@ def build_token_buckets(settings: Settings) -> TokenBuckets:
     return MemoryTokenBuckets()
 
 
+def build_metadata_store(settings: Settings, *, pool_size: int | None = None) -> MetadataStore:
+    """A metadata store on the settings' database, its statements and connects bounded; ``pool_size`` for a
+    background service's own small pool (its polls never wait behind the request path's connections)."""
+    sizing = {} if pool_size is None else {"pool_size": pool_size}
+    return MetadataStore(
+        settings.resolved_database_url,
+        statement_timeout=settings.metadata_statement_timeout_seconds,
+        connect_timeout=settings.metadata_connect_timeout_seconds,
+        **sizing,
+    )
+
+
 def build_log_engine(settings: Settings) -> LogEngine:
     """The log engine the settings choose, given a frozen config of its own (it never reads Settings)."""
     if settings.log_engine is LogEngineKind.jetstream:
@@ -110,11 +122,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
             logger.info("tracing: spans exported over OTLP/HTTP")
             # Closed last: it flushes the spans still buffered (a blocking export).
             stack.push_async_callback(asyncio.to_thread, tracing.stop)
-        metadata = MetadataStore(
-            settings.resolved_database_url,
-            statement_timeout=settings.metadata_statement_timeout_seconds,
-            connect_timeout=settings.metadata_connect_timeout_seconds,
-        )
+        metadata = build_metadata_store(settings)
         stack.push_async_callback(metadata.close)
         log = build_log_engine(settings)
         await log.start()
@@ -140,12 +148,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         await usage.start()
         stack.push_async_callback(usage.close)
         # Its own small pool: its polls never wait behind (nor count among) the request path's connections.
-        alerts_store = MetadataStore(
-            settings.resolved_database_url,
-            pool_size=2,
-            statement_timeout=settings.metadata_statement_timeout_seconds,
-            connect_timeout=settings.metadata_connect_timeout_seconds,
-        )
+        alerts_store = build_metadata_store(settings, pool_size=2)
         stack.push_async_callback(alerts_store.close)
         alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
         alerts.start()
@@ -157,12 +160,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
             shared=shared_idempotency(log, settings.idempotency_window_ms),
         )
         # Its own small pool too: a pass every poll, never waiting behind the request path.
-        schedules_store = MetadataStore(
-            settings.resolved_database_url,
-            pool_size=2,
-            statement_timeout=settings.metadata_statement_timeout_seconds,
-            connect_timeout=settings.metadata_connect_timeout_seconds,
-        )
+        schedules_store = build_metadata_store(settings, pool_size=2)
         stack.push_async_callback(schedules_store.close)
         schedule_runner = ScheduleRunner(
             schedules_store,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
@@ -82,6 +83,17 @@ def settings_for(backend: str, data_dir: Path, postgres_url: str, **overrides: o
         values["metrics_token"] = "test-metrics-u4Rk8Wq2Ze7Yt"  # production refuses to start without one
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def private_app(data_dir: Path, **overrides: object) -> AsyncIterator[FastAPI]:
+    """An app of its own (SQLite, the local engine), migrated, its lifespan running: for tests that move
+    state every test of a shared deployment would see (the usage rollups' offset, say)."""
+    settings = settings_for("sqlite", data_dir, "", **overrides)
+    await asyncio.to_thread(migrate, settings)
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        yield app
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

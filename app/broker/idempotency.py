@@ -20,26 +20,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from app.kit.clock import now_ms
-from app.stores.log.protocol import IdempotencyEntry, IdempotencyRecords, LogEngine, Record
+from app.stores.log.protocol import IdempotencyEntry, IdempotencyRecords, LogEngine, Placement, Record
 
 _SKEW_MS = 5_000  # clocks of API nodes differ; a scan starts this much before the claim
 _WAIT_STEP = 0.05
-
-
-class Placement(Protocol):
-    """Where a message landed, and the answer's latency (``publishing.Placed``)."""
-
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ms(self) -> int: ...
-    @property
-    def latency_ms(self) -> int: ...
 
 
 P = TypeVar("P", bound=Placement)

@@ -12,12 +12,10 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from app.cli import migrate
 from app.kit.clock import now_ms
-from app.main import create_app
 from app.stores.metadata.usage_repositories import UsageRollupRepository
 from tests.api.test_errors import assert_envelope
-from tests.conftest import settings_for
+from tests.conftest import private_app
 from tests.fixtures.factories import ProjectKeys, make_project
 
 TOKEN = "operator-token-" + "u" * 24
@@ -33,12 +31,9 @@ class Private:
 
 @pytest.fixture(scope="module")
 async def private(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Private]:
-    settings = settings_for("sqlite", tmp_path_factory.mktemp("usage-admin"), "", admin_token=TOKEN)
-    await asyncio.to_thread(migrate, settings)
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
+    async with private_app(tmp_path_factory.mktemp("usage-admin"), admin_token=TOKEN) as app:
         services = app.state.services
-        project = await make_project(services.metadata, settings.server_secret())
+        project = await make_project(services.metadata, services.settings.server_secret())
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://queuecore.test") as http:
             yield Private(http, app, project)

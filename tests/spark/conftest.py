@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.fixtures.database import create_database, database_url, drop_database
+from tests.fixtures.database import fresh_database
 from tests.spark.support import Api, Server
 
 pyspark = pytest.importorskip("pyspark")
@@ -57,10 +56,8 @@ def qc_server_jetstream(
 
 @pytest.fixture(scope="session")
 async def postgres_database_spark() -> AsyncIterator[str]:
-    name = f"qc_test_spark_{os.getpid()}_{secrets.token_hex(4)}"
-    await create_database(name)
-    yield database_url(name)
-    await drop_database(name)
+    async with fresh_database("qc_test_spark") as url:
+        yield url
 
 
 @pytest.fixture(params=["local", "jetstream"])

@@ -155,7 +155,21 @@ class EngineUnavailable(LogEngineError, StoreUnavailable):
     """The engine cannot meet its durability promise right now (answered as 503, as every store's outage)."""
 
 
-class IdempotencyEntry(Protocol):
+class Placement(Protocol):
+    """Where a message landed, and how long its append took to answer (the broker's ``publishing.Placed``;
+    what an idempotency record keeps for a replay)."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int: ...
+    @property
+    def latency_ms(self) -> int: ...
+
+
+class IdempotencyEntry(Placement, Protocol):
     """An idempotency record as read: ``won`` (this claim made it), ``pending``, ``placed`` or ``unknown``;
     where its message landed once ``placed``."""
 
@@ -165,14 +179,6 @@ class IdempotencyEntry(Protocol):
     def revision(self) -> int: ...
     @property
     def at_ms(self) -> int: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ms(self) -> int: ...
-    @property
-    def latency_ms(self) -> int: ...
 
 
 class IdempotencyRecords(Protocol):
