@@ -43,24 +43,33 @@ class UsageEventPage(ResponseBody):
     latestOffset: int = Field(description="One past the newest event now.")
 
 
+_INT64 = (1 << 63) - 1
+# What the usage events carry: ids of our own making, an environment, a rate-limit category ("" or "none"
+# where an event has none).
+_ID = r"^[A-Za-z0-9_]{0,64}$"
+_WORD = r"^[a-z_]{0,20}$"
+
+
 class RollupIn(RequestBody):
-    projectId: str = Field(max_length=64)
-    environment: str = Field(max_length=20)
-    keyId: str = Field(max_length=64)
-    category: str = Field(max_length=20)
+    projectId: str = Field(max_length=64, pattern=_ID)
+    environment: str = Field(max_length=20, pattern=_WORD)
+    keyId: str = Field(max_length=64, pattern=_ID)
+    category: str = Field(max_length=20, pattern=_WORD)
     granularity: Literal["minute", "hour", "day"]
-    bucketStart: int = Field(ge=0, description="The bucket's start, in seconds since the epoch (UTC).")
-    requests: int = Field(ge=0)
-    messages: int = Field(ge=0)
-    bytesIn: int = Field(ge=0)
-    bytesOut: int = Field(ge=0)
-    rateLimited: int = Field(ge=0)
-    peakRequestsPerSecond: int = Field(0, ge=0)
+    bucketStart: int = Field(
+        ge=0, le=_INT64 // 1000, description="The bucket's start, in seconds since the epoch (UTC)."
+    )
+    requests: int = Field(ge=0, le=_INT64)
+    messages: int = Field(ge=0, le=_INT64)
+    bytesIn: int = Field(ge=0, le=_INT64)
+    bytesOut: int = Field(ge=0, le=_INT64)
+    rateLimited: int = Field(ge=0, le=_INT64)
+    peakRequestsPerSecond: int = Field(0, ge=0, le=_INT64)
 
 
 class RollupBatch(RequestBody):
-    fromOffset: int = Field(ge=0, description="Where the rollups stand now (compare and set).")
-    toOffset: int = Field(ge=1, description="One past the last event these counts add up.")
+    fromOffset: int = Field(ge=0, le=_INT64, description="Where the rollups stand now (compare and set).")
+    toOffset: int = Field(ge=1, le=_INT64, description="One past the last event these counts add up.")
     rollups: list[RollupIn] = Field(max_length=usage_rollups.MAX_ROLLUPS_PER_CALL)
 
 
@@ -76,7 +85,7 @@ class RollupProgress(ResponseBody):
 async def usage_events(
     _: Operator,
     services: ServicesDep,
-    fromOffset: Annotated[int, Query(ge=0)] = 0,
+    fromOffset: Annotated[int, Query(ge=0, le=_INT64)] = 0,
     limit: Annotated[int, Query(ge=1, le=usage_rollups.MAX_EVENTS_PER_PAGE)] = 1000,
 ) -> Response:
     """Usage-metering events from an offset on, oldest first: one per authenticated request."""
