@@ -16,7 +16,7 @@ type traceKey struct{}
 type w3cTracer struct {
 	mu        sync.Mutex
 	delivered []queuecore.Delivery
-	inside    []string // the context each handler call's ctx carried
+	inside    map[string]string // per message id, the context its handler call's ctx carried
 }
 
 func (w *w3cTracer) Inject(ctx context.Context, headers map[string]string) {
@@ -59,7 +59,10 @@ func TestTraceContextThroughMessages(t *testing.T) {
 			go func() {
 				done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error {
 					tracer.mu.Lock()
-					tracer.inside = append(tracer.inside, ctx.Value(traceKey{}).(string))
+					if tracer.inside == nil {
+						tracer.inside = map[string]string{}
+					}
+					tracer.inside[msg.ID] = ctx.Value(traceKey{}).(string)
 					tracer.mu.Unlock()
 					return msg.Ack()
 				})
@@ -76,15 +79,16 @@ func TestTraceContextThroughMessages(t *testing.T) {
 				t.Fatal(err)
 			}
 			byData := map[string]string{}
-			for i, d := range tracer.delivered {
+			// By message id: the handlers of two partitions run side by side, so the two lists' orders differ.
+			for _, d := range tracer.delivered {
 				if d.Topic != topic || d.Group == "" || d.MessageID == "" {
 					t.Fatalf("delivery %+v", d)
 				}
 				if d.MessageID == published.ID && (d.Partition != 1 || d.Headers["traceparent"] != single) {
 					t.Fatalf("the single publish's message: %+v", d)
 				}
-				if tracer.inside[i] != "process:"+d.Headers["traceparent"] {
-					t.Fatalf("handler ctx %q for %+v", tracer.inside[i], d)
+				if tracer.inside[d.MessageID] != "process:"+d.Headers["traceparent"] {
+					t.Fatalf("handler ctx %q for %+v", tracer.inside[d.MessageID], d)
 				}
 				byData[d.Headers["traceparent"]] = d.MessageID
 			}
