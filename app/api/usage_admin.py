@@ -15,7 +15,7 @@ from pydantic import Field
 from starlette.responses import Response
 
 from app.api.admin import Operator
-from app.api.deps import ServicesDep, SessionDep
+from app.api.deps import ServicesDep
 from app.api.routing import JsonRoute
 from app.api.schemas.common import RequestBody, ResponseBody
 from app.broker import usage_rollups
@@ -101,9 +101,9 @@ async def usage_events(
 
 
 @router.get("/rollups/progress", response_model=RollupProgress, responses=responses(*_AUTH))
-async def rollup_progress(_: Operator, session: SessionDep) -> RollupProgress:
+async def rollup_progress(_: Operator, services: ServicesDep) -> RollupProgress:
     """How far the rollups got into the usage events."""
-    return RollupProgress(nextOffset=await usage_rollups.next_offset(session))
+    return RollupProgress(nextOffset=await usage_rollups.next_offset(services.metadata))
 
 
 @router.post(
@@ -111,7 +111,7 @@ async def rollup_progress(_: Operator, session: SessionDep) -> RollupProgress:
     response_model=RollupProgress,
     responses=responses("INVALID_REQUEST", *_AUTH, "CONFLICT"),
 )
-async def add_rollups(body: RollupBatch, _: Operator, session: SessionDep) -> RollupProgress:
+async def add_rollups(body: RollupBatch, _: Operator, services: ServicesDep) -> RollupProgress:
     """Add the counts of the events ``[fromOffset, toOffset)`` and move the rollups to ``toOffset``, all or
     nothing; 409 ``CONFLICT`` (nothing written) when they are not at ``fromOffset``."""
     rows = [
@@ -131,5 +131,5 @@ async def add_rollups(body: RollupBatch, _: Operator, session: SessionDep) -> Ro
         )
         for r in body.rollups
     ]
-    await usage_rollups.add(session, rows, from_offset=body.fromOffset, to_offset=body.toOffset)
+    await usage_rollups.add(services.metadata, rows, from_offset=body.fromOffset, to_offset=body.toOffset)
     return RollupProgress(nextOffset=body.toOffset)

@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker.errors import Conflict, InvalidRequest
 from app.broker.usage import USAGE_TOPIC_ID
 from app.stores.log.protocol import LogEngine, Record, UnknownLog
+from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.protocol import Rollup
 from app.stores.metadata.usage_repositories import GRANULARITIES, UsageRollupRepository
 
@@ -67,29 +66,36 @@ async def read_events(log: LogEngine, from_offset: int, limit: int) -> EventPage
     return EventPage(records, next_offset, info.earliest_offset, info.latest_offset)
 
 
-async def next_offset(session: AsyncSession) -> int:
+async def next_offset(metadata: MetadataStore) -> int:
     """The first usage event not rolled up yet (0 before the first run)."""
-    return await UsageRollupRepository.from_session(session).next_offset(SOURCE)
+    async with metadata.session(readonly=True) as session:
+        return await UsageRollupRepository.from_session(session).next_offset(SOURCE)
 
 
 async def buckets(
-    session: AsyncSession, project_id: str, environment: str, granularity: str, since_ms: int, until_ms: int
-) -> list[Rollup]:
-    """The rolled-up buckets of one project environment starting in ``[since_ms, until_ms)``, every key and
-    category, oldest first."""
-    return await UsageRollupRepository.from_session(session).series(
-        project_id,
-        environment,
-        granularity,
-        datetime.fromtimestamp(since_ms / 1000, UTC),
-        datetime.fromtimestamp(until_ms / 1000, UTC),
-    )
+    metadata: MetadataStore, project_id: str, environment: str, granularity: str, since_ms: int, until_ms: int
+) -> tuple[int, list[Rollup]]:
+    """Where the rollups stand, and their buckets of one project environment starting in
+    ``[since_ms, until_ms)`` (every key and category, oldest first), read together."""
+    async with metadata.session(readonly=True) as session:
+        repo = UsageRollupRepository.from_session(session)
+        upto = await repo.next_offset(SOURCE)
+        if not upto:
+            return 0, []
+        rows = await repo.series(
+            project_id,
+            environment,
+            granularity,
+            datetime.fromtimestamp(since_ms / 1000, UTC),
+            datetime.fromtimestamp(until_ms / 1000, UTC),
+        )
+        return upto, rows
 
 
-async def add(session: AsyncSession, rows: Sequence[Rollup], *, from_offset: int, to_offset: int) -> None:
+async def add(metadata: MetadataStore, rows: Sequence[Rollup], *, from_offset: int, to_offset: int) -> None:
     """Add ``rows`` (the counts of the events ``[from_offset, to_offset)``) and move the offset to
-    ``to_offset``, in the caller's unit of work; ``RollupOffsetMoved`` (nothing written) when the offset
-    is not at ``from_offset``."""
+    ``to_offset``, in one unit of work; ``RollupOffsetMoved`` (nothing written) when the offset is not at
+    ``from_offset``."""
     if to_offset <= from_offset:
         raise InvalidRequest("toOffset must be greater than fromOffset.")
     if len(rows) > MAX_ROLLUPS_PER_CALL:
@@ -97,8 +103,11 @@ async def add(session: AsyncSession, rows: Sequence[Rollup], *, from_offset: int
     for row in rows:
         if row.granularity not in GRANULARITIES:
             raise InvalidRequest(f"granularity is one of {', '.join(GRANULARITIES)}.")
-    repo = UsageRollupRepository.from_session(session)
-    if not await repo.add(rows, source=SOURCE, from_offset=from_offset, next_offset=to_offset):
-        actual = await repo.next_offset(SOURCE)
-        await session.rollback()
-        raise RollupOffsetMoved(from_offset, actual)
+    moved: int | None = None
+    async with metadata.session() as session:
+        repo = UsageRollupRepository.from_session(session)
+        if not await repo.add(rows, source=SOURCE, from_offset=from_offset, next_offset=to_offset):
+            moved = await repo.next_offset(SOURCE)
+            await session.rollback()
+    if moved is not None:
+        raise RollupOffsetMoved(from_offset, moved)

@@ -128,13 +128,9 @@ class RollupUsageSource:
         out = _empty(start_ms, end_ms, bucket_ms)
         # Hour rollups where a bucket is whole hours, else minutes (the window ends on a bucket boundary).
         granularity = "hour" if bucket_ms % 3_600_000 == 0 else "minute"
-        async with self._metadata.session(readonly=True) as session:
-            rolled_up_to = await usage_rollups.next_offset(session)
-            rows = (
-                await usage_rollups.buckets(session, project_id, environment, granularity, start_ms, end_ms)
-                if rolled_up_to
-                else []
-            )
+        rolled_up_to, rows = await usage_rollups.buckets(
+            self._metadata, project_id, environment, granularity, start_ms, end_ms
+        )
         for row in rows:
             out.keys.add(row.key_id)
             if (key_id and row.key_id != key_id) or (category and row.category != category):
