@@ -132,13 +132,23 @@ $(CHECKERS_STAMP): $(CHECKERS)/package.json $(CHECKERS)/package-lock.json
 	cd $(CHECKERS) && npm ci --ignore-scripts --no-audit --no-fund  # no tool needs one; @scarf/scarf's is telemetry
 	touch $(CHECKERS_STAMP)
 
-# Lint and types, the server suite, then the three SDKs two at a time, one per core (each starts servers of
-# its own on free ports; their output is kept apart): the Python SDK built as a wheel and tested from a clean
-# virtualenv, the Go SDK, the Node.js SDK. All three at once on two cores made the Node suite's 30 s waits
-# fail under load; two at a time takes about half the time of one after another.
+# Lint and types, then five suites two at a time, one per core (make -j2; each starts servers of its own on
+# free ports and keeps its output apart): the server suite in one pytest process, and beside it the
+# system tests (tests/system: crashes, outages, faults, several processes each, mostly waiting on them) in
+# another, followed by the three SDKs: the Python SDK built as a wheel and tested from a clean virtualenv,
+# the Go SDK, the Node.js SDK. One after another they took about 50 minutes on two cores; the system tests
+# and the SDKs together take about as long as the rest of the server suite. All three SDKs at once made the
+# Node suite's 30 s waits fail under load. PYTEST_SYSTEM_ARGS come after PYTEST_ARGS for the second process
+# (e.g. its own --junitxml).
 test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
-	$(MAKE) -j2 --output-sync=target test-sdk-wheel test-go test-js
+	$(MAKE) -j2 --keep-going --output-sync=target test-server test-system test-sdk-wheel test-go test-js
+
+.PHONY: test-server test-system
+test-server: install
+	$(BIN)/python -m pytest -q --ignore=tests/system $(PYTEST_ARGS)
+
+test-system: install
+	$(BIN)/python -m pytest -q tests/system $(PYTEST_ARGS) $(PYTEST_SYSTEM_ARGS)
 
 # Every suite over all three deployments (make test runs the two the product ships: SQLite with the local
 # log engine, and Postgres with JetStream; tests/conftest.py says why), then the bounded long runs.
