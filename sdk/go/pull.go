@@ -243,7 +243,9 @@ func (k *Consumer) flushLoop(ctx context.Context, m *pullMember, base string) {
 }
 
 // pullFlush sends queued settlements over REST; on a retryable failure they are queued again (unless
-// final).
+// final). A flush cut short by the consumer's own stop (ctx canceled mid-request) is a retryable failure
+// too: the final flush, which runs once the loops are done and waits for its answers, sends it again
+// (an ack the server had applied already is answered as acked: acks are idempotent).
 func (k *Consumer) pullFlush(ctx context.Context, m *pullMember, base string, final bool) {
 	items := k.settle.take()
 	if len(items) == 0 {
@@ -280,7 +282,7 @@ func (k *Consumer) pullFlush(ctx context.Context, m *pullMember, base string, fi
 		if _, err := k.c.do(ctx, request{method: "POST", path: path, body: body}, &answer); err == nil {
 			k.reportFailed(answer.Failed, x.kind)
 		} else {
-			if !final && !fatal(err) && ctx.Err() == nil {
+			if !final && !fatal(err) {
 				failed = append(failed, x)
 			} else {
 				k.emit(err)
@@ -296,7 +298,7 @@ func (k *Consumer) pullFlush(ctx context.Context, m *pullMember, base string, fi
 		if _, err := k.c.do(ctx, request{method: "POST", path: base + "/ack", body: body}, &answer); err == nil {
 			k.reportFailed(answer.Failed, "ack")
 		} else {
-			if !final && !fatal(err) && ctx.Err() == nil {
+			if !final && !fatal(err) {
 				for _, a := range acks[start:end] {
 					failed = append(failed, settlement{kind: "ack", id: a})
 				}

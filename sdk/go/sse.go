@@ -75,13 +75,16 @@ func (k *Consumer) runSSE(handler MessageHandler) error {
 	var flusher sync.WaitGroup
 	flusher.Add(1)
 	go func() { defer flusher.Done(); k.sseFlushLoop(flushCtx, m, base) }()
-	defer func() {
+	// Ends the periodic flushes and waits for one in flight (cut short, its settlements are queued
+	// again), so that the final flush of a graceful stop sends everything still unconfirmed.
+	quiesce := func() {
 		stopFlushing()
 		flusher.Wait()
-	}()
+	}
+	defer quiesce()
 	failures := 0
 	for !k.isStopping() {
-		welcomed, err := k.sseSession(base, m, handler)
+		welcomed, err := k.sseSession(base, m, handler, quiesce)
 		if err == nil || k.isStopping() {
 			return nil // stopped
 		}
@@ -149,8 +152,9 @@ func (k *Consumer) openSSE(ctx context.Context, base string) (*http.Response, er
 	return resp, nil
 }
 
-// sseSession runs one stream: nil once stopped gracefully, else why the stream ended.
-func (k *Consumer) sseSession(base string, m *pullMember, handler MessageHandler) (welcomed bool, _ error) {
+// sseSession runs one stream: nil once stopped gracefully, else why the stream ended. A graceful stop
+// calls quiesce (the periodic flushes are over) before its final flush.
+func (k *Consumer) sseSession(base string, m *pullMember, handler MessageHandler, quiesce func()) (welcomed bool, _ error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	resp, err := k.openSSE(ctx, base)
@@ -223,6 +227,7 @@ func (k *Consumer) sseSession(base string, m *pullMember, handler MessageHandler
 	id, _ := m.get()
 	if end == nil {
 		// Graceful: send what handlers settled while the member still exists (the stream is open).
+		quiesce()
 		final, done := context.WithTimeout(context.Background(), stopFlushTimeout)
 		k.pullFlush(final, m, base, true)
 		done()

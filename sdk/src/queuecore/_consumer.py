@@ -141,6 +141,7 @@ class AsyncConsumer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._flush_event: asyncio.Event | None = None
+        self._flush_lock: asyncio.Lock | None = None
         self._poll_task: asyncio.Task[Any] | None = None
         self._sync_handlers_in_threads = False
 
@@ -253,6 +254,7 @@ class AsyncConsumer:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self._flush_event = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         loop, flush_event = self._loop, self._flush_event
 
         def wake() -> None:
@@ -417,6 +419,14 @@ class AsyncConsumer:
             await self._flush_once()
 
     async def _flush_once(self) -> None:
+        """Send the queued settlements. One flush at a time: a graceful stop's last flush waits for a
+        periodic one in flight (whose retryable failures are queued again), so that everything handled
+        is confirmed before the member leaves."""
+        assert self._flush_lock is not None
+        async with self._flush_lock:
+            await self._send_settlements()
+
+    async def _send_settlements(self) -> None:
         acks, nacks, extends = self._settler.take()
         if not (acks or nacks or extends):
             return
