@@ -6,6 +6,8 @@ and the waits between passes. The rest of a push member lives beside it:
 - ``acks.py`` — ack settlement: the client's ``ack`` / ``nack`` / ``extend`` frames (in memory, lazy,
   durable checkpoint, lease-row fallback);
 - ``checkpoints.py`` — the in-memory leases of a held partition and the checkpoint written of them;
+- ``roster.py`` — the push members of this process per group (built in the app's lifespan): neighbours
+  told of a join or a leave, and the in-memory leases ``/metrics`` counts;
 - ``frames.py`` — the wire frames; ``wakeup.py`` — the loops' wake-up call.
 
 A push member is an ordinary member of the group (``membership``), joined as ``push``: it reads new
@@ -57,6 +59,7 @@ from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
 from app.broker.delivery.membership import MemberRef
 from app.broker.delivery.push_flow import BEAT_EVERY, PushFlow
+from app.broker.delivery.roster import PushRoster
 from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import CODED_ERRORS, MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.messages import render_message
@@ -74,20 +77,6 @@ _READ_BYTES = 8 << 20
 FRAME_MAX = 500  # messages per frame, at most (asyncapi.yaml says so)
 _NEVER = 1 << 62
 
-# The push members connected to this process, per (topic id, group): told when one of them joins,
-# leaves or releases a partition, and counted by /metrics (their in-memory leases).
-_neighbours: dict[tuple[str, str], set[PushMember]] = {}
-
-
-def in_flight_by_group() -> dict[str, int]:
-    """In-memory leases of this process's push members, per group id (lease rows are counted apart)."""
-    counts: dict[str, int] = {}
-    for members in _neighbours.values():
-        for member in members:
-            if member.group_id:
-                counts[member.group_id] = counts.get(member.group_id, 0) + member.held_in_memory
-    return counts
-
 
 class PushMember(AckSettlement, PushFlow):
     """One connection's membership and delivery loops; its client frames are ``AckSettlement``'s."""
@@ -103,6 +92,7 @@ class PushMember(AckSettlement, PushFlow):
         max_in_flight: int,
         send: Send,
         render_error: RenderError,
+        roster: PushRoster,
     ) -> None:
         self._metadata = metadata
         self._log = log
@@ -115,6 +105,7 @@ class PushMember(AckSettlement, PushFlow):
         self._frame_max = max(1, min(FRAME_MAX, (max_in_flight + 1) // 2))
         self._send = send
         self._render_error = render_error
+        self._roster = roster
         self.member_id = ""
         self.group_id = ""
         self.generation = 0
@@ -182,11 +173,10 @@ class PushMember(AckSettlement, PushFlow):
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
         await self._reconcile(confirmed=True)
-        neighbours = _neighbours.setdefault(self._group_key, set())
         # A rebalance: they look at once rather than at their next beat, and send nothing more from
         # what this member was given (only a join takes partitions away: the assignment is sticky).
         self._wake_neighbours(taken=self.assignments)
-        neighbours.add(self)
+        self._roster.add(self._group_key, self)
         return server_frame(
             "welcome", memberId=self.member_id, generationId=self.generation, assignments=self.assignments
         )
@@ -194,10 +184,7 @@ class PushMember(AckSettlement, PushFlow):
     async def leave(self) -> None:
         """Leave at once: partitions are released (acks answered lazily are written first), unacked
         leases go to the other members, and the ones connected to this process look at once."""
-        neighbours = _neighbours.get(self._group_key, set())
-        neighbours.discard(self)
-        if not neighbours:
-            _neighbours.pop(self._group_key, None)
+        self._roster.discard(self._group_key, self)
         if self.member_id:
             with contextlib.suppress(*CODED_ERRORS):
                 await self._reconcile(leaving=True)
@@ -208,14 +195,18 @@ class PushMember(AckSettlement, PushFlow):
     def _wake_neighbours(self, *, taken: Collection[int] = ()) -> None:
         """The group changed here (a join, a leave, a release): members on this server beat at once;
         those holding a partition in ``taken`` send nothing more from it until that beat is done."""
-        for other in _neighbours.get(self._group_key, ()):
-            if other is not self:
-                other._last_beat = 0.0
-                losing = other._parts.keys() & taken
-                if losing:
-                    other._paused |= losing
-                    other._pause_requests += 1
-                other._nudge_beat()
+        for other in self._roster.neighbours(self._group_key, self):
+            other.look_again(taken)
+
+    def look_again(self, taken: Collection[int]) -> None:
+        """A neighbour changed the group: beat now; send nothing more from the partitions of ``taken``
+        this member holds until a beat begun after this is done."""
+        self._last_beat = 0.0
+        losing = self._parts.keys() & taken
+        if losing:
+            self._paused |= losing
+            self._pause_requests += 1
+        self._nudge_beat()
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
         """After a stale generation or an eviction: join again under the same id, push ``rebalance``,
