@@ -37,6 +37,7 @@ from app.api.publish_lane import PublishLane
 from app.broker.alerts import AlertDispatcher, AlertPolicy
 from app.broker.connections import ConnectionRegistry
 from app.broker.delivery import flow
+from app.broker.delivery.roster import PushRoster
 from app.broker.delivery.url_workers import UrlWorkers
 from app.broker.groups import KnownGroups
 from app.broker.idempotency import shared_idempotency
@@ -178,6 +179,9 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         push_workers = UrlWorkers(metadata, log, push_policy)
         push_workers.start()
         stack.push_async_callback(push_workers.close)
+        # The WebSocket push members this process serves, per group (nothing to close: a member leaves
+        # it as its connection ends).
+        push_members = PushRoster()
         connections = ConnectionRegistry(
             metadata,
             interval=settings.open_connection_check_seconds,
@@ -200,6 +204,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
             known_groups=KnownGroups(),
             push_policy=push_policy,
             push_workers=push_workers,
+            push_members=push_members,
         )
         # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
         # which otherwise rescan it and stall requests (the p99 of publishing).

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from app.broker.alerts import AlertDispatcher
 from app.broker.connections import ConnectionRegistry
+from app.broker.delivery.roster import PushRoster
 from app.broker.delivery.url_workers import UrlWorkers
 from app.broker.groups import KnownGroups
 from app.broker.keys import KeyAuthenticator
@@ -41,5 +42,6 @@ class Services:
     known_groups: KnownGroups
     push_policy: PushPolicy
     push_workers: UrlWorkers
+    push_members: PushRoster  # the WebSocket push members of this process, per group
     # Set on SIGTERM (``app/api/draining.py``): health answers 503 ``draining`` so balancers move on.
     draining: bool = False

@@ -15,7 +15,6 @@ from starlette.responses import Response
 from app.api.health import dependency_checks
 from app.api.routing import JsonRoute
 from app.broker import groups
-from app.broker.delivery import push
 from app.errors import ApiError
 
 _MAX_CACHED_TOPICS = 10_000
@@ -183,7 +182,9 @@ async def metrics(request: Request) -> Response:
     # database is down needs this response.
     if checks["database"] == "ok":
         async with services.metadata.session(readonly=True) as session:
-            stats = await groups.delivery_stats(session, services.log, push.in_flight_by_group())
+            stats = await groups.delivery_stats(
+                session, services.log, services.push_members.in_flight_by_group()
+            )
     per_group = CollectorRegistry(auto_describe=False)
     per_group.register(_GroupCollector(stats))
     per_group.register(_DependencyCollector(checks, services.settings.log_engine.value))

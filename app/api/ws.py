@@ -117,6 +117,7 @@ async def consume(websocket: WebSocket, name: str) -> None:
         max_in_flight=max_in_flight,
         send=send,
         render_error=lambda error: _error_frame(request_id, error),
+        roster=services.push_members,
     )
     await websocket.accept()
     key_id = principal.key_id

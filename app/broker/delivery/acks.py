@@ -1,6 +1,8 @@
 """Ack settlement of a push member: the client's ``ack``, ``nack`` and ``extend`` frames, each answered by
 ``acked`` (or an ``error`` frame). The delivery and beat loops are in ``push.py``; the checkpoint they
-write is ``checkpoints.py``.
+write is ``checkpoints.py``. ``AckSettlement`` is composed into the member: it gets the member's
+``Holdings`` (the in-memory leases and the write lock it shares with the delivery loop) and three calls
+back into the member's loops (reconcile, rejoin, wake), and nothing else of it.
 
 An id is either an **in-memory lease** (a first delivery of a partition the member holds) or a **lease
 row** (a redelivery, or a lease of a partition the member has released); each frame settles the first
@@ -25,13 +27,14 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 from app.broker import breaker, durations
 from app.broker import tracing as spans
 from app.broker.delivery import checkpoints, leases
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import ids_of, parse_client_frame, server_frame
+from app.broker.delivery.holdings import Holdings
 from app.broker.delivery.membership import MemberRef
 from app.broker.errors import (
     CODED_ERRORS,
@@ -56,6 +59,12 @@ Send = Callable[[bytes], Awaitable[None]]
 RenderError = Callable[[CodedError], bytes]
 
 
+class Rejoin(Protocol):
+    """The member's rejoin, after a stale generation (or an eviction) seen at ``seen_generation``."""
+
+    async def __call__(self, seen_generation: int, *, evicted: bool = False) -> None: ...
+
+
 def _dead_letter_flag(frame: dict[str, Any]) -> bool:
     """A nack frame's ``deadLetter`` (absent or null: false); anything but a boolean is refused."""
     value = frame.get("deadLetter")
@@ -67,43 +76,50 @@ def _dead_letter_flag(frame: dict[str, Any]) -> bool:
 
 
 class AckSettlement:
-    """The client-frame half of a ``push.PushMember``: it shares the member's in-memory leases and its
-    write lock, and calls back into the member to reconcile, rejoin and wake its delivery loop."""
+    """The client frames of one ``push.PushMember``, composed into it. It works on the member's
+    ``Holdings`` (shared with the delivery loop) and asks the member, through the calls it was given,
+    who it is now (``ref``), to reconcile, to rejoin, and to wake its delivery loop."""
 
-    # The member's state this half reads and writes (set up by ``PushMember.__init__``).
-    _metadata: MetadataStore
-    _log: LogEngine
-    _topic: TopicRef
-    _group: str
-    _max_in_flight: int
-    _send: Send
-    _render_error: RenderError
-    member_id: str
-    group_id: str
-    generation: int
-    _parts: dict[int, HeldPartition]  # partitions claimed: in-memory leases
-    _held: dict[str, tuple[int, int]]  # id -> (partition, offset) of in-memory leases
-    _in_flight: dict[str, int]  # every message this connection holds -> ack deadline (ms)
-    _writing: asyncio.Lock  # checkpoints, releases and materializations, one at a time
-    _stopped: bool
-    _breaker: bool  # the group has a DLQ breaker: acks are counted
-
-    def _start_acks(self, *, durable: bool) -> None:
-        """This half's own state: ``durable`` acks are answered once checkpointed (exactly-once)."""
-        self._durable_acks = durable
+    def __init__(
+        self,
+        holdings: Holdings,
+        metadata: MetadataStore,
+        log: LogEngine,
+        topic: TopicRef,
+        group: str,
+        *,
+        durable: bool,
+        max_in_flight: int,
+        send: Send,
+        render_error: RenderError,
+        ref: Callable[[], MemberRef],
+        reconcile: Callable[[], Awaitable[set[int]]],
+        rejoin: Rejoin,
+        wake: Callable[[], None],
+    ) -> None:
+        self._holdings = holdings
+        self._metadata = metadata
+        self._log = log
+        self._topic = topic
+        self._group = group
+        self._durable_acks = durable  # answered once checkpointed (exactly-once)
+        self._max_in_flight = max_in_flight
+        self._send = send
+        self._render_error = render_error
+        self._ref = ref
+        self._reconcile = reconcile
+        self._rejoin = rejoin
+        self._nudge = wake
+        self.counts_outcomes = False  # the group has a DLQ breaker (acks are counted), as of the last beat
+        self._stopped = False
         self._acks: list[list[Any]] = []  # ack frames read and not yet settled: their ids
         self._acking: asyncio.Task[None] | None = None
         self._lazy_task: asyncio.Task[None] | None = None
 
-    # The member's, called from here.
-    async def _reconcile(self, *, leaving: bool = False, confirmed: bool = False) -> set[int]:
-        raise NotImplementedError
-
-    async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
-        raise NotImplementedError
-
-    def _nudge(self) -> None:
-        raise NotImplementedError
+    def stop(self) -> None:
+        """The connection is closing: lazy checkpoints end, and answers that can no longer be sent are
+        not errors."""
+        self._stopped = True
 
     async def handle(self, text: str | bytes) -> None:
         """One client frame: ``ack``, ``nack`` or ``extend``, answered by ``acked``; anything malformed
@@ -112,7 +128,7 @@ class AckSettlement:
             frame = parse_client_frame(text)
             if frame["type"] == "ack":
                 ids = leases.validate_ids(ids_of(frame))
-                if not self._durable_acks and all(self._is_held(i) for i in ids):
+                if not self._durable_acks and all(self._holdings.is_held(i) for i in ids):
                     if tracing.enabled:
                         with self._settling("ack", ids):
                             await self._ack_lazily(ids)
@@ -144,9 +160,6 @@ class AckSettlement:
             return contextlib.nullcontext()
         return spans.settling(self._topic.name, self._group, operation, ids)
 
-    def _is_held(self, message_id: Any) -> bool:
-        return isinstance(message_id, str) and message_id in self._held
-
     def _ack_in_memory(self, ids: list[Any], now: int) -> tuple[dict[str, int], dict[str, str], set[int]]:
         """Mark in-memory leases acked: the ids done (with their partition), per-id failures (deadline
         passed), partitions touched. Ids not held in memory are left to the lease-row path."""
@@ -154,22 +167,22 @@ class AckSettlement:
         failed: dict[str, str] = {}
         touched: set[int] = set()
         for message_id in ids:
-            if not self._is_held(message_id):
+            if not self._holdings.is_held(message_id):
                 continue
-            p, offset = self._held[message_id]
-            part = self._parts[p]
+            p, offset = self._holdings.held[message_id]
+            part = self._holdings.parts[p]
             if part.in_flight[offset] <= now:
                 failed[message_id] = "ACK_EXPIRED"  # becomes a row, redelivered, at the next pass
                 continue
-            del part.in_flight[offset], self._held[message_id]
-            self._in_flight.pop(message_id, None)
+            del part.in_flight[offset], self._holdings.held[message_id]
+            self._holdings.in_flight.pop(message_id, None)
             part.acked.add(offset)
             touched.add(p)
             done[message_id] = p
-        if done and len(self._in_flight) + len(done) >= self._max_in_flight:
+        if done and len(self._holdings.in_flight) + len(done) >= self._max_in_flight:
             self._nudge()  # it was full: room to deliver again (otherwise it is not waiting on acks)
-        if done and self._breaker:
-            breaker.outcomes(self._metadata).record(self.group_id, acked=len(done))
+        if done and self.counts_outcomes:
+            breaker.outcomes(self._metadata).record(self._holdings.group_id, acked=len(done))
         return done, failed, touched
 
     async def _ack_lazily(self, ids: list[Any]) -> None:
@@ -183,7 +196,7 @@ class AckSettlement:
         )
 
     async def _write_lazily(self) -> None:
-        while not self._stopped and any(part.acked for part in self._parts.values()):
+        while not self._stopped and any(part.acked for part in self._holdings.parts.values()):
             await asyncio.sleep(LAZY_ACK_SECONDS)
             # Not written: redelivered later, as at-least-once allows.
             with contextlib.suppress(*CODED_ERRORS):
@@ -192,14 +205,16 @@ class AckSettlement:
     async def _checkpoint(self) -> set[int]:
         """Write the checkpoint of every partition with acks since the last one; answers the partitions
         whose acks were lost (the member had lost them, not released them)."""
-        async with self._writing:
+        async with self._holdings.writing:
             acked, fenced = await self._write_checkpoint()
         return await self._lost(acked, fenced)
 
     async def _write_checkpoint(self) -> tuple[list[HeldPartition], set[int]]:
-        """Under ``_writing``: the checkpoint of the partitions with acks; those, and the fenced ones."""
-        acked = [part for part in self._parts.values() if part.acked]
-        fenced = await checkpoints.checkpoint(self._metadata, self.group_id, self.member_id, acked)
+        """Under ``Holdings.writing``: the checkpoint of the partitions with acks; those, and the fenced
+        ones."""
+        acked = [part for part in self._holdings.parts.values() if part.acked]
+        holdings = self._holdings
+        fenced = await checkpoints.checkpoint(self._metadata, holdings.group_id, holdings.member_id, acked)
         return acked, fenced
 
     async def _lost(self, acked: list[HeldPartition], fenced: set[int]) -> set[int]:
@@ -234,7 +249,7 @@ class AckSettlement:
                     # a fence) or a lease row.
                     acked: list[HeldPartition] = []
                     fenced: set[int] = set()
-                    async with self._writing:
+                    async with self._holdings.writing:
                         done, failed, touched = self._ack_in_memory(ids, now_ms())
                         if touched:
                             acked, fenced = await self._write_checkpoint()
@@ -277,18 +292,18 @@ class AckSettlement:
             if frame.get("delay") is not None:
                 durations.parse_delay(frame["delay"])  # refused before anything changes
             _dead_letter_flag(frame)
-            if self._is_held(message_id):
-                p, offset = self._held[message_id]
-                part = self._parts[p]
+            if self._holdings.is_held(message_id):
+                p, offset = self._holdings.held[message_id]
+                part = self._holdings.parts[p]
                 if part.in_flight[offset] <= now_ms():
                     return leases.Settled([], [{"id": message_id, "code": "ACK_EXPIRED"}])
-                async with self._writing:
+                async with self._holdings.writing:
                     materialized = await checkpoints.materialize(
-                        self._metadata, self.group_id, self.member_id, part, [offset]
+                        self._metadata, self._holdings.group_id, self._holdings.member_id, part, [offset]
                     )
-                self._held.pop(message_id, None)
+                self._holdings.held.pop(message_id, None)
                 if not materialized:
-                    self._in_flight.pop(message_id, None)
+                    self._holdings.in_flight.pop(message_id, None)
                     await self._reconcile()
             return await self._settle(frame)
         ids = leases.validate_ids(ids_of(frame))
@@ -306,14 +321,14 @@ class AckSettlement:
         ok: set[str] = set()
         codes: dict[str, str] = {}
         for message_id in ids:
-            if not self._is_held(message_id):
+            if not self._holdings.is_held(message_id):
                 continue
-            p, offset = self._held[message_id]
-            in_flight = self._parts[p].in_flight
+            p, offset = self._holdings.held[message_id]
+            in_flight = self._holdings.parts[p].in_flight
             if in_flight[offset] <= now:
                 codes[message_id] = "ACK_EXPIRED"
                 continue
-            in_flight[offset] = self._in_flight[message_id] = deadline
+            in_flight[offset] = self._holdings.in_flight[message_id] = deadline
             ok.add(message_id)
         rest = [i for i in ids if not (isinstance(i, str) and (i in ok or i in codes))]
         if rest:
@@ -337,8 +352,8 @@ class AckSettlement:
         ids = ids_of(frame)
         seconds: Any = frame.get("seconds")
         for attempt in range(1, _SETTLE_ATTEMPTS + 1):  # a rebalance meanwhile: rejoin, settle again
-            generation = self.generation
-            member = MemberRef(self._topic, self._group, self.member_id, generation)
+            member = self._ref()
+            generation = member.generation
             try:
                 if kind == "ack":
                     # the delivery loop renews the membership
@@ -365,13 +380,13 @@ class AckSettlement:
         if kind == "extend":
             deadline = now_ms() + round(float(seconds) * 1000)
             for message_id in answer.ids:
-                if message_id in self._in_flight:
-                    self._in_flight[message_id] = deadline
+                if message_id in self._holdings.in_flight:
+                    self._holdings.in_flight[message_id] = deadline
         else:
             # Acked, nacked, or failed (expired, unknown): none of them is held by this connection now.
             for message_id in answer.ids:
-                self._in_flight.pop(message_id, None)
+                self._holdings.in_flight.pop(message_id, None)
             for failed in answer.failed:
-                self._in_flight.pop(failed["id"], None)
+                self._holdings.in_flight.pop(failed["id"], None)
             self._nudge()
         return answer

@@ -16,7 +16,8 @@ process can serve any member's next call, and a restarted one loses nothing.
   all in the unit of work that answers: the ack is durable in the metadata store when it is answered
   (exactly-once). An ack after the deadline, or of a lease someone else now holds, is ``ACK_EXPIRED``.
 - **nack** makes a lease due after ``delay``; **extend** moves its deadline. Both only touch the caller's
-  own live leases.
+  own live leases. In a group with a DLQ a nack, and a timeout a poll finds, is a failed attempt: when
+  it is retried, or dead-lettered instead, is ``retries.py``'s to say.
 
 No double delivery: only the owner of a partition leases in it, under the lock of that partition's row;
 a lease changes hands only once its deadline has passed (or its holder left the group); lease keys are a
@@ -35,8 +36,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import breaker, dlq, message_ids, pauses, topics
-from app.broker.delivery import delays, flow, membership, stream_wakeups
-from app.broker.delivery import failures as failed_attempts
+from app.broker.delivery import delays, flow, membership, retries, stream_wakeups
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, TopicNotFound
 from app.broker.messages import render_message
@@ -47,7 +47,7 @@ from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import CallerView, LeaseState, PartitionState
+from app.stores.metadata.protocol import CallerView, PartitionState
 
 MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30
@@ -282,14 +282,10 @@ async def _poll_once(
     found = await dlq.records_for(
         log, topic, view.group_id, [(d.partition, d.offset, d.replay_offset) for d in due]
     )
-    policy = dlq.Policy.of(view.dead_letter)
+    retried = retries.Retries(dlq.Policy.of(view.dead_letter))  # timeouts: retry later, or the DLQ
     gate = delays.TimeGate(now)  # delays and TTL: what is not due yet, or no more
     renewed: list[Key] = []
     vanished: list[Key] = []
-    schedule: list[tuple[int, int, int, str]] = []
-    failures: list[dlq.Failure] = []
-    histories: dict[Key, str] = {}  # failed-attempt histories of the timeouts kept for a retry
-    timeouts = 0
     for d in due:
         key = (d.partition, d.offset)
         record = found.get(key)
@@ -298,16 +294,9 @@ async def _poll_once(
             continue
         if not gate.admit_again(d.partition, record, d.attempt, d.replay_offset is not None):
             continue  # expired: never delivered again
-        if policy is not None and d.member_id is not None:  # its holder let the deadline pass: a failure
-            timeouts += 1
-            if policy.exhausted(d.attempt):
-                failures.append(dlq.Failure(d.partition, d.offset, record, dlq.TIMEOUT_REASON, d.attempt - 1))
-                continue
-            histories[key] = failed_attempts.with_failure(d.failures, d.deadline_ms, dlq.TIMEOUT_REASON)
-            due_at = d.deadline_ms + dlq.retry_delay_ms(policy, d.attempt)
-            if due_at > now:
-                schedule.append((d.partition, d.offset, due_at, dlq.TIMEOUT_REASON))
-                continue
+        # Its holder let the deadline pass: a failure, retried now, later, or dead-lettered.
+        if retried.policy is not None and d.member_id is not None and not retried.timed_out(d, record, now):
+            continue
         renewed.append(key)
         delivered.append((d.partition, d.offset, d.attempt + 1, record))
 
@@ -370,12 +359,13 @@ async def _poll_once(
         first.append((p, record.offset))
         delivered.append((p, record.offset, 1, record))
 
+    histories = retried.histories
     await lease_rows.renew_leases(
         view.group_id, member_id, deadline_ms, renewed, {k: histories[k] for k in renewed if k in histories}
     )
     await lease_rows.drop_leases(view.group_id, vanished)
-    await lease_rows.reschedule_leases(view.group_id, schedule, histories if histories else None)
-    await dlq.dead_letter(session, log, topic, view.group_id, failures)
+    await lease_rows.reschedule_leases(view.group_id, retried.schedule, histories if histories else None)
+    await dlq.dead_letter(session, log, topic, view.group_id, retried.failures)
     expired = gate.expired_partitions()
     await gate.write(session, log, topic, view.group_id, view.dead_letter)
     await lease_rows.add_leases(view.group_id, member_id, deadline_ms, first)
@@ -400,7 +390,7 @@ async def _poll_once(
             ack_timeout_ms=view.ack_timeout_ms,
             flow=gates,
             group_id=view.group_id,
-            failed=timeouts,
+            failed=retried.timeouts,
             breaker=breaker.configured(view.dead_letter),
         )
     delivered.sort(key=lambda d: (d[0], d[1]))
@@ -419,7 +409,7 @@ async def _poll_once(
         next_deadline_ms=await lease_rows.next_deadline(view.group_id, numbers) if not fresh else None,
         flow=gates,
         group_id=view.group_id,
-        failed=timeouts,
+        failed=retried.timeouts,
         breaker=breaker.configured(view.dead_letter),
     )
 
@@ -558,45 +548,9 @@ async def nack(
     topic = member.topic
 
     async def then(session: AsyncSession, view: CallerView, done: set[Key], now: int) -> None:
-        policy = dlq.Policy.of(view.dead_letter)
-        if policy is None:
-            if dead_letter:  # rolls the nack back with it: the message stays the caller's
-                raise InvalidRequest.field("deadLetter", "the group has no dead-letter queue")
-            return
-        partition_rows = PartitionRepository.from_session(session)
-        lease_rows = LeaseRepository.from_session(session)
-        nacked = await lease_rows.leases_among(view.group_id, sorted(done))
-        exhausted: list[LeaseState] = []
-        schedule: list[tuple[int, int, int, str]] = []
-        histories: dict[Key, str] = {}
-        for (p, o), lease in nacked.items():
-            if dead_letter or policy.exhausted(lease.attempt):
-                exhausted.append(lease)
-                continue
-            histories[(p, o)] = failed_attempts.with_failure(lease.failures, now, why)
-            wait = delay_ms if delay_ms is not None else dlq.retry_delay_ms(policy, lease.attempt)
-            schedule.append((p, o, now + wait, why))
-        await lease_rows.reschedule_leases(view.group_id, schedule, histories)
-        if exhausted:
-            replays = await lease_rows.replay_offsets(
-                view.group_id, [(x.partition, x.offset) for x in exhausted]
-            )
-            found = await dlq.records_for(
-                log,
-                topic,
-                view.group_id,
-                [(x.partition, x.offset, replays.get((x.partition, x.offset))) for x in exhausted],
-            )
-            failures = [
-                dlq.Failure(x.partition, x.offset, found[(x.partition, x.offset)], why, x.attempt - 1)
-                for x in exhausted
-                if (x.partition, x.offset) in found
-            ]
-            gone = [(x.partition, x.offset) for x in exhausted if (x.partition, x.offset) not in found]
-            await dlq.dead_letter(session, log, topic, view.group_id, failures)
-            if gone:  # retention removed it meanwhile: nothing to keep
-                await lease_rows.drop_leases(view.group_id, gone)
-                await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in gone}))
+        await retries.after_nack(
+            session, log, topic, view, done, now, delay_ms=delay_ms, why=why, dead_letter=dead_letter
+        )
 
     settled = await _settle_ids(
         metadata,

@@ -1,11 +1,17 @@
 """Push delivery: one WebSocket connection as one group member, fed by a server-side delivery loop.
 
-This module owns the member's loops: joining and rebalancing, the delivery loop, the beat, flow control
-and the waits between passes. The rest of a push member lives beside it:
+This module owns the member's loops: joining and rebalancing, the delivery loop, the beat and the
+waits between passes. The rest of a push member lives beside it, composed into ``PushMember`` (each
+part gets the member's ``Holdings`` and the few calls back it needs, never the member itself):
 
+- ``holdings.py`` — what the member holds: its partitions with their in-memory leases, the ids it holds
+  and its write lock, one object all the parts share; their hand-over (``reconcile``) and timeouts;
 - ``acks.py`` — ack settlement: the client's ``ack`` / ``nack`` / ``extend`` frames (in memory, lazy,
   durable checkpoint, lease-row fallback);
+- ``push_flow.py`` — flow control: the claim of the group's ``maxInFlight``, its rate and filter;
 - ``checkpoints.py`` — the in-memory leases of a held partition and the checkpoint written of them;
+- ``roster.py`` — the push members of this process per group (built in the app's lifespan): neighbours
+  told of a join or a leave, and the in-memory leases ``/metrics`` counts;
 - ``frames.py`` — the wire frames; ``wakeup.py`` — the loops' wake-up call.
 
 A push member is an ordinary member of the group (``membership``), joined as ``push``: it reads new
@@ -51,12 +57,14 @@ from collections.abc import Awaitable, Callable, Collection
 
 from app.broker import durations, message_ids, topics
 from app.broker import tracing as spans
-from app.broker.delivery import checkpoints, delays, leases, membership
+from app.broker.delivery import delays, leases, membership
 from app.broker.delivery.acks import AckSettlement, RenderError, Send
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
+from app.broker.delivery.holdings import Holdings
 from app.broker.delivery.membership import MemberRef
 from app.broker.delivery.push_flow import BEAT_EVERY, PushFlow
+from app.broker.delivery.roster import PushRoster
 from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import CODED_ERRORS, MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.messages import render_message
@@ -65,7 +73,6 @@ from app.kit import tracing
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import OwnedPartition
 
 logger = logging.getLogger("queuecore.push")
 
@@ -74,23 +81,11 @@ _READ_BYTES = 8 << 20
 FRAME_MAX = 500  # messages per frame, at most (asyncapi.yaml says so)
 _NEVER = 1 << 62
 
-# The push members connected to this process, per (topic id, group): told when one of them joins,
-# leaves or releases a partition, and counted by /metrics (their in-memory leases).
-_neighbours: dict[tuple[str, str], set[PushMember]] = {}
 
-
-def in_flight_by_group() -> dict[str, int]:
-    """In-memory leases of this process's push members, per group id (lease rows are counted apart)."""
-    counts: dict[str, int] = {}
-    for members in _neighbours.values():
-        for member in members:
-            if member.group_id:
-                counts[member.group_id] = counts.get(member.group_id, 0) + member.held_in_memory
-    return counts
-
-
-class PushMember(AckSettlement, PushFlow):
-    """One connection's membership and delivery loops; its client frames are ``AckSettlement``'s."""
+class PushMember:
+    """One connection's membership and delivery loops. What it holds is its ``Holdings``; its client
+    frames are settled by its ``AckSettlement`` and its flow control is its ``PushFlow``, both composed
+    on those holdings."""
 
     def __init__(
         self,
@@ -103,29 +98,26 @@ class PushMember(AckSettlement, PushFlow):
         max_in_flight: int,
         send: Send,
         render_error: RenderError,
+        roster: PushRoster,
     ) -> None:
         self._metadata = metadata
         self._log = log
         self._topic = topic
         self._group = group
         self._start_from = start_from
-        self._max_in_flight = max_in_flight
         # At most half the window per frame: the client works through one frame while the next is on
         # its way (one frame per window left both sides idle in turn: ~+10% msgs/s, bench/README.md).
         self._frame_max = max(1, min(FRAME_MAX, (max_in_flight + 1) // 2))
         self._send = send
-        self._render_error = render_error
-        self.member_id = ""
-        self.group_id = ""
+        self._roster = roster
         self.generation = 0
         self.assignments: list[int] = []
         self.session_timeout_ms = 0
-        self._parts: dict[int, HeldPartition] = {}  # partitions claimed: in-memory leases
-        self._held: dict[str, tuple[int, int]] = {}  # id -> (partition, offset) of in-memory leases
-        self._in_flight: dict[str, int] = {}  # every message this connection holds -> ack deadline (ms)
+        # Its partitions, in-memory leases and write lock, shared with the parts composed below.
+        self._holdings = Holdings(topic.id)
         self._ack_timeout_ms: int | None = None  # the group's, as of the last beat
         self._due_at = 0  # when a lease row may fall due (ms)
-        self._next_expiry = _NEVER  # no deadline of ``_in_flight`` is earlier (extends only move them later)
+        self._next_expiry = _NEVER  # no deadline of ``in_flight`` is earlier (extends only move them later)
         self._delivery_wakeup = Wakeup()
         # A neighbour's join pauses new deliveries from the partitions it was given until a beat begun
         # after it is done: the old owner stops sending from a partition it must hand over before more
@@ -133,7 +125,6 @@ class PushMember(AckSettlement, PushFlow):
         self._paused: set[int] = set()
         self._pause_requests = 0  # joins that paused something: a beat that saw them all clears it
         self._group_paused = False  # the group is paused (``pauses.py``), as of the last beat's poll
-        self._breaker = False  # the group has a DLQ breaker (acks are counted), as of the last beat
         self._beat_wakeup = Wakeup()
         self._beats_stopped = False
         self._beat_error: Exception | None = None
@@ -143,20 +134,43 @@ class PushMember(AckSettlement, PushFlow):
         self._due_polled = 0  # when the beat last scanned lease rows (ms)
         self._held_due = _NEVER  # the first due time of rows held back since the beat's last poll began
         self._rejoining = asyncio.Lock()
-        self._writing = asyncio.Lock()  # checkpoints, releases and materializations, one at a time
         self._stopped = False
         self._last_beat = 0.0
         self._group_key = (topic.id, group)
-        self._start_flow()
-        self._start_acks(durable=topic.delivery != "at-least-once")
+        self._flow = PushFlow(
+            self._holdings, metadata, max_in_flight, reconcile=self._reconcile, wake=self._nudge
+        )
+        self._settlement = AckSettlement(
+            self._holdings,
+            metadata,
+            log,
+            topic,
+            group,
+            durable=topic.delivery != "at-least-once",
+            max_in_flight=max_in_flight,
+            send=send,
+            render_error=render_error,
+            ref=lambda: self.ref,
+            reconcile=self._reconcile,
+            rejoin=self._rejoin,
+            wake=self._nudge,
+        )
+
+    @property
+    def member_id(self) -> str:
+        return self._holdings.member_id
+
+    @property
+    def group_id(self) -> str:
+        return self._holdings.group_id
 
     @property
     def in_flight(self) -> int:
-        return len(self._in_flight)
+        return len(self._holdings.in_flight)
 
     @property
     def held_in_memory(self) -> int:
-        return len(self._held)
+        return len(self._holdings.held)
 
     @property
     def ref(self) -> MemberRef:
@@ -170,23 +184,22 @@ class PushMember(AckSettlement, PushFlow):
         joined = await membership.join(
             self._metadata, self._log, self._topic, self._group, start_from=self._start_from, push=True
         )
-        self.member_id, self.generation, self.assignments = (
+        self._holdings.member_id, self.generation, self.assignments = (
             joined.member_id,
             joined.generation,
             joined.assignments,
         )
-        self.group_id = joined.group_id
+        self._holdings.group_id = joined.group_id
         self._ack_timeout_ms = joined.ack_timeout_ms  # delivery starts before the first beat's poll
         self._group_paused = joined.paused  # so a member joining a paused group sends nothing
         self.session_timeout_ms = durations.parse(
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
         await self._reconcile(confirmed=True)
-        neighbours = _neighbours.setdefault(self._group_key, set())
         # A rebalance: they look at once rather than at their next beat, and send nothing more from
         # what this member was given (only a join takes partitions away: the assignment is sticky).
         self._wake_neighbours(taken=self.assignments)
-        neighbours.add(self)
+        self._roster.add(self._group_key, self)
         return server_frame(
             "welcome", memberId=self.member_id, generationId=self.generation, assignments=self.assignments
         )
@@ -194,10 +207,7 @@ class PushMember(AckSettlement, PushFlow):
     async def leave(self) -> None:
         """Leave at once: partitions are released (acks answered lazily are written first), unacked
         leases go to the other members, and the ones connected to this process look at once."""
-        neighbours = _neighbours.get(self._group_key, set())
-        neighbours.discard(self)
-        if not neighbours:
-            _neighbours.pop(self._group_key, None)
+        self._roster.discard(self._group_key, self)
         if self.member_id:
             with contextlib.suppress(*CODED_ERRORS):
                 await self._reconcile(leaving=True)
@@ -208,14 +218,18 @@ class PushMember(AckSettlement, PushFlow):
     def _wake_neighbours(self, *, taken: Collection[int] = ()) -> None:
         """The group changed here (a join, a leave, a release): members on this server beat at once;
         those holding a partition in ``taken`` send nothing more from it until that beat is done."""
-        for other in _neighbours.get(self._group_key, ()):
-            if other is not self:
-                other._last_beat = 0.0
-                losing = other._parts.keys() & taken
-                if losing:
-                    other._paused |= losing
-                    other._pause_requests += 1
-                other._nudge_beat()
+        for other in self._roster.neighbours(self._group_key, self):
+            other.look_again(taken)
+
+    def look_again(self, taken: Collection[int]) -> None:
+        """A neighbour changed the group: beat now; send nothing more from the partitions of ``taken``
+        this member holds until a beat begun after this is done."""
+        self._last_beat = 0.0
+        losing = self._holdings.parts.keys() & taken
+        if losing:
+            self._paused |= losing
+            self._pause_requests += 1
+        self._nudge_beat()
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
         """After a stale generation or an eviction: join again under the same id, push ``rebalance``,
@@ -224,8 +238,8 @@ class PushMember(AckSettlement, PushFlow):
             if self.generation != seen_generation:
                 return  # the other task rejoined meanwhile
             if evicted:  # others may own its partitions already: what it held in memory is void
-                for partition in list(self._parts):
-                    self._forget(partition)
+                for partition in list(self._holdings.parts):
+                    self._holdings.forget(partition)
             joined = await membership.join(
                 self._metadata,
                 self._log,
@@ -245,78 +259,30 @@ class PushMember(AckSettlement, PushFlow):
         self._nudge()
 
     async def _reconcile(self, *, leaving: bool = False, confirmed: bool = False) -> set[int]:
-        """Release the partitions this member lost (every one when ``leaving``), claim the ones it owns
-        and may deliver from, forget the ones it holds no more; answers the partitions it released.
-
-        ``confirmed``: the member's generation was found current just before (a join, a rejoin, a beat).
-        Otherwise (a fenced checkpoint found the change) a partition it owns anew, or at a new epoch,
-        starts only at the beat this asks for: the epoch may have moved in a rebalance this member
-        has not rejoined yet, and its client must hear of that (``rebalance``) before any message of
-        the new generation, not after messages from the new owner's position."""
-        async with self._writing:
-            async with self._metadata.session(readonly=True) as session:
-                claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
-            releasing = [o for o in claim.owned if self._must_release(o, leaving)]
-            for owned in releasing:  # from now on the delivery loop sends nothing more from them
-                part = self._parts.get(owned.partition)
-                if part is not None:
-                    part.releasing = True
-            released: set[int] = set()
-            if releasing:  # the only writes; a beat with nothing to release stays a plain read
-                async with self._metadata.session() as session:
-                    for owned in releasing:
-                        part = self._parts.get(owned.partition)
-                        if await checkpoints.release(session, self.group_id, self.member_id, part, owned):
-                            released.add(owned.partition)
-            current: set[int] = set()
-            for owned in claim.owned:
-                p = owned.partition
-                if leaving or owned.held_by is not None:
-                    continue  # released above, or ours once its previous owner has released it
-                current.add(p)
-                part = self._parts.get(p)
-                if part is not None and part.epoch == owned.epoch:
-                    continue
-                if part is not None:  # a seek or reset moved it: what was in flight there is dropped
-                    self._forget(p)
-                if not confirmed:  # the beat, asked for now, confirms the generation and starts it
-                    self._last_beat = 0.0
-                    self._nudge_beat()
-                    continue
-                self._parts[p] = HeldPartition(
-                    p,
-                    owned.epoch,
-                    await checkpoints.start_position(self._log, self._topic, owned),
-                    message_ids.partition_prefix(self._topic.id, p, prefix=self._topic.id_prefix),
-                    skip=claim.ahead.get(p, set()),
-                )
-                self._due_at = 0  # an earlier owner's lease rows may be due
-                self._nudge_beat()
-        for p in list(self._parts):
-            if p not in current:
-                self._forget(p, released=p in released)
+        """Reconcile what the member holds with what it owns (``Holdings.reconcile``: ``confirmed``,
+        ``leaving``); answers the partitions it released, which its neighbours then look at."""
+        released = await self._holdings.reconcile(
+            self._metadata,
+            self._log,
+            self._topic,
+            leaving=leaving,
+            confirmed=confirmed,
+            beat_now=self._beat_now,
+            rows_due=self._rows_may_be_due,
+        )
         if released and not leaving:
             self._wake_neighbours()
         return released
 
-    def _must_release(self, owned: OwnedPartition, leaving: bool) -> bool:
-        """Held for its new owner, or (leaving) owned and held for no one."""
-        if owned.held_by == self.member_id:
-            return True
-        return leaving and owned.member_id == self.member_id and owned.held_by is None
+    def _beat_now(self) -> None:
+        """Run a full beat now (heartbeat, reconcile), not at its next turn."""
+        self._last_beat = 0.0
+        self._nudge_beat()
 
-    def _forget(self, partition: int, *, released: bool = False) -> None:
-        """Drop a partition's in-memory state. Released: its leases are rows the member still holds
-        (acks take the lease-row path); otherwise they are void and no longer held."""
-        part = self._parts.pop(partition, None)
-        if part is None:
-            return
-        part.released = released
-        for offset in part.in_flight:
-            message_id = message_ids.encode(self._topic.id, partition, offset, head=part.head)
-            self._held.pop(message_id, None)
-            if not released:
-                self._in_flight.pop(message_id, None)
+    def _rows_may_be_due(self) -> None:
+        """Lease rows may be due (an earlier owner's): the beat scans them now."""
+        self._due_at = 0
+        self._nudge_beat()
 
     @property
     def stopped(self) -> bool:
@@ -326,7 +292,12 @@ class PushMember(AckSettlement, PushFlow):
         """End the delivery loop at its next wait (it is never cancelled inside a unit of work: a
         cancelled metadata transaction could hold SQLite's write lock until collected)."""
         self._stopped = True
+        self._settlement.stop()
         self._nudge()
+
+    async def handle(self, text: str | bytes) -> None:
+        """One client frame (``ack``, ``nack``, ``extend``), settled by ``acks.AckSettlement.handle``."""
+        await self._settlement.handle(text)
 
     # delivery -------------------------------------------------------------------------------------
 
@@ -380,14 +351,14 @@ class PushMember(AckSettlement, PushFlow):
         now = now_ms()
         if now >= self._next_expiry:
             await self._expire(now)
-        budget = min(self._cap - len(self._in_flight) - self._reserved, self._frame_max)
-        if now < self._throttled_until or self._flow is None:
+        budget = min(self._flow.cap - len(self._holdings.in_flight) - self._reserved, self._frame_max)
+        if now < self._flow.throttled_until or self._flow.config is None:
             return False
         if self._group_paused:
             return False  # nothing new until a beat sees the group resumed
         if self._rejoining.locked():
             return False  # a rejoin: nothing before its ``rebalance`` frame (it nudges when done)
-        if budget > 0 and self._parts and self._ack_timeout_ms is not None:
+        if budget > 0 and self._holdings.parts and self._ack_timeout_ms is not None:
             # The beat, running beside this pass, counts its budget as held: neither its lease-row
             # poll nor its claim of the group's maxInFlight may give that room away meanwhile.
             self._passing = budget
@@ -430,14 +401,14 @@ class PushMember(AckSettlement, PushFlow):
         beat = started - self._last_beat >= BEAT_EVERY
         if not beat and self._due_at > now:
             return True
-        budget = self._cap - len(self._in_flight) - self._reserved - self._passing
+        budget = self._flow.cap - len(self._holdings.in_flight) - self._reserved - self._passing
         if not self._rows_due <= now:
             # Rows are not known to be due (a plain beat, or a scan after a rebalance or a timeout):
             # the poll takes a slice, so that the delivery loop keeps its room meanwhile.
             budget = min(budget, _BEAT_ROWS)
-        if self._flow is None:  # the first beat learns the group's config before anything is sent
+        if self._flow.config is None:  # the first beat learns the group's config before anything is sent
             budget = max(0, budget)
-        if budget > 0 or self._flow is None:
+        if budget > 0 or self._flow.config is None:
             self._reserved += budget  # the delivery loop leaves room for what the poll brings
             self._held_due = _NEVER  # rows held back from now on may be missing from the poll's answer
             try:
@@ -450,9 +421,9 @@ class PushMember(AckSettlement, PushFlow):
                 self._nudge()  # the room it held back is the delivery loop's again
             first = self._ack_timeout_ms is None
             self._ack_timeout_ms = polled.ack_timeout_ms
-            self._flow = polled.flow
+            self._flow.config = polled.flow
             self._nudge()
-            self._breaker = polled.breaker
+            self._settlement.counts_outcomes = polled.breaker
             if self._group_paused != polled.paused:
                 self._group_paused = polled.paused
                 self._nudge()  # resumed: deliver now rather than at the next wait's end
@@ -462,15 +433,15 @@ class PushMember(AckSettlement, PushFlow):
                 self._due_at = self._rows_due = self._held_due
             if polled.messages:
                 for message_id in polled.ids:
-                    self._in_flight[message_id] = polled.deadline_ms
+                    self._holdings.in_flight[message_id] = polled.deadline_ms
                 self._next_expiry = min(self._next_expiry, polled.deadline_ms)
                 await self._send_messages(polled.messages)
             if first:
                 self._nudge()  # the delivery loop starts once the group's ack timeout is known
-        elif beat and self._flow is not None and self._flow.max_in_flight is not None:
+        elif beat and self._flow.config is not None and self._flow.config.max_in_flight is not None:
             # Full: a heartbeat that also reads the group's config (a raised maxInFlight makes room).
             polled = await leases.poll_once(self._metadata, self._log, self.ref, 0, fresh=False)
-            self._flow = polled.flow
+            self._flow.config = polled.flow
             self._nudge()
         elif beat:
             answer = await membership.heartbeat(self._metadata, self.ref)
@@ -479,7 +450,7 @@ class PushMember(AckSettlement, PushFlow):
         if beat:
             self._last_beat = started
             await self._reconcile(confirmed=True)
-            await self._flow_beat(now)
+            await self._flow.beat(now, self._passing)
         return True
 
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
@@ -488,7 +459,7 @@ class PushMember(AckSettlement, PushFlow):
         extra = {"attempt": 1, "ackDeadline": ack_deadline}
         topic = self._topic
         rendered: list[bytes] = []
-        parts = list(self._parts.values())
+        parts = list(self._holdings.parts.values())
         start = random.randrange(len(parts))  # no partition starves another of the budget
         paused = self._paused
         gate = delays.TimeGate(now_ms())  # delays and TTL: records not due yet, or no more
@@ -500,11 +471,11 @@ class PushMember(AckSettlement, PushFlow):
             records = await self._log.read(
                 topic.id, part.partition, part.position, max_records=budget, max_bytes=_READ_BYTES
             )
-            if not records or part.releasing or self._parts.get(part.partition) is not part:
+            if not records or part.releasing or self._holdings.parts.get(part.partition) is not part:
                 # Nothing new, or being handed over (the release has taken what was sent; what it
                 # did not take is the new owner's), or reconciled away while reading.
                 continue
-            records, position = await self._admit(part, records, now_ms())  # the group's filter, rate
+            records, position = await self._flow.admit(part, records, now_ms())  # the group's filter, rate
             sending: list[tuple[int, str, bytes]] = []
             for record in records:
                 offset = record.offset
@@ -528,8 +499,8 @@ class PushMember(AckSettlement, PushFlow):
             for offset, message_id, message in sending:
                 rendered.append(message)
                 part.in_flight[offset] = deadline
-                self._held[message_id] = (part.partition, offset)
-                self._in_flight[message_id] = deadline
+                self._holdings.held[message_id] = (part.partition, offset)
+                self._holdings.in_flight[message_id] = deadline
             part.position = position
             budget -= len(sending)
         self._next_expiry = min(self._next_expiry, deadline)
@@ -541,30 +512,11 @@ class PushMember(AckSettlement, PushFlow):
         """Write what ``gate`` held back or found expired in ``part`` as lease rows, before the member's
         position moves past them; the beat then wakes when the first held one falls due."""
         next_due = gate.next_due
-        expired = [x.offset for x in gate.expired]
-        async with self._writing:
-            if self._parts.get(part.partition) is not part or part.releasing:
-                gate.held.clear()
-                gate.expired.clear()
-                return False
-            ok = await delays.write_for_push(
-                self._metadata,
-                self._log,
-                self._topic,
-                self.group_id,
-                self.member_id,
-                part.partition,
-                part.epoch,
-                gate,
-            )
-        if not ok:
-            gate.held.clear()
-            gate.expired.clear()
-            self._last_beat = 0.0  # reconcile at the next beat, now
-            self._nudge_beat()
+        written = await self._holdings.write_gated(
+            self._metadata, self._log, self._topic, part, gate, fenced=self._beat_now
+        )
+        if not written:
             return False
-        if expired:  # acked rows above the floor: the next checkpoint drops them once below it
-            part.acked_row_max = max(part.acked_row_max, *expired)
         if next_due is not None:
             self._held_due = min(self._held_due, next_due)
             self._due_at = min(self._due_at, next_due)
@@ -582,30 +534,12 @@ class PushMember(AckSettlement, PushFlow):
             await self._send(messages_frame(rendered))
 
     async def _expire(self, now: int) -> None:
-        """Deliveries past their deadline stop counting as held. In-memory leases among them become
-        lease rows: the retry schedule (and the DLQ) apply to them from the next due-lease scan, exactly
-        as to a pull member's; lease rows are due already, maybe for this member again."""
-        for message_id in [i for i, d in self._in_flight.items() if d <= now and i not in self._held]:
-            del self._in_flight[message_id]
-        for part in list(self._parts.values()):
-            offsets = checkpoints.expired(part, now)
-            if not offsets:
-                continue
-            async with self._writing:
-                if self._parts.get(part.partition) is not part:
-                    continue
-                ok = await checkpoints.materialize(
-                    self._metadata, self.group_id, self.member_id, part, offsets
-                )
-            for offset in offsets:
-                message_id = message_ids.encode(self._topic.id, part.partition, offset, head=part.head)
-                self._held.pop(message_id, None)
-                self._in_flight.pop(message_id, None)
-            if not ok:
-                await self._reconcile()
-            self._due_at = 0
-            self._nudge_beat()
-        self._next_expiry = min(self._in_flight.values(), default=_NEVER)
+        """Deliveries past their deadline stop counting as held; in-memory leases among them become
+        lease rows (``Holdings.expire``), which the beat then scans for."""
+        await self._holdings.expire(
+            self._metadata, now, fenced=self._reconcile, rows_due=self._rows_may_be_due
+        )
+        self._next_expiry = min(self._holdings.in_flight.values(), default=_NEVER)
 
     async def _wait(self) -> None:
         """Until a wake-up, a commit at one of the member's positions (while it has room), or the
@@ -616,16 +550,17 @@ class PushMember(AckSettlement, PushFlow):
         cancels: list[Callable[[], None]] = []
         now = now_ms()
         timeout = min(BEAT_EVERY, max(0.0, (self._next_expiry - now) / 1000) + 0.005)
-        throttled = self._throttled_until > now
+        throttled = self._flow.throttled_until > now
         if throttled:  # the group's rate: the next token, not a commit, is what to wait for
-            timeout = min(timeout, (self._throttled_until - now) / 1000 + 0.001)
+            timeout = min(timeout, (self._flow.throttled_until - now) / 1000 + 0.001)
         # Watch only where a pass could send now: with no room (the beat's reservation counts), or
         # from a partition paused or being released, records already there would wake it again and
         # again (the beat wakes it when those end).
-        if self._cap - len(self._in_flight) - self._reserved > 0 and not throttled and not self._group_paused:
+        room = self._flow.cap - len(self._holdings.in_flight) - self._reserved
+        if room > 0 and not throttled and not self._group_paused:
             topic_id = self._topic.id
             paused = self._paused
-            for part in self._parts.values():
+            for part in self._holdings.parts.values():
                 if not part.releasing and part.partition not in paused:
                     cancels.append(self._log.watch(topic_id, part.partition, part.position, self._nudge))
         try:

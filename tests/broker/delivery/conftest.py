@@ -95,6 +95,7 @@ class PushConnection:
             max_in_flight=max_in_flight,
             send=self._send,
             render_error=lambda error: orjson.dumps({"type": "error", "code": error.code}),
+            roster=services.push_members,
         )
         self.delivery: asyncio.Task[None] | None = None
 

@@ -102,7 +102,7 @@ async def test_extend_moves_an_in_memory_deadline_and_refuses_bad_seconds(connec
     await connection.member.handle(orjson.dumps({"type": "extend", "ids": ids[:2], "seconds": 600}))
     (acked,) = await connection.wait_for("acked")
     assert acked["ids"] == ids[:2] and acked["failed"] == []
-    held = connection.member._in_flight
+    held = connection.member._holdings.in_flight
     assert held[ids[0]] - now_ms() > 500_000 and held[ids[2]] - now_ms() < 60_000  # the group's 30 s
     await connection.member.handle(orjson.dumps({"type": "extend", "ids": ids[:2], "seconds": 0}))
     (error,) = await connection.wait_for("error")

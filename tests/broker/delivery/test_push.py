@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from app.broker import topics
-from app.broker.delivery import push
 from app.broker.errors import TopicNotFound
 from tests.broker.delivery.conftest import HANG_GUARD, MakeTopic, PushConnection
 
@@ -114,11 +113,12 @@ class TestDelivery:
         connection = await push_connections(topic)
         ids = await connection.delivered(6)
         group_id = connection.member.group_id
-        assert push.in_flight_by_group()[group_id] == 6 == connection.member.held_in_memory
+        roster = topic.services.push_members
+        assert roster.in_flight_by_group()[group_id] == 6 == connection.member.held_in_memory
         await acked(connection, ids[:2])
-        assert push.in_flight_by_group()[group_id] == 4
+        assert roster.in_flight_by_group()[group_id] == 4
         await connection.close()
-        assert group_id not in push.in_flight_by_group()
+        assert group_id not in roster.in_flight_by_group()
 
 
 class TestRebalance:
