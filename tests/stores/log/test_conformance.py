@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 
@@ -20,6 +21,7 @@ from app.stores.log.protocol import (
     RecordTooLarge,
     TopicLogConfig,
     UnknownLog,
+    ValueRecords,
 )
 from tests.stores.log.conftest import BACKENDS
 
@@ -412,6 +414,50 @@ class TestAtomicAppends:
                     assert by_offset[bases[p]].endswith(f"p{p}-0".encode())
 
 
+PLAIN_VALUES = [b"null", b'{"a":1}', b"", b'"' + b"x" * 5000 + b'"', b"[1,2,3]", b"true", b"7"]
+
+
+@every_engine
+class TestValueRecords:
+    """Values alone at one timestamp (``ValueRecords``), as ``Publisher.publish_plain`` appends a batch of bare
+    messages: one run of values per partition, in one atomic append. They are the records they stand for."""
+
+    async def test_values_spread_over_partitions_read_back_as_records(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 3, TopicLogConfig())
+        await engine.append(topic, {1: batch("pre", 2)})
+        stamp = 1_700_000_000_000
+        runs = {p: PLAIN_VALUES[p::3] for p in range(3)}
+        bases = await engine.append(topic, {p: ValueRecords(run, stamp) for p, run in runs.items()})
+        assert bases == {0: 0, 1: 2, 2: 0}
+        for p, run in runs.items():
+            records = await engine.read(topic, p, bases[p])
+            assert [(r.offset, r.value, r.key, r.headers, r.timestamp_ms) for r in records] == [
+                (bases[p] + i, value, None, None, stamp) for i, value in enumerate(run)
+            ]
+
+    async def test_an_unset_timestamp_is_the_append_time_of_every_value(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        before = now_ms()
+        await engine.append(topic, {0: ValueRecords(PLAIN_VALUES)})
+        records = await engine.read(topic, 0, 0)
+        assert values(records) == PLAIN_VALUES
+        assert len({r.timestamp_ms for r in records}) == 1
+        assert before <= records[0].timestamp_ms <= now_ms()
+
+    async def test_an_oversized_value_refuses_the_whole_append(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        too_large = b"x" * (engine.max_record_bytes + 1)
+        with pytest.raises(RecordTooLarge):
+            await engine.append(
+                topic, {0: ValueRecords([b"1", b"2"], 0), 1: ValueRecords([b"3", too_large, b"4"], 0)}
+            )
+        assert [(await engine.partition_info(topic, p)).latest_offset for p in range(2)] == [0, 0]
+        assert await engine.append(topic, {1: ValueRecords([b"after"])}) == {1: 0}
+
+
 @every_engine
 class TestOffsetForTime:
     async def test_first_offset_at_or_after_a_time(self, engine, topic_id):
@@ -623,6 +669,30 @@ class TestRestart:
     async def test_durability_and_health(self, engine):
         assert engine.durability in ("fsync",) or engine.durability.startswith("replicated:")
         assert await engine.check() is True
+        assert await engine.health() == "ok"
+
+
+async def health_settles(engine: LogEngine, state: str, within: float) -> str:
+    """Ask ``health()`` until it says ``state`` or ``within`` seconds have passed; what it said last."""
+    deadline = time.monotonic() + within
+    while (said := await engine.health()) != state and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return said
+
+
+@pytest.mark.parametrize("outage", BACKENDS, indirect=True)
+class TestHealth:
+    """``health()`` says ``ok`` while the engine's storage serves and ``down`` once it is gone (the local
+    engine's disk takes no writes; JetStream has no server left to talk to). That it heals without a restart
+    is a system test's (``tests/system/test_disk_outage.py``, ``test_nats_faults.py``): a JetStream cluster
+    whose every server restarts takes ~7 s to answer again here."""
+
+    async def test_down_once_the_storage_is_gone(self, outage):
+        engine = await outage.open()
+        assert await engine.health() == "ok"
+        outage.inject()
+        assert await health_settles(engine, "down", within=10) == "down"
+        assert await engine.check() is False
 
 
 @every_engine
