@@ -7,25 +7,31 @@ and, to test restarts, ``log_backend.reopen()``: close the engine and open a new
 
 ``outage`` (indirect too) is a backend whose storage a test may take away and give back: the local
 engine's directory on a small tmpfs filled to ENOSPC (``tests/fixtures/disks.py``), every server of a
-JetStream cluster of the test's own killed.
+JetStream cluster of the test's own killed. ``start_child`` runs a process that crash tests SIGKILL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
+from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine, codec
 from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.protocol import LogEngine
 from infra.nats_cluster import NatsCluster
 from tests.fixtures.disks import small_disk
 from tests.fixtures.nats import free_base_port
+
+REPO = Path(__file__).resolve().parents[3]
 
 BACKENDS = ["local", "jetstream"]
 
@@ -73,6 +79,28 @@ class LogBackend:
         if self.current is not None:
             await self.current.close()
             self.current = None
+
+    @contextlib.asynccontextmanager
+    async def refusing(self, topic_id: str, partition: int) -> AsyncIterator[None]:
+        """While inside, one partition takes no records - on JetStream: its stream refuses every message,
+        as a stream without a leader does, so that a batch spanning it is cut after its other partitions'
+        parts. The local engine has no such state short of a failed disk (which takes it offline whole):
+        nothing changes there, and a process killed mid-batch leaves batches cut on its own."""
+        if self.kind != "jetstream":
+            yield
+            return
+        engine = JetStreamLogEngine(JetStreamConfig(servers=tuple(self.nats_url.split(","))))
+        await engine.start()
+        try:
+            name = codec.stream_name(topic_id, partition)
+            config = (await engine.streams.info(topic_id, partition))["config"]
+            await engine.client.api(f"STREAM.UPDATE.{name}", {**config, "max_msg_size": 1}, stream=name)
+            try:
+                yield
+            finally:
+                await engine.client.api(f"STREAM.UPDATE.{name}", config, stream=name)
+        finally:
+            await engine.close()
 
 
 @pytest.fixture
@@ -166,3 +194,22 @@ def crash(engine: LocalLogEngine) -> None:
     manager.closing = True
     manager._write_executor.shutdown(wait=True)
     manager._read_executor.shutdown(wait=True)
+
+
+def start_child(*args: str) -> subprocess.Popen[bytes]:
+    """``python *args`` in a process of its own on this checkout, its stdout and stderr piped, returned once
+    it printed ``READY`` (what crash tests then kill)."""
+    child = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    first = child.stdout.readline()
+    if first != b"READY\n":
+        child.kill()
+        _, err = child.communicate(timeout=10)
+        raise AssertionError(first + err)
+    return child
