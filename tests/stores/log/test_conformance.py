@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import time
 
 import pytest
 
@@ -20,8 +22,10 @@ from app.stores.log.protocol import (
     RecordTooLarge,
     TopicLogConfig,
     UnknownLog,
+    ValueRecords,
 )
-from tests.stores.log.conftest import BACKENDS
+from tests.stores.log import batch_writer
+from tests.stores.log.conftest import BACKENDS, start_child
 
 every_engine = pytest.mark.parametrize("log_backend", BACKENDS, indirect=True)
 
@@ -412,6 +416,50 @@ class TestAtomicAppends:
                     assert by_offset[bases[p]].endswith(f"p{p}-0".encode())
 
 
+PLAIN_VALUES = [b"null", b'{"a":1}', b"", b'"' + b"x" * 5000 + b'"', b"[1,2,3]", b"true", b"7"]
+
+
+@every_engine
+class TestValueRecords:
+    """Values alone at one timestamp (``ValueRecords``), as ``Publisher.publish_plain`` appends a batch of bare
+    messages: one run of values per partition, in one atomic append. They are the records they stand for."""
+
+    async def test_values_spread_over_partitions_read_back_as_records(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 3, TopicLogConfig())
+        await engine.append(topic, {1: batch("pre", 2)})
+        stamp = 1_700_000_000_000
+        runs = {p: PLAIN_VALUES[p::3] for p in range(3)}
+        bases = await engine.append(topic, {p: ValueRecords(run, stamp) for p, run in runs.items()})
+        assert bases == {0: 0, 1: 2, 2: 0}
+        for p, run in runs.items():
+            records = await engine.read(topic, p, bases[p])
+            assert [(r.offset, r.value, r.key, r.headers, r.timestamp_ms) for r in records] == [
+                (bases[p] + i, value, None, None, stamp) for i, value in enumerate(run)
+            ]
+
+    async def test_an_unset_timestamp_is_the_append_time_of_every_value(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        before = now_ms()
+        await engine.append(topic, {0: ValueRecords(PLAIN_VALUES)})
+        records = await engine.read(topic, 0, 0)
+        assert values(records) == PLAIN_VALUES
+        assert len({r.timestamp_ms for r in records}) == 1
+        assert before <= records[0].timestamp_ms <= now_ms()
+
+    async def test_an_oversized_value_refuses_the_whole_append(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        too_large = b"x" * (engine.max_record_bytes + 1)
+        with pytest.raises(RecordTooLarge):
+            await engine.append(
+                topic, {0: ValueRecords([b"1", b"2"], 0), 1: ValueRecords([b"3", too_large, b"4"], 0)}
+            )
+        assert [(await engine.partition_info(topic, p)).latest_offset for p in range(2)] == [0, 0]
+        assert await engine.append(topic, {1: ValueRecords([b"after"])}) == {1: 0}
+
+
 @every_engine
 class TestOffsetForTime:
     async def test_first_offset_at_or_after_a_time(self, engine, topic_id):
@@ -623,6 +671,30 @@ class TestRestart:
     async def test_durability_and_health(self, engine):
         assert engine.durability in ("fsync",) or engine.durability.startswith("replicated:")
         assert await engine.check() is True
+        assert await engine.health() == "ok"
+
+
+async def health_settles(engine: LogEngine, state: str, within: float) -> str:
+    """Ask ``health()`` until it says ``state`` or ``within`` seconds have passed; what it said last."""
+    deadline = time.monotonic() + within
+    while (said := await engine.health()) != state and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return said
+
+
+@pytest.mark.parametrize("outage", BACKENDS, indirect=True)
+class TestHealth:
+    """``health()`` says ``ok`` while the engine's storage serves and ``down`` once it is gone (the local
+    engine's disk takes no writes; JetStream has no server left to talk to). That it heals without a restart
+    is a system test's (``tests/system/test_disk_outage.py``, ``test_nats_faults.py``): a JetStream cluster
+    whose every server restarts takes ~7 s to answer again here."""
+
+    async def test_down_once_the_storage_is_gone(self, outage):
+        engine = await outage.open()
+        assert await engine.health() == "ok"
+        outage.inject()
+        assert await health_settles(engine, "down", within=10) == "down"
+        assert await engine.check() is False
 
 
 @every_engine
@@ -644,3 +716,99 @@ class TestCapabilities:
         await records.place(topic, "key-1", 0, 7, 1234, 5)
         again = await engine.idempotency_records(60).claim(topic, "key-1", now_ms())
         assert (again.state, again.partition, again.offset) == ("placed", 0, 7)
+
+
+@every_engine
+@pytest.mark.slow
+class TestCrashMidBatch:
+    """A process appending batches that span every partition (``batch_writer``) is SIGKILLed. Once an engine
+    is open on the same storage again - recovered at its start (local), or once a commit record the dead
+    process left is rolled forward (JetStream: by any node, ``recover_after_seconds`` after its commit) -
+    every batch is in all of its partitions whole, or in none, and every batch that was answered is there.
+
+    On the local engine the kill alone catches batches written to some partitions and not yet committed. On
+    JetStream a kill alone almost never does (a batch's parts leave in one flush), so the last partition
+    refuses records before the kill (``LogBackend.refusing``), as one without a leader would: the batches
+    then committed are cut after their other parts, and only the roll-forward can make them whole."""
+
+    async def test_every_batch_is_whole_or_absent_after_its_writer_is_killed(self, log_backend, topic_id):
+        topic = topic_id()
+        engine = await log_backend.open()
+        await engine.create_topic(topic, batch_writer.PARTITIONS, TopicLogConfig())
+        await log_backend.close()  # a local engine's directory has one owner at a time: now the writer
+        child = start_child(
+            "-m",
+            "tests.stores.log.batch_writer",
+            log_backend.kind,
+            str(log_backend.root),
+            log_backend.nats_url,
+            topic,
+        )
+        lines: list[bytes] = []
+
+        def read_until(kind: bytes, count: int) -> None:
+            assert child.stdout is not None
+            seen = 0
+            while seen < count:
+                line = child.stdout.readline()
+                assert line, "the writer exited"
+                lines.append(line)
+                seen += line.startswith(kind)
+
+        try:
+            read_until(b"A ", 6)
+            # Then the last partition refuses its parts for a while (JetStream; the local engine goes on as
+            # it was), and the writer is killed with batches in flight.
+            async with log_backend.refusing(topic, batch_writer.PARTITIONS - 1):
+                read_until(b"S ", 2 * batch_writer.WRITERS)
+                child.kill()
+        finally:
+            child.kill()
+        out, err = child.communicate(timeout=10)
+        assert child.returncode == -signal.SIGKILL, err.decode()[-2000:]
+        lines += out.splitlines(keepends=True)
+        said = [(line[:2], line[2:-1].decode()) for line in lines if line.endswith(b"\n")]  # not one cut
+        started = {tag for kind, tag in said if kind == b"S "}
+        answered = {tag for kind, tag in said if kind == b"A "}
+        assert started - answered, "the kill caught no batch in flight"
+
+        engine = await log_backend.open(recover_after_seconds=1.0, recovery_interval_seconds=0.2)
+        full = dict.fromkeys(range(batch_writer.PARTITIONS), batch_writer.RECORDS)
+        deadline = time.monotonic() + 10
+        rounds = 0
+        while True:
+            rounds += 1
+            counts: dict[str, dict[int, int]] = {}
+            for p in range(batch_writer.PARTITIONS):
+                records = await read_to_end(engine, topic, p)
+                assert [r.offset for r in records] == list(range(len(records)))
+                for r in records:
+                    found = counts.setdefault(batch_writer.tag_of(r.value), {})
+                    found[p] = found.get(p, 0) + 1
+            partial = {tag: found for tag, found in counts.items() if found != full}
+            if not partial or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)  # JetStream: a commit record is rolled forward a second after its commit
+        assert not partial, f"batches stored in part after their writer was killed: {partial}"
+        assert not answered - counts.keys(), f"answered batches lost: {answered - counts.keys()}"
+        assert not counts.keys() - started, f"batches never appended: {counts.keys() - started}"
+        unanswered = started - answered
+        print(
+            f"{len(answered)} batches answered, {len(unanswered)} unanswered at the kill: "
+            f"{len(unanswered & counts.keys())} of them stored whole; read {rounds} times"
+        )
+
+
+async def read_to_end(engine: LogEngine, topic: str, partition: int) -> list:
+    """Every record up to the partition's latest offset, asked for again while a read comes back short (on
+    JetStream a new engine may be answered by a replica that has not caught up with its leader yet)."""
+    end = (await engine.partition_info(topic, partition)).latest_offset
+    out: list = []
+    for _ in range(500):
+        if len(out) >= end:
+            return out
+        chunk = await engine.read(topic, partition, len(out), max_records=500)
+        out.extend(chunk)
+        if not chunk:
+            await asyncio.sleep(0.01)
+    raise AssertionError(f"partition {partition}: {len(out)} records read of {end}")

@@ -1,7 +1,8 @@
 """A topic's partition streams, administered: created (concurrently, and rolled back whole when one fails),
-described, changed and deleted. One stream per partition (``codec``); every call goes to the JetStream API,
-and the names of the streams seen to exist are kept in ``known`` (shared with the engine, whose appends and
-reads skip a ``STREAM.INFO`` for them).
+described (``lookup``: a stream deleted under a call is ``UnknownLog`` to it, not an outage), changed and
+deleted. One stream per partition (``codec``); every call goes to the JetStream API, and the names of the
+streams seen to exist are kept in ``known`` (shared with the engine, whose appends and reads skip a
+``STREAM.INFO`` for them).
 
 Where the time of a creation goes (``bench/results/cluster.md``): every stream is a Raft group born on each
 of its replicas, and the meta leader assigns them one proposal at a time. Measured on a 2-core box with
@@ -23,7 +24,7 @@ from typing import Any
 from app.stores.log.jetstream import codec
 from app.stores.log.jetstream.client import JetStreamClient, JetStreamError, while_unsettled
 from app.stores.log.jetstream.config import JetStreamConfig
-from app.stores.log.protocol import ReplicasUnavailable, TopicLogConfig, UnknownLog
+from app.stores.log.protocol import EngineUnavailable, ReplicasUnavailable, TopicLogConfig, UnknownLog
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,35 @@ class Streams:
             raise UnknownLog(f"no log for {topic_id}/{partition}") from None
         self.known.add(name)
         return info
+
+    async def lookup(self, topic_id: str, partition: int) -> dict[str, Any]:
+        """``info`` of a stream a call is about to use: unanswered because the stream was deleted meanwhile,
+        it is ``UnknownLog`` (the call met a deleted topic), otherwise the outage it is."""
+        try:
+            return await self.info(topic_id, partition)
+        except EngineUnavailable:
+            # A stream being deleted may leave the call unanswered: deleted by now, the call met a
+            # deleted topic (PRODUCT.md "Deletion races"), not an outage.
+            await self.unless_deleted(topic_id, partition)
+            raise
+
+    async def unless_deleted(self, topic_id: str, partition: int) -> None:
+        """After a call on a partition's stream failed as an outage: ``UnknownLog`` if the stream is gone
+        (its topic was deleted meanwhile), so that the call answers as one on a deleted topic; returns
+        when the stream is still there, or when that cannot be told (the outage stands)."""
+        name = codec.stream_name(topic_id, partition)
+        with contextlib.suppress(EngineUnavailable):
+            await self.info(topic_id, partition)
+            return
+        if name not in self.known and not await self._listed(topic_id, partition):
+            raise UnknownLog(f"no log for {topic_id}/{partition}: deleted")
+
+    async def _listed(self, topic_id: str, partition: int) -> bool:
+        """Whether the stream is among the topic's (True when that cannot be told)."""
+        try:
+            return partition in await self.partitions(topic_id)
+        except EngineUnavailable:
+            return True
 
     async def partitions(self, topic_id: str) -> list[int]:
         """The partitions of a topic that have streams, in order."""

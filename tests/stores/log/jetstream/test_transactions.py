@@ -47,7 +47,7 @@ class TestRollForward:
         txn_id = txns.new_id()
         await txns.commit(txn_id, topic, frames)  # step 1 done: the append has happened
         for partition in applied_before_death:  # step 2 partly done, then the publisher is gone
-            await publisher._store(topic, partition, frames[partition], f"{txn_id}.{partition}")
+            await publisher.appends.store(topic, partition, frames[partition], f"{txn_id}.{partition}")
         assert (
             await _values(publisher, topic, 2) == []
         )  # not applied yet: nobody sees any of partition 2's part

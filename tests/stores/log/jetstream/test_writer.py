@@ -28,7 +28,7 @@ async def _written_once(engine: JetStreamLogEngine) -> tuple[str, StreamWriter[b
     topic = topic_id()
     await engine.create_topic(topic, 1, TopicLogConfig(replicas=3))
     await engine.append(topic, {0: [RecordIn(b"first")]})
-    return topic, engine._writers[codec.stream_name(topic, 0)]
+    return topic, engine.appends.writers[codec.stream_name(topic, 0)]
 
 
 async def test_concurrent_single_appends_share_a_few_writes(engine):
@@ -51,7 +51,7 @@ async def test_an_idle_partition_is_written_at_once_without_a_batch(engine):
     await engine.create_topic(topic, 1, TopicLogConfig(replicas=3))
     for i in range(5):
         assert await engine.append(topic, {0: [RecordIn(b"%d" % i)]}) == {0: i}
-    assert engine._writers[codec.stream_name(topic, 0)].writes == 5
+    assert engine.appends.writers[codec.stream_name(topic, 0)].writes == 5
 
 
 async def test_a_failed_write_fails_every_append_in_it_and_stores_none(engine, nats_cluster):

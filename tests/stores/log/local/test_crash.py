@@ -20,8 +20,6 @@ import os
 import random
 import re
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -33,9 +31,7 @@ from app.stores.log.local.files import BlockFile
 from app.stores.log.local.reads import DamagedRecords
 from app.stores.log.local.records import encode_batch
 from app.stores.log.protocol import EngineUnavailable, RecordIn, TopicLogConfig
-from tests.stores.log.conftest import crash, open_local
-
-REPO = Path(__file__).resolve().parents[4]
+from tests.stores.log.conftest import crash, open_local, start_child
 
 
 def append_bytes(path: Path, data: bytes) -> None:
@@ -468,7 +464,6 @@ class TestSigkill:
         script.write_text(CHILD)
         root = tmp_path / "log"
         dump = tmp_path / "dump.txt"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
         rng = random.Random(1234)
         acked: dict[tuple[int, int], str] = {}
         kills = 0
@@ -478,16 +473,7 @@ class TestSigkill:
         torn_cut = 0
         while kills < 22 or rounds < 23:
             rounds += 1
-            child = subprocess.Popen(
-                [sys.executable, str(script), str(root), str(dump), str(rounds)],
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-            assert child.stdout is not None
-            first = child.stdout.readline()
-            assert first == b"READY\n", first + child.stderr.read()
+            child = start_child(str(script), str(root), str(dump), str(rounds))
             # The restart recovered: everything acknowledged so far must be in the dump it wrote.
             latest = check_dump(dump, acked)
             if kills >= 22:

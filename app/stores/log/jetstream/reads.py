@@ -1,0 +1,130 @@
+"""Reads on JetStream: records by offset, the offset for a time, and a partition's extent and copies.
+
+A read is a batch direct get (``$JS.API.DIRECT.GET``, ``client.direct_get``) from sequence ``offset + 1``,
+answered by any replica of the stream (``allow_direct``), so reads spread over the cluster and go on while
+a stream elects a leader. Two consequences, both handled here:
+
+- a replica may trail the leader: an empty answer where this node knows there is more (``watermarks``, fed
+  by the commit notices of every node) is asked again a few times, 2 ms apart, before it is answered empty;
+- JetStream's ``max_bytes`` counts subjects and headers too: more is asked for than the caller's
+  ``max_bytes``, and the records are cut by their own size (at least one is always returned).
+
+Every record read advances this node's watermark of its stream, as does a ``partition_info``: what one node
+has read, its watchers may wake for. A stream missing when it is read is told apart from a deleted topic by
+``Streams.lookup`` (``UnknownLog`` for a deleted one; an outage stays ``EngineUnavailable``).
+
+``offset_for_time`` bisects the partition by record timestamp, one single-record read per step (the
+timestamps are inside the records' frames, which JetStream does not index).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from app.stores.log.jetstream import codec
+from app.stores.log.jetstream.client import JetStreamClient, NoStream
+from app.stores.log.jetstream.streams import Streams
+from app.stores.log.jetstream.watermarks import Watermarks
+from app.stores.log.protocol import EngineUnavailable, LogEngineError, PartitionInfo, Record, Replica
+
+_MESSAGE_OVERHEAD = 256  # subject, batch headers and framing JetStream counts in a read's max_bytes
+_LAG_RETRIES = 20
+
+
+class Reads:
+    """The engine's reads (see the module docstring). ``client`` answers the connected client, or raises
+    ``EngineUnavailable`` before the engine is started."""
+
+    def __init__(
+        self, client: Callable[[], JetStreamClient], streams: Streams, watermarks: Watermarks
+    ) -> None:
+        self._client = client
+        self._streams = streams
+        self._watermarks = watermarks
+
+    async def read(
+        self, topic_id: str, partition: int, offset: int, max_records: int = 100, max_bytes: int = 1 << 20
+    ) -> list[Record]:
+        """``LogEngine.read``: committed records from ``offset`` on."""
+        if offset < 0:
+            raise LogEngineError(f"offset {offset} is negative")
+        name = codec.stream_name(topic_id, partition)
+        if name not in self._streams.known:
+            await self._streams.lookup(topic_id, partition)
+        max_records = max(1, max_records)
+        asked_bytes = max(1, max_bytes) + max_records * _MESSAGE_OVERHEAD
+        found = await self._direct_get(topic_id, partition, offset + 1, max_records, asked_bytes)
+        if not found:
+            # A replica answering may trail the leader: when we know there is more, ask again.
+            for _ in range(_LAG_RETRIES):
+                end = self._watermarks.end(name)
+                if end is None or end <= offset:
+                    break
+                await asyncio.sleep(0.002)
+                found = await self._direct_get(topic_id, partition, offset + 1, max_records, asked_bytes)
+                if found:
+                    break
+        # JetStream's max_bytes counts subjects and headers too: ask for more, and cut by the records' own size.
+        records: list[Record] = []
+        size = 0
+        for seq, payload, _ in found:
+            size += len(payload)
+            if records and size > max_bytes:
+                break
+            records.append(codec.decode(seq - 1, payload))
+        if records:
+            self._watermarks.advance(name, records[-1].offset + 1)
+        return records
+
+    async def _direct_get(
+        self, topic_id: str, partition: int, seq: int, batch: int, max_bytes: int
+    ) -> list[tuple[int, bytes, Any]]:
+        name = codec.stream_name(topic_id, partition)
+        try:
+            return await self._client().direct_get(name, seq, batch, max_bytes)
+        except NoStream:
+            await self._streams.lookup(topic_id, partition)
+            raise EngineUnavailable(f"no replica of {name} answers reads right now") from None
+        except EngineUnavailable:
+            await self._streams.unless_deleted(topic_id, partition)
+            raise
+
+    async def offset_for_time(self, topic_id: str, partition: int, timestamp_ms: int) -> int:
+        """``LogEngine.offset_for_time``, by bisection over the partition's records."""
+        info = await self.partition_info(topic_id, partition)
+        low, high = info.earliest_offset, info.latest_offset  # the answer lies in [low, high]
+        while low < high:
+            middle = (low + high) // 2
+            found = await self._direct_get(topic_id, partition, middle + 1, 1, 1)
+            if not found:
+                high = middle
+                continue
+            seq, payload, _ = found[0]
+            if codec.timestamp_of(payload) >= timestamp_ms:
+                high = min(middle, seq - 1)
+            else:
+                low = seq  # offset seq - 1 is too early; everything up to it is
+        return low
+
+    async def partition_info(self, topic_id: str, partition: int) -> PartitionInfo:
+        """``LogEngine.partition_info``, from the stream's ``STREAM.INFO``."""
+        info = await self._streams.lookup(topic_id, partition)
+        state = info.get("state", {})
+        first, last = int(state.get("first_seq", 0)), int(state.get("last_seq", 0))
+        self._watermarks.advance(codec.stream_name(topic_id, partition), last)
+        earliest = max(0, first - 1) if state.get("messages") else last
+        return PartitionInfo(partition, earliest, last, int(state.get("bytes", 0)), _replicas(info))
+
+
+def _replicas(info: dict[str, Any]) -> tuple[Replica, ...]:
+    """A stream's copies from its info's ``cluster``: the leader (current by definition), then the followers
+    as the leader sees them (``current``: caught up and heard from lately). With no leader, followers only."""
+    cluster = info.get("cluster") or {}
+    leader = cluster.get("leader")
+    found = [Replica(server=str(leader), leader=True, current=True)] if leader else []
+    for peer in cluster.get("replicas") or []:
+        if peer.get("name"):
+            found.append(Replica(server=str(peer["name"]), leader=False, current=bool(peer.get("current"))))
+    return tuple(found)
