@@ -21,7 +21,7 @@ class UserRepository(Repository):
 
     async def add(self, user: User) -> User:
         self.session.add(user)
-        await self.session.flush()
+        await self._flush()
         return user
 
 
@@ -30,7 +30,7 @@ class UserSessionRepository(Repository):
 
     async def add(self, row: UserSession) -> None:
         self.session.add(row)
-        await self.session.flush()
+        await self._flush()
 
     async def get_with_user(self, session_id: str) -> tuple[UserSession, User] | None:
         result = await self.session.execute(
@@ -79,7 +79,7 @@ class ProjectRepository(Repository):
 
     async def add(self, project: Project) -> Project:
         self.session.add(project)
-        await self.session.flush()
+        await self._flush()
         return project
 
 
@@ -145,7 +145,7 @@ class ApiKeyRepository(Repository):
 
     async def add(self, key: ApiKey) -> ApiKey:
         self.session.add(key)
-        await self.session.flush()
+        await self._flush()
         return key
 
     async def touch_last_used(self, last_used: dict[str, datetime]) -> None:
