@@ -60,8 +60,8 @@ async def cmd_users_create(args: argparse.Namespace, store: MetadataStore) -> in
 
 
 async def cmd_users_disable(args: argparse.Namespace, store: MetadataStore, disabled: bool) -> int:
-    async with store.session() as session:
-        user, ended = await sessions.set_disabled(session, args.email, disabled)
+    async with store.unit() as uow:
+        user, ended = await sessions.set_disabled(uow, args.email, disabled)
     state = "disabled" if disabled else "enabled"
     human = f"{state} user {user.id} <{user.email}>"
     if disabled:

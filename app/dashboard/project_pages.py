@@ -22,6 +22,7 @@ from app.dashboard.routes import (
     router,
     templates,
 )
+from app.stores.metadata.unit import SqlMetadataUnit
 
 CATEGORIES = ("publish", "consume", "admin")
 MIN_PASSWORD = 8
@@ -100,8 +101,9 @@ async def change_password(request: Request) -> Response:
             error = "The new password and its confirmation differ."
         else:
             await tenancy.set_password(session, row, new)
-            await sessions.end_all(session, row.id)
-            token, _ = await sessions.open_session(session, row)
+            uow = SqlMetadataUnit(session)  # tenancy takes the session still (#34); this shares it
+            await sessions.end_all(uow, row.id)
+            token, _ = await sessions.open_session(uow, row)
     if error:
         return _page(request, "account.html", 400, user=user, csrf=user.csrf, error=error)
     response = RedirectResponse(

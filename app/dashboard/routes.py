@@ -68,9 +68,9 @@ async def _session_of(request: Request) -> auth.DashboardSession | None:
     token = request.cookies.get(auth.SESSION_COOKIE)
     if not token:
         return None
-    async with services.metadata.session() as session:
+    async with services.metadata.unit() as uow:
         return await sessions.resolve(
-            session, token, idle_seconds=services.settings.dashboard_idle_timeout_seconds
+            uow, token, idle_seconds=services.settings.dashboard_idle_timeout_seconds
         )
 
 
@@ -214,8 +214,8 @@ async def login(request: Request) -> Response:
     if not target.startswith("/dashboard/") or target.startswith("//"):
         target = "/dashboard"
     response = RedirectResponse(target, status_code=303)
-    async with services.metadata.session() as session:
-        token, _ = await sessions.open_session(session, user)
+    async with services.metadata.unit() as uow:
+        token, _ = await sessions.open_session(uow, user)
     response.set_cookie(
         auth.SESSION_COOKIE, token, **auth.cookie_options(services.settings, auth.SESSION_SECONDS)
     )
@@ -232,8 +232,8 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     user = await _require_session(request)
     await _checked_form(request, user)
-    async with _services(request).metadata.session() as session:
-        await sessions.end(session, user.session_id)
+    async with _services(request).metadata.unit() as uow:
+        await sessions.end(uow, user.session_id)
     response = RedirectResponse("/dashboard/login", status_code=303)
     response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH)
     return response

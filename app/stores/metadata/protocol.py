@@ -22,8 +22,8 @@ suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on bot
 check at the end of this module has mypy hold each repository to its protocol, and the SQL unit of work
 (``unit.py::SqlMetadataUnit``) to ``MetadataUnit``.
 
-Not every value is frozen yet: topics (``TopicRow``) and alert endpoints and attempts (``EndpointRow``,
-``AttemptRow``) are; other stores still answer the ORM rows of ``models.py`` (#34).
+Not every value is frozen yet: topics (``TopicRow``), dashboard sessions (``UserSessionRow``, ``Account``)
+and alert endpoints and attempts (``EndpointRow``, ``AttemptRow``) are; other stores still answer the ORM rows of ``models.py`` (#34).
 
 A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``MetadataStore.session``).
 """
@@ -43,7 +43,6 @@ from app.stores.metadata.models import (
     Project,
     Topic,
     User,
-    UserSession,
 )
 
 # values -------------------------------------------------------------------------------------------
@@ -211,6 +210,28 @@ class AttemptRow:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class UserSessionRow:
+    """A dashboard session as stored: the SHA-256 of its cookie's token (``id``), its CSRF token, and
+    when it began, was last used and ends."""
+
+    id: str
+    user_id: str
+    csrf: str
+    created_at: datetime
+    last_seen_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """Whom a session belongs to: a user without their password hash."""
+
+    id: str
+    email: str
+    disabled_at: datetime | None
+
+
 # tenancy and keys ---------------------------------------------------------------------------------
 
 
@@ -223,6 +244,9 @@ class UserStore(Protocol):
 
     async def add(self, user: User) -> User:
         """Insert a user (flushed: its constraints are checked now)."""
+
+    async def set_disabled(self, user_id: str, at: datetime | None) -> None:
+        """Store when the user was disabled (None: enabled)."""
 
 
 @runtime_checkable
@@ -275,10 +299,10 @@ class ApiKeyStore(Protocol):
 class UserSessionStore(Protocol):
     """Dashboard sessions, by the SHA-256 of their cookie's token."""
 
-    async def add(self, row: UserSession) -> None:
+    async def add(self, row: UserSessionRow) -> None:
         """Insert a session (flushed)."""
 
-    async def get_with_user(self, session_id: str) -> tuple[UserSession, User] | None:
+    async def get_with_user(self, session_id: str) -> tuple[UserSessionRow, Account] | None:
         """The session with its user, if any."""
 
     async def touch(self, session_id: str, at: datetime) -> None:

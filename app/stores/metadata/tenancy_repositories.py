@@ -10,6 +10,7 @@ from sqlalchemy import delete, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ApiKey, Project, User, UserSession
+from app.stores.metadata.protocol import Account, UserSessionRow
 
 
 class UserRepository(Repository):
@@ -24,22 +25,43 @@ class UserRepository(Repository):
         await self._flush()
         return user
 
+    async def set_disabled(self, user_id: str, at: datetime | None) -> None:
+        # An ORM UPDATE: a row of this user already read in this unit of work is updated with it.
+        await self.session.execute(update(User).where(User.id == user_id).values(disabled_at=at))
+
 
 class UserSessionRepository(Repository):
     """Dashboard sessions, by the hash of their cookie's token."""
 
-    async def add(self, row: UserSession) -> None:
-        self.session.add(row)
+    async def add(self, row: UserSessionRow) -> None:
+        self.session.add(
+            UserSession(
+                id=row.id,
+                user_id=row.user_id,
+                csrf=row.csrf,
+                created_at=row.created_at,
+                last_seen_at=row.last_seen_at,
+                expires_at=row.expires_at,
+            )
+        )
         await self._flush()
 
-    async def get_with_user(self, session_id: str) -> tuple[UserSession, User] | None:
+    async def get_with_user(self, session_id: str) -> tuple[UserSessionRow, Account] | None:
         result = await self.session.execute(
             select(UserSession, User)
             .join(User, User.id == UserSession.user_id)
             .where(UserSession.id == session_id)
         )
         row = result.first()
-        return (row[0], row[1]) if row else None
+        if row is None:
+            return None
+        found, user = row[0], row[1]
+        return (
+            UserSessionRow(
+                found.id, found.user_id, found.csrf, found.created_at, found.last_seen_at, found.expires_at
+            ),
+            Account(user.id, user.email, user.disabled_at),
+        )
 
     async def touch(self, session_id: str, at: datetime) -> None:
         await self.session.execute(

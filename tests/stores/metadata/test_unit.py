@@ -265,3 +265,31 @@ class TestAlertEndpoints:
             page = await uow.alerts.attempts_page(project.id, "production", None, 10)
         assert all(type(a) is protocol.AttemptRow for a in page)
         assert [(a.attempt, a.ok, a.status_code) for a in page] == [(2, True, 200), (1, False, 500)]
+
+
+class TestDashboardSessions:
+    async def test_a_session_is_read_back_with_its_account_and_ends_with_a_disable(
+        self, metadata: MetadataStore
+    ):
+        email = f"s-{secrets.token_hex(4)}@example.com"
+        user = User(id=new_id("usr"), email=email, password_hash="x", created_at=now())
+        at = now()
+        row = protocol.UserSessionRow(secrets.token_hex(32), user.id, "csrf", at, at, at)
+        async with metadata.unit() as uow:
+            await uow.users.add(user)
+            await uow.user_sessions.add(row)
+        async with metadata.unit() as uow:
+            found = await uow.user_sessions.get_with_user(row.id)
+            assert found is not None
+            stored, account = found
+            assert type(stored) is protocol.UserSessionRow and (stored.id, stored.user_id, stored.csrf) == (
+                row.id,
+                user.id,
+                "csrf",
+            )
+            assert account == protocol.Account(user.id, email, None)
+            await uow.users.set_disabled(user.id, at)
+        async with metadata.unit(readonly=True) as uow:
+            found = await uow.user_sessions.get_with_user(row.id)
+            assert found is not None and found[1].disabled_at is not None
+            assert await uow.user_sessions.get_with_user("no-such-session") is None
