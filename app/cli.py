@@ -21,6 +21,7 @@ from app.broker.rate_limits import Tier
 from app.settings import Settings, get_settings, unknown_environment_names
 from app.stores.errors import StoreUnavailable
 from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.unit import SqlMetadataUnit
 
 DEMO_EMAIL = "demo@queuecore.local"
 EXIT_REFUSED, EXIT_USAGE, EXIT_KEY_LIMIT, EXIT_UNAVAILABLE = 1, 2, 3, 4
@@ -59,8 +60,8 @@ async def cmd_users_create(args: argparse.Namespace, store: MetadataStore) -> in
 
 
 async def cmd_users_disable(args: argparse.Namespace, store: MetadataStore, disabled: bool) -> int:
-    async with store.session() as session:
-        user, ended = await sessions.set_disabled(session, args.email, disabled)
+    async with store.unit() as uow:
+        user, ended = await sessions.set_disabled(uow, args.email, disabled)
     state = "disabled" if disabled else "enabled"
     human = f"{state} user {user.id} <{user.email}>"
     if disabled:
@@ -189,7 +190,7 @@ async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, setting
     async with store.session() as session:
         project = await tenancy.get_project(session, args.project)
         view = await alerts.set_endpoint(
-            session,
+            SqlMetadataUnit(session),
             alerts.AlertPolicy.from_settings(settings),
             project.id,
             args.environment,
@@ -207,7 +208,7 @@ async def cmd_alerts_show(args: argparse.Namespace, store: MetadataStore, settin
     async with store.session() as session:
         project = await tenancy.get_project(session, args.project)
         policy = alerts.AlertPolicy.from_settings(settings)
-        view = await alerts.get_endpoint(session, policy, project.id, args.environment)
+        view = await alerts.get_endpoint(SqlMetadataUnit(session), policy, project.id, args.environment)
     _print(view.to_wire(), args.json, f"{view.url}  secret …{view.secret_hint}  breaker {view.state}")
     return 0
 
@@ -215,7 +216,7 @@ async def cmd_alerts_show(args: argparse.Namespace, store: MetadataStore, settin
 async def cmd_alerts_test(args: argparse.Namespace, store: MetadataStore) -> int:
     async with store.session() as session:
         project = await tenancy.get_project(session, args.project)
-        event_id = await alerts.send_test_event(session, project.id, args.environment)
+        event_id = await alerts.send_test_event(SqlMetadataUnit(session), project.id, args.environment)
     _print({"eventId": event_id}, args.json, f"queued test event {event_id} (sent by the running server)")
     return 0
 

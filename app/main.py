@@ -227,8 +227,8 @@ async def _sweep_orphan_logs(metadata: MetadataStore, log: LogEngine) -> None:
     if not log.exclusive:
         return
     try:
-        async with metadata.session() as session:
-            swept = await sweep_orphan_logs(session, log, await log.topic_ids())
+        async with metadata.unit() as uow:
+            swept = await sweep_orphan_logs(uow, log, await log.topic_ids())
         if swept:
             logger.info("removed the logs of %d deleted topics", swept)
     except StoreUnavailable:

@@ -9,7 +9,7 @@ import orjson
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from app.api.deps import AdminKey, ServicesDep, SessionDep
+from app.api.deps import AdminKey, ServicesDep, UnitDep
 from app.api.routing import JsonRoute
 from app.api.schemas.alerts import DeliveryPage, Endpoint, EndpointIn, TestEvent
 from app.broker import alerts
@@ -25,31 +25,27 @@ def _json(payload: dict[str, object], status: int = 200) -> Response:
 
 
 @router.put("/endpoint", response_model=Endpoint, responses=responses("INVALID_REQUEST", *_AUTH))
-async def set_endpoint(
-    body: EndpointIn, key: AdminKey, services: ServicesDep, session: SessionDep
-) -> Response:
+async def set_endpoint(body: EndpointIn, key: AdminKey, services: ServicesDep, uow: UnitDep) -> Response:
     """Set this environment's alert endpoint (http(s); in production not an internal address). Without
     ``secret`` one is generated on creation and answered once, as ``secret``."""
     view = await alerts.set_endpoint(
-        session, services.alerts.policy, key.project_id, key.environment, body.url, body.secret
+        uow, services.alerts.policy, key.project_id, key.environment, body.url, body.secret
     )
     return _json(view.to_wire())
 
 
 @router.get("/endpoint", response_model=Endpoint, responses=responses(*_AUTH, "ALERT_ENDPOINT_NOT_FOUND"))
-async def get_endpoint(key: AdminKey, services: ServicesDep, session: SessionDep) -> Response:
+async def get_endpoint(key: AdminKey, services: ServicesDep, uow: UnitDep) -> Response:
     """This environment's alert endpoint and the state of its circuit breaker (never the secret)."""
     return _json(
-        (
-            await alerts.get_endpoint(session, services.alerts.policy, key.project_id, key.environment)
-        ).to_wire()
+        (await alerts.get_endpoint(uow, services.alerts.policy, key.project_id, key.environment)).to_wire()
     )
 
 
 @router.delete("/endpoint", status_code=204, responses=responses(*_AUTH, "ALERT_ENDPOINT_NOT_FOUND"))
-async def delete_endpoint(key: AdminKey, session: SessionDep) -> Response:
+async def delete_endpoint(key: AdminKey, uow: UnitDep) -> Response:
     """Remove the endpoint; alerts not yet delivered are given up."""
-    await alerts.delete_endpoint(session, key.project_id, key.environment)
+    await alerts.delete_endpoint(uow, key.project_id, key.environment)
     return Response(status_code=204)
 
 
@@ -61,8 +57,8 @@ async def delete_endpoint(key: AdminKey, session: SessionDep) -> Response:
 )
 async def send_test_event(key: AdminKey, services: ServicesDep) -> TestEvent:
     """Queue a signed ``test`` event for the endpoint; see its attempts at ``GET /v1/alerts/deliveries``."""
-    async with services.metadata.session() as session:
-        event_id = await alerts.send_test_event(session, key.project_id, key.environment)
+    async with services.metadata.unit() as uow:
+        event_id = await alerts.send_test_event(uow, key.project_id, key.environment)
     services.alerts.wake()
     return TestEvent(eventId=event_id)
 
@@ -70,10 +66,10 @@ async def send_test_event(key: AdminKey, services: ServicesDep) -> TestEvent:
 @router.get("/deliveries", response_model=DeliveryPage, responses=responses("INVALID_REQUEST", *_AUTH))
 async def deliveries(
     key: AdminKey,
-    session: SessionDep,
+    uow: UnitDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: str | None = None,
 ) -> DeliveryPage:
     """Every delivery attempt of this environment's alerts, newest first."""
-    page = await alerts.deliveries(session, key.project_id, key.environment, limit=limit, cursor=cursor)
+    page = await alerts.deliveries(uow, key.project_id, key.environment, limit=limit, cursor=cursor)
     return DeliveryPage.model_validate({"data": page.entries, "nextCursor": page.next_cursor})

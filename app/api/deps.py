@@ -1,4 +1,5 @@
-"""What routes depend on: the services built in lifespan, the caller's key and topics, a metadata session."""
+"""What routes depend on: the services built in lifespan, the caller's key and topics, a metadata unit of
+work (or, for routes whose broker calls are not on the port yet, its session)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from app.broker.rate_limits import Category, limit_for
 from app.broker.topics import Scope, TopicDirectory, TopicRef
 from app.errors import ApiError
 from app.services import Services
+from app.stores.metadata.protocol import MetadataUnit
 
 
 async def get_services(request: Request) -> Services:
@@ -38,6 +40,15 @@ async def get_session(services: ServicesDep) -> AsyncIterator[AsyncSession]:
 # ends a yield dependency after the response: a 201 could go out before its write was durable, and a
 # client acting on it at once could find nothing).
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+
+
+async def get_unit(services: ServicesDep) -> AsyncIterator[MetadataUnit]:
+    """One unit of work per request, as ``get_session``: committed when the route returns."""
+    async with services.metadata.unit() as uow:
+        yield uow
+
+
+UnitDep = Annotated[MetadataUnit, Depends(get_unit, scope="function")]
 
 _INVALID_KEY = "The API key is missing, malformed, or has been revoked."
 

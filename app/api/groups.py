@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from app.api.deps import AdminTopics, ServicesDep, SessionDep
+from app.api.deps import AdminTopics, ServicesDep, SessionDep, UnitDep
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, TopicNamePath
 from app.api.schemas.groups import (
@@ -143,13 +143,13 @@ async def pause_group(
     name: TopicNamePath,
     group: GroupNamePath,
     topics: AdminTopics,
-    session: SessionDep,
+    uow: UnitDep,
     body: PauseIn | None = None,
 ) -> Paused:
     """Pause the group: no member receives messages (within 1 s on every node) until ``until`` or
     ``resume``; acks, nacks and extends still work."""
     topic = await topics.get(name)
-    state = await pauses.pause(session, topic, group, body.until if body is not None else None)
+    state = await pauses.pause(uow, topic, group, body.until if body is not None else None)
     return Paused(paused=True, until=state.until)
 
 
@@ -159,11 +159,11 @@ async def pause_group(
     responses=responses(*_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND"),
 )
 async def resume_group(
-    name: TopicNamePath, group: GroupNamePath, topics: AdminTopics, session: SessionDep
+    name: TopicNamePath, group: GroupNamePath, topics: AdminTopics, uow: UnitDep
 ) -> Resumed:
     """End the group's pause (a user's or the DLQ breaker's); delivery resumes."""
     topic = await topics.get(name)
-    await pauses.resume(session, topic, group)
+    await pauses.resume(uow, topic, group)
     return Resumed(paused=False)
 
 
@@ -183,7 +183,7 @@ async def reset_offsets(
     retained); 409 ``GROUP_ACTIVE`` while members are connected."""
     topic = await topics.get(name)
     return positions(
-        await services.metadata.transaction(
-            lambda session: offsets.reset_stopped(session, services.log, topic, group, body.to)
+        await services.metadata.run_unit(
+            lambda uow: offsets.reset_stopped(uow, services.log, topic, group, body.to)
         )
     )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import AdminTopics, ServicesDep, SessionDep
+from app.api.deps import AdminTopics, ServicesDep, UnitDep
 from app.api.groups import positions
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, TopicNamePath
@@ -27,12 +27,12 @@ async def get_offsets(
     group: GroupNamePath,
     topics: AdminTopics,
     services: ServicesDep,
-    session: SessionDep,
+    uow: UnitDep,
     partition: Annotated[int | None, Query(ge=0)] = None,
 ) -> Offset | OffsetList:
     """``{current, latest, lag}`` of one partition; without ``partition``, one entry per partition."""
     topic = await topics.get(name)
-    lags = await offsets.get_offsets(session, services.log, topic, group, partition)
+    lags = await offsets.get_offsets(uow, services.log, topic, group, partition)
     if partition is not None:
         (one,) = lags
         return Offset(current=one.current, latest=one.latest, lag=one.lag)
@@ -56,9 +56,9 @@ async def seek(
     partition are dropped and delivery resumes there."""
     topic = await topics.get(name)
     # A seek meets members' writes of the group: a lock conflict the database breaks is run again.
-    moved = await services.metadata.transaction(
-        lambda session: offsets.seek(
-            session, services.log, topic, group, body.partition, offset=body.offset, timestamp=body.timestamp
+    moved = await services.metadata.run_unit(
+        lambda uow: offsets.seek(
+            uow, services.log, topic, group, body.partition, offset=body.offset, timestamp=body.timestamp
         )
     )
     return Seeked(partition=moved.partition, offset=moved.current)
@@ -75,7 +75,7 @@ async def reset(
     """Move every partition (or one) to earliest or latest, also while consuming."""
     topic = await topics.get(name)
     return positions(
-        await services.metadata.transaction(
-            lambda session: offsets.reset_live(session, services.log, topic, group, body.to, body.partition)
+        await services.metadata.run_unit(
+            lambda uow: offsets.reset_live(uow, services.log, topic, group, body.to, body.partition)
         )
     )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from app.api.deps import AdminKey, ServicesDep, SessionDep, scope_of
+from app.api.deps import AdminKey, ServicesDep, UnitDep, scope_of
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import TopicNamePath
 from app.api.schemas.topics import (
@@ -48,11 +48,11 @@ def _topic(view: topics.TopicView) -> Topic:
         "INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_ALREADY_EXISTS", "PAYLOAD_TOO_LARGE"
     ),
 )
-async def create_topic(body: TopicCreate, key: AdminKey, services: ServicesDep, session: SessionDep) -> Topic:
+async def create_topic(body: TopicCreate, key: AdminKey, services: ServicesDep, uow: UnitDep) -> Topic:
     """Create a topic in the key's environment; 403 ``QUOTA_EXCEEDED`` past the environment's topics or
     partitions quota."""
     row = await topics.create_topic(
-        session,
+        uow,
         services.log,
         scope_of(key),
         body.name,
@@ -68,21 +68,21 @@ async def create_topic(body: TopicCreate, key: AdminKey, services: ServicesDep, 
 @router.get("", response_model=TopicList, responses=responses("INVALID_REQUEST", *_AUTH))
 async def list_topics(
     key: AdminKey,
-    session: SessionDep,
+    uow: UnitDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: str | None = None,
 ) -> TopicList:
     """Topics of the key's environment by name, a page at a time (``nextCursor`` until the last)."""
-    rows, next_cursor = await topics.list_topics(session, scope_of(key), limit=limit, cursor=cursor)
+    rows, next_cursor = await topics.list_topics(uow, scope_of(key), limit=limit, cursor=cursor)
     return TopicList(data=[_topic(r) for r in rows], nextCursor=next_cursor)
 
 
 @router.get("/{name}", response_model=TopicDetail, responses=responses(*_AUTH, "TOPIC_NOT_FOUND"))
 async def describe_topic(
-    name: TopicNamePath, key: AdminKey, services: ServicesDep, session: SessionDep
+    name: TopicNamePath, key: AdminKey, services: ServicesDep, uow: UnitDep
 ) -> TopicDetail:
     """A topic with per-partition offsets and sizes."""
-    row = await topics.get_topic(session, scope_of(key), name)
+    row = await topics.get_topic(uow, scope_of(key), name)
     details = await topics.partition_details(services.log, row)
     return TopicDetail(
         **_topic(row).model_dump(),
@@ -108,12 +108,12 @@ async def describe_topic(
     responses=responses("INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_NOT_FOUND"),
 )
 async def update_topic(
-    name: TopicNamePath, body: TopicUpdate, key: AdminKey, services: ServicesDep, session: SessionDep
+    name: TopicNamePath, body: TopicUpdate, key: AdminKey, services: ServicesDep, uow: UnitDep
 ) -> Topic:
     """Increase partitions (403 ``QUOTA_EXCEEDED`` past the environment's partitions quota) and/or change
     retention."""
     row = await topics.update_topic(
-        session, services.log, scope_of(key), name, partitions=body.partitions, retention=body.retention
+        uow, services.log, scope_of(key), name, partitions=body.partitions, retention=body.retention
     )
     services.publisher.topic_changed(scope_of(key), name)
     return _topic(row)

@@ -30,9 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import alerts, durations, pauses
 from app.broker.errors import InvalidRequest
-from app.kit.clock import isoformat_ms, now_ms
+from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_control_repositories import GroupControlRepository
+from app.stores.metadata.unit import SqlMetadataUnit
 
 logger = logging.getLogger("queuecore.breaker")
 
@@ -183,12 +184,13 @@ async def _add(session: AsyncSession, group_id: str, config: BreakerConfig, acke
         return False  # paused already (by a user, or tripped by another node): counted, nothing more
     if not config.trips(group.breaker_acked, group.breaker_failed):
         return False
-    pauses.set_pause(group, pauses.DLQ_BREAKER, None)
+    # The locked row itself (counted above, written when this unit of work commits).
+    group.paused_reason, group.paused_until_ms, group.updated_at = pauses.DLQ_BREAKER, None, utcnow()
     topic = await repo.topic_of(group.topic_id)
     if topic is not None:
         ended = group.breaker_acked + group.breaker_failed
         await alerts.enqueue(
-            session,
+            SqlMetadataUnit(session),
             project_id=topic[0],
             environment=topic[1],
             event_type=EVENT_TYPE,

@@ -46,6 +46,7 @@ from app.stores.metadata.dlq_repositories import DeadLetterRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import DeadLetterRow
+from app.stores.metadata.unit import SqlMetadataUnit
 
 TIMEOUT_REASON = "ack timeout"
 NACK_REASON = "nack"
@@ -239,7 +240,7 @@ async def _raise_alert(
     """Queue the ``dlq.threshold_reached`` event for the topic's environment's endpoint (same unit of
     work)."""
     await alerts.enqueue(
-        session,
+        SqlMetadataUnit(session),
         project_id=project_id,
         environment=environment,
         event_type="dlq.threshold_reached",
@@ -326,7 +327,7 @@ async def inspect(
     """One page of the DLQ, oldest dead letter first, with the DLQ's depth."""
     _check_limit(limit)
     after = _after(cursor)
-    group = await get_group(session, topic, group_name)
+    group = await get_group(SqlMetadataUnit(session), topic, group_name)
     repo = DeadLetterRepository.from_session(session)
     rows = await repo.page(group.id, after, limit + 1)
     more = len(rows) > limit
@@ -401,7 +402,7 @@ async def _take_one(
     """Take one message out of the group's DLQ (``replay``: back to the group), with its audit entry."""
     key = _key_of(topic, message_id)
     async with metadata.session() as session:
-        group = await get_group(session, topic, group_name, for_update=True)
+        group = await get_group(SqlMetadataUnit(session), topic, group_name, for_update=True)
         taken = await DeadLetterRepository.from_session(session).take(group.id, [key])
         if not taken:
             raise MessageNotFound(f"Message '{message_id}' is not in the DLQ of group '{group_name}'.")
@@ -442,7 +443,7 @@ async def replay_all(
     """Send every dead letter present when the call starts back to the group, in chunks (never the whole
     DLQ in memory), at most ``rate`` per second when given; the count replayed."""
     async with metadata.session(readonly=True) as session:
-        group = await get_group(session, topic, group_name)
+        group = await get_group(SqlMetadataUnit(session), topic, group_name)
         group_id = group.id
         last = await DeadLetterRepository.from_session(session).max_dlq_offset(group_id)
     replayed = 0
@@ -481,7 +482,7 @@ async def audit(
     """The replays and deletes of a group's DLQ, newest first."""
     _check_limit(limit)
     before = decode_cursor(cursor) if cursor else None
-    group = await get_group(session, topic, group_name)
+    group = await get_group(SqlMetadataUnit(session), topic, group_name)
     rows = list(await DeadLetterRepository.from_session(session).audit_page(group.id, before, limit + 1))
     more = len(rows) > limit
     rows = rows[:limit]

@@ -30,7 +30,8 @@ from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ConsumerGroup
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import PartitionState
+from app.stores.metadata.protocol import MetadataUnit, PartitionState
+from app.stores.metadata.unit import SqlMetadataUnit
 
 DEFAULT_ACK_TIMEOUT = "30s"
 DEFAULT_SESSION_TIMEOUT = "10s"
@@ -221,9 +222,9 @@ async def ensure_exists(
 
 
 async def get_group(
-    session: AsyncSession, topic: TopicRef, name: str, *, for_update: bool = False
+    uow: MetadataUnit, topic: TopicRef, name: str, *, for_update: bool = False
 ) -> ConsumerGroup:
-    group = await GroupRepository.from_session(session).get(topic.id, name, for_update=for_update)
+    group = await uow.groups.get(topic.id, name, for_update=for_update)
     if group is None:
         raise GroupNotFound(f"No consumer group '{name}' on topic '{topic.name}'.")
     return group
@@ -311,14 +312,14 @@ async def matching_lag(
 
 
 async def partition_lags(
-    session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str, filter: str | None = None
+    uow: MetadataUnit, log: LogEngine, topic: TopicRef, group_id: str, filter: str | None = None
 ) -> list[PartitionLag]:
     """Per partition: live owner, ``current`` (the earliest retained offset while nothing is committed), lag
     (with a ``filter``: only the messages matching it, see ``matching_lag``)."""
     predicate = filters.predicate_of(filter)
-    partitions = await PartitionRepository.from_session(session).partitions(group_id)
+    partitions = await uow.partitions.partitions(group_id)
     state: dict[int, PartitionState] = {s.partition: s for s in partitions}
-    live = set(await GroupRepository.from_session(session).live_members(group_id, now_ms()))
+    live = set(await uow.groups.live_members(group_id, now_ms()))
     out = []
     for p in range(topic.partitions):
         info = await log.partition_info(topic.id, p)
@@ -356,21 +357,21 @@ async def read_positions(
 
 
 async def list_groups(session: AsyncSession, log: LogEngine, topic: TopicRef) -> list[GroupSummary]:
-    repo = GroupRepository.from_session(session)
-    rows = await repo.list_for_topic(topic.id)
-    counts = await repo.live_member_counts([g.id for g in rows], now_ms())
+    uow = SqlMetadataUnit(session)
+    rows = await uow.groups.list_for_topic(topic.id)
+    counts = await uow.groups.live_member_counts([g.id for g in rows], now_ms())
     out = []
     for group in rows:
-        lags = await partition_lags(session, log, topic, group.id, group.filter)
+        lags = await partition_lags(uow, log, topic, group.id, group.filter)
         out.append(GroupSummary(group.name, counts.get(group.id, 0), sum(p.lag for p in lags)))
     return out
 
 
 async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef, name: str) -> GroupDetail:
-    repo = GroupRepository.from_session(session)
-    group = await get_group(session, topic, name)
-    counts = await repo.live_member_counts([group.id], now_ms())
-    lags = await partition_lags(session, log, topic, group.id, group.filter)
+    uow = SqlMetadataUnit(session)
+    group = await get_group(uow, topic, name)
+    counts = await uow.groups.live_member_counts([group.id], now_ms())
+    lags = await partition_lags(uow, log, topic, group.id, group.filter)
     expired = await ExpiryRepository.from_session(session).expired(group.id)
     return GroupDetail(
         group.name,
@@ -383,9 +384,9 @@ async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef,
     )
 
 
-async def require_stopped(repo: GroupRepository, group: ConsumerGroup, what: str) -> None:
+async def require_stopped(uow: MetadataUnit, group: ConsumerGroup, what: str) -> None:
     # A push group's URL workers are the service's own members, not connected consumers.
-    live = [m for m in await repo.live_members(group.id, now_ms()) if not push_groups.is_worker(m)]
+    live = [m for m in await uow.groups.live_members(group.id, now_ms()) if not push_groups.is_worker(m)]
     if live:
         raise GroupActive(
             f"Group '{group.name}' has {len(live)} connected member{'s' if len(live) != 1 else ''}; "
@@ -396,10 +397,10 @@ async def require_stopped(repo: GroupRepository, group: ConsumerGroup, what: str
 async def delete_group(session: AsyncSession, topic: TopicRef, name: str) -> str:
     """Delete a stopped group with its offsets, leases and DLQ rows; 409 ``GROUP_ACTIVE`` while members
     are connected. Returns its id: the caller removes its DLQ log once this unit of work committed."""
-    repo = GroupRepository.from_session(session)
-    group = await get_group(session, topic, name, for_update=True)
-    await require_stopped(repo, group, "deleting it")
-    await repo.remove(group.id)
+    uow = SqlMetadataUnit(session)
+    group = await get_group(uow, topic, name, for_update=True)
+    await require_stopped(uow, group, "deleting it")
+    await uow.groups.remove(group.id)
     return group.id
 
 

@@ -7,24 +7,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from app.broker import tenancy
 from app.broker.groups import get_group, partition_lags
+from app.broker.tenancy import ProjectView
 from app.broker.topics import TopicRef
 from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.dlq_repositories import DeadLetterRepository
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.models import Project
+from app.stores.metadata.protocol import MetadataUnit
 
 
-async def projects_owned_by(session: AsyncSession, user_id: str) -> list[Project]:
+async def projects_owned_by(uow: MetadataUnit, user_id: str) -> list[ProjectView]:
     """The projects an account user owns, by name."""
-    return sorted((p for p in await tenancy.list_projects(session) if p.owner_id == user_id), key=_name)
+    owned = [ProjectView.of(p) for p in await uow.projects.list() if p.owner_id == user_id]
+    return sorted(owned, key=_name)
 
 
-def _name(project: Project) -> str:
+def _name(project: ProjectView) -> str:
     return project.name
 
 
@@ -54,13 +51,13 @@ class GroupHealth:
     dlq_depth: int
 
 
-async def group_health(session: AsyncSession, log: LogEngine, topic: TopicRef, name: str) -> GroupHealth:
+async def group_health(uow: MetadataUnit, log: LogEngine, topic: TopicRef, name: str) -> GroupHealth:
     """A group's live members (partitions, last heartbeat) and per partition owner, committed offset,
     latest offset, lag and the age of the oldest unacked message (the one at the committed offset)."""
-    group = await get_group(session, topic, name)
-    repo = GroupRepository.from_session(session)
+    group = await get_group(uow, topic, name)
+    repo = uow.groups
     now = now_ms()
-    lags = await partition_lags(session, log, topic, group.id, group.filter)
+    lags = await partition_lags(uow, log, topic, group.id, group.filter)
     members = []
     for member_id in await repo.live_members(group.id, now):
         member = await repo.get_member(group.id, member_id)
@@ -83,13 +80,13 @@ async def group_health(session: AsyncSession, log: LogEngine, topic: TopicRef, n
             if oldest:
                 age = max(0.0, (now - oldest[0].timestamp_ms) / 1000)
         partitions.append(PartitionHealth(p.partition, p.consumer, p.current, p.latest, p.lag, age))
-    depth = await DeadLetterRepository.from_session(session).depth(group.id)
+    depth = await uow.dead_letters.depth(group.id)
     return GroupHealth(members, partitions, depth)
 
 
-async def dlq_depths(session: AsyncSession) -> dict[str, int]:
+async def dlq_depths(uow: MetadataUnit) -> dict[str, int]:
     """Dead letters waiting, per group id."""
-    return await DeadLetterRepository.from_session(session).depths()
+    return await uow.dead_letters.depths()
 
 
 async def publish_rate(

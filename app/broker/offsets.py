@@ -11,17 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import groups
 from app.broker.errors import InvalidRequest
 from app.broker.reading import check_partition, parse_timestamp
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.models import ConsumerGroup
-from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import MetadataUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +36,13 @@ def parse_target(value: object, *, allow_offset: bool, field: str = "to") -> str
 
 
 async def get_offsets(
-    session: AsyncSession, log: LogEngine, topic: TopicRef, name: str, partition: int | None = None
+    uow: MetadataUnit, log: LogEngine, topic: TopicRef, name: str, partition: int | None = None
 ) -> list[groups.PartitionLag]:
     """``current``/``latest``/``lag`` of one partition, or of every partition."""
     if partition is not None:
         check_partition(topic, partition)
-    group = await groups.get_group(session, topic, name)
-    lags = await groups.partition_lags(session, log, topic, group.id, group.filter)
+    group = await groups.get_group(uow, topic, name)
+    lags = await groups.partition_lags(uow, log, topic, group.id, group.filter)
     return [lag for lag in lags if partition is None or lag.partition == partition]
 
 
@@ -62,26 +57,26 @@ async def _resolve(log: LogEngine, topic: TopicRef, partition: int, target: str 
 
 
 async def _move(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     topic: TopicRef,
-    group: ConsumerGroup,
+    group_id: str,
     targets: dict[int, str | int],
 ) -> list[Position]:
     """Set committed and position of partitions and drop their in-flight leases."""
     numbers = sorted(targets)
-    repo = PartitionRepository.from_session(session)
-    have = {s.partition for s in await repo.lock_partitions(group.id, numbers=numbers)}
-    await repo.add_partitions(group.id, [p for p in numbers if p not in have])
+    partitions = uow.partitions
+    have = {s.partition for s in await partitions.lock_partitions(group_id, numbers=numbers)}
+    await partitions.add_partitions(group_id, [p for p in numbers if p not in have])
     offsets = {p: await _resolve(log, topic, p, targets[p]) for p in numbers}
-    await repo.set_offsets(group.id, offsets)
-    await repo.bump_epochs(group.id, numbers)  # a push owner drops what it holds in memory there
-    await LeaseRepository.from_session(session).drop_partition_leases(group.id, numbers)
+    await partitions.set_offsets(group_id, offsets)
+    await partitions.bump_epochs(group_id, numbers)  # a push owner drops what it holds in memory there
+    await uow.leases.drop_partition_leases(group_id, numbers)
     return [Position(p, o) for p, o in offsets.items()]
 
 
 async def seek(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     topic: TopicRef,
     name: str,
@@ -109,13 +104,13 @@ async def seek(
         assert offset is not None
         target = offset
     # The group row first, as every writer of a group's partitions takes it: one lock order, no deadlock.
-    group = await groups.get_group(session, topic, name, for_update=True)
-    (moved,) = await _move(session, log, topic, group, {partition: target})
+    group = await groups.get_group(uow, topic, name, for_update=True)
+    (moved,) = await _move(uow, log, topic, group.id, {partition: target})
     return moved
 
 
 async def reset_live(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     topic: TopicRef,
     name: str,
@@ -126,17 +121,16 @@ async def reset_live(
     target = parse_target(to, allow_offset=False)
     if partition is not None:
         check_partition(topic, partition)
-    group = await groups.get_group(session, topic, name, for_update=True)  # the lock order, as in seek
+    group = await groups.get_group(uow, topic, name, for_update=True)  # the lock order, as in seek
     numbers: Sequence[int] = [partition] if partition is not None else range(topic.partitions)
-    return await _move(session, log, topic, group, {p: target for p in numbers})
+    return await _move(uow, log, topic, group.id, {p: target for p in numbers})
 
 
 async def reset_stopped(
-    session: AsyncSession, log: LogEngine, topic: TopicRef, name: str, to: object
+    uow: MetadataUnit, log: LogEngine, topic: TopicRef, name: str, to: object
 ) -> list[Position]:
     """``reset-offsets``: every partition to earliest, latest or an offset; 409 while members are connected."""
     target = parse_target(to, allow_offset=True)
-    repo = GroupRepository.from_session(session)
-    group = await groups.get_group(session, topic, name, for_update=True)
-    await groups.require_stopped(repo, group, "resetting its offsets")
-    return await _move(session, log, topic, group, {p: target for p in range(topic.partitions)})
+    group = await groups.get_group(uow, topic, name, for_update=True)
+    await groups.require_stopped(uow, group, "resetting its offsets")
+    return await _move(uow, log, topic, group.id, {p: target for p in range(topic.partitions)})

@@ -11,16 +11,13 @@ when that time comes: nothing is written then, every reader compares with the cl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Any, Protocol
 
 from app.broker import timing
 from app.broker.errors import GroupNotFound, InvalidRequest
 from app.broker.topics import TopicRef
 from app.kit.clock import isoformat_ms, now_ms, utcnow
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.models import ConsumerGroup
+from app.stores.metadata.protocol import MetadataUnit
 
 USER = "user"
 DLQ_BREAKER = "dlq-breaker"
@@ -45,7 +42,17 @@ def holds(reason: str | None, until_ms: int | None, now: int) -> bool:
     return reason is not None and (until_ms is None or until_ms > now)
 
 
-def state_of(group: ConsumerGroup, now: int | None = None) -> PauseState:
+class Paused(Protocol):
+    """Whatever carries a group's stored pause (its row, a ``CallerView``)."""
+
+    @property
+    def paused_reason(self) -> str | None: ...
+
+    @property
+    def paused_until_ms(self) -> int | None: ...
+
+
+def state_of(group: Paused, now: int | None = None) -> PauseState:
     """The group's pause as clients see it (an ``until`` that has passed is no pause)."""
     at = now_ms() if now is None else now
     if not holds(group.paused_reason, group.paused_until_ms, at):
@@ -63,36 +70,26 @@ def parse_until(value: Any, now: int) -> int | None:
     return at
 
 
-async def _locked(session: AsyncSession, topic: TopicRef, name: str) -> ConsumerGroup:
+async def _locked(uow: MetadataUnit, topic: TopicRef, name: str) -> str:
+    """The group's id, its row locked for this unit of work."""
     # ``groups.get_group``'s lookup; not imported from there: ``groups`` describes pauses with this module.
-    group = await GroupRepository.from_session(session).get(topic.id, name, for_update=True)
+    group = await uow.groups.get(topic.id, name, for_update=True)
     if group is None:
         raise GroupNotFound(f"No consumer group '{name}' on topic '{topic.name}'.")
-    return group
+    return group.id
 
 
-def set_pause(group: ConsumerGroup, reason: str, until_ms: int | None) -> None:
-    """Pause the (locked) group row."""
-    group.paused_reason, group.paused_until_ms = reason, until_ms
-    group.updated_at = utcnow()
-
-
-async def pause(session: AsyncSession, topic: TopicRef, name: str, until: Any = None) -> PauseState:
+async def pause(uow: MetadataUnit, topic: TopicRef, name: str, until: Any = None) -> PauseState:
     """Pause a group (by a user) until ``until`` or until resumed; pausing again replaces the pause."""
     now = now_ms()
     until_ms = parse_until(until, now)
-    group = await _locked(session, topic, name)
-    set_pause(group, USER, until_ms)
-    await session.flush()
+    group_id = await _locked(uow, topic, name)
+    await uow.groups.set_pause(group_id, USER, until_ms, utcnow())
     return PauseState(True, until_ms, USER)
 
 
-async def resume(session: AsyncSession, topic: TopicRef, name: str) -> PauseState:
+async def resume(uow: MetadataUnit, topic: TopicRef, name: str) -> PauseState:
     """End a group's pause (a user's or the breaker's); the breaker counts afresh from now."""
-    group = await _locked(session, topic, name)
-    group.paused_reason = group.paused_until_ms = None
-    group.breaker_window_ms = now_ms()
-    group.breaker_acked = group.breaker_failed = 0
-    group.updated_at = utcnow()
-    await session.flush()
+    group_id = await _locked(uow, topic, name)
+    await uow.groups.clear_pause(group_id, now_ms(), utcnow())
     return PauseState(False)

@@ -34,7 +34,7 @@ How each is held, and why it cannot be overshot by concurrent requests:
   project (``lock_project``), counts the environment's schedules, then checks, as topics do.
 - ``pushGroups``: the feature does not exist yet; its numbers are in the table so the tiers are complete.
   The hook, for whoever builds it: in the unit of work that turns a group into a push group,
-  ``limits = await lock_project(session, project_id)``, count the environment's push groups, then
+  ``limits = await lock_project(uow, project_id)``, count the environment's push groups, then
   ``check(Quota.push_groups, limits, used)`` before the change.
 """
 
@@ -52,8 +52,8 @@ from app.broker.rate_limits import Tier
 from app.kit.digits import is_ascii_digits
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.models import Project, Topic
+from app.stores.metadata.protocol import MetadataUnit
 from app.stores.metadata.schedule_repositories import ScheduleRepository
-from app.stores.metadata.tenancy_repositories import ProjectRepository
 from app.stores.metadata.topic_repositories import TopicRepository
 
 GIB = 1 << 30
@@ -161,12 +161,12 @@ def check(quota: Quota, limits: QuotaLimits, used: int, adding: int = 1) -> None
         raise QuotaExceeded(quota.value, DESCRIPTIONS[quota], limit, used, adding)
 
 
-async def lock_project(session: AsyncSession, project_id: str) -> QuotaLimits:
+async def lock_project(uow: MetadataUnit, project_id: str) -> QuotaLimits:
     """Lock the project row for this unit of work and answer its quotas (its tier as committed now).
 
     Every unit of work that makes something a per-environment quota counts locks the project first, so
     counts taken after it see every earlier creator's commit."""
-    project = await ProjectRepository.from_session(session).lock(project_id)
+    project = await uow.projects.lock(project_id)
     if project is None:  # deleted under the caller (its keys go with it)
         raise ProjectNotFound(project_id)
     return QuotaLimits(project.tier, project.custom_limits)

@@ -20,13 +20,11 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Protocol
 
 from app.broker.errors import UserNotFound
 from app.kit.clock import utcnow
-from app.stores.metadata.models import User, UserSession
-from app.stores.metadata.tenancy_repositories import UserRepository, UserSessionRepository
+from app.stores.metadata.protocol import Account, MetadataUnit, UserSessionRow
 
 LIFETIME_SECONDS = 12 * 3600
 _TOUCH_EVERY = 60.0
@@ -51,13 +49,21 @@ def _aware(at: datetime) -> datetime:
     return at if at.tzinfo is not None else at.replace(tzinfo=utcnow().tzinfo)
 
 
-async def open_session(
-    session: AsyncSession, user: User, *, now: datetime | None = None
-) -> tuple[str, SignedIn]:
+class User(Protocol):
+    """Whom a session is opened for (a user as the tenancy calls answer it)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def email(self) -> str: ...
+
+
+async def open_session(uow: MetadataUnit, user: User, *, now: datetime | None = None) -> tuple[str, SignedIn]:
     """A new session for ``user``: the cookie's token (shown to this browser only) and the session."""
     now = now or utcnow()
     token = secrets.token_urlsafe(32)
-    row = UserSession(
+    row = UserSessionRow(
         id=_session_id(token),
         user_id=user.id,
         csrf=secrets.token_urlsafe(32),
@@ -65,19 +71,19 @@ async def open_session(
         last_seen_at=now,
         expires_at=now + timedelta(seconds=LIFETIME_SECONDS),
     )
-    await UserSessionRepository.from_session(session).add(row)
+    await uow.user_sessions.add(row)
     return token, SignedIn(row.id, user.id, user.email, row.csrf)
 
 
 async def resolve(
-    session: AsyncSession, token: str | None, *, idle_seconds: float, now: datetime | None = None
+    uow: MetadataUnit, token: str | None, *, idle_seconds: float, now: datetime | None = None
 ) -> SignedIn | None:
     """The session a cookie's token opens, or None: unknown, ended, idle too long, past its lifetime, or
     its account disabled. A session found too old is deleted."""
     if not token or len(token) > 256:
         return None
     now = now or utcnow()
-    sessions = UserSessionRepository.from_session(session)
+    sessions = uow.user_sessions
     found = await sessions.get_with_user(_session_id(token))
     if found is None:
         return None
@@ -95,28 +101,25 @@ async def resolve(
     return SignedIn(row.id, user.id, user.email, row.csrf)
 
 
-async def end(session: AsyncSession, session_id: str) -> None:
+async def end(uow: MetadataUnit, session_id: str) -> None:
     """Sign-out: the session is gone; its cookie opens nothing any more."""
-    await UserSessionRepository.from_session(session).delete(session_id)
+    await uow.user_sessions.delete(session_id)
 
 
-async def end_all(session: AsyncSession, user_id: str) -> int:
+async def end_all(uow: MetadataUnit, user_id: str) -> int:
     """End every session of an account (a password change, a disabled account); how many ended."""
-    return await UserSessionRepository.from_session(session).delete_for_user(user_id)
+    return await uow.user_sessions.delete_for_user(user_id)
 
 
-async def set_disabled(session: AsyncSession, email: str, disabled: bool) -> tuple[User, int]:
-    """Disable (every session ends at once, sign-in refused) or enable an account; the user and how many
-    sessions ended."""
-    user = await UserRepository.from_session(session).get_by_email(email.strip().lower())
+async def set_disabled(uow: MetadataUnit, email: str, disabled: bool) -> tuple[Account, int]:
+    """Disable (every session ends at once, sign-in refused) or enable an account; the account and how
+    many sessions ended."""
+    user = await uow.users.get_by_email(email.strip().lower())
     if user is None:
         raise UserNotFound(f"No user with the email '{email.strip().lower()}'.")
     ended = 0
+    at = (user.disabled_at or utcnow()) if disabled else None  # disabling again keeps the first time
+    await uow.users.set_disabled(user.id, at)
     if disabled:
-        if user.disabled_at is None:
-            user.disabled_at = utcnow()
-        ended = await end_all(session, user.id)
-    else:
-        user.disabled_at = None
-    await session.flush()
-    return user, ended
+        ended = await end_all(uow, user.id)
+    return Account(user.id, user.email, at), ended

@@ -14,14 +14,12 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import enum
 import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
-
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import dead_letter_logs, message_ids, quotas
 from app.broker.errors import InvalidRequest, TopicAlreadyExists, TopicNotFound
@@ -29,6 +27,7 @@ from app.broker.quotas import Quota
 from app.kit.clock import utcnow
 from app.kit.ids import new_id
 from app.kit.singleflight import SingleFlight
+from app.stores.errors import AlreadyExists
 from app.stores.log.protocol import (
     LogEngine,
     LogEngineError,
@@ -37,9 +36,7 @@ from app.stores.log.protocol import (
     TopicLogConfig,
 )
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.models import Topic
-from app.stores.metadata.topic_repositories import TopicRepository
+from app.stores.metadata.protocol import MetadataUnit, TopicRow
 
 MAX_PARTITIONS = 256
 # Replica counts a topic may ask for (a quorum of an odd count survives losing a minority); the engine
@@ -93,7 +90,7 @@ class TopicView:
     updated_at: datetime
 
     @classmethod
-    def of(cls, row: Topic) -> TopicView:
+    def of(cls, row: TopicRow) -> TopicView:
         return cls(
             row.id,
             row.name,
@@ -134,8 +131,8 @@ class TopicDirectory:
         return ref
 
     async def _refresh(self, key: tuple[str, str, str]) -> TopicRef | None:
-        async with self._metadata.session(readonly=True) as session:
-            row = await TopicRepository.from_session(session).get_by_name(*key)
+        async with self._metadata.unit(readonly=True) as uow:
+            row = await uow.topics.get_by_name(*key)
         ref = (
             TopicRef(
                 row.id, row.name, row.partitions, row.delivery, message_ids.topic_prefix(row.id), row.replicas
@@ -213,12 +210,12 @@ def decode_cursor(cursor: str) -> str:
     return name
 
 
-def log_config(topic: Topic) -> TopicLogConfig:
+def log_config(topic: TopicRow) -> TopicLogConfig:
     return TopicLogConfig(retention_ms=topic.retention_ms, replicas=topic.replicas)
 
 
 async def create_topic(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     scope: Scope,
     name: str,
@@ -238,8 +235,8 @@ async def create_topic(
     validate_partitions(partitions)
     copies = validate_replicas(log.default_replicas if replicas is None else replicas, log.replica_choices)
     # The project stays locked until this unit of work commits: the next creator counts this topic.
-    limits = await quotas.lock_project(session, scope.project_id)
-    topics = TopicRepository.from_session(session)
+    limits = await quotas.lock_project(uow, scope.project_id)
+    topics = uow.topics
     if await topics.get_by_name(scope.project_id, scope.environment, name):
         raise TopicAlreadyExists(name)
     quotas.check(Quota.topics, limits, await topics.count(scope.project_id, scope.environment))
@@ -247,7 +244,7 @@ async def create_topic(
         Quota.partitions, limits, await topics.partition_sum(scope.project_id, scope.environment), partitions
     )
     now = utcnow()
-    topic = Topic(
+    topic = TopicRow(
         id=new_id("top"),
         project_id=scope.project_id,
         environment=scope.environment,
@@ -263,7 +260,7 @@ async def create_topic(
     )
     try:
         await topics.add(topic)
-    except IntegrityError:
+    except AlreadyExists:
         # A concurrent create of the same name won the race.
         raise TopicAlreadyExists(name) from None
     try:
@@ -273,28 +270,26 @@ async def create_topic(
     return TopicView.of(topic)
 
 
-async def get_topic(session: AsyncSession, scope: Scope, name: str) -> TopicView:
+async def get_topic(uow: MetadataUnit, scope: Scope, name: str) -> TopicView:
     """The topic of this name in the scope; ``TopicNotFound`` if there is none."""
-    return TopicView.of(await _get_row(session, scope, name))
+    return TopicView.of(await _get_row(uow, scope, name))
 
 
-async def _get_row(session: AsyncSession, scope: Scope, name: str) -> Topic:
-    topic = await TopicRepository.from_session(session).get_by_name(scope.project_id, scope.environment, name)
+async def _get_row(uow: MetadataUnit, scope: Scope, name: str) -> TopicRow:
+    topic = await uow.topics.get_by_name(scope.project_id, scope.environment, name)
     if topic is None:
         raise TopicNotFound(name)
     return topic
 
 
 async def list_topics(
-    session: AsyncSession, scope: Scope, *, limit: int = 50, cursor: str | None = None
+    uow: MetadataUnit, scope: Scope, *, limit: int = 50, cursor: str | None = None
 ) -> tuple[list[TopicView], str | None]:
     """One page of topics by name, and the cursor of the next page (None on the last)."""
     if not 1 <= limit <= 1000:
         raise InvalidRequest.field("limit", "must be between 1 and 1000")
     after = decode_cursor(cursor) if cursor else None
-    rows = await TopicRepository.from_session(session).page(
-        scope.project_id, scope.environment, after, limit + 1
-    )
+    rows = await uow.topics.page(scope.project_id, scope.environment, after, limit + 1)
     page = [TopicView.of(row) for row in rows[:limit]]
     return page, encode_cursor(page[-1].name) if len(rows) > limit else None
 
@@ -305,7 +300,7 @@ async def partition_details(log: LogEngine, topic: TopicView | TopicRef) -> list
 
 
 async def update_topic(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     scope: Scope,
     name: str,
@@ -316,8 +311,8 @@ async def update_topic(
     """Grow partitions (never shrink; 403 ``QUOTA_EXCEEDED`` past the environment's partitions quota)
     and/or change retention."""
     # A partition change counts against the environment's quota: lock the project before reading.
-    limits = await quotas.lock_project(session, scope.project_id) if partitions is not None else None
-    topic = await _get_row(session, scope, name)
+    limits = await quotas.lock_project(uow, scope.project_id) if partitions is not None else None
+    topic = await _get_row(uow, scope, name)
     if partitions is not None:
         validate_partitions(partitions)
         if partitions < topic.partitions:
@@ -325,29 +320,33 @@ async def update_topic(
                 "partitions", f"can only be increased (the topic has {topic.partitions})"
             )
         if limits is not None and partitions > topic.partitions:
-            used = await TopicRepository.from_session(session).partition_sum(
-                scope.project_id, scope.environment
-            )
+            used = await uow.topics.partition_sum(scope.project_id, scope.environment)
             quotas.check(Quota.partitions, limits, used, partitions - topic.partitions)
     retention_ms = parse_retention(retention) if retention is not None else None
+    grown: int | None = None
     if partitions is not None and partitions > topic.partitions:
         await log.add_partitions(topic.id, partitions)
-        topic.partitions = partitions
+        grown = partitions
+        topic = dataclasses.replace(topic, partitions=partitions)
     if retention is not None and retention_ms is not None:
-        topic.retention = retention
-        topic.retention_ms = retention_ms
+        topic = dataclasses.replace(topic, retention=retention, retention_ms=retention_ms)
         await log.update_config(topic.id, log_config(topic))
-    topic.updated_at = utcnow()
-    await session.flush()
+    topic = dataclasses.replace(topic, updated_at=utcnow())
+    await uow.topics.update(
+        topic.id,
+        updated_at=topic.updated_at,
+        partitions=grown,
+        retention=(topic.retention, topic.retention_ms) if retention_ms is not None else None,
+    )
     return TopicView.of(topic)
 
 
 async def delete_topic(metadata: MetadataStore, log: LogEngine, scope: Scope, name: str) -> str:
     """Delete a topic: the row first (committed), then its logs, groups and DLQs with it; returns its id."""
-    async with metadata.session() as session:
-        topic = await _get_row(session, scope, name)
-        group_ids = [g.id for g in await GroupRepository.from_session(session).list_for_topic(topic.id)]
-        await TopicRepository.from_session(session).remove(topic.id)
+    async with metadata.unit() as uow:
+        topic = await _get_row(uow, scope, name)
+        group_ids = [g.id for g in await uow.groups.list_for_topic(topic.id)]
+        await uow.topics.remove(topic.id)
     await log.delete_topic(topic.id)
     for group_id in group_ids:  # their DLQs (a crash meanwhile leaves them to the startup sweep)
         with contextlib.suppress(LogEngineError):
@@ -357,16 +356,16 @@ async def delete_topic(metadata: MetadataStore, log: LogEngine, scope: Scope, na
 
 async def exists(metadata: MetadataStore, topic_id: str) -> bool:
     """Whether the topic with this id still exists (a long-lived consumer asks after a failure)."""
-    async with metadata.session() as session:
-        return await session.get(Topic, topic_id) is not None
+    async with metadata.unit() as uow:
+        return await uow.topics.exists(topic_id)
 
 
-async def sweep_orphan_logs(session: AsyncSession, log: LogEngine, log_topic_ids: set[str]) -> int:
+async def sweep_orphan_logs(uow: MetadataUnit, log: LogEngine, log_topic_ids: set[str]) -> int:
     """Delete engine logs whose topic row no longer exists (a crash between commit and file removal)."""
-    known = await TopicRepository.from_session(session).all_ids()
+    known = await uow.topics.all_ids()
     orphans = {t for t in log_topic_ids if t.startswith("top_")} - known
     # A group's DLQ log is named after the group (``dlq_grp_…``): orphaned once the group is gone.
-    groups = await GroupRepository.from_session(session).all_ids()
+    groups = await uow.groups.all_ids()
     orphans |= {
         t for t in log_topic_ids if (g := dead_letter_logs.group_of(t)) is not None and g not in groups
     }

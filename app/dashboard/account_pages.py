@@ -231,14 +231,14 @@ async def alerts_page(request: Request, project_id: str, env: str) -> Response:
 
 async def _alerts(ctx: Ctx, secret: str | None = None) -> HTMLResponse:
     services = _services(ctx.request)
-    async with services.metadata.session(readonly=True) as session:
+    async with services.metadata.unit(readonly=True) as uow:
         try:
             endpoint: alerts.EndpointView | None = await alerts.get_endpoint(
-                session, services.alerts.policy, ctx.project.id, ctx.env
+                uow, services.alerts.policy, ctx.project.id, ctx.env
             )
         except CODED_ERRORS:
             endpoint = None
-        attempts = await alerts.deliveries(session, ctx.project.id, ctx.env, limit=50)
+        attempts = await alerts.deliveries(uow, ctx.project.id, ctx.env, limit=50)
     response = ctx.render("alerts.html", endpoint=endpoint, attempts=attempts.entries, secret=secret)
     if secret:
         response.headers["Cache-Control"] = "no-store"
@@ -251,9 +251,9 @@ async def set_alert_endpoint(request: Request, project_id: str, env: str) -> Res
     form = await _checked_form(request, ctx.user)
     services = _services(request)
     try:
-        async with services.metadata.session() as session:
+        async with services.metadata.unit() as uow:
             view = await alerts.set_endpoint(
-                session, services.alerts.policy, ctx.project.id, env, form.get("url", "").strip(), None
+                uow, services.alerts.policy, ctx.project.id, env, form.get("url", "").strip(), None
             )
     except CODED_ERRORS as e:
         return ctx.back("/alerts", error=_message(e))
@@ -266,8 +266,8 @@ async def send_test_alert(request: Request, project_id: str, env: str) -> Respon
     await _checked_form(request, ctx.user)
     services = _services(request)
     try:
-        async with services.metadata.session() as session:
-            event_id = await alerts.send_test_event(session, ctx.project.id, env)
+        async with services.metadata.unit() as uow:
+            event_id = await alerts.send_test_event(uow, ctx.project.id, env)
     except CODED_ERRORS as e:
         return ctx.back("/alerts", error=_message(e))
     services.alerts.wake()

@@ -27,8 +27,8 @@ async def group_pause(request: Request, project_id: str, env: str, topic: str, g
     try:
         raw = browser.timestamp(form["until"]) if form.get("until") else None
         until = int(raw) if raw is not None and raw.isdigit() else raw
-        async with _services(request).metadata.session() as session:
-            await pauses.pause(session, ref, group, until)
+        async with _services(request).metadata.unit() as uow:
+            await pauses.pause(uow, ref, group, until)
     except CODED_ERRORS as e:
         return ctx.back(_group_path(topic, group), error=_message(e))
     return ctx.back(_group_path(topic, group), notice="Group paused: no member receives messages.")
@@ -40,8 +40,8 @@ async def group_resume(request: Request, project_id: str, env: str, topic: str, 
     await _checked_form(request, ctx.user)
     ref = await _topic_ref(ctx, topic)
     try:
-        async with _services(request).metadata.session() as session:
-            await pauses.resume(session, ref, group)
+        async with _services(request).metadata.unit() as uow:
+            await pauses.resume(uow, ref, group)
     except CODED_ERRORS as e:
         return ctx.back(_group_path(topic, group), error=_message(e))
     return ctx.back(_group_path(topic, group), notice="Group resumed.")

@@ -22,6 +22,7 @@ from app.dashboard.routes import (
     router,
     templates,
 )
+from app.stores.metadata.unit import SqlMetadataUnit
 
 CATEGORIES = ("publish", "consume", "admin")
 MIN_PASSWORD = 8
@@ -38,13 +39,13 @@ def _page(request: Request, template: str, status: int = 200, **values: Any) -> 
 
 
 async def _project_rows(request: Request, user: auth.DashboardSession) -> list[dict[str, Any]]:
-    async with _services(request).metadata.session(readonly=True) as session:
-        owned = await inspection.projects_owned_by(session, user.user_id)
+    async with _services(request).metadata.unit(readonly=True) as uow:
+        owned = await inspection.projects_owned_by(uow, user.user_id)
         rows = []
         for project in owned:
             environments = []
             for env in tenancy.ENVIRONMENTS:
-                listed, _ = await topics.list_topics(session, topics.Scope(project.id, env), limit=1000)
+                listed, _ = await topics.list_topics(uow, topics.Scope(project.id, env), limit=1000)
                 environments.append({"name": env, "topics": len(listed)})
             limits = {c: limit_for(project.tier, project.custom_limits, c) for c in CATEGORIES}
             rows.append({"project": project, "environments": environments, "limits": limits})
@@ -100,8 +101,9 @@ async def change_password(request: Request) -> Response:
             error = "The new password and its confirmation differ."
         else:
             await tenancy.set_password(session, row, new)
-            await sessions.end_all(session, row.id)
-            token, _ = await sessions.open_session(session, row)
+            uow = SqlMetadataUnit(session)  # tenancy takes the session still (#34); this shares it
+            await sessions.end_all(uow, row.id)
+            token, _ = await sessions.open_session(uow, row)
     if error:
         return _page(request, "account.html", 400, user=user, csrf=user.csrf, error=error)
     response = RedirectResponse(

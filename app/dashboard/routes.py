@@ -25,7 +25,7 @@ from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits
 from app.services import Services
 from app.stores.log.protocol import PartitionInfo
-from app.stores.metadata.models import Project
+from app.stores.metadata.unit import SqlMetadataUnit
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -68,9 +68,9 @@ async def _session_of(request: Request) -> auth.DashboardSession | None:
     token = request.cookies.get(auth.SESSION_COOKIE)
     if not token:
         return None
-    async with services.metadata.session() as session:
+    async with services.metadata.unit() as uow:
         return await sessions.resolve(
-            session, token, idle_seconds=services.settings.dashboard_idle_timeout_seconds
+            uow, token, idle_seconds=services.settings.dashboard_idle_timeout_seconds
         )
 
 
@@ -101,8 +101,8 @@ class Ctx:
 
     request: Request
     user: auth.DashboardSession
-    projects: list[Project]
-    project: Project
+    projects: list[tenancy.ProjectView]
+    project: tenancy.ProjectView
     env: str
 
     @property
@@ -141,8 +141,8 @@ async def _ctx(request: Request, project_id: str, env: str) -> Ctx:
     user = await _require_session(request)
     if env not in tenancy.ENVIRONMENTS:
         raise NotFoundPage()
-    async with _services(request).metadata.session(readonly=True) as session:
-        owned = await inspection.projects_owned_by(session, user.user_id)
+    async with _services(request).metadata.unit(readonly=True) as uow:
+        owned = await inspection.projects_owned_by(uow, user.user_id)
     project = next((p for p in owned if p.id == project_id), None)
     if project is None:
         raise NotFoundPage()
@@ -214,8 +214,8 @@ async def login(request: Request) -> Response:
     if not target.startswith("/dashboard/") or target.startswith("//"):
         target = "/dashboard"
     response = RedirectResponse(target, status_code=303)
-    async with services.metadata.session() as session:
-        token, _ = await sessions.open_session(session, user)
+    async with services.metadata.unit() as uow:
+        token, _ = await sessions.open_session(uow, user)
     response.set_cookie(
         auth.SESSION_COOKIE, token, **auth.cookie_options(services.settings, auth.SESSION_SECONDS)
     )
@@ -232,8 +232,8 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     user = await _require_session(request)
     await _checked_form(request, user)
-    async with _services(request).metadata.session() as session:
-        await sessions.end(session, user.session_id)
+    async with _services(request).metadata.unit() as uow:
+        await sessions.end(uow, user.session_id)
     response = RedirectResponse("/dashboard/login", status_code=303)
     response.delete_cookie(auth.SESSION_COOKIE, path=auth.COOKIE_PATH)
     return response
@@ -243,8 +243,8 @@ async def logout(request: Request) -> Response:
 @router.get("/")
 async def home(request: Request) -> Response:
     user = await _require_session(request)
-    async with _services(request).metadata.session(readonly=True) as session:
-        owned = await inspection.projects_owned_by(session, user.user_id)
+    async with _services(request).metadata.unit(readonly=True) as uow:
+        owned = await inspection.projects_owned_by(uow, user.user_id)
     if not owned:
         return templates.TemplateResponse(request, "no_projects.html", {"user": user, "csrf": user.csrf})
     return RedirectResponse(f"/dashboard/p/{owned[0].id}/development/topics", status_code=303)
@@ -281,8 +281,8 @@ def sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
 
 async def _topic_rows(ctx: Ctx) -> list[dict[str, Any]]:
     services = _services(ctx.request)
-    async with services.metadata.session(readonly=True) as session:
-        rows, _ = await topics.list_topics(session, ctx.scope, limit=1000)
+    async with services.metadata.unit(readonly=True) as uow:
+        rows, _ = await topics.list_topics(uow, ctx.scope, limit=1000)
     out = []
     for row in rows:
         details = await topics.partition_details(services.log, row)
@@ -333,9 +333,9 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
     try:
         partitions = int(form.get("partitions") or 3)
         replicas = int(form["replicas"]) if form.get("replicas") else None
-        async with services.metadata.session() as session:
+        async with services.metadata.unit() as uow:
             await topics.create_topic(
-                session,
+                uow,
                 services.log,
                 ctx.scope,
                 name,
@@ -354,9 +354,9 @@ async def create_topic(request: Request, project_id: str, env: str) -> Response:
 
 async def _partitions(ctx: Ctx, name: str) -> tuple[topics.TopicView, list[PartitionInfo]]:
     services = _services(ctx.request)
-    async with services.metadata.session(readonly=True) as session:
+    async with services.metadata.unit(readonly=True) as uow:
         try:
-            row = await topics.get_topic(session, ctx.scope, name)
+            row = await topics.get_topic(uow, ctx.scope, name)
         except CODED_ERRORS:
             raise NotFoundPage() from None
     return row, await topics.partition_details(services.log, row)
@@ -453,12 +453,13 @@ async def _all_groups(ctx: Ctx) -> list[dict[str, Any]]:
     services = _services(ctx.request)
     out = []
     async with services.metadata.session(readonly=True) as session:
-        rows, _ = await topics.list_topics(session, ctx.scope, limit=1000)
-        depths = await inspection.dlq_depths(session)
+        uow = SqlMetadataUnit(session)  # groups.list_groups takes the session still (#34)
+        rows, _ = await topics.list_topics(uow, ctx.scope, limit=1000)
+        depths = await inspection.dlq_depths(uow)
         for row in rows:
             ref = await _topic_ref(ctx, row.name)
             for summary in await groups.list_groups(session, services.log, ref):
-                group = await groups.get_group(session, ref, summary.name)
+                group = await groups.get_group(uow, ref, summary.name)
                 out.append(
                     {
                         "topic": row.name,
@@ -484,7 +485,7 @@ async def _group_view(ctx: Ctx, topic: str, group: str) -> dict[str, Any]:
     async with services.metadata.session(readonly=True) as session:
         try:
             detail = await groups.describe_group(session, services.log, ref, group)
-            health = await inspection.group_health(session, services.log, ref, group)
+            health = await inspection.group_health(SqlMetadataUnit(session), services.log, ref, group)
         except CODED_ERRORS:
             raise NotFoundPage() from None
     now = now_ms()
@@ -575,14 +576,14 @@ async def group_reset(request: Request, project_id: str, env: str, topic: str, g
         target = int(raw) if is_ascii_digits(raw) else raw
     services = _services(request)
     try:
-        async with services.metadata.session() as session:
+        async with services.metadata.unit() as uow:
             if target == "time":
                 # The API's seek by timestamp, every partition: the first message at or after the time.
                 at = browser.timestamp(form.get("time", ""))
                 for partition in range(ref.partitions):
-                    await offsets.seek(session, services.log, ref, group, partition, timestamp=at)
+                    await offsets.seek(uow, services.log, ref, group, partition, timestamp=at)
             else:
-                await offsets.reset_stopped(session, services.log, ref, group, target)
+                await offsets.reset_stopped(uow, services.log, ref, group, target)
     except CODED_ERRORS as e:
         return ctx.back(path, error=_message(e))
     return ctx.back(path, notice="Offsets moved to the time." if target == "time" else "Offsets reset.")

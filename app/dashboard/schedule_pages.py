@@ -15,6 +15,7 @@ from app.broker.errors import CODED_ERRORS, InvalidRequest
 from app.broker.schedules import service
 from app.dashboard.routes import Ctx, _checked_form, _ctx, _message, _services, router
 from app.kit.clock import isoformat_ms
+from app.stores.metadata.unit import SqlMetadataUnit
 
 LAST_RUNS = 5
 
@@ -32,7 +33,10 @@ async def _render(ctx: Ctx, status: int = 200, **values: Any) -> Response:
                     "runs": [{"at": isoformat_ms(r.at_ms), "message_id": r.message_id} for r in runs],
                 }
             )
-        names = [t.name for t in (await topics.list_topics(session, ctx.scope, limit=1000))[0]]
+        # The schedules' own calls take the session still (#34): the topics' share its transaction.
+        names = [
+            t.name for t in (await topics.list_topics(SqlMetadataUnit(session), ctx.scope, limit=1000))[0]
+        ]
     return ctx.render("schedules.html", status, rows=rows, topic_names=names, **values)
 
 

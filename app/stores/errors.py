@@ -23,3 +23,12 @@ class StoreConflict(StoreUnavailable):
     """A unit of work lost a lock conflict the database broke for it (a deadlock, or a serialization
     failure): nothing of it was written, and running it again is safe. ``MetadataStore.transaction`` runs
     it again; one that still escapes is answered as 503, like an outage."""
+
+
+class AlreadyExists(Exception):
+    """A write would store a second row where the store keeps one: a unique name or key is taken (a
+    topic's name in its environment, a user's email, …). Nothing of that write stands; the caller decides
+    what it means (usually the domain's own "already exists", as a concurrent create lost the race).
+
+    Raised by the metadata store's repositories in place of the database driver's integrity error, so no
+    caller sees SQLAlchemy."""

@@ -303,8 +303,8 @@ class TestOrphanSweep:
         log = deployment.app.state.services.log
         await log.create_topic("top_0000000000orphan", 2, TopicLogConfig())
         assert "top_0000000000orphan" in await log.topic_ids()
-        async with deployment.store.session() as session:
-            swept = await sweep_orphan_logs(session, log, await log.topic_ids())
+        async with deployment.store.unit() as uow:
+            swept = await sweep_orphan_logs(uow, log, await log.topic_ids())
         assert swept >= 1
         assert "top_0000000000orphan" not in await log.topic_ids()
         assert "__usage" in await log.topic_ids()  # internal logs are never swept
@@ -351,9 +351,9 @@ class TestDurableBeforeTheAnswer:
         async def send(message):
             if message["type"] == "http.response.start":
                 assert message["status"] == 201
-                async with deployment.store.session(readonly=True) as session:  # another connection
+                async with deployment.store.unit(readonly=True) as uow:  # another connection
                     try:
-                        await get_topic(session, Scope(tenant.project_id, "production"), name)
+                        await get_topic(uow, Scope(tenant.project_id, "production"), name)
                         seen_at_answer.append(True)
                     except TopicNotFound:
                         seen_at_answer.append(False)

@@ -75,20 +75,20 @@ ENV = "production"
 
 
 async def setup_endpoint(metadata, settings, project_id, url, secret="s" * 24, environment=ENV):
-    async with metadata.session() as session:
-        return await alerts.set_endpoint(session, policy(settings), project_id, environment, url, secret)
+    async with metadata.unit() as uow:
+        return await alerts.set_endpoint(uow, policy(settings), project_id, environment, url, secret)
 
 
 async def queue(metadata, project_id, kind="test", environment=ENV, **data):
-    async with metadata.session() as session:
+    async with metadata.unit() as uow:
         return await alerts.enqueue(
-            session, project_id=project_id, environment=environment, event_type=kind, data=data
+            uow, project_id=project_id, environment=environment, event_type=kind, data=data
         )
 
 
 async def delivery_log(metadata, project_id, environment=ENV):
-    async with metadata.session(readonly=True) as session:
-        return (await alerts.deliveries(session, project_id, environment, limit=100)).entries
+    async with metadata.unit(readonly=True) as uow:
+        return (await alerts.deliveries(uow, project_id, environment, limit=100)).entries
 
 
 def docs_verify():
@@ -250,17 +250,17 @@ class TestBreaker:
 class TestEndpoint:
     async def test_a_generated_secret_is_shown_once(self, store, project):
         metadata, settings = store
-        async with metadata.session() as session:
+        async with metadata.unit() as uow:
             created = await alerts.set_endpoint(
-                session, policy(settings), project.project_id, ENV, "https://example.com/h"
+                uow, policy(settings), project.project_id, ENV, "https://example.com/h"
             )
         assert created.secret and created.secret.startswith("whsec_") and len(created.secret) == 38
         assert created.secret_hint == created.secret[-4:] and created.state == "closed"
-        async with metadata.session() as session:
+        async with metadata.unit() as uow:
             updated = await alerts.set_endpoint(
-                session, policy(settings), project.project_id, ENV, "https://example.org/h"
+                uow, policy(settings), project.project_id, ENV, "https://example.org/h"
             )
-            shown = await alerts.get_endpoint(session, policy(settings), project.project_id, ENV)
+            shown = await alerts.get_endpoint(uow, policy(settings), project.project_id, ENV)
         assert updated.secret is None and shown.secret is None
         assert shown.secret_hint == created.secret[-4:] and shown.url == "https://example.org/h"
 
@@ -314,9 +314,9 @@ class TestEndpoint:
             assert json.loads(receiver.received[0].body)["environment"] == "production"
             assert await delivery_log(metadata, project.project_id, "development") == []
             assert [a["eventId"] for a in await delivery_log(metadata, project.project_id)] == [event]
-            async with metadata.session() as session:
+            async with metadata.unit() as uow:
                 with pytest.raises(AlertEndpointNotFound):
-                    await alerts.get_endpoint(session, policy(settings), project.project_id, "staging")
+                    await alerts.get_endpoint(uow, policy(settings), project.project_id, "staging")
         finally:
             await dispatcher.close()
 

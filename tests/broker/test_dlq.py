@@ -22,8 +22,8 @@ async def test_a_replay_whose_original_is_gone_is_read_from_its_copy(deployment)
     services = deployment.app.state.services
     project = await deployment.project()
     scope = Scope(project.project_id, "production")
-    async with services.metadata.session() as session:
-        await topics.create_topic(session, services.log, scope, "gone", partitions=1)
+    async with services.metadata.unit() as uow:
+        await topics.create_topic(uow, services.log, scope, "gone", partitions=1)
     topic = await services.publisher.topics.resolve(scope, "gone")
     await services.publisher.publish_batch(scope, "gone", publishing.parse_batch({"messages": [{"data": 1}]}))
     group_id = "grp_testcopies00000"

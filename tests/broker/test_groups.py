@@ -151,10 +151,10 @@ class TestConfig:
         topic = await make_topic(partitions=3)
         config = await upsert(topic, ack_timeout="90s")
         assert config == {"ackTimeout": "90s", "sessionTimeout": "10s", "deadLetter": None, **NO_FLOW}
-        async with topic.services.metadata.session(readonly=True) as session:
-            group = await groups.get_group(session, topic.ref, "g")
+        async with topic.services.metadata.unit(readonly=True) as uow:
+            group = await groups.get_group(uow, topic.ref, "g")
             assert (group.ack_timeout_ms, group.session_timeout_ms, group.generation) == (90_000, 10_000, 0)
-            rows = await PartitionRepository.from_session(session).partitions(group.id)
+            rows = await uow.partitions.partitions(group.id)
         assert [(r.partition, r.member_id, r.committed) for r in rows] == [(p, None, None) for p in range(3)]
 
     async def test_later_puts_merge_and_a_null_dead_letter_removes_it(self, make_topic):
@@ -195,9 +195,9 @@ class TestConfig:
         with pytest.raises(InvalidRequest) as refused:
             await upsert(topic, "fresh", **config)
         assert refused_field(refused) == field
-        async with topic.services.metadata.session(readonly=True) as session:
+        async with topic.services.metadata.unit(readonly=True) as uow:
             with pytest.raises(GroupNotFound):
-                await groups.get_group(session, topic.ref, "fresh")
+                await groups.get_group(uow, topic.ref, "fresh")
         before = await upsert(topic, "kept", ack_timeout="60s")
         with pytest.raises(InvalidRequest):
             # One bad field refuses the whole put: the good ones beside it are not applied either.
@@ -298,10 +298,10 @@ class TestDelete:
         group_id = await topic.group_id("g")
         async with topic.services.metadata.session() as session:
             assert await groups.delete_group(session, topic.ref, "g") == group_id
-        async with topic.services.metadata.session(readonly=True) as session:
+        async with topic.services.metadata.unit(readonly=True) as uow:
             with pytest.raises(GroupNotFound):
-                await groups.get_group(session, topic.ref, "g")
-            assert await PartitionRepository.from_session(session).partitions(group_id) == []
+                await groups.get_group(uow, topic.ref, "g")
+            assert await uow.partitions.partitions(group_id) == []
 
     async def test_a_group_with_connected_members_is_refused_and_kept(self, make_topic):
         topic = await make_topic()
@@ -332,9 +332,9 @@ class TestDelete:
         assert dlq_log in await log.topic_ids()
         await groups.delete_group_and_dlq(topic.services.metadata, log, topic.ref, "g")
         assert dlq_log not in await log.topic_ids()
-        async with topic.services.metadata.session(readonly=True) as session:
+        async with topic.services.metadata.unit(readonly=True) as uow:
             with pytest.raises(GroupNotFound):
-                await groups.get_group(session, topic.ref, "g")
+                await groups.get_group(uow, topic.ref, "g")
 
     async def test_a_group_without_a_dlq_log_is_deleted_all_the_same(self, make_topic):
         topic = await make_topic()

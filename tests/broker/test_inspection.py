@@ -40,10 +40,10 @@ class TestProjectsOwnedBy:
                 await tenancy.create_project(session, name, owner_id=owner.id)
             await tenancy.create_project(session, f"theirs-{tag}", owner_id=other.id)
             await tenancy.create_project(session, f"nobodys-{tag}")
-        async with deployment.store.session(readonly=True) as session:
-            owned = await inspection.projects_owned_by(session, owner.id)
-            theirs = await inspection.projects_owned_by(session, other.id)
-            nobody = await inspection.projects_owned_by(session, f"usr_{tag}")
+        async with deployment.store.unit(readonly=True) as uow:
+            owned = await inspection.projects_owned_by(uow, owner.id)
+            theirs = await inspection.projects_owned_by(uow, other.id)
+            nobody = await inspection.projects_owned_by(uow, f"usr_{tag}")
         assert [p.name for p in owned] == [f"alpha-{tag}", f"mid-{tag}", f"zeta-{tag}"]
         assert [p.name for p in theirs] == [f"theirs-{tag}"]
         assert nobody == []
@@ -57,8 +57,8 @@ async def backdated(topic: TopicUnderTest, partition: int, ages_ms: list[int]) -
 
 
 async def health(topic: TopicUnderTest, group: str) -> inspection.GroupHealth:
-    async with topic.services.metadata.session(readonly=True) as session:
-        return await inspection.group_health(session, topic.services.log, topic.ref, group)
+    async with topic.services.metadata.unit(readonly=True) as uow:
+        return await inspection.group_health(uow, topic.services.log, topic.ref, group)
 
 
 @ON_DATABASES
@@ -139,8 +139,8 @@ class TestDlqDepths:
             repo = DeadLetterRepository.from_session(session)
             await repo.add(ids["a"], [DeadLetterRow(0, i, i, "r", 1, now_ms()) for i in range(2)])
             await repo.add(ids["b"], [DeadLetterRow(0, 9, 0, "r", 1, now_ms())])
-        async with services.metadata.session(readonly=True) as session:
-            depths = await inspection.dlq_depths(session)
+        async with services.metadata.unit(readonly=True) as uow:
+            depths = await inspection.dlq_depths(uow)
         assert (depths[ids["a"]], depths[ids["b"]]) == (2, 1)
         assert ids["empty"] not in depths
 

@@ -58,28 +58,28 @@ async def upsert(topic: TopicUnderTest, name: str = "g") -> str:
 async def read_offsets(
     topic: TopicUnderTest, partition: int | None = None, name: str = "g"
 ) -> list[tuple[int, int, int, int]]:
-    async with topic.services.metadata.session(readonly=True) as session:
-        lags = await offsets.get_offsets(session, topic.services.log, topic.ref, name, partition)
+    async with topic.services.metadata.unit(readonly=True) as uow:
+        lags = await offsets.get_offsets(uow, topic.services.log, topic.ref, name, partition)
     return [(p.partition, p.current, p.latest, p.lag) for p in lags]
 
 
 async def seek(
     topic: TopicUnderTest, partition: int = 0, name: str = "g", **target: object
 ) -> offsets.Position:
-    async with topic.services.metadata.session() as session:
-        return await offsets.seek(session, topic.services.log, topic.ref, name, partition, **target)  # type: ignore[arg-type]
+    async with topic.services.metadata.unit() as uow:
+        return await offsets.seek(uow, topic.services.log, topic.ref, name, partition, **target)  # type: ignore[arg-type]
 
 
 async def reset_live(
     topic: TopicUnderTest, to: object, partition: int | None = None
 ) -> list[offsets.Position]:
-    async with topic.services.metadata.session() as session:
-        return await offsets.reset_live(session, topic.services.log, topic.ref, "g", to, partition)
+    async with topic.services.metadata.unit() as uow:
+        return await offsets.reset_live(uow, topic.services.log, topic.ref, "g", to, partition)
 
 
 async def reset_stopped(topic: TopicUnderTest, to: object) -> list[offsets.Position]:
-    async with topic.services.metadata.session() as session:
-        return await offsets.reset_stopped(session, topic.services.log, topic.ref, "g", to)
+    async with topic.services.metadata.unit() as uow:
+        return await offsets.reset_stopped(uow, topic.services.log, topic.ref, "g", to)
 
 
 async def append_at(topic: TopicUnderTest, partition: int, *timestamps: int) -> None:
@@ -275,8 +275,8 @@ class TestResetStopped:
     async def test_partitions_added_since_the_group_was_made_get_their_rows(self, make_topic):
         topic = await make_topic(partitions=1)
         await upsert(topic)
-        async with topic.services.metadata.session() as session:
-            await topics.update_topic(session, topic.services.log, topic.scope, topic.name, partitions=2)
+        async with topic.services.metadata.unit() as uow:
+            await topics.update_topic(uow, topic.services.log, topic.scope, topic.name, partitions=2)
         topic.services.publisher.topic_changed(topic.scope, topic.name)  # as the route does
         topic.ref = await topic.services.publisher.topics.resolve(topic.scope, topic.name)
         assert [s.partition for s in await topic.partitions("g")] == [0]

@@ -26,13 +26,13 @@ async def user(deployment: Deployment):
 
 
 async def sign_in(deployment: Deployment, user, now=None) -> tuple[str, sessions.SignedIn]:
-    async with deployment.store.session() as session:
-        return await sessions.open_session(session, user, now=now)
+    async with deployment.store.unit() as uow:
+        return await sessions.open_session(uow, user, now=now)
 
 
 async def resolve(deployment: Deployment, token: str, now=None, idle: float = IDLE):
-    async with deployment.store.session() as session:
-        return await sessions.resolve(session, token, idle_seconds=idle, now=now)
+    async with deployment.store.unit() as uow:
+        return await sessions.resolve(uow, token, idle_seconds=idle, now=now)
 
 
 @ON_DATABASES
@@ -49,14 +49,14 @@ class TestSessions:
 
     async def test_sign_out_ends_it_for_good(self, deployment, user):
         token, signed = await sign_in(deployment, user)
-        async with deployment.store.session() as session:
-            await sessions.end(session, signed.session_id)
+        async with deployment.store.unit() as uow:
+            await sessions.end(uow, signed.session_id)
         assert await resolve(deployment, token) is None
 
     async def test_ending_every_session_of_an_account(self, deployment, user):
         tokens = [(await sign_in(deployment, user))[0] for _ in range(3)]
-        async with deployment.store.session() as session:
-            assert await sessions.end_all(session, user.id) == 3
+        async with deployment.store.unit() as uow:
+            assert await sessions.end_all(uow, user.id) == 3
         assert [await resolve(deployment, t) for t in tokens] == [None] * 3
 
     async def test_idle_sessions_end_and_use_keeps_them_alive(self, deployment, user):
@@ -84,18 +84,18 @@ class TestSessions:
             row = await tenancy.get_user_by_email(session, user.email)
             await tenancy.set_password(session, row, password)
         token, _ = await sign_in(deployment, user)
-        async with deployment.store.session() as session:
-            _, ended = await sessions.set_disabled(session, user.email.upper(), True)
+        async with deployment.store.unit() as uow:
+            _, ended = await sessions.set_disabled(uow, user.email.upper(), True)
         assert ended == 1
         assert await resolve(deployment, token) is None
         async with deployment.store.session(readonly=True) as session:
             assert await tenancy.authenticate_user(session, user.email, password) is None
-        async with deployment.store.session() as session:
-            await sessions.set_disabled(session, user.email, False)
+        async with deployment.store.unit() as uow:
+            await sessions.set_disabled(uow, user.email, False)
         async with deployment.store.session(readonly=True) as session:
             assert (await tenancy.authenticate_user(session, user.email, password)).id == user.id
 
     async def test_disabling_an_unknown_account_is_refused(self, deployment):
-        async with deployment.store.session() as session:
+        async with deployment.store.unit() as uow:
             with pytest.raises(UserNotFound):
-                await sessions.set_disabled(session, "nobody@example.com", True)
+                await sessions.set_disabled(uow, "nobody@example.com", True)

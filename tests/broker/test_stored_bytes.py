@@ -16,8 +16,8 @@ from app.stores.log.protocol import RecordIn, TopicLogConfig
 
 
 async def _topic(services, scope: Scope, name: str, partitions: int = 2):
-    async with services.metadata.session() as session:
-        await topics.create_topic(session, services.log, scope, name, partitions=partitions)
+    async with services.metadata.unit() as uow:
+        await topics.create_topic(uow, services.log, scope, name, partitions=partitions)
     return await services.publisher.topics.resolve(scope, name)
 
 

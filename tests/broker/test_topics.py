@@ -51,14 +51,14 @@ async def scope(deployment) -> Scope:
 
 async def test_the_engines_default_is_stored_and_handed_to_the_engine(deployment, replicated, scope):
     metadata = deployment.app.state.services.metadata
-    async with metadata.session() as session:
-        default = await topics.create_topic(session, replicated, scope, "default")
-        five = await topics.create_topic(session, replicated, scope, "five", replicas=5)
-        one = await topics.create_topic(session, replicated, scope, "one", replicas=1)
+    async with metadata.unit() as uow:
+        default = await topics.create_topic(uow, replicated, scope, "default")
+        five = await topics.create_topic(uow, replicated, scope, "five", replicas=5)
+        one = await topics.create_topic(uow, replicated, scope, "one", replicas=1)
     assert (default.replicas, five.replicas, one.replicas) == (3, 5, 1)
     assert [replicated.created[t.id].replicas for t in (default, five, one)] == [3, 5, 1]
-    async with metadata.session(readonly=True) as session:
-        assert (await topics.get_topic(session, scope, "five")).replicas == 5
+    async with metadata.unit(readonly=True) as uow:
+        assert (await topics.get_topic(uow, scope, "five")).replicas == 5
     # The publish path's view of the topic carries it (its answers' durability is said from it).
     ref = await deployment.app.state.services.publisher.topics.resolve(scope, "five")
     assert ref.replicas == 5
@@ -67,12 +67,12 @@ async def test_the_engines_default_is_stored_and_handed_to_the_engine(deployment
 
 
 async def test_a_count_outside_1_3_5_is_refused_whatever_the_engine_offers(deployment, replicated, scope):
-    async with deployment.app.state.services.metadata.session() as session:
+    async with deployment.app.state.services.metadata.unit() as uow:
         for count in (0, 2, 4, 6):
             with pytest.raises(InvalidRequest) as refused:
-                await topics.create_topic(session, replicated, scope, "t", replicas=count)
+                await topics.create_topic(uow, replicated, scope, "t", replicas=count)
             assert refused.value.details == [{"field": "replicas", "issue": "must be 1, 3 or 5"}]
-        assert await topics.list_topics(session, scope) == ([], None)
+        assert await topics.list_topics(uow, scope) == ([], None)
     assert replicated.created == {}
 
 
@@ -82,11 +82,11 @@ async def test_the_local_engine_refuses_more_than_one_copy(deployment, scope, tm
     assert (local.default_replicas, local.replica_choices) == (1, (1,))
     metadata = deployment.app.state.services.metadata
     try:
-        async with metadata.session() as session:
+        async with metadata.unit() as uow:
             for count in (3, 5, 2):
                 with pytest.raises(InvalidRequest, match="keeps one copy of each message"):
-                    await topics.create_topic(session, local, scope, "t", replicas=count)
-            topic = await topics.create_topic(session, local, scope, "t")
+                    await topics.create_topic(uow, local, scope, "t", replicas=count)
+            topic = await topics.create_topic(uow, local, scope, "t")
         assert topic.replicas == 1
         assert local.durability_for(topic.replicas) == "fsync"
         await topics.delete_topic(metadata, local, scope, "t")
@@ -118,13 +118,13 @@ def test_an_offered_count_is_accepted():
 class TestViews:
     async def test_calls_answer_frozen_views_that_outlive_the_session(self, deployment, scope):
         services = deployment.app.state.services
-        async with services.metadata.session() as session:
-            created = await topics.create_topic(session, services.log, scope, "viewed", partitions=2)
-        async with services.metadata.session() as session:
-            grown = await topics.update_topic(session, services.log, scope, "viewed", partitions=3)
-        async with services.metadata.session(readonly=True) as session:
-            got = await topics.get_topic(session, scope, "viewed")
-            (listed,), cursor = await topics.list_topics(session, scope)
+        async with services.metadata.unit() as uow:
+            created = await topics.create_topic(uow, services.log, scope, "viewed", partitions=2)
+        async with services.metadata.unit() as uow:
+            grown = await topics.update_topic(uow, services.log, scope, "viewed", partitions=3)
+        async with services.metadata.unit(readonly=True) as uow:
+            got = await topics.get_topic(uow, scope, "viewed")
+            (listed,), cursor = await topics.list_topics(uow, scope)
         try:
             assert all(type(v) is TopicView for v in (created, grown, got, listed)) and cursor is None
             # Read after their sessions closed: plain values, nothing left to load.
@@ -140,8 +140,8 @@ class TestViews:
 class TestDirectory:
     async def test_resolves_a_name_to_what_the_hot_path_needs(self, deployment, scope):
         services = deployment.app.state.services
-        async with services.metadata.session() as session:
-            view = await topics.create_topic(session, services.log, scope, "resolved", partitions=2)
+        async with services.metadata.unit() as uow:
+            view = await topics.create_topic(uow, services.log, scope, "resolved", partitions=2)
         try:
             ref = await TopicDirectory(services.metadata).resolve(scope, "resolved")
             prefix = message_ids.topic_prefix(view.id)
@@ -151,8 +151,8 @@ class TestDirectory:
 
     async def test_an_unknown_name_or_another_environment_is_not_found(self, deployment, scope):
         services = deployment.app.state.services
-        async with services.metadata.session() as session:
-            await topics.create_topic(session, services.log, scope, "here", partitions=1)
+        async with services.metadata.unit() as uow:
+            await topics.create_topic(uow, services.log, scope, "here", partitions=1)
         directory = TopicDirectory(services.metadata)
         try:
             with pytest.raises(TopicNotFound):
@@ -165,12 +165,12 @@ class TestDirectory:
     async def test_answers_are_cached_until_this_process_forgets_them(self, deployment, scope):
         services = deployment.app.state.services
         directory = TopicDirectory(services.metadata, ttl=3600)  # nothing expires during the test
-        async with services.metadata.session() as session:
-            await topics.create_topic(session, services.log, scope, "cached", partitions=1)
+        async with services.metadata.unit() as uow:
+            await topics.create_topic(uow, services.log, scope, "cached", partitions=1)
         try:
             assert (await directory.resolve(scope, "cached")).partitions == 1
-            async with services.metadata.session() as session:
-                await topics.update_topic(session, services.log, scope, "cached", partitions=2)
+            async with services.metadata.unit() as uow:
+                await topics.update_topic(uow, services.log, scope, "cached", partitions=2)
             assert (await directory.resolve(scope, "cached")).partitions == 1
             directory.forget(scope, "cached")
             assert (await directory.resolve(scope, "cached")).partitions == 2

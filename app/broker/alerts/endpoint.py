@@ -10,19 +10,17 @@ Redirects are not followed.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import string
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import urls
 from app.broker.alerts.policy import AlertPolicy
 from app.broker.errors import AlertEndpointNotFound, InvalidRequest
 from app.kit.clock import isoformat_ms, now_ms, utcnow
-from app.stores.metadata.alert_repositories import AlertRepository
-from app.stores.metadata.models import AlertEndpoint
+from app.stores.metadata.protocol import EndpointRow, MetadataUnit
 
 _BASE62 = string.ascii_letters + string.digits
 
@@ -77,7 +75,7 @@ def breaker_state(failures: int, open_until_ms: int | None, threshold: int, now:
     return "open" if open_until_ms > now else "half-open"
 
 
-def _view(endpoint: AlertEndpoint, policy: AlertPolicy, secret: str | None = None) -> EndpointView:
+def _view(endpoint: EndpointRow, policy: AlertPolicy, secret: str | None = None) -> EndpointView:
     return EndpointView(
         endpoint.url,
         policy.sealer.open(endpoint.secret)[-4:],
@@ -92,7 +90,7 @@ NO_ENDPOINT = "This environment has no alert endpoint"
 
 
 async def set_endpoint(
-    session: AsyncSession,
+    uow: MetadataUnit,
     policy: AlertPolicy,
     project_id: str,
     environment: str,
@@ -105,15 +103,14 @@ async def set_endpoint(
     await check_url(policy, url)
     if secret is not None and (not isinstance(secret, str) or not 16 <= len(secret) <= 255):
         raise InvalidRequest.field("secret", "expected a string of 16 to 255 characters")
-    repo = AlertRepository.from_session(session)
-    endpoint = await repo.endpoint(project_id, environment)
+    endpoint = await uow.alerts.endpoint(project_id, environment)
     sealer = policy.sealer
     now = utcnow()
     revealed = None
     if endpoint is None:
         revealed = new_secret() if secret is None else None
         chosen = str(secret) if revealed is None else revealed
-        endpoint = AlertEndpoint(
+        endpoint = EndpointRow(
             project_id=project_id,
             environment=environment,
             url=url,
@@ -124,25 +121,28 @@ async def set_endpoint(
             updated_at=now,
         )
     else:
-        if url != endpoint.url:
-            endpoint.failures, endpoint.open_until_ms = 0, None
-        endpoint.url = url
-        if secret is not None:
-            endpoint.secret = sealer.seal(secret)
-        endpoint.updated_at = now
-    await repo.save_endpoint(endpoint)
+        moved = url != endpoint.url  # a new URL resets the breaker
+        endpoint = dataclasses.replace(
+            endpoint,
+            url=url,
+            secret=endpoint.secret if secret is None else sealer.seal(secret),
+            failures=0 if moved else endpoint.failures,
+            open_until_ms=None if moved else endpoint.open_until_ms,
+            updated_at=now,
+        )
+    await uow.alerts.save_endpoint(endpoint)
     return _view(endpoint, policy, revealed)
 
 
 async def get_endpoint(
-    session: AsyncSession, policy: AlertPolicy, project_id: str, environment: str
+    uow: MetadataUnit, policy: AlertPolicy, project_id: str, environment: str
 ) -> EndpointView:
-    endpoint = await AlertRepository.from_session(session).endpoint(project_id, environment)
+    endpoint = await uow.alerts.endpoint(project_id, environment)
     if endpoint is None:
         raise AlertEndpointNotFound(f"{NO_ENDPOINT}; set one with PUT /v1/alerts/endpoint.")
     return _view(endpoint, policy)
 
 
-async def delete_endpoint(session: AsyncSession, project_id: str, environment: str) -> None:
-    if not await AlertRepository.from_session(session).remove_endpoint(project_id, environment):
+async def delete_endpoint(uow: MetadataUnit, project_id: str, environment: str) -> None:
+    if not await uow.alerts.remove_endpoint(project_id, environment):
         raise AlertEndpointNotFound(f"{NO_ENDPOINT}.")

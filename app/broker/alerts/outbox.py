@@ -8,22 +8,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker.alerts.endpoint import NO_ENDPOINT
 from app.broker.errors import AlertEndpointNotFound, InvalidRequest
 from app.broker.topics import decode_cursor, encode_cursor
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.ids import new_id
-from app.stores.metadata.alert_repositories import AlertRepository
+from app.stores.metadata.protocol import MetadataUnit
 
 
 async def enqueue(
-    session: AsyncSession, *, project_id: str, environment: str, event_type: str, data: dict[str, Any]
+    uow: MetadataUnit, *, project_id: str, environment: str, event_type: str, data: dict[str, Any]
 ) -> str:
     """Write an event to the outbox in the caller's unit of work; its id. An environment without an
     endpoint gets no event (nothing could receive it; "" is answered)."""
-    repo = AlertRepository.from_session(session)
+    repo = uow.alerts
     if await repo.endpoint(project_id, environment) is None:
         return ""
     event_id = new_id("evt")
@@ -55,12 +54,12 @@ async def enqueue(
     return event_id
 
 
-async def send_test_event(session: AsyncSession, project_id: str, environment: str) -> str:
+async def send_test_event(uow: MetadataUnit, project_id: str, environment: str) -> str:
     """Queue a ``test`` event for the environment's endpoint."""
-    if await AlertRepository.from_session(session).endpoint(project_id, environment) is None:
+    if await uow.alerts.endpoint(project_id, environment) is None:
         raise AlertEndpointNotFound(f"{NO_ENDPOINT}; set one with PUT /v1/alerts/endpoint.")
     return await enqueue(
-        session,
+        uow,
         project_id=project_id,
         environment=environment,
         event_type="test",
@@ -75,14 +74,13 @@ class AttemptPage:
 
 
 async def deliveries(
-    session: AsyncSession, project_id: str, environment: str, *, limit: int = 50, cursor: str | None = None
+    uow: MetadataUnit, project_id: str, environment: str, *, limit: int = 50, cursor: str | None = None
 ) -> AttemptPage:
     """Every delivery attempt of the environment's alerts, newest first."""
     if not 1 <= limit <= 1000:
         raise InvalidRequest.field("limit", "must be between 1 and 1000")
     before = decode_cursor(cursor) if cursor else None
-    repo = AlertRepository.from_session(session)
-    rows = list(await repo.attempts_page(project_id, environment, before, limit + 1))
+    rows = await uow.alerts.attempts_page(project_id, environment, before, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     entries = [

@@ -28,6 +28,7 @@ from app.kit.ids import new_id
 from app.stores.metadata.models import Schedule
 from app.stores.metadata.schedule_repositories import ScheduleRepository
 from app.stores.metadata.topic_repositories import TopicRepository
+from app.stores.metadata.unit import SqlMetadataUnit
 
 # Headers every run's message carries (beside the schedule's own): which schedule, and which due time.
 SCHEDULE_HEADER = "queuecore-schedule"
@@ -115,7 +116,7 @@ async def create_schedule(
     # The message as every run sends it, held to the publish limits now rather than at its first run.
     probe = {"data": data, "key": key, "headers": message_headers("sch_" + "0" * 16, stamp, headers)}
     parse_message({k: v for k, v in probe.items() if v is not None or k == "data"})
-    limits = await quotas.lock_project(session, scope.project_id)
+    limits = await quotas.lock_project(SqlMetadataUnit(session), scope.project_id)
     row = await TopicRepository.from_session(session).get_by_name(scope.project_id, scope.environment, topic)
     if row is None:
         missing = TopicNotFound(topic)

@@ -12,7 +12,7 @@ from sqlalchemy import ColumnElement, Table, and_, delete, insert, or_, select, 
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import AlertAttempt, AlertEndpoint, AlertEvent
-from app.stores.metadata.protocol import Claimed
+from app.stores.metadata.protocol import AttemptRow, Claimed, EndpointRow
 
 endpoints = cast(Table, AlertEndpoint.__table__)
 events = cast(Table, AlertEvent.__table__)
@@ -24,17 +24,38 @@ class AlertRepository(Repository):
 
     # endpoints ------------------------------------------------------------------------------------
 
-    async def endpoint(self, project_id: str, environment: str) -> AlertEndpoint | None:
+    async def endpoint(self, project_id: str, environment: str) -> EndpointRow | None:
+        row = await self._endpoint_row(project_id, environment)
+        if row is None:
+            return None
+        return EndpointRow(
+            row.project_id,
+            row.environment,
+            row.url,
+            row.secret,
+            row.failures,
+            row.open_until_ms,
+            row.created_at,
+            row.updated_at,
+        )
+
+    async def save_endpoint(self, endpoint: EndpointRow) -> None:
+        row = await self._endpoint_row(endpoint.project_id, endpoint.environment)
+        if row is None:
+            row = AlertEndpoint(project_id=endpoint.project_id, environment=endpoint.environment)
+            self.session.add(row)
+        row.url, row.secret = endpoint.url, endpoint.secret
+        row.failures, row.open_until_ms = endpoint.failures, endpoint.open_until_ms
+        row.created_at, row.updated_at = endpoint.created_at, endpoint.updated_at
+        await self._flush()
+
+    async def _endpoint_row(self, project_id: str, environment: str) -> AlertEndpoint | None:
         result = await self.session.execute(
             select(AlertEndpoint)
             .where(AlertEndpoint.project_id == project_id, AlertEndpoint.environment == environment)
             .execution_options(populate_existing=True)
         )
         return result.scalar_one_or_none()
-
-    async def save_endpoint(self, endpoint: AlertEndpoint) -> None:
-        self.session.add(endpoint)
-        await self.session.flush()
 
     async def remove_endpoint(self, project_id: str, environment: str) -> bool:
         result = await self.session.execute(delete(endpoints).where(_endpoint_of(project_id, environment)))
@@ -175,7 +196,7 @@ class AlertRepository(Repository):
 
     async def attempts_page(
         self, project_id: str, environment: str, before: str | None, limit: int
-    ) -> Sequence[AlertAttempt]:
+    ) -> list[AttemptRow]:
         """Newest first (ids grow with time)."""
         stmt = select(AlertAttempt).where(
             AlertAttempt.project_id == project_id, AlertAttempt.environment == environment
@@ -183,7 +204,12 @@ class AlertRepository(Repository):
         if before is not None:
             stmt = stmt.where(AlertAttempt.id < before)
         result = await self.session.execute(stmt.order_by(AlertAttempt.id.desc()).limit(limit))
-        return result.scalars().all()
+        return [
+            AttemptRow(
+                r.id, r.event_id, r.event_type, r.attempt, r.ok, r.status_code, r.error, r.duration_ms, r.at
+            )
+            for r in result.scalars().all()
+        ]
 
 
 def _endpoint_of(project_id: str, environment: str) -> ColumnElement[bool]:

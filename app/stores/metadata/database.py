@@ -1,4 +1,9 @@
-"""The metadata database handle: one async engine and session factory, Postgres or SQLite."""
+"""The metadata database handle: one async engine and session factory, Postgres or SQLite.
+
+``session()`` is the one place a metadata transaction is opened, committed or rolled back; ``unit()``
+hands the same transaction out as the port's unit of work (``protocol.MetadataUnit``), and
+``run_unit`` / ``transaction`` run one again when the database broke a lock conflict by failing it.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.stores.errors import StoreConflict, StoreUnavailable
 from app.stores.metadata.checkpoint_writer import CheckpointWriter
+from app.stores.metadata.protocol import MetadataUnit
+from app.stores.metadata.unit import SqlMetadataUnit
 
 # What a lost or refused database connection looks like through the driver.
 _OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.InterfaceError)
@@ -118,17 +125,33 @@ class MetadataStore:
                 await session.rollback()
                 raise
 
-    async def transaction(
-        self, work: Callable[[AsyncSession], Awaitable[T]], *, attempts: int = TRANSACTION_ATTEMPTS
+    @asynccontextmanager
+    async def unit(self, *, readonly: bool = False) -> AsyncIterator[MetadataUnit]:
+        """A unit of work with the metadata stores (``session()``'s transaction: committed on success,
+        rolled back on error)."""
+        async with self.session(readonly=readonly) as session:
+            yield SqlMetadataUnit(session)
+
+    async def run_unit(
+        self, work: Callable[[MetadataUnit], Awaitable[T]], *, attempts: int = TRANSACTION_ATTEMPTS
     ) -> T:
         """Run ``work`` in a unit of work, and again (up to ``attempts`` times in all, after a short
         random pause) when the database broke a lock conflict by failing it: a deadlock between two
         writers of one group is the database's to detect, never the caller's to see. ``work`` must do
         nothing but database work (it may run more than once). Still failing: ``StoreConflict`` (503)."""
+        return await self._retried(work, attempts)
+
+    async def transaction(
+        self, work: Callable[[AsyncSession], Awaitable[T]], *, attempts: int = TRANSACTION_ATTEMPTS
+    ) -> T:
+        """``run_unit`` for work that takes the session itself (code not on the port yet, #34)."""
+        return await self._retried(lambda unit: work(unit.session), attempts)
+
+    async def _retried(self, work: Callable[[SqlMetadataUnit], Awaitable[T]], attempts: int) -> T:
         for attempt in range(1, attempts + 1):
             try:
                 async with self.session() as session:
-                    return await work(session)
+                    return await work(SqlMetadataUnit(session))
             except StoreConflict:
                 if attempt == attempts:
                     logger.warning("a unit of work lost %d lock conflicts in a row; giving up", attempts)

@@ -13,6 +13,7 @@ write unit of work under ``BEGIN IMMEDIATE``, which serialises them; ``FOR UPDAT
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, delete, func, select, update
@@ -48,6 +49,24 @@ class GroupRepository(Repository):
             self._insert(groups).values(**values).on_conflict_do_nothing(index_elements=["topic_id", "name"])
         )
         await self.session.execute(stmt)
+
+    async def set_pause(self, group_id: str, reason: str, until_ms: int | None, at: datetime) -> None:
+        await self._update_group(group_id, paused_reason=reason, paused_until_ms=until_ms, updated_at=at)
+
+    async def clear_pause(self, group_id: str, breaker_window_ms: int, at: datetime) -> None:
+        await self._update_group(
+            group_id,
+            paused_reason=None,
+            paused_until_ms=None,
+            breaker_window_ms=breaker_window_ms,
+            breaker_acked=0,
+            breaker_failed=0,
+            updated_at=at,
+        )
+
+    async def _update_group(self, group_id: str, **values: Any) -> None:
+        # An ORM UPDATE: a group row already read in this unit of work is updated with it.
+        await self.session.execute(update(ConsumerGroup).where(ConsumerGroup.id == group_id).values(**values))
 
     async def all_ids(self) -> set[str]:
         result = await self.session.execute(select(groups.c.id))
@@ -181,7 +200,7 @@ class GroupRepository(Repository):
 
     async def add_member(self, member: GroupMember) -> None:
         self.session.add(member)
-        await self.session.flush()
+        await self._flush()
 
     async def remove_member(self, group_id: str, member_id: str) -> bool:
         result = await self.session.execute(

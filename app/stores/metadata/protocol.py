@@ -1,9 +1,15 @@
-"""The metadata store's protocols, one small one per aggregate; the SQL repositories implement them.
+"""The metadata store's port: a unit of work (``MetadataUnit``) holding one small store per aggregate.
+
+The broker asks ``MetadataStore.unit()`` for one transaction and reaches every aggregate through it:
+``async with metadata.unit() as uow: await uow.topics.get_by_name(...)``. The unit commits when the
+block ends without an error and rolls back otherwise (``MetadataStore.session`` is the one place that
+opens and commits a transaction; ``MetadataStore.run_unit`` runs one again after a lock conflict).
 
 A protocol names what the domain asks of one aggregate's rows: tenancy and keys, topics, groups with
-their members and partitions, leases, dead letters, alerts and usage rollups. Every method runs on the
-caller's unit of work (``MetadataStore.session()``), which owns the transaction; none commits. The
-lock order is the aggregates' order here: group → members → partitions → leases.
+their members and partitions, leases, dead letters, alerts and usage rollups. Every method runs on its
+unit of work, which owns the transaction; none commits. The lock order is the aggregates' order here:
+group → members → partitions → leases. A write that would take a unique name or key twice raises
+``app.stores.errors.AlreadyExists``, never a driver's error.
 
 The values the protocols answer (``CallerView``, ``PartitionState``, ``LeaseState``, ``DeadLetterRow``, …)
 are defined here too, so the domain depends on the contract, not on an implementation.
@@ -13,7 +19,11 @@ projects, keys), ``topic_repositories.py``, ``group_repositories.py``, ``partiti
 ``lease_repositories.py``, ``dlq_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py`` —
 on Postgres and SQLite alike. The conformance
 suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on both databases, and the
-check at the end of this module has mypy hold each repository to its protocol.
+check at the end of this module has mypy hold each repository to its protocol, and the SQL unit of work
+(``unit.py::SqlMetadataUnit``) to ``MetadataUnit``.
+
+Not every value is frozen yet: topics (``TopicRow``), dashboard sessions (``UserSessionRow``, ``Account``)
+and alert endpoints and attempts (``EndpointRow``, ``AttemptRow``) are; other stores still answer the ORM rows of ``models.py`` (#34).
 
 A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``MetadataStore.session``).
 """
@@ -26,8 +36,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from app.stores.metadata.models import (
-    AlertAttempt,
-    AlertEndpoint,
     ApiKey,
     ConsumerGroup,
     DlqAuditEntry,
@@ -35,7 +43,6 @@ from app.stores.metadata.models import (
     Project,
     Topic,
     User,
-    UserSession,
 )
 
 # values -------------------------------------------------------------------------------------------
@@ -155,6 +162,76 @@ class Rollup:
     peak_requests_per_second: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    """A topic as stored (its messages live in the log engine under ``id``)."""
+
+    id: str
+    project_id: str
+    environment: str
+    name: str
+    partitions: int
+    retention: str
+    retention_ms: int
+    delivery: str
+    replicas: int
+    status: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointRow:
+    """A project environment's alert endpoint as stored: where events go, the sealed secret they are
+    signed with, and its breaker (``failures`` in a row, open until ``open_until_ms``)."""
+
+    project_id: str
+    environment: str
+    url: str
+    secret: str
+    failures: int
+    open_until_ms: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """One try at delivering an alert event."""
+
+    id: str
+    event_id: str
+    event_type: str
+    attempt: int
+    ok: bool
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class UserSessionRow:
+    """A dashboard session as stored: the SHA-256 of its cookie's token (``id``), its CSRF token, and
+    when it began, was last used and ends."""
+
+    id: str
+    user_id: str
+    csrf: str
+    created_at: datetime
+    last_seen_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """Whom a session belongs to: a user without their password hash."""
+
+    id: str
+    email: str
+    disabled_at: datetime | None
+
+
 # tenancy and keys ---------------------------------------------------------------------------------
 
 
@@ -167,6 +244,9 @@ class UserStore(Protocol):
 
     async def add(self, user: User) -> User:
         """Insert a user (flushed: its constraints are checked now)."""
+
+    async def set_disabled(self, user_id: str, at: datetime | None) -> None:
+        """Store when the user was disabled (None: enabled)."""
 
 
 @runtime_checkable
@@ -219,10 +299,10 @@ class ApiKeyStore(Protocol):
 class UserSessionStore(Protocol):
     """Dashboard sessions, by the SHA-256 of their cookie's token."""
 
-    async def add(self, row: UserSession) -> None:
+    async def add(self, row: UserSessionRow) -> None:
         """Insert a session (flushed)."""
 
-    async def get_with_user(self, session_id: str) -> tuple[UserSession, User] | None:
+    async def get_with_user(self, session_id: str) -> tuple[UserSessionRow, Account] | None:
         """The session with its user, if any."""
 
     async def touch(self, session_id: str, at: datetime) -> None:
@@ -242,10 +322,13 @@ class UserSessionStore(Protocol):
 class TopicStore(Protocol):
     """Topics of project environments."""
 
-    async def get_by_name(self, project_id: str, environment: str, name: str) -> Topic | None:
+    async def get_by_name(self, project_id: str, environment: str, name: str) -> TopicRow | None:
         """A topic of one project environment by name."""
 
-    async def page(self, project_id: str, environment: str, after: str | None, limit: int) -> Sequence[Topic]:
+    async def exists(self, topic_id: str) -> bool:
+        """Whether the topic with this id exists."""
+
+    async def page(self, project_id: str, environment: str, after: str | None, limit: int) -> list[TopicRow]:
         """Topics ordered by name, strictly after ``after``."""
 
     async def count(self, project_id: str, environment: str) -> int:
@@ -263,8 +346,18 @@ class TopicStore(Protocol):
     async def all_ids(self) -> set[str]:
         """Every topic id (to find logs no topic owns)."""
 
-    async def add(self, topic: Topic) -> Topic:
-        """Insert a topic (flushed)."""
+    async def add(self, topic: TopicRow) -> None:
+        """Insert a topic (flushed); ``AlreadyExists`` if its environment has a topic of that name."""
+
+    async def update(
+        self,
+        topic_id: str,
+        *,
+        updated_at: datetime,
+        partitions: int | None = None,
+        retention: tuple[str, int] | None = None,
+    ) -> None:
+        """Store a topic's new partition count and/or retention (as given, and in milliseconds)."""
 
     async def remove(self, topic_id: str) -> None:
         """Delete a topic (its groups, members, partitions, leases and dead letters go with it)."""
@@ -282,6 +375,12 @@ class GroupStore(Protocol):
 
     async def insert_if_absent(self, values: dict[str, Any]) -> None:
         """Create a group unless one of that name exists (a concurrent create is not an error)."""
+
+    async def set_pause(self, group_id: str, reason: str, until_ms: int | None, at: datetime) -> None:
+        """Pause a group (``reason``, until ``until_ms`` or until resumed), replacing any pause."""
+
+    async def clear_pause(self, group_id: str, breaker_window_ms: int, at: datetime) -> None:
+        """End a group's pause; its DLQ breaker counts afresh from ``breaker_window_ms``."""
 
     async def count_for_topic(self, topic_id: str) -> int:
         """How many groups a topic has."""
@@ -538,11 +637,11 @@ class DeadLetterStore(Protocol):
 class AlertStore(Protocol):
     """Alert endpoints with their breaker, the outbox of events, and delivery attempts."""
 
-    async def endpoint(self, project_id: str, environment: str) -> AlertEndpoint | None:
+    async def endpoint(self, project_id: str, environment: str) -> EndpointRow | None:
         """The endpoint of a project environment, if any."""
 
-    async def save_endpoint(self, endpoint: AlertEndpoint) -> None:
-        """Insert or update an endpoint (flushed)."""
+    async def save_endpoint(self, endpoint: EndpointRow) -> None:
+        """Insert or replace the endpoint of its project environment (flushed)."""
 
     async def remove_endpoint(self, project_id: str, environment: str) -> bool:
         """Delete an endpoint; False if there was none."""
@@ -586,7 +685,7 @@ class AlertStore(Protocol):
 
     async def attempts_page(
         self, project_id: str, environment: str, before: str | None, limit: int
-    ) -> Sequence[AlertAttempt]:
+    ) -> list[AttemptRow]:
         """Newest first (ids grow with time)."""
 
 
@@ -618,6 +717,61 @@ class UsageStore(Protocol):
         """The buckets of ``[since, until)``, oldest first (one row per bucket, key and category)."""
 
 
+# the unit of work ---------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class MetadataUnit(Protocol):
+    """One transaction of the metadata store and the stores that work in it (``MetadataStore.unit()``).
+
+    Committed when the ``async with`` block ends without an error, rolled back otherwise; the stores are
+    built on first use."""
+
+    @property
+    def users(self) -> UserStore:
+        """Users."""
+
+    @property
+    def user_sessions(self) -> UserSessionStore:
+        """Dashboard sessions."""
+
+    @property
+    def projects(self) -> ProjectStore:
+        """Projects."""
+
+    @property
+    def keys(self) -> ApiKeyStore:
+        """API keys."""
+
+    @property
+    def topics(self) -> TopicStore:
+        """Topics."""
+
+    @property
+    def groups(self) -> GroupStore:
+        """Consumer groups and their members."""
+
+    @property
+    def partitions(self) -> PartitionStore:
+        """Groups' partitions and offsets."""
+
+    @property
+    def leases(self) -> LeaseStore:
+        """Leases."""
+
+    @property
+    def dead_letters(self) -> DeadLetterStore:
+        """Dead letters."""
+
+    @property
+    def alerts(self) -> AlertStore:
+        """Alert endpoints, the outbox and attempts."""
+
+    @property
+    def usage(self) -> UsageStore:
+        """Usage rollups."""
+
+
 if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime import cycle)
     from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -628,6 +782,7 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
     from app.stores.metadata.partition_repositories import PartitionRepository
     from app.stores.metadata.tenancy_repositories import ApiKeyRepository, ProjectRepository, UserRepository
     from app.stores.metadata.topic_repositories import TopicRepository
+    from app.stores.metadata.unit import SqlMetadataUnit
     from app.stores.metadata.usage_repositories import UsageRollupRepository
 
     def _implementations(session: AsyncSession) -> None:
@@ -641,3 +796,4 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
         _dead_letters: DeadLetterStore = DeadLetterRepository(session)
         _alerts: AlertStore = AlertRepository(session)
         _usage: UsageStore = UsageRollupRepository(session)
+        _unit: MetadataUnit = SqlMetadataUnit(session)

@@ -52,7 +52,7 @@ class PushRepository(Repository):
 
     async def add(self, endpoint: PushEndpoint) -> None:
         self.session.add(endpoint)
-        await self.session.flush()
+        await self._flush()
 
     async def remove(self, group_id: str) -> bool:
         result = await self.session.execute(delete(endpoints).where(endpoints.c.group_id == group_id))

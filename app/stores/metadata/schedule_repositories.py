@@ -42,7 +42,7 @@ class ScheduleRepository(Repository):
 
     async def add(self, schedule: Schedule) -> Schedule:
         self.session.add(schedule)
-        await self.session.flush()
+        await self._flush()
         return schedule
 
     async def get(self, project_id: str, environment: str, schedule_id: str) -> tuple[Schedule, str] | None:
@@ -159,7 +159,7 @@ class ScheduleRepository(Repository):
     async def add_run(self, run: ScheduleRun, keep: int) -> None:
         """Record a run and drop all but the newest ``keep`` of the schedule's runs."""
         self.session.add(run)
-        await self.session.flush()
+        await self._flush()
         oldest_kept = (
             select(ScheduleRun.at_ms)
             .where(ScheduleRun.schedule_id == run.schedule_id)

@@ -10,6 +10,7 @@ from sqlalchemy import delete, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ApiKey, Project, User, UserSession
+from app.stores.metadata.protocol import Account, UserSessionRow
 
 
 class UserRepository(Repository):
@@ -21,25 +22,46 @@ class UserRepository(Repository):
 
     async def add(self, user: User) -> User:
         self.session.add(user)
-        await self.session.flush()
+        await self._flush()
         return user
+
+    async def set_disabled(self, user_id: str, at: datetime | None) -> None:
+        # An ORM UPDATE: a row of this user already read in this unit of work is updated with it.
+        await self.session.execute(update(User).where(User.id == user_id).values(disabled_at=at))
 
 
 class UserSessionRepository(Repository):
     """Dashboard sessions, by the hash of their cookie's token."""
 
-    async def add(self, row: UserSession) -> None:
-        self.session.add(row)
-        await self.session.flush()
+    async def add(self, row: UserSessionRow) -> None:
+        self.session.add(
+            UserSession(
+                id=row.id,
+                user_id=row.user_id,
+                csrf=row.csrf,
+                created_at=row.created_at,
+                last_seen_at=row.last_seen_at,
+                expires_at=row.expires_at,
+            )
+        )
+        await self._flush()
 
-    async def get_with_user(self, session_id: str) -> tuple[UserSession, User] | None:
+    async def get_with_user(self, session_id: str) -> tuple[UserSessionRow, Account] | None:
         result = await self.session.execute(
             select(UserSession, User)
             .join(User, User.id == UserSession.user_id)
             .where(UserSession.id == session_id)
         )
         row = result.first()
-        return (row[0], row[1]) if row else None
+        if row is None:
+            return None
+        found, user = row[0], row[1]
+        return (
+            UserSessionRow(
+                found.id, found.user_id, found.csrf, found.created_at, found.last_seen_at, found.expires_at
+            ),
+            Account(user.id, user.email, user.disabled_at),
+        )
 
     async def touch(self, session_id: str, at: datetime) -> None:
         await self.session.execute(
@@ -79,7 +101,7 @@ class ProjectRepository(Repository):
 
     async def add(self, project: Project) -> Project:
         self.session.add(project)
-        await self.session.flush()
+        await self._flush()
         return project
 
 
@@ -145,7 +167,7 @@ class ApiKeyRepository(Repository):
 
     async def add(self, key: ApiKey) -> ApiKey:
         self.session.add(key)
-        await self.session.flush()
+        await self._flush()
         return key
 
     async def touch_last_used(self, last_used: dict[str, datetime]) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import (
@@ -16,26 +17,48 @@ from app.stores.metadata.models import (
     Project,
     Topic,
 )
+from app.stores.metadata.protocol import TopicRow
+
+
+def _row(topic: Topic) -> TopicRow:
+    return TopicRow(
+        topic.id,
+        topic.project_id,
+        topic.environment,
+        topic.name,
+        topic.partitions,
+        topic.retention,
+        topic.retention_ms,
+        topic.delivery,
+        topic.replicas,
+        topic.status,
+        topic.created_at,
+        topic.updated_at,
+    )
 
 
 class TopicRepository(Repository):
     """Topics of project environments."""
 
-    async def get_by_name(self, project_id: str, environment: str, name: str) -> Topic | None:
+    async def get_by_name(self, project_id: str, environment: str, name: str) -> TopicRow | None:
         result = await self.session.execute(
             select(Topic).where(
                 Topic.project_id == project_id, Topic.environment == environment, Topic.name == name
             )
         )
-        return result.scalar_one_or_none()
+        topic = result.scalar_one_or_none()
+        return _row(topic) if topic is not None else None
 
-    async def page(self, project_id: str, environment: str, after: str | None, limit: int) -> Sequence[Topic]:
+    async def exists(self, topic_id: str) -> bool:
+        return await self.session.get(Topic, topic_id) is not None
+
+    async def page(self, project_id: str, environment: str, after: str | None, limit: int) -> list[TopicRow]:
         """Topics ordered by name, strictly after ``after``."""
         stmt = select(Topic).where(Topic.project_id == project_id, Topic.environment == environment)
         if after is not None:
             stmt = stmt.where(Topic.name > after)
         result = await self.session.execute(stmt.order_by(Topic.name).limit(limit))
-        return result.scalars().all()
+        return [_row(topic) for topic in result.scalars().all()]
 
     async def count(self, project_id: str, environment: str) -> int:
         result = await self.session.execute(
@@ -76,10 +99,40 @@ class TopicRepository(Repository):
         result = await self.session.execute(select(Topic.id))
         return set(result.scalars().all())
 
-    async def add(self, topic: Topic) -> Topic:
-        self.session.add(topic)
-        await self.session.flush()
-        return topic
+    async def add(self, topic: TopicRow) -> None:
+        self.session.add(
+            Topic(
+                id=topic.id,
+                project_id=topic.project_id,
+                environment=topic.environment,
+                name=topic.name,
+                partitions=topic.partitions,
+                retention=topic.retention,
+                retention_ms=topic.retention_ms,
+                delivery=topic.delivery,
+                replicas=topic.replicas,
+                status=topic.status,
+                created_at=topic.created_at,
+                updated_at=topic.updated_at,
+            )
+        )
+        await self._flush()
+
+    async def update(
+        self,
+        topic_id: str,
+        *,
+        updated_at: datetime,
+        partitions: int | None = None,
+        retention: tuple[str, int] | None = None,
+    ) -> None:
+        values: dict[str, Any] = {"updated_at": updated_at}
+        if partitions is not None:
+            values["partitions"] = partitions
+        if retention is not None:
+            values["retention"], values["retention_ms"] = retention
+        # An ORM UPDATE: a row of this topic already read in this unit of work is updated with it.
+        await self.session.execute(update(Topic).where(Topic.id == topic_id).values(**values))
 
     async def remove(self, topic_id: str) -> None:
         """Delete the topic and everything of its groups, taking row locks in the lock order of every

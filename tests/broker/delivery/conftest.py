@@ -70,9 +70,9 @@ def make_topic(deployment: Any) -> MakeTopic:
         project = await deployment.project()
         scope = Scope(project.project_id, "production")
         name = f"delivery-{secrets.token_hex(3)}"
-        async with services.metadata.session() as session:
+        async with services.metadata.unit() as uow:
             await topics.create_topic(
-                session, services.log, scope, name, partitions=partitions, delivery=delivery
+                uow, services.log, scope, name, partitions=partitions, delivery=delivery
             )
         return TopicUnderTest(services, scope, name, await services.publisher.topics.resolve(scope, name))
 

@@ -42,8 +42,8 @@ async def setup(deployment):
     services = deployment.app.state.services
     project = await deployment.project()
     scope = Scope(project.project_id, "production")
-    async with services.metadata.session() as session:
-        await topics.create_topic(session, services.log, scope, "hot", partitions=2)
+    async with services.metadata.unit() as uow:
+        await topics.create_topic(uow, services.log, scope, "hot", partitions=2)
     topic = await services.publisher.topics.resolve(scope, "hot")
     return services, scope, topic
 

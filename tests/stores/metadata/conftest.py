@@ -20,8 +20,9 @@ from alembic.config import Config
 from app.kit.ids import new_id
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.models import Project, Topic
+from app.stores.metadata.models import Project
 from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import TopicRow
 from app.stores.metadata.tenancy_repositories import ProjectRepository
 from app.stores.metadata.topic_repositories import TopicRepository
 from tests.fixtures.database import create_database, database_url, drop_database
@@ -84,9 +85,9 @@ class Rows:
         async with self.store.session() as session:
             return await ProjectRepository.from_session(session).add(project)
 
-    async def topic(self, project_id: str | None = None, *, name: str = "", partitions: int = 2) -> Topic:
+    async def topic(self, project_id: str | None = None, *, name: str = "", partitions: int = 2) -> TopicRow:
         project_id = project_id or (await self.project()).id
-        topic = Topic(
+        topic = TopicRow(
             id=new_id("top"),
             project_id=project_id,
             environment="production",
@@ -95,15 +96,17 @@ class Rows:
             retention="7d",
             retention_ms=7 * 86_400_000,
             delivery="at-least-once",
+            replicas=1,
             status="active",
             created_at=now(),
             updated_at=now(),
         )
         async with self.store.session() as session:
-            return await TopicRepository.from_session(session).add(topic)
+            await TopicRepository.from_session(session).add(topic)
+        return topic
 
     async def group(
-        self, topic: Topic | None = None, *, partitions: int = 2, name: str = "", **values: Any
+        self, topic: TopicRow | None = None, *, partitions: int = 2, name: str = "", **values: Any
     ) -> str:
         """The group ``name`` on ``topic`` (new ones by default), created with ``partitions`` partition
         rows unless it exists (as the domain's ``ensure_group``); its id."""

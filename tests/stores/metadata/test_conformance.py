@@ -8,19 +8,18 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import exc
 
 from app.kit.ids import new_id
-from app.stores.errors import StoreUnavailable
+from app.stores.errors import AlreadyExists, StoreUnavailable
 from app.stores.metadata import protocol
 from app.stores.metadata.alert_repositories import AlertRepository
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.dlq_repositories import DeadLetterRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.models import AlertEndpoint, ApiKey, GroupMember, User
+from app.stores.metadata.models import ApiKey, GroupMember, User
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import DeadLetterRow, LeaseState, Rollup
+from app.stores.metadata.protocol import DeadLetterRow, EndpointRow, LeaseState, Rollup
 from app.stores.metadata.tenancy_repositories import (
     ApiKeyRepository,
     ProjectRepository,
@@ -106,7 +105,7 @@ class TestTenancy:
         async with metadata.session(readonly=True) as session:
             found = await UserRepository.from_session(session).get_by_email(email)
         assert found is not None and found.id == user.id
-        with pytest.raises(exc.IntegrityError):
+        with pytest.raises(AlreadyExists):
             async with metadata.session() as session:
                 await UserRepository.from_session(session).add(_user(email))
 
@@ -185,7 +184,7 @@ class TestTopics:
 
     async def test_a_name_is_taken_once_per_environment(self, metadata: MetadataStore, rows: Rows):
         topic = await rows.topic()
-        with pytest.raises(exc.IntegrityError):
+        with pytest.raises(AlreadyExists):
             await rows.topic(topic.project_id, name=topic.name)
 
     async def test_removing_a_topic_removes_its_groups(self, metadata: MetadataStore, rows: Rows):
@@ -560,23 +559,20 @@ def _event(project_id: str, *, due_ms: int) -> dict[str, object]:
     }
 
 
+def _endpoint(project_id: str, environment: str, *, secret: str = "s", url: str = "") -> EndpointRow:
+    at = now()
+    return EndpointRow(
+        project_id, environment, url or "https://hooks.example.com/qc", secret, 0, None, at, at
+    )
+
+
 class TestAlerts:
     async def test_due_events_are_claimed_once_with_their_endpoint(self, metadata: MetadataStore, rows: Rows):
         project = await rows.project()
         event, later = _event(project.id, due_ms=1_000), _event(project.id, due_ms=50_000)
         async with metadata.session() as session:
             alerts = AlertRepository.from_session(session)
-            await alerts.save_endpoint(
-                AlertEndpoint(
-                    project_id=project.id,
-                    environment="production",
-                    url="https://hooks.example.com/qc",
-                    secret="s3cret",
-                    failures=0,
-                    created_at=now(),
-                    updated_at=now(),
-                )
-            )
+            await alerts.save_endpoint(_endpoint(project.id, "production", secret="s3cret"))
             await alerts.add_event(event)
             await alerts.add_event(later)
         async with metadata.session() as session:
@@ -600,17 +596,7 @@ class TestAlerts:
         project = await rows.project()
         async with metadata.session() as session:
             alerts = AlertRepository.from_session(session)
-            await alerts.save_endpoint(
-                AlertEndpoint(
-                    project_id=project.id,
-                    environment="sandbox",
-                    url="https://hooks.example.com/qc",
-                    secret="s",
-                    failures=0,
-                    created_at=now(),
-                    updated_at=now(),
-                )
-            )
+            await alerts.save_endpoint(_endpoint(project.id, "sandbox"))
         states = []
         for ok in (False, False, False, True):
             async with metadata.session() as session:
