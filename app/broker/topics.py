@@ -4,9 +4,10 @@ The metadata row is the truth about a topic; its messages live in the log engine
 Creation writes the engine's logs before the row commits, and deletion removes the row before the logs,
 so a failure in between leaves at worst orphan files (swept at startup), never a topic without a log.
 
-Callers outside the domain see a topic as one of two frozen values, never the row: a ``TopicView``
-(what the topic calls answer and the dashboard shows) or a ``TopicRef`` (what publishing, reading and
-delivery need, resolved by name through the ``TopicDirectory`` without a metadata read per request).
+Callers outside the domain see a topic as one of two frozen values: a ``TopicView`` (the store's
+``TopicRow``: what the topic calls answer and the dashboard shows) or a ``TopicRef`` (what publishing,
+reading and delivery need, resolved by name through the ``TopicDirectory`` without a metadata read per
+request).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import enum
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime
 
 from app.broker import dead_letter_logs, message_ids, quotas
 from app.broker.errors import InvalidRequest, TopicAlreadyExists, TopicNotFound
@@ -74,35 +74,8 @@ class TopicRef:
     replicas: int  # copies the engine keeps: what a publish answer's ``durability`` promises
 
 
-@dataclass(frozen=True, slots=True)
-class TopicView:
-    """A topic as its calls answer it: the row's fields, read once, detached from the session."""
-
-    id: str
-    name: str
-    partitions: int
-    retention: str
-    retention_ms: int
-    delivery: str
-    replicas: int
-    status: str
-    created_at: datetime
-    updated_at: datetime
-
-    @classmethod
-    def of(cls, row: TopicRow) -> TopicView:
-        return cls(
-            row.id,
-            row.name,
-            row.partitions,
-            row.retention,
-            row.retention_ms,
-            row.delivery,
-            row.replicas,
-            row.status,
-            row.created_at,
-            row.updated_at,
-        )
+# A topic as its calls answer it and the dashboard shows it: the store's frozen value, as it was read.
+TopicView = TopicRow
 
 
 class TopicDirectory:
@@ -267,12 +240,12 @@ async def create_topic(
         await log.create_topic(topic.id, partitions, log_config(topic))
     except ReplicasUnavailable as exc:  # offered in general, but not by this cluster (too few servers)
         raise InvalidRequest.field("replicas", str(exc)) from None
-    return TopicView.of(topic)
+    return topic
 
 
 async def get_topic(uow: MetadataUnit, scope: Scope, name: str) -> TopicView:
     """The topic of this name in the scope; ``TopicNotFound`` if there is none."""
-    return TopicView.of(await _get_row(uow, scope, name))
+    return await _get_row(uow, scope, name)
 
 
 async def _get_row(uow: MetadataUnit, scope: Scope, name: str) -> TopicRow:
@@ -290,7 +263,7 @@ async def list_topics(
         raise InvalidRequest.field("limit", "must be between 1 and 1000")
     after = decode_cursor(cursor) if cursor else None
     rows = await uow.topics.page(scope.project_id, scope.environment, after, limit + 1)
-    page = [TopicView.of(row) for row in rows[:limit]]
+    page = [row for row in rows[:limit]]
     return page, encode_cursor(page[-1].name) if len(rows) > limit else None
 
 
@@ -338,7 +311,7 @@ async def update_topic(
         partitions=grown,
         retention=(topic.retention, topic.retention_ms) if retention_ms is not None else None,
     )
-    return TopicView.of(topic)
+    return topic
 
 
 async def delete_topic(metadata: MetadataStore, log: LogEngine, scope: Scope, name: str) -> str:
