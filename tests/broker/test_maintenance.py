@@ -50,7 +50,9 @@ async def test_retention_is_applied_in_the_background_until_closed(engine: LogEn
         before = await engine.partition_info(topic, 0)
         assert before.earliest_offset == 0 and before.latest_offset == 50
         # Two hours on, every record is past the topic's hour (nothing waits for them to age).
-        maintenance = LogMaintenance(engine, interval=0.05, clock=lambda: now_ms() + 2 * HOUR_MS)
+        maintenance = LogMaintenance(
+            engine, interval=0.05, clock=lambda: now_ms() + 2 * HOUR_MS, duty=f"retention-{topic}"
+        )
         maintenance.start()
         try:
             # The local engine keeps the active segment; JetStream purges up to the first record kept.
@@ -79,6 +81,53 @@ async def test_records_within_retention_are_kept(engine: LogEngine) -> None:
         assert (await engine.partition_info(topic, 0)).earliest_offset == 0
     finally:
         await engine.delete_topic(topic)
+
+
+@pytest.fixture
+async def second_process(engine: LogEngine, request: pytest.FixtureRequest) -> AsyncIterator[LogEngine]:
+    """The same log as another API process sees it: a second JetStream engine on the cluster; the local
+    engine has one process only, so it is the same engine."""
+    if engine.exclusive:
+        yield engine
+        return
+    cluster = request.getfixturevalue("nats_cluster")
+    other = JetStreamLogEngine(JetStreamConfig(servers=cluster.url.split(","), default_replicas=1))
+    await other.start()
+    yield other
+    await other.close()
+
+
+async def test_one_process_at_a_time_does_the_pass(engine: LogEngine, second_process: LogEngine) -> None:
+    duty = f"retention-{secrets.token_hex(4)}"
+    at = now_ms()
+    clock = {"a": at, "b": at}
+    a = LogMaintenance(engine, interval=1.0, clock=lambda: clock["a"], holder="a", duty=duty)
+    b = LogMaintenance(second_process, interval=1.0, clock=lambda: clock["b"], holder="b", duty=duty)
+    shared = not engine.exclusive
+    assert await a.run_if_turn() is not None
+    if not shared:  # one process: it does every duty, whoever asks
+        assert await b.run_if_turn() is not None
+        return
+    assert await b.run_if_turn() is None  # a's turn runs for 3 intervals
+    clock["a"] += 2_000
+    assert await a.run_if_turn() is not None  # renewed: now until at + 5 s
+    clock["b"] += 4_000
+    assert await b.run_if_turn() is None
+    clock["b"] += 1_001  # past a's renewed turn, which a let run out
+    assert await b.run_if_turn() is not None
+    clock["a"] = clock["b"]  # a comes back (it was paused, say): b's turn runs now
+    assert await a.run_if_turn() is None
+    assert (a.passes, b.passes) == (2, 1)
+
+
+async def test_a_turn_set_by_a_clock_far_ahead_does_not_hold(
+    engine: LogEngine, second_process: LogEngine
+) -> None:
+    duty = f"retention-{secrets.token_hex(4)}"
+    ahead = LogMaintenance(engine, interval=1.0, clock=lambda: now_ms() + HOUR_MS, holder="ahead", duty=duty)
+    honest = LogMaintenance(second_process, interval=1.0, holder="honest", duty=duty)
+    assert await ahead.run_if_turn() is not None
+    assert await honest.run_if_turn() is not None
 
 
 def test_the_interval_must_be_positive(tmp_path: Path) -> None:

@@ -311,6 +311,13 @@ class LogEngine(Protocol):
         owns the logs (it keeps the keys in its own memory)."""
         ...
 
+    async def take_turn(self, duty: str, holder: str, now_ms: int, ttl_ms: int) -> bool:
+        """Whether ``holder`` (one API process) does ``duty`` for every process of this deployment now:
+        true until ``now_ms + ttl_ms`` once taken, and renewed by taking it again before then; another
+        holder gets it only once that time has passed without a renewal. An exclusive engine has one
+        process: always true."""
+        ...
+
     async def enforce_retention(self, now_ms: int) -> int:
         """Drop what is past its topic's retention as of ``now_ms`` (whole segments on the local engine;
         records older by timestamp on JetStream); answers how many segments or streams it cut. The broker's

@@ -48,6 +48,7 @@ from app.stores.log.jetstream import codec
 from app.stores.log.jetstream.appends import Appends
 from app.stores.log.jetstream.client import JetStreamClient
 from app.stores.log.jetstream.config import JetStreamConfig
+from app.stores.log.jetstream.duties import JetStreamDuties
 from app.stores.log.jetstream.idempotency import JetStreamIdempotency
 from app.stores.log.jetstream.reads import Reads
 from app.stores.log.jetstream.streams import Streams
@@ -93,6 +94,7 @@ class JetStreamLogEngine:
             lambda: self.max_record_bytes,
         )
         self.reads = Reads(lambda: self.client, self.streams, self.watermarks)
+        self._duties = JetStreamDuties(self._jetstream, replicas=config.default_replicas)
         self._recovery: asyncio.Task[None] | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._closing = False
@@ -226,6 +228,10 @@ class JetStreamLogEngine:
                 logger.info("transaction recovery skipped this round: %s", exc)
             except Exception:
                 logger.exception("transaction recovery failed this round")
+
+    async def take_turn(self, duty: str, holder: str, now_ms: int, ttl_ms: int) -> bool:
+        """Turns in a key-value bucket of this cluster (``duties.JetStreamDuties``)."""
+        return await self._duties.take_turn(duty, holder, now_ms, ttl_ms)
 
     def idempotency_records(self, window_seconds: float) -> JetStreamIdempotency:
         """Idempotency records every API node sees, kept ``window_seconds`` (a KV bucket of this cluster)."""

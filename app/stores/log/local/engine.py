@@ -89,6 +89,10 @@ class LocalLogEngine:
         # One process owns these logs: its publisher keeps the keys in memory.
         return None
 
+    async def take_turn(self, duty: str, holder: str, now_ms: int, ttl_ms: int) -> bool:
+        # The one process of the local deployment does every duty.
+        return True
+
     async def start(self) -> None:
         await self.manager.start()
 
