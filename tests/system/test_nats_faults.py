@@ -17,6 +17,7 @@ import secrets
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +36,16 @@ BATCH = 10
 
 @pytest.fixture
 def deployment(tmp_path) -> Iterator[ScaleOut]:
+    yield from _deployment(tmp_path, nats_nodes=3)
+
+
+@pytest.fixture
+def six_nodes(tmp_path) -> Iterator[ScaleOut]:
+    """Six NATS nodes, two in each of three zones (node i in zone ``i % 3``)."""
+    yield from _deployment(tmp_path, nats_nodes=6)
+
+
+def _deployment(tmp_path: Path, nats_nodes: int) -> Iterator[ScaleOut]:
     name = f"qc_test_faults_{secrets.token_hex(4)}"
     asyncio.run(create_database(name))
     # Commit records left by a killed API process are rolled forward after 1 s (10 s by default).
@@ -42,6 +53,7 @@ def deployment(tmp_path) -> Iterator[ScaleOut]:
         tmp_path,
         database_url(name),
         api_nodes=2,
+        nats_nodes=nats_nodes,
         QUEUECORE_JETSTREAM__RECOVER_AFTER_SECONDS="1",
         QUEUECORE_JETSTREAM__RECOVERY_INTERVAL_SECONDS="0.5",
     )
@@ -83,124 +95,142 @@ async def _published_again(api: httpx.AsyncClient, topic: str, failure: str) -> 
 
 class TestOneNodeKilled:
     async def test_nothing_acknowledged_is_lost_and_no_batch_is_partial(self, deployment):
-        cluster = deployment.cluster
-        publisher, consumer = deployment.http(0), deployment.http(1)
-        async with publisher, consumer:
-            topic = f"faults-{secrets.token_hex(4)}"
-            created = await publisher.post(
-                "/v1/topics", json={"name": topic, "partitions": 3, "delivery": "exactly-once", "replicas": 3}
-            )
-            assert created.status_code == 201, created.text
-            stored: dict[tuple[int, int], Any] = {}  # (partition, offset) -> data, of every 2xx
-            statuses: list[tuple[float, int]] = []
-            batches_tried = 0
-            stop = asyncio.Event()
+        await _nothing_lost_while_down(deployment, [0], "one node of three down")
 
-            async def publish() -> None:
-                nonlocal batches_tried
-                n = 0
-                while not stop.is_set():
-                    n += 1
-                    if n % 2:
-                        data: Any = {"single": n}
-                        r = await publisher.post(f"/v1/topics/{topic}/messages", json={"data": data})
-                        if r.status_code == 201:
-                            stored[(r.json()["partition"], r.json()["offset"])] = data
-                    else:
-                        batches_tried += 1
-                        items = [{"data": {"batch": n, "i": i}} for i in range(BATCH)]
-                        r = await publisher.post(
-                            f"/v1/topics/{topic}/messages/batch", json={"messages": items}
-                        )
-                        if r.status_code == 201:
-                            for item, placed in zip(items, r.json()["messages"], strict=True):
-                                stored[(placed["partition"], placed["offset"])] = item["data"]
-                    assert r.status_code in (201, 503), r.text  # never a 500, never another answer
-                    if r.status_code == 503:
-                        assert r.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
-                    statuses.append((time.monotonic(), r.status_code))
 
-            received: list[tuple[int, int, Any]] = []
+class TestZoneLost:
+    async def test_a_whole_zone_down_loses_nothing_acknowledged(self, six_nodes):
+        """Both nodes of zone-a SIGKILLed at once: every stream keeps two replicas (one per other zone,
+        ``unique_tag``), the meta group four of six nodes; publishing and consuming go on."""
+        down = [node.index for node in six_nodes.cluster.nodes if node.zone == "zone-a"]
+        assert len(down) == 2
+        await _nothing_lost_while_down(six_nodes, down, "zone-a down")
 
-            async def consume() -> None:
-                joined = (
-                    await consumer.post(
-                        f"/v1/topics/{topic}/groups/g/members", json={"startFrom": "earliest"}
-                    )
-                ).json()
-                member = {"memberId": joined["memberId"], "generationId": joined["generationId"]}
 
-                def all_in() -> bool:  # a 503'd publish may have been stored too: compare sets, not counts
-                    return set(stored) <= {(p, o) for p, o, _ in received}
+async def _nothing_lost_while_down(deployment: ScaleOut, down: list[int], what: str) -> None:
+    cluster = deployment.cluster
+    publisher, consumer = deployment.http(0), deployment.http(1)
+    async with publisher, consumer:
+        topic = f"faults-{secrets.token_hex(4)}"
+        created = await publisher.post(
+            "/v1/topics", json={"name": topic, "partitions": 3, "delivery": "exactly-once", "replicas": 3}
+        )
+        assert created.status_code == 201, created.text
+        stored: dict[tuple[int, int], Any] = {}  # (partition, offset) -> data, of every 2xx
+        placed_at: list[tuple[float, int]] = []  # when each acknowledged message was answered, where
+        statuses: list[tuple[float, int]] = []
+        batches_tried = 0
+        stop = asyncio.Event()
 
-                while not stop.is_set() or not all_in():
-                    r = await consumer.post(
-                        f"/v1/topics/{topic}/groups/g/poll",
-                        json={**member, "maxMessages": 500, "waitSeconds": 1},
-                    )
-                    if r.status_code != 200:
-                        assert r.status_code == 503, r.text
-                        await asyncio.sleep(0.1)
-                        continue
-                    messages = r.json()["messages"]
-                    received.extend((m["partition"], m["offset"], m["data"]) for m in messages)
-                    if messages:
-                        acked = await consumer.post(
-                            f"/v1/topics/{topic}/groups/g/ack",
-                            json={**member, "ids": [m["id"] for m in messages]},
-                        )
-                        assert acked.status_code == 200 and acked.json()["failed"] == [], acked.text
-                    if stop.is_set() and not messages and all_in():
-                        return
+        async def publish() -> None:
+            nonlocal batches_tried
+            n = 0
+            while not stop.is_set():
+                n += 1
+                if n % 2:
+                    data: Any = {"single": n}
+                    r = await publisher.post(f"/v1/topics/{topic}/messages", json={"data": data})
+                    if r.status_code == 201:
+                        stored[(r.json()["partition"], r.json()["offset"])] = data
+                        placed_at.append((time.monotonic(), r.json()["partition"]))
+                else:
+                    batches_tried += 1
+                    items = [{"data": {"batch": n, "i": i}} for i in range(BATCH)]
+                    r = await publisher.post(f"/v1/topics/{topic}/messages/batch", json={"messages": items})
+                    if r.status_code == 201:
+                        for item, placed in zip(items, r.json()["messages"], strict=True):
+                            stored[(placed["partition"], placed["offset"])] = item["data"]
+                            placed_at.append((time.monotonic(), placed["partition"]))
+                assert r.status_code in (201, 503), r.text  # never a 500, never another answer
+                if r.status_code == 503:
+                    assert r.json()["error"]["code"] == "SERVICE_UNAVAILABLE"
+                statuses.append((time.monotonic(), r.status_code))
 
-            publishing = asyncio.create_task(publish())
-            consuming = asyncio.create_task(consume())
-            await asyncio.sleep(2)
-            killed_at = time.monotonic()
-            cluster.kill(0)  # SIGKILL, with publishes and acks in flight
-            # Streams whose leader was on it elect another: JetStream's election timeout is 4-9 s.
-            await asyncio.sleep(15)
-            restarted_at = time.monotonic()
-            await asyncio.to_thread(cluster.restart, 0)  # rejoins on its own store; ready = caught up
-            await asyncio.sleep(3)
-            stop.set()
-            await publishing
-            try:
-                await asyncio.wait_for(consuming, 60)
-            except TimeoutError:
-                offsets = (await consumer.get(f"/v1/topics/{topic}/groups/g/offsets")).json()
-                missing = sorted(set(stored) - {(p, o) for p, o, _ in received})
-                pytest.fail(
-                    f"consumer stuck: {len(received)} of {len(stored)}; offsets {offsets}; missing {missing[:20]}"
+        received: list[tuple[int, int, Any]] = []
+
+        async def consume() -> None:
+            joined = (
+                await consumer.post(f"/v1/topics/{topic}/groups/g/members", json={"startFrom": "earliest"})
+            ).json()
+            member = {"memberId": joined["memberId"], "generationId": joined["generationId"]}
+
+            def all_in() -> bool:  # a 503'd publish may have been stored too: compare sets, not counts
+                return set(stored) <= {(p, o) for p, o, _ in received}
+
+            while not stop.is_set() or not all_in():
+                r = await consumer.post(
+                    f"/v1/topics/{topic}/groups/g/poll",
+                    json={**member, "maxMessages": 500, "waitSeconds": 1},
                 )
+                if r.status_code != 200:
+                    assert r.status_code == 503, r.text
+                    await asyncio.sleep(0.1)
+                    continue
+                messages = r.json()["messages"]
+                received.extend((m["partition"], m["offset"], m["data"]) for m in messages)
+                if messages:
+                    acked = await consumer.post(
+                        f"/v1/topics/{topic}/groups/g/ack",
+                        json={**member, "ids": [m["id"] for m in messages]},
+                    )
+                    assert acked.status_code == 200 and acked.json()["failed"] == [], acked.text
+                if stop.is_set() and not messages and all_in():
+                    return
 
-            # Publishing went on while the node was down, and after it came back.
-            # (Answers are timed when they come: a publish caught by the kill waits out its 5 s timeout.)
-            during = [s for t, s in statuses if killed_at < t < restarted_at]
-            assert 201 in during[during.index(503) if 503 in during else 0 :], (
-                "no publish succeeded with one node of three down",
-                during,
+        publishing = asyncio.create_task(publish())
+        consuming = asyncio.create_task(consume())
+        await asyncio.sleep(2)
+        killed_at = time.monotonic()
+        for index in down:
+            cluster.kill(index)  # SIGKILL, with publishes and acks in flight
+        # Streams whose leader was on it elect another: JetStream's election timeout is 4-9 s.
+        await asyncio.sleep(15)
+        restarted_at = time.monotonic()
+        for index in down:  # each rejoins on its own store; ready = caught up
+            await asyncio.to_thread(cluster.restart, index)
+        await asyncio.sleep(3)
+        stop.set()
+        await publishing
+        try:
+            await asyncio.wait_for(consuming, 60)
+        except TimeoutError:
+            offsets = (await consumer.get(f"/v1/topics/{topic}/groups/g/offsets")).json()
+            missing = sorted(set(stored) - {(p, o) for p, o, _ in received})
+            pytest.fail(
+                f"consumer stuck: {len(received)} of {len(stored)}; offsets {offsets}; missing {missing[:20]}"
             )
-            assert [s for _, s in statuses][-5:] == [201] * 5
-            # Every acknowledged message is where its answer said, unchanged.
-            log = {
-                p: {m["offset"]: m["data"] for m in await _read_partition(publisher, topic, p)}
-                for p in range(3)
-            }
-            for (partition, offset), data in stored.items():
-                assert log[partition].get(offset) == data, (partition, offset)
-            # No batch is partly there, whatever its publisher heard.
-            counts: dict[int, int] = {}
-            for records in log.values():
-                for data in records.values():
-                    if isinstance(data, dict) and "batch" in data:
-                        counts[data["batch"]] = counts.get(data["batch"], 0) + 1
-            assert all(count == BATCH for count in counts.values()), counts
-            # The consumer got every acknowledged message, once (exactly-once, all acked).
-            seen = [(p, o) for p, o, _ in received]
-            assert len(seen) == len(set(seen))
-            assert set(stored) <= set(seen)
-            assert batches_tried > 0 and len(stored) > 0
+
+        # Publishing went on while the node was down, and after it came back.
+        # (Answers are timed when they come: a publish caught by the kill waits out its 5 s timeout.)
+        # Every partition took publishes while the nodes were down (once its stream had elected a leader
+        # where it had lost one): none lost its quorum.
+        assert {p for t, p in placed_at if killed_at + 2 < t < restarted_at} == {0, 1, 2}, (
+            f"{what}: a partition took no publish"
+        )
+        during = [s for t, s in statuses if killed_at < t < restarted_at]
+        assert 201 in during[during.index(503) if 503 in during else 0 :], (
+            f"no publish succeeded with {what}",
+            during,
+        )
+        assert [s for _, s in statuses][-5:] == [201] * 5
+        # Every acknowledged message is where its answer said, unchanged.
+        log = {
+            p: {m["offset"]: m["data"] for m in await _read_partition(publisher, topic, p)} for p in range(3)
+        }
+        for (partition, offset), data in stored.items():
+            assert log[partition].get(offset) == data, (partition, offset)
+        # No batch is partly there, whatever its publisher heard.
+        counts: dict[int, int] = {}
+        for records in log.values():
+            for data in records.values():
+                if isinstance(data, dict) and "batch" in data:
+                    counts[data["batch"]] = counts.get(data["batch"], 0) + 1
+        assert all(count == BATCH for count in counts.values()), counts
+        # The consumer got every acknowledged message, once (exactly-once, all acked).
+        seen = [(p, o) for p, o, _ in received]
+        assert len(seen) == len(set(seen))
+        assert set(stored) <= set(seen)
+        assert batches_tried > 0 and len(stored) > 0
 
 
 class TestQuorumLost:

@@ -40,8 +40,10 @@ class ScaleOut:
         )
 
 
-def start_scaleout(root: Path, database: str, api_nodes: int, **env_extra: str) -> ScaleOut:
-    cluster = NatsCluster(root / "nats", base_port=free_base_port()).start()
+def start_scaleout(
+    root: Path, database: str, api_nodes: int, *, nats_nodes: int = 3, **env_extra: str
+) -> ScaleOut:
+    cluster = NatsCluster(root / "nats", base_port=free_base_port(size=nats_nodes), size=nats_nodes).start()
     env = server_env(
         root / "data",
         database,
