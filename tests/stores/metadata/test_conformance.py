@@ -1,4 +1,4 @@
-"""The metadata store's protocols (``app/stores/metadata/protocol.py``), one class per aggregate, run on
+"""The metadata store's protocols (``app/stores/metadata/protocol/``), one class per aggregate, run on
 SQLite and on Postgres over a schema the migrations built: what the domain relies on must hold on both."""
 
 from __future__ import annotations
