@@ -18,6 +18,7 @@ from app.stores.metadata.dlq_repositories import DeadLetterRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.schedule_repositories import ScheduleRepository
 from app.stores.metadata.tenancy_repositories import (
     ApiKeyRepository,
     ProjectRepository,
@@ -77,3 +78,7 @@ class SqlMetadataUnit:
     @cached_property
     def usage(self) -> UsageRollupRepository:
         return UsageRollupRepository(self.session)
+
+    @cached_property
+    def schedules(self) -> ScheduleRepository:
+        return ScheduleRepository(self.session)

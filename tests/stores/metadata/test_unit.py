@@ -30,6 +30,7 @@ STORES = {
     "dead_letters": protocol.DeadLetterStore,
     "alerts": protocol.AlertStore,
     "usage": protocol.UsageStore,
+    "schedules": protocol.ScheduleStore,
 }
 
 

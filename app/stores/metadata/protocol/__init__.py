@@ -51,6 +51,7 @@ from app.stores.metadata.protocol.delivery import (
     LeaseState,
     LeaseStore,
 )
+from app.stores.metadata.protocol.schedules import DueRun, ScheduleRow, ScheduleRunRow, ScheduleStore
 from app.stores.metadata.protocol.tenancy import (
     Account,
     ApiKeyStore,
@@ -79,6 +80,7 @@ __all__ = [
     "DeadLetterRow",
     "DeadLetterStore",
     "DueLease",
+    "DueRun",
     "EndpointRow",
     "GroupStore",
     "LeaseState",
@@ -89,6 +91,9 @@ __all__ = [
     "PartitionStore",
     "ProjectStore",
     "Rollup",
+    "ScheduleRow",
+    "ScheduleRunRow",
+    "ScheduleStore",
     "TopicRow",
     "TopicStore",
     "UsageStore",
@@ -152,6 +157,10 @@ class MetadataUnit(Protocol):
     def usage(self) -> UsageStore:
         """Usage rollups."""
 
+    @property
+    def schedules(self) -> ScheduleStore:
+        """Schedules and their runs."""
+
 
 if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime import cycle)
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -161,6 +170,7 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
     from app.stores.metadata.group_repositories import GroupRepository
     from app.stores.metadata.lease_repositories import LeaseRepository
     from app.stores.metadata.partition_repositories import PartitionRepository
+    from app.stores.metadata.schedule_repositories import ScheduleRepository
     from app.stores.metadata.tenancy_repositories import ApiKeyRepository, ProjectRepository, UserRepository
     from app.stores.metadata.topic_repositories import TopicRepository
     from app.stores.metadata.unit import SqlMetadataUnit
@@ -177,4 +187,5 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
         _dead_letters: DeadLetterStore = DeadLetterRepository(session)
         _alerts: AlertStore = AlertRepository(session)
         _usage: UsageStore = UsageRollupRepository(session)
+        _schedules: ScheduleStore = ScheduleRepository(session)
         _unit: MetadataUnit = SqlMetadataUnit(session)
