@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.metadata.alert_repositories import AlertRepository
 from app.stores.metadata.dlq_repositories import DeadLetterRepository
+from app.stores.metadata.group_control_repositories import GroupControlRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
@@ -82,3 +83,7 @@ class SqlMetadataUnit:
     @cached_property
     def schedules(self) -> ScheduleRepository:
         return ScheduleRepository(self.session)
+
+    @cached_property
+    def group_controls(self) -> GroupControlRepository:
+        return GroupControlRepository(self.session)

@@ -31,6 +31,7 @@ STORES = {
     "alerts": protocol.AlertStore,
     "usage": protocol.UsageStore,
     "schedules": protocol.ScheduleStore,
+    "group_controls": protocol.GroupControlStore,
 }
 
 

@@ -51,6 +51,7 @@ from app.stores.metadata.protocol.delivery import (
     LeaseState,
     LeaseStore,
 )
+from app.stores.metadata.protocol.group_controls import BreakerState, GroupControlStore
 from app.stores.metadata.protocol.schedules import DueRun, ScheduleRow, ScheduleRunRow, ScheduleStore
 from app.stores.metadata.protocol.tenancy import (
     Account,
@@ -75,6 +76,7 @@ __all__ = [
     "AlertStore",
     "ApiKeyStore",
     "AttemptRow",
+    "BreakerState",
     "CallerView",
     "Claimed",
     "DeadLetterRow",
@@ -82,6 +84,7 @@ __all__ = [
     "DueLease",
     "DueRun",
     "EndpointRow",
+    "GroupControlStore",
     "GroupStore",
     "LeaseState",
     "LeaseStore",
@@ -161,12 +164,17 @@ class MetadataUnit(Protocol):
     def schedules(self) -> ScheduleStore:
         """Schedules and their runs."""
 
+    @property
+    def group_controls(self) -> GroupControlStore:
+        """Groups' DLQ breaker counters (and the configs they are judged by)."""
+
 
 if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime import cycle)
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from app.stores.metadata.alert_repositories import AlertRepository
     from app.stores.metadata.dlq_repositories import DeadLetterRepository
+    from app.stores.metadata.group_control_repositories import GroupControlRepository
     from app.stores.metadata.group_repositories import GroupRepository
     from app.stores.metadata.lease_repositories import LeaseRepository
     from app.stores.metadata.partition_repositories import PartitionRepository
@@ -188,4 +196,5 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
         _alerts: AlertStore = AlertRepository(session)
         _usage: UsageStore = UsageRollupRepository(session)
         _schedules: ScheduleStore = ScheduleRepository(session)
+        _group_controls: GroupControlStore = GroupControlRepository(session)
         _unit: MetadataUnit = SqlMetadataUnit(session)
