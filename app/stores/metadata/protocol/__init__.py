@@ -47,6 +47,7 @@ from app.stores.metadata.protocol.alerts import (
 from app.stores.metadata.protocol.delivery import (
     DeadLetterRow,
     DeadLetterStore,
+    DlqAuditRow,
     DueLease,
     LeaseState,
     LeaseStore,
@@ -81,6 +82,7 @@ __all__ = [
     "Claimed",
     "DeadLetterRow",
     "DeadLetterStore",
+    "DlqAuditRow",
     "DueLease",
     "DueRun",
     "EndpointRow",

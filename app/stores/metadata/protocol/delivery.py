@@ -7,11 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
-
-from app.stores.metadata.models import (
-    DlqAuditEntry,
-)
 
 # values -------------------------------------------------------------------------------------------
 
@@ -53,6 +50,20 @@ class DeadLetterRow:
     reason: str
     retry_count: int
     failed_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DlqAuditRow:
+    """Who replayed or deleted what in a group's DLQ (one message, or ``count`` of them), and when."""
+
+    id: str
+    group_id: str
+    action: str  # replay | delete | replay_all
+    message_id: str | None
+    count: int | None
+    actor_type: str
+    actor_id: str
+    at: datetime
 
 
 # leases -------------------------------------------------------------------------------------------
@@ -186,8 +197,8 @@ class DeadLetterStore(Protocol):
     async def set_alert_armed(self, group_id: str, armed: bool) -> None:
         """Arm or disarm a group's DLQ alert."""
 
-    async def record(self, entry: dict[str, Any]) -> None:
+    async def record(self, entry: DlqAuditRow) -> None:
         """Append an audit entry."""
 
-    async def audit_page(self, group_id: str, before: str | None, limit: int) -> Sequence[DlqAuditEntry]:
+    async def audit_page(self, group_id: str, before: str | None, limit: int) -> list[DlqAuditRow]:
         """Newest first: ids grow with time."""
