@@ -15,19 +15,23 @@ The protocols and the values they answer (``CallerView``, ``PartitionState``, ``
 ``DeadLetterRow``, …) live in this package, one module per group of aggregates, so the domain depends on
 the contract, not on an implementation: ``tenancy.py`` (users, dashboard sessions, projects, keys),
 ``topics.py`` (topics, groups with their members and partitions), ``delivery.py`` (leases, dead
-letters), ``alerts.py`` (alert endpoints, outbox and attempts; usage rollups). This module holds the unit
+letters), ``alerts.py`` (alert endpoints, outbox and attempts; usage rollups), ``schedules.py`` (schedules
+and their runs), ``group_controls.py`` (the DLQ breaker's counters). This module holds the unit
 of work and re-exports them all: ``from app.stores.metadata.protocol import TopicRow``.
 
 Implementations, one module per aggregate on one base (``base.py``): ``tenancy_repositories.py`` (users,
 projects, keys), ``topic_repositories.py``, ``group_repositories.py``, ``partition_repositories.py``,
-``lease_repositories.py``, ``dlq_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py`` —
-on Postgres and SQLite alike. The conformance
-suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on both databases, and the
+``lease_repositories.py``, ``dlq_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py``,
+``schedule_repositories.py``, ``group_control_repositories.py`` — on Postgres and SQLite alike. The
+conformance suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on both databases
+(the schedules and group controls stores in ``test_schedules.py`` and ``test_group_controls.py``), and the
 check at the end of this module has mypy hold each repository to its protocol, and the SQL unit of work
 (``unit.py::SqlMetadataUnit``) to ``MetadataUnit``.
 
-Not every value is frozen yet: topics (``TopicRow``), dashboard sessions (``UserSessionRow``, ``Account``)
-and alert endpoints and attempts (``EndpointRow``, ``AttemptRow``) are; other stores still answer the ORM rows of ``models.py`` (#34).
+Not every value is frozen yet: topics (``TopicRow``), dashboard sessions (``UserSessionRow``, ``Account``),
+alert endpoints and attempts (``EndpointRow``, ``AttemptRow``), schedules and their runs (``ScheduleRow``,
+``ScheduleRunRow``, ``DueRun``), the DLQ audit (``DlqAuditRow``) and the breaker's counts (``BreakerState``)
+are; other stores still answer the ORM rows of ``models.py`` (#34).
 
 A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``MetadataStore.session``).
 """
