@@ -8,7 +8,7 @@ import orjson
 from fastapi import APIRouter, Body, Query
 from starlette.responses import Response
 
-from app.api.deps import AdminKey, AdminTopics, ServicesDep, SessionDep
+from app.api.deps import AdminKey, AdminTopics, ServicesDep, UnitDep
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, MessageIdPath, TopicNamePath
 from app.api.schemas.dlq import AuditPage, DeadLetterPage, ReplayAllIn, Replayed, ReplayedAll, ReplayIn
@@ -32,14 +32,14 @@ async def inspect(
     group: GroupNamePath,
     topics: AdminTopics,
     services: ServicesDep,
-    session: SessionDep,
+    uow: UnitDep,
     limit: Annotated[int, Query(ge=1, le=dlq.MAX_PAGE)] = 50,
     cursor: str | None = None,
 ) -> Response:
     """The group's dead letters, oldest first, with the original message and why it failed; ``total``
     is the DLQ's depth. A group without a DLQ lists an empty one."""
     topic = await topics.get(name)
-    page = await dlq.inspect(session, services.log, topic, group, limit=limit, cursor=cursor)
+    page = await dlq.inspect(uow, services.log, topic, group, limit=limit, cursor=cursor)
     return Response(page.render(), media_type="application/json")
 
 
@@ -88,13 +88,13 @@ async def audit(
     group: GroupNamePath,
     topics: AdminTopics,
     services: ServicesDep,
-    session: SessionDep,
+    uow: UnitDep,
     limit: Annotated[int, Query(ge=1, le=dlq.MAX_PAGE)] = 50,
     cursor: str | None = None,
 ) -> Response:
     """Every replay and delete of this DLQ: who (key or dashboard user), what, when; newest first."""
     topic = await topics.get(name)
-    page = await dlq.audit(session, topic, group, limit=limit, cursor=cursor)
+    page = await dlq.audit(uow, topic, group, limit=limit, cursor=cursor)
     # Rendered as is: ``messageId`` and ``count`` are left out where they do not apply.
     return Response(
         orjson.dumps({"data": page.entries, "nextCursor": page.next_cursor}), media_type="application/json"

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from app.api.deps import AdminKey, SessionDep, scope_of
+from app.api.deps import AdminKey, UnitDep, scope_of
 from app.api.routing import JsonRoute
 from app.api.schemas.schedules import (
     SCHEDULE_ID_PATTERN,
@@ -49,11 +49,11 @@ def _schedule(view: service.ScheduleView) -> Schedule:
     response_model=Schedule,
     responses=responses("INVALID_REQUEST", *_AUTH, "QUOTA_EXCEEDED", "TOPIC_NOT_FOUND", "PAYLOAD_TOO_LARGE"),
 )
-async def create_schedule(body: ScheduleCreate, key: AdminKey, session: SessionDep) -> Schedule:
+async def create_schedule(body: ScheduleCreate, key: AdminKey, uow: UnitDep) -> Schedule:
     """Publish ``data`` to ``topic`` at every due time of ``cron`` (in ``timezone``) or ``every``; 403
     ``QUOTA_EXCEEDED`` past the environment's schedules quota."""
     view = await service.create_schedule(
-        session,
+        uow,
         scope_of(key),
         topic=body.topic,
         cron=body.cron,
@@ -69,44 +69,44 @@ async def create_schedule(body: ScheduleCreate, key: AdminKey, session: SessionD
 @router.get("", response_model=ScheduleList, responses=responses("INVALID_REQUEST", *_AUTH))
 async def list_schedules(
     key: AdminKey,
-    session: SessionDep,
+    uow: UnitDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: str | None = None,
 ) -> ScheduleList:
     """Schedules of the key's environment, a page at a time (``nextCursor`` until the last)."""
-    rows, next_cursor = await service.list_schedules(session, scope_of(key), limit=limit, cursor=cursor)
+    rows, next_cursor = await service.list_schedules(uow, scope_of(key), limit=limit, cursor=cursor)
     return ScheduleList(data=[_schedule(r) for r in rows], nextCursor=next_cursor)
 
 
 @router.get("/{schedule_id}", response_model=Schedule, responses=responses(*_AUTH, "NOT_FOUND"))
-async def get_schedule(schedule_id: ScheduleIdPath, key: AdminKey, session: SessionDep) -> Schedule:
+async def get_schedule(schedule_id: ScheduleIdPath, key: AdminKey, uow: UnitDep) -> Schedule:
     """One schedule."""
-    return _schedule(await service.get_schedule(session, scope_of(key), schedule_id))
+    return _schedule(await service.get_schedule(uow, scope_of(key), schedule_id))
 
 
 @router.delete("/{schedule_id}", status_code=204, responses=responses(*_AUTH, "NOT_FOUND"))
-async def delete_schedule(schedule_id: ScheduleIdPath, key: AdminKey, session: SessionDep) -> Response:
+async def delete_schedule(schedule_id: ScheduleIdPath, key: AdminKey, uow: UnitDep) -> Response:
     """Delete a schedule and its runs (messages already published stay in the topic)."""
-    await service.delete_schedule(session, scope_of(key), schedule_id)
+    await service.delete_schedule(uow, scope_of(key), schedule_id)
     return Response(status_code=204)
 
 
 @router.post("/{schedule_id}/pause", response_model=Schedule, responses=responses(*_AUTH, "NOT_FOUND"))
-async def pause_schedule(schedule_id: ScheduleIdPath, key: AdminKey, session: SessionDep) -> Schedule:
+async def pause_schedule(schedule_id: ScheduleIdPath, key: AdminKey, uow: UnitDep) -> Schedule:
     """Stop publishing runs (``status: "paused"``) until resumed."""
-    return _schedule(await service.pause_schedule(session, scope_of(key), schedule_id))
+    return _schedule(await service.pause_schedule(uow, scope_of(key), schedule_id))
 
 
 @router.post("/{schedule_id}/resume", response_model=Schedule, responses=responses(*_AUTH, "NOT_FOUND"))
-async def resume_schedule(schedule_id: ScheduleIdPath, key: AdminKey, session: SessionDep) -> Schedule:
+async def resume_schedule(schedule_id: ScheduleIdPath, key: AdminKey, uow: UnitDep) -> Schedule:
     """Publish runs again from the first due time after now (``status: "active"``)."""
-    return _schedule(await service.resume_schedule(session, scope_of(key), schedule_id))
+    return _schedule(await service.resume_schedule(uow, scope_of(key), schedule_id))
 
 
 @router.get("/{schedule_id}/runs", response_model=ScheduleRuns, responses=responses(*_AUTH, "NOT_FOUND"))
-async def schedule_runs(schedule_id: ScheduleIdPath, key: AdminKey, session: SessionDep) -> ScheduleRuns:
+async def schedule_runs(schedule_id: ScheduleIdPath, key: AdminKey, uow: UnitDep) -> ScheduleRuns:
     """The schedule's last runs, newest first: each due time's message."""
-    runs = await service.schedule_runs(session, scope_of(key), schedule_id)
+    runs = await service.schedule_runs(uow, scope_of(key), schedule_id)
     return ScheduleRuns(
         data=[
             ScheduleRun(

@@ -26,14 +26,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import alerts, durations, pauses
 from app.broker.errors import InvalidRequest
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_control_repositories import GroupControlRepository
-from app.stores.metadata.unit import SqlMetadataUnit
+from app.stores.metadata.protocol import MetadataUnit
 
 logger = logging.getLogger("queuecore.breaker")
 
@@ -142,22 +139,22 @@ class Outcomes:
         if not work:
             return []
 
-        async def write(session: AsyncSession) -> list[str]:
+        async def write(uow: MetadataUnit) -> list[str]:
             tripped: list[str] = []
             for group_id, config in work:
                 assert config is not None
-                if await _add(session, group_id, config, acked.get(group_id, 0), failed.get(group_id, 0)):
+                if await _add(uow, group_id, config, acked.get(group_id, 0), failed.get(group_id, 0)):
                     tripped.append(group_id)
             return tripped
 
-        return await self._metadata.transaction(write)
+        return await self._metadata.run_unit(write)
 
     async def _configs_of(self, group_ids: list[str]) -> dict[str, BreakerConfig | None]:
         now = time.monotonic()
         stale = [g for g in group_ids if g not in self._configs or self._configs[g][0] < now]
         if stale:
-            async with self._metadata.session(readonly=True) as session:
-                found = await GroupControlRepository.from_session(session).dead_letter_configs(stale)
+            async with self._metadata.unit(readonly=True) as uow:
+                found = await uow.group_controls.dead_letter_configs(stale)
             if len(self._configs) > 50_000:
                 self._configs.clear()
             for group_id in stale:
@@ -169,40 +166,40 @@ class Outcomes:
         return {g: self._configs[g][1] for g in group_ids}
 
 
-async def _add(session: AsyncSession, group_id: str, config: BreakerConfig, acked: int, failed: int) -> bool:
+async def _add(uow: MetadataUnit, group_id: str, config: BreakerConfig, acked: int, failed: int) -> bool:
     """Add one process's counts to the (locked) group row; pause it and queue the alert when it trips."""
-    repo = GroupControlRepository.from_session(session)
-    group = await repo.lock(group_id)
+    group = await uow.group_controls.lock(group_id)
     if group is None:
         return False
     now = now_ms()
-    if group.breaker_window_ms + config.window_ms <= now:
-        group.breaker_window_ms, group.breaker_acked, group.breaker_failed = now, 0, 0
-    group.breaker_acked += acked
-    group.breaker_failed += failed
+    window_ms, total_acked, total_failed = group.window_ms, group.acked, group.failed
+    if window_ms + config.window_ms <= now:
+        window_ms, total_acked, total_failed = now, 0, 0
+    total_acked += acked
+    total_failed += failed
+    await uow.group_controls.set_counts(group_id, window_ms, total_acked, total_failed)
     if pauses.holds(group.paused_reason, group.paused_until_ms, now):
         return False  # paused already (by a user, or tripped by another node): counted, nothing more
-    if not config.trips(group.breaker_acked, group.breaker_failed):
+    if not config.trips(total_acked, total_failed):
         return False
-    # The locked row itself (counted above, written when this unit of work commits).
-    group.paused_reason, group.paused_until_ms, group.updated_at = pauses.DLQ_BREAKER, None, utcnow()
-    topic = await repo.topic_of(group.topic_id)
+    await uow.groups.set_pause(group_id, pauses.DLQ_BREAKER, None, utcnow())
+    topic = await uow.group_controls.topic_of(group.topic_id)
     if topic is not None:
-        ended = group.breaker_acked + group.breaker_failed
+        ended = total_acked + total_failed
         await alerts.enqueue(
-            SqlMetadataUnit(session),
+            uow,
             project_id=topic[0],
             environment=topic[1],
             event_type=EVENT_TYPE,
             data={
                 "topic": topic[2],
                 "group": group.name,
-                "failed": group.breaker_failed,
+                "failed": total_failed,
                 "attempts": ended,
-                "failureRate": round(group.breaker_failed / ended, 4),
+                "failureRate": round(total_failed / ended, 4),
                 "threshold": config.failure_rate,
                 "window": durations_text(config.window_ms),
-                "windowStart": isoformat_ms(group.breaker_window_ms),
+                "windowStart": isoformat_ms(window_ms),
             },
         )
     logger.info("dlq breaker tripped", extra={"group": group.name, "topic_id": group.topic_id})

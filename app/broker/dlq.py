@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import alerts, durations, message_ids
 from app.broker.dead_letter_logs import log_id
@@ -42,11 +41,7 @@ from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.digits import is_ascii_digits
 from app.stores.log.protocol import LogEngine, Record, RecordIn, TopicLogConfig
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.dlq_repositories import DeadLetterRepository
-from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import DeadLetterRow
-from app.stores.metadata.unit import SqlMetadataUnit
+from app.stores.metadata.protocol import DeadLetterRow, DlqAuditRow, MetadataUnit
 
 TIMEOUT_REASON = "ack timeout"
 NACK_REASON = "nack"
@@ -181,16 +176,15 @@ def _copy_of(
 
 
 async def dead_letter(
-    session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str, failures: Sequence[Failure]
+    uow: MetadataUnit, log: LogEngine, topic: TopicRef, group_id: str, failures: Sequence[Failure]
 ) -> None:
     """Move messages to the group's DLQ, in the caller's unit of work (see the module docstring)."""
     if not failures:
         return
     now = now_ms()
     dlq_topic = log_id(group_id)
-    lease_rows = LeaseRepository.from_session(session)
     # One read for the batch (dead-lettering is no hot path): the failed attempts the lease rows kept.
-    kept = await lease_rows.failures_of(group_id, [(f.partition, f.offset) for f in failures])
+    kept = await uow.leases.failures_of(group_id, [(f.partition, f.offset) for f in failures])
     copies = [
         _copy_of(
             topic, f, now, [*failed_attempts.history(kept.get((f.partition, f.offset))), (now, f.reason)]
@@ -199,24 +193,21 @@ async def dead_letter(
     ]
     await log.create_topic(dlq_topic, 1, TopicLogConfig())
     first = (await log.append(dlq_topic, {0: copies}))[0]
-    repo = DeadLetterRepository.from_session(session)
-    await repo.add(
+    await uow.dead_letters.add(
         group_id,
         [
             DeadLetterRow(f.partition, f.offset, first + i, f.reason, f.retry_count, now)
             for i, f in enumerate(failures)
         ],
     )
-    await lease_rows.mark_acked(group_id, [(f.partition, f.offset) for f in failures])
-    await PartitionRepository.from_session(session).advance_committed(
-        group_id, sorted({f.partition for f in failures})
-    )
-    await _check_alert(session, group_id)
+    await uow.leases.mark_acked(group_id, [(f.partition, f.offset) for f in failures])
+    await uow.partitions.advance_committed(group_id, sorted({f.partition for f in failures}))
+    await _check_alert(uow, group_id)
 
 
-async def _check_alert(session: AsyncSession, group_id: str) -> None:
+async def _check_alert(uow: MetadataUnit, group_id: str) -> None:
     """One alert per crossing of ``alertThreshold``; re-armed once the depth falls below it."""
-    repo = DeadLetterRepository.from_session(session)
+    repo = uow.dead_letters
     armed, config, project_id, environment, topic_name, group_name = await repo.alert_state(group_id)
     policy = Policy.of(config)
     if policy is None:
@@ -225,7 +216,7 @@ async def _check_alert(session: AsyncSession, group_id: str) -> None:
     if armed and depth >= policy.alert_threshold:
         await repo.set_alert_armed(group_id, False)
         await _raise_alert(
-            session,
+            uow,
             project_id,
             environment,
             {"topic": topic_name, "group": group_name, "depth": depth, "threshold": policy.alert_threshold},
@@ -234,13 +225,11 @@ async def _check_alert(session: AsyncSession, group_id: str) -> None:
         await repo.set_alert_armed(group_id, True)
 
 
-async def _raise_alert(
-    session: AsyncSession, project_id: str, environment: str, data: dict[str, Any]
-) -> None:
+async def _raise_alert(uow: MetadataUnit, project_id: str, environment: str, data: dict[str, Any]) -> None:
     """Queue the ``dlq.threshold_reached`` event for the topic's environment's endpoint (same unit of
     work)."""
     await alerts.enqueue(
-        SqlMetadataUnit(session),
+        uow,
         project_id=project_id,
         environment=environment,
         event_type="dlq.threshold_reached",
@@ -316,7 +305,7 @@ def _after(cursor: str | None) -> int | None:
 
 
 async def inspect(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     topic: TopicRef,
     group_name: str,
@@ -327,12 +316,11 @@ async def inspect(
     """One page of the DLQ, oldest dead letter first, with the DLQ's depth."""
     _check_limit(limit)
     after = _after(cursor)
-    group = await get_group(SqlMetadataUnit(session), topic, group_name)
-    repo = DeadLetterRepository.from_session(session)
-    rows = await repo.page(group.id, after, limit + 1)
+    group = await get_group(uow, topic, group_name)
+    rows = await uow.dead_letters.page(group.id, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
-    total = await repo.depth(group.id)
+    total = await uow.dead_letters.depth(group.id)
     copies: dict[int, Record] = {}
     if rows:
         try:
@@ -359,7 +347,7 @@ def _audit_id() -> str:
 
 
 async def _record(
-    session: AsyncSession,
+    uow: MetadataUnit,
     group_id: str,
     action: str,
     actor: Actor,
@@ -367,28 +355,26 @@ async def _record(
     message_id: str | None = None,
     count: int | None = None,
 ) -> None:
-    await DeadLetterRepository.from_session(session).record(
-        {
-            "id": _audit_id(),
-            "group_id": group_id,
-            "action": action,
-            "message_id": message_id,
-            "count": count,
-            "actor_type": actor.type,
-            "actor_id": actor.id,
-            "at": utcnow(),
-        }
+    await uow.dead_letters.record(
+        DlqAuditRow(
+            id=_audit_id(),
+            group_id=group_id,
+            action=action,
+            message_id=message_id,
+            count=count,
+            actor_type=actor.type,
+            actor_id=actor.id,
+            at=utcnow(),
+        )
     )
 
 
-async def _requeue(session: AsyncSession, group_id: str, rows: Sequence[DeadLetterRow]) -> None:
+async def _requeue(uow: MetadataUnit, group_id: str, rows: Sequence[DeadLetterRow]) -> None:
     """Dead letters taken out of the DLQ go back to the group: a fresh lease, due now, attempt 1 next."""
-    await LeaseRepository.from_session(session).add_replayed_leases(
+    await uow.leases.add_replayed_leases(
         group_id, now_ms(), [(r.partition, r.offset, r.dlq_offset) for r in rows]
     )
-    await PartitionRepository.from_session(session).advance_committed(
-        group_id, sorted({r.partition for r in rows})
-    )
+    await uow.partitions.advance_committed(group_id, sorted({r.partition for r in rows}))
 
 
 async def _take_one(
@@ -401,15 +387,15 @@ async def _take_one(
 ) -> None:
     """Take one message out of the group's DLQ (``replay``: back to the group), with its audit entry."""
     key = _key_of(topic, message_id)
-    async with metadata.session() as session:
-        group = await get_group(SqlMetadataUnit(session), topic, group_name, for_update=True)
-        taken = await DeadLetterRepository.from_session(session).take(group.id, [key])
+    async with metadata.unit() as uow:
+        group = await get_group(uow, topic, group_name, for_update=True)
+        taken = await uow.dead_letters.take(group.id, [key])
         if not taken:
             raise MessageNotFound(f"Message '{message_id}' is not in the DLQ of group '{group_name}'.")
         if action == "replay":
-            await _requeue(session, group.id, taken)
-        await _record(session, group.id, action, actor, message_id=message_id)
-        await _check_alert(session, group.id)
+            await _requeue(uow, group.id, taken)
+        await _record(uow, group.id, action, actor, message_id=message_id)
+        await _check_alert(uow, group.id)
 
 
 async def replay(
@@ -442,31 +428,30 @@ async def replay_all(
 ) -> int:
     """Send every dead letter present when the call starts back to the group, in chunks (never the whole
     DLQ in memory), at most ``rate`` per second when given; the count replayed."""
-    async with metadata.session(readonly=True) as session:
-        group = await get_group(SqlMetadataUnit(session), topic, group_name)
+    async with metadata.unit(readonly=True) as uow:
+        group = await get_group(uow, topic, group_name)
         group_id = group.id
-        last = await DeadLetterRepository.from_session(session).max_dlq_offset(group_id)
+        last = await uow.dead_letters.max_dlq_offset(group_id)
     replayed = 0
     chunk = REPLAY_CHUNK if rate is None else max(1, min(REPLAY_CHUNK, int(rate)))
     started = time.monotonic()
     after: int | None = None
     while last is not None:
-        async with metadata.session() as session:
-            repo = DeadLetterRepository.from_session(session)
-            rows = [r for r in await repo.page(group_id, after, chunk) if r.dlq_offset <= last]
+        async with metadata.unit() as uow:
+            rows = [r for r in await uow.dead_letters.page(group_id, after, chunk) if r.dlq_offset <= last]
             if not rows:
                 break
-            taken = await repo.take(group_id, [(r.partition, r.offset) for r in rows])
-            await _requeue(session, group_id, taken)
-            await _check_alert(session, group_id)
+            taken = await uow.dead_letters.take(group_id, [(r.partition, r.offset) for r in rows])
+            await _requeue(uow, group_id, taken)
+            await _check_alert(uow, group_id)
         replayed += len(taken)
         after = rows[-1].dlq_offset
         if rate is not None:  # throttle: never ahead of ``rate`` messages per second
             ahead = replayed / rate - (time.monotonic() - started)
             if ahead > 0:
                 await asyncio.sleep(ahead)
-    async with metadata.session() as session:
-        await _record(session, group_id, "replay_all", actor, count=replayed)
+    async with metadata.unit() as uow:
+        await _record(uow, group_id, "replay_all", actor, count=replayed)
     return replayed
 
 
@@ -477,13 +462,13 @@ class AuditPage:
 
 
 async def audit(
-    session: AsyncSession, topic: TopicRef, group_name: str, *, limit: int = 50, cursor: str | None = None
+    uow: MetadataUnit, topic: TopicRef, group_name: str, *, limit: int = 50, cursor: str | None = None
 ) -> AuditPage:
     """The replays and deletes of a group's DLQ, newest first."""
     _check_limit(limit)
     before = decode_cursor(cursor) if cursor else None
-    group = await get_group(SqlMetadataUnit(session), topic, group_name)
-    rows = list(await DeadLetterRepository.from_session(session).audit_page(group.id, before, limit + 1))
+    group = await get_group(uow, topic, group_name)
+    rows = await uow.dead_letters.audit_page(group.id, before, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     entries = []

@@ -48,9 +48,9 @@ async def dlq_page(request: Request, project_id: str, env: str, topic: str, grou
     ref = await _topic_ref(ctx, topic)
     cursor = request.query_params.get("cursor") or None
     try:
-        async with services.metadata.session(readonly=True) as session:
-            page = await dlq.inspect(session, services.log, ref, group, limit=50, cursor=cursor)
-            audit = await dlq.audit(session, ref, group, limit=50)
+        async with services.metadata.unit(readonly=True) as uow:
+            page = await dlq.inspect(uow, services.log, ref, group, limit=50, cursor=cursor)
+            audit = await dlq.audit(uow, ref, group, limit=50)
     except CODED_ERRORS:
         raise NotFoundPage() from None
     letters = [orjson.loads(e) for e in page.entries]

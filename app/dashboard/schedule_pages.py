@@ -15,17 +15,16 @@ from app.broker.errors import CODED_ERRORS, InvalidRequest
 from app.broker.schedules import service
 from app.dashboard.routes import Ctx, _checked_form, _ctx, _message, _services, router
 from app.kit.clock import isoformat_ms
-from app.stores.metadata.unit import SqlMetadataUnit
 
 LAST_RUNS = 5
 
 
 async def _render(ctx: Ctx, status: int = 200, **values: Any) -> Response:
-    async with _services(ctx.request).metadata.session(readonly=True) as session:
-        schedules, _ = await service.list_schedules(session, ctx.scope, limit=1000)
+    async with _services(ctx.request).metadata.unit(readonly=True) as uow:
+        schedules, _ = await service.list_schedules(uow, ctx.scope, limit=1000)
         rows = []
         for schedule in schedules:
-            runs = await service.schedule_runs(session, ctx.scope, schedule.id, limit=LAST_RUNS)
+            runs = await service.schedule_runs(uow, ctx.scope, schedule.id, limit=LAST_RUNS)
             rows.append(
                 {
                     "schedule": schedule,
@@ -33,10 +32,7 @@ async def _render(ctx: Ctx, status: int = 200, **values: Any) -> Response:
                     "runs": [{"at": isoformat_ms(r.at_ms), "message_id": r.message_id} for r in runs],
                 }
             )
-        # The schedules' own calls take the session still (#34): the topics' share its transaction.
-        names = [
-            t.name for t in (await topics.list_topics(SqlMetadataUnit(session), ctx.scope, limit=1000))[0]
-        ]
+        names = [t.name for t in (await topics.list_topics(uow, ctx.scope, limit=1000))[0]]
     return ctx.render("schedules.html", status, rows=rows, topic_names=names, **values)
 
 
@@ -55,9 +51,9 @@ async def create_schedule(request: Request, project_id: str, env: str) -> Respon
             data = json.loads(form.get("data", ""))
         except ValueError:
             raise InvalidRequest.field("data", "not valid JSON") from None
-        async with _services(request).metadata.session() as session:
+        async with _services(request).metadata.unit() as uow:
             created = await service.create_schedule(
-                session,
+                uow,
                 ctx.scope,
                 topic=form.get("topic", ""),
                 cron=expression if kind == "cron" else None,
@@ -79,8 +75,8 @@ async def _act(request: Request, project_id: str, env: str, schedule_id: str, ac
         "delete": service.delete_schedule,
     }
     try:
-        async with _services(request).metadata.session() as session:
-            await calls[action](session, ctx.scope, schedule_id)
+        async with _services(request).metadata.unit() as uow:
+            await calls[action](uow, ctx.scope, schedule_id)
     except CODED_ERRORS as e:
         return ctx.back("/schedules", error=_message(e))
     done = {"pause": "paused", "resume": "resumed", "delete": "deleted"}[action]

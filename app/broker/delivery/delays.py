@@ -34,6 +34,7 @@ from app.stores.metadata.expiry_repositories import ExpiryRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import LeaseState
+from app.stores.metadata.unit import SqlMetadataUnit
 
 EXPIRED_REASON = "expired"
 # Records a pull pass reads per partition past ones held back or expired, at most (each such record is a
@@ -130,7 +131,7 @@ class TimeGate:
         if self.expired:
             if dead_letter is not None:
                 await dlq.dead_letter(
-                    session,
+                    SqlMetadataUnit(session),
                     log,
                     topic,
                     group_id,

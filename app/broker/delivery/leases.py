@@ -48,6 +48,7 @@ from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import CallerView, PartitionState
+from app.stores.metadata.unit import SqlMetadataUnit
 
 MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30
@@ -365,7 +366,7 @@ async def _poll_once(
     )
     await lease_rows.drop_leases(view.group_id, vanished)
     await lease_rows.reschedule_leases(view.group_id, retried.schedule, histories if histories else None)
-    await dlq.dead_letter(session, log, topic, view.group_id, retried.failures)
+    await dlq.dead_letter(SqlMetadataUnit(session), log, topic, view.group_id, retried.failures)
     expired = gate.expired_partitions()
     await gate.write(session, log, topic, view.group_id, view.dead_letter)
     await lease_rows.add_leases(view.group_id, member_id, deadline_ms, first)

@@ -32,6 +32,7 @@ from app.stores.log.protocol import LogEngine, Record
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import CallerView, DueLease, LeaseState
+from app.stores.metadata.unit import SqlMetadataUnit
 
 Key = tuple[int, int]
 Schedule = list[tuple[int, int, int, str]]  # (partition, offset, due ms, reason): rows waiting for a retry
@@ -118,7 +119,7 @@ async def after_nack(
             if (x.partition, x.offset) in found
         ]
         gone = [(x.partition, x.offset) for x in exhausted if (x.partition, x.offset) not in found]
-        await dlq.dead_letter(session, log, topic, view.group_id, failures)
+        await dlq.dead_letter(SqlMetadataUnit(session), log, topic, view.group_id, failures)
         if gone:  # retention removed it meanwhile: nothing to keep
             await lease_rows.drop_leases(view.group_id, gone)
             await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in gone}))

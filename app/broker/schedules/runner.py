@@ -34,8 +34,7 @@ from app.broker.topics import Scope
 from app.kit.clock import now_ms, utcnow
 from app.stores.log.protocol import LogEngineError
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.models import ScheduleRun
-from app.stores.metadata.schedule_repositories import DueRun, ScheduleRepository
+from app.stores.metadata.protocol import DueRun, ScheduleRunRow
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +99,8 @@ class ScheduleRunner:
     async def run_once(self) -> int:
         """One pass: claim the due runs, publish and record each; how many this node recorded."""
         now = self._clock()
-        async with self._metadata.session(readonly=True) as session:
-            due = await ScheduleRepository.from_session(session).due(now, _BATCH, self._project_id)
+        async with self._metadata.unit(readonly=True) as uow:
+            due = await uow.schedules.due(now, _BATCH, self._project_id)
         if not due:
             return 0
         outcomes = await asyncio.gather(*(self._fire(run) for run in due), return_exceptions=True)
@@ -112,10 +111,8 @@ class ScheduleRunner:
 
     async def _fire(self, run: DueRun) -> bool:
         now = self._clock()
-        async with self._metadata.session() as session:
-            if not await ScheduleRepository.from_session(session).claim(
-                run.schedule_id, run.due_ms, now, now + self.claim_ms
-            ):
+        async with self._metadata.unit() as uow:
+            if not await uow.schedules.claim(run.schedule_id, run.due_ms, now, now + self.claim_ms):
                 return False  # another node has it, or recorded it already
         message = Outgoing(
             run.data.encode(),  # JSON text as stored at creation
@@ -142,12 +139,11 @@ class ScheduleRunner:
         now = self._clock()
         if now - next_ms > self.catch_up_ms:  # a long outage: one late run, then on from now
             next_ms = cadence.next_after(now)
-        async with self._metadata.session() as session:
-            schedules = ScheduleRepository.from_session(session)
-            if not await schedules.advance(run.schedule_id, run.due_ms, next_ms):
+        async with self._metadata.unit() as uow:
+            if not await uow.schedules.advance(run.schedule_id, run.due_ms, next_ms):
                 return False  # recorded by another node (same message: same idempotency key)
-            await schedules.add_run(
-                ScheduleRun(
+            await uow.schedules.add_run(
+                ScheduleRunRow(
                     schedule_id=run.schedule_id,
                     at_ms=run.due_ms,
                     message_id=self._publisher.message_id(topic, placed.partition, placed.offset),

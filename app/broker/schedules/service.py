@@ -10,12 +10,11 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import quotas
 from app.broker.errors import InvalidRequest, NotFound, TopicNotFound
@@ -25,10 +24,7 @@ from app.broker.schedules import timing
 from app.broker.topics import Scope
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.ids import new_id
-from app.stores.metadata.models import Schedule
-from app.stores.metadata.schedule_repositories import ScheduleRepository
-from app.stores.metadata.topic_repositories import TopicRepository
-from app.stores.metadata.unit import SqlMetadataUnit
+from app.stores.metadata.protocol import MetadataUnit, ScheduleRow
 
 # Headers every run's message carries (beside the schedule's own): which schedule, and which due time.
 SCHEDULE_HEADER = "queuecore-schedule"
@@ -47,7 +43,7 @@ class ScheduleNotFound(NotFound):
 
 @dataclass(frozen=True, slots=True)
 class ScheduleView:
-    """A schedule as its calls answer it, detached from the session."""
+    """A schedule as its calls answer it."""
 
     id: str
     topic: str
@@ -62,7 +58,7 @@ class ScheduleView:
     headers: dict[str, str]
 
     @classmethod
-    def of(cls, row: Schedule, topic: str) -> ScheduleView:
+    def of(cls, row: ScheduleRow, topic: str) -> ScheduleView:
         return cls(
             row.id,
             topic,
@@ -94,7 +90,7 @@ def message_headers(schedule_id: str, due_ms: int, headers: dict[str, str] | Non
 
 
 async def create_schedule(
-    session: AsyncSession,
+    uow: MetadataUnit,
     scope: Scope,
     *,
     topic: str,
@@ -116,16 +112,15 @@ async def create_schedule(
     # The message as every run sends it, held to the publish limits now rather than at its first run.
     probe = {"data": data, "key": key, "headers": message_headers("sch_" + "0" * 16, stamp, headers)}
     parse_message({k: v for k, v in probe.items() if v is not None or k == "data"})
-    limits = await quotas.lock_project(SqlMetadataUnit(session), scope.project_id)
-    row = await TopicRepository.from_session(session).get_by_name(scope.project_id, scope.environment, topic)
+    limits = await quotas.lock_project(uow, scope.project_id)
+    row = await uow.topics.get_by_name(scope.project_id, scope.environment, topic)
     if row is None:
         missing = TopicNotFound(topic)
         missing.details = [{"field": "topic", "issue": "no topic of this name in the key's environment"}]
         raise missing
-    schedules = ScheduleRepository.from_session(session)
-    quotas.check(Quota.schedules, limits, await schedules.count(scope.project_id, scope.environment))
+    quotas.check(Quota.schedules, limits, await uow.schedules.count(scope.project_id, scope.environment))
     now = utcnow()
-    schedule = Schedule(
+    schedule = ScheduleRow(
         id=new_id("sch"),
         project_id=scope.project_id,
         environment=scope.environment,
@@ -144,18 +139,18 @@ async def create_schedule(
         created_at=now,
         updated_at=now,
     )
-    await schedules.add(schedule)
+    await uow.schedules.add(schedule)
     return ScheduleView.of(schedule, topic)
 
 
-def cadence_of(row: Schedule) -> timing.Cadence:
+def cadence_of(row: ScheduleRow) -> timing.Cadence:
     """The stored schedule's timing."""
     return timing.Cadence(row.cron, row.every_ms, row.timezone, row.anchor_ms)
 
 
-async def _get_row(session: AsyncSession, scope: Scope, schedule_id: str) -> tuple[Schedule, str]:
+async def _get_row(uow: MetadataUnit, scope: Scope, schedule_id: str) -> tuple[ScheduleRow, str]:
     found = (
-        await ScheduleRepository.from_session(session).get(scope.project_id, scope.environment, schedule_id)
+        await uow.schedules.get(scope.project_id, scope.environment, schedule_id)
         if _ID.fullmatch(schedule_id)
         else None
     )
@@ -164,9 +159,9 @@ async def _get_row(session: AsyncSession, scope: Scope, schedule_id: str) -> tup
     return found
 
 
-async def get_schedule(session: AsyncSession, scope: Scope, schedule_id: str) -> ScheduleView:
+async def get_schedule(uow: MetadataUnit, scope: Scope, schedule_id: str) -> ScheduleView:
     """The schedule of this id in the scope; 404 ``NOT_FOUND`` if there is none."""
-    return ScheduleView.of(*await _get_row(session, scope, schedule_id))
+    return ScheduleView.of(*await _get_row(uow, scope, schedule_id))
 
 
 def encode_cursor(schedule_id: str) -> str:
@@ -184,51 +179,51 @@ def decode_cursor(cursor: str) -> str:
 
 
 async def list_schedules(
-    session: AsyncSession, scope: Scope, *, limit: int = 50, cursor: str | None = None
+    uow: MetadataUnit, scope: Scope, *, limit: int = 50, cursor: str | None = None
 ) -> tuple[list[ScheduleView], str | None]:
     """One page of the environment's schedules by id, and the cursor of the next (None on the last)."""
     if not 1 <= limit <= 1000:
         raise InvalidRequest.field("limit", "must be between 1 and 1000")
     after = decode_cursor(cursor) if cursor else None
-    rows = await ScheduleRepository.from_session(session).page(
-        scope.project_id, scope.environment, after, limit + 1
-    )
+    rows = await uow.schedules.page(scope.project_id, scope.environment, after, limit + 1)
     page = [ScheduleView.of(row, topic) for row, topic in rows[:limit]]
     return page, encode_cursor(page[-1].id) if len(rows) > limit else None
 
 
-async def pause_schedule(session: AsyncSession, scope: Scope, schedule_id: str) -> ScheduleView:
+async def pause_schedule(uow: MetadataUnit, scope: Scope, schedule_id: str) -> ScheduleView:
     """Stop publishing runs until resumed (a run already under way still completes)."""
-    row, topic = await _get_row(session, scope, schedule_id)
+    row, topic = await _get_row(uow, scope, schedule_id)
     if row.status != "paused":
-        row.status = "paused"
-        row.updated_at = utcnow()
-        await session.flush()
+        row = replace(row, status="paused", updated_at=utcnow())
+        await uow.schedules.pause(row.id, row.updated_at)
     return ScheduleView.of(row, topic)
 
 
-async def resume_schedule(session: AsyncSession, scope: Scope, schedule_id: str) -> ScheduleView:
+async def resume_schedule(uow: MetadataUnit, scope: Scope, schedule_id: str) -> ScheduleView:
     """Publish runs again from the first due time after now (due times missed while paused are not run)."""
-    row, topic = await _get_row(session, scope, schedule_id)
+    row, topic = await _get_row(uow, scope, schedule_id)
     if row.status != "active":
-        row.status = "active"
-        row.next_run_ms = cadence_of(row).next_after(now_ms())
-        row.claimed_until_ms = 0
-        row.updated_at = utcnow()
-        await session.flush()
+        row = replace(
+            row,
+            status="active",
+            next_run_ms=cadence_of(row).next_after(now_ms()),
+            claimed_until_ms=0,
+            updated_at=utcnow(),
+        )
+        await uow.schedules.resume(row.id, row.next_run_ms, row.updated_at)
     return ScheduleView.of(row, topic)
 
 
-async def delete_schedule(session: AsyncSession, scope: Scope, schedule_id: str) -> None:
+async def delete_schedule(uow: MetadataUnit, scope: Scope, schedule_id: str) -> None:
     """Delete a schedule and its runs."""
-    row, _ = await _get_row(session, scope, schedule_id)
-    await ScheduleRepository.from_session(session).remove(row.id)
+    row, _ = await _get_row(uow, scope, schedule_id)
+    await uow.schedules.remove(row.id)
 
 
 async def schedule_runs(
-    session: AsyncSession, scope: Scope, schedule_id: str, *, limit: int = RUNS_PAGE
+    uow: MetadataUnit, scope: Scope, schedule_id: str, *, limit: int = RUNS_PAGE
 ) -> list[RunView]:
     """The schedule's last recorded runs, newest first."""
-    row, _ = await _get_row(session, scope, schedule_id)
-    runs = await ScheduleRepository.from_session(session).runs(row.id, limit)
+    row, _ = await _get_row(uow, scope, schedule_id)
+    runs = await uow.schedules.runs(row.id, limit)
     return [RunView(r.at_ms, r.message_id, r.partition, r.offset) for r in runs]

@@ -9,7 +9,7 @@ from sqlalchemy import Table, delete, func, insert, select, tuple_, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ConsumerGroup, DeadLetter, DlqAuditEntry, Topic
-from app.stores.metadata.protocol import DeadLetterRow
+from app.stores.metadata.protocol import DeadLetterRow, DlqAuditRow
 
 dead_letters = cast(Table, DeadLetter.__table__)
 audit = cast(Table, DlqAuditEntry.__table__)
@@ -23,6 +23,17 @@ _COLUMNS = (
     dead_letters.c.reason,
     dead_letters.c.retry_count,
     dead_letters.c.failed_at_ms,
+)
+
+_AUDIT_COLUMNS = (
+    audit.c.id,
+    audit.c.group_id,
+    audit.c.action,
+    audit.c.message_id,
+    audit.c.count,
+    audit.c.actor_type,
+    audit.c.actor_id,
+    audit.c.at,
 )
 
 
@@ -115,13 +126,24 @@ class DeadLetterRepository(Repository):
 
     # audit ----------------------------------------------------------------------------------------
 
-    async def record(self, entry: dict[str, Any]) -> None:
-        await self.session.execute(insert(audit).values(**entry))
+    async def record(self, entry: DlqAuditRow) -> None:
+        await self.session.execute(
+            insert(audit).values(
+                id=entry.id,
+                group_id=entry.group_id,
+                action=entry.action,
+                message_id=entry.message_id,
+                count=entry.count,
+                actor_type=entry.actor_type,
+                actor_id=entry.actor_id,
+                at=entry.at,
+            )
+        )
 
-    async def audit_page(self, group_id: str, before: str | None, limit: int) -> Sequence[DlqAuditEntry]:
+    async def audit_page(self, group_id: str, before: str | None, limit: int) -> list[DlqAuditRow]:
         """Newest first: ids grow with time."""
-        stmt = select(DlqAuditEntry).where(DlqAuditEntry.group_id == group_id)
+        stmt = select(*_AUDIT_COLUMNS).where(audit.c.group_id == group_id)
         if before is not None:
-            stmt = stmt.where(DlqAuditEntry.id < before)
-        result = await self.session.execute(stmt.order_by(DlqAuditEntry.id.desc()).limit(limit))
-        return result.scalars().all()
+            stmt = stmt.where(audit.c.id < before)
+        result = await self.session.execute(stmt.order_by(audit.c.id.desc()).limit(limit))
+        return [DlqAuditRow(*row) for row in result.all()]

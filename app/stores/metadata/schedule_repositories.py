@@ -8,8 +8,7 @@ a slow publish), one records it; the idempotency key made both publishes one mes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -17,35 +16,61 @@ from sqlalchemy.engine import CursorResult
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import Schedule, ScheduleRun, Topic
+from app.stores.metadata.protocol import DueRun, ScheduleRow, ScheduleRunRow
 
 
-@dataclass(frozen=True, slots=True)
-class DueRun:
-    """A schedule's due run as the runner reads it: what to publish, where, and for which due time."""
-
-    schedule_id: str
-    project_id: str
-    environment: str
-    topic_name: str
-    due_ms: int
-    data: str
-    key: str | None
-    headers: dict[str, Any] | None
-    cron: str | None
-    every_ms: int | None
-    anchor_ms: int
-    timezone: str
+def _row(schedule: Schedule) -> ScheduleRow:
+    return ScheduleRow(
+        schedule.id,
+        schedule.project_id,
+        schedule.environment,
+        schedule.topic_id,
+        schedule.cron,
+        schedule.every,
+        schedule.every_ms,
+        schedule.anchor_ms,
+        schedule.timezone,
+        schedule.data,
+        schedule.key,
+        schedule.headers,
+        schedule.status,
+        schedule.next_run_ms,
+        schedule.claimed_until_ms,
+        schedule.created_at,
+        schedule.updated_at,
+    )
 
 
 class ScheduleRepository(Repository):
     """Schedules of project environments, and their runs."""
 
-    async def add(self, schedule: Schedule) -> Schedule:
-        self.session.add(schedule)
+    async def add(self, schedule: ScheduleRow) -> None:
+        self.session.add(
+            Schedule(
+                id=schedule.id,
+                project_id=schedule.project_id,
+                environment=schedule.environment,
+                topic_id=schedule.topic_id,
+                cron=schedule.cron,
+                every=schedule.every,
+                every_ms=schedule.every_ms,
+                anchor_ms=schedule.anchor_ms,
+                timezone=schedule.timezone,
+                data=schedule.data,
+                key=schedule.key,
+                headers=schedule.headers,
+                status=schedule.status,
+                next_run_ms=schedule.next_run_ms,
+                claimed_until_ms=schedule.claimed_until_ms,
+                created_at=schedule.created_at,
+                updated_at=schedule.updated_at,
+            )
+        )
         await self._flush()
-        return schedule
 
-    async def get(self, project_id: str, environment: str, schedule_id: str) -> tuple[Schedule, str] | None:
+    async def get(
+        self, project_id: str, environment: str, schedule_id: str
+    ) -> tuple[ScheduleRow, str] | None:
         """The schedule with its topic's name, if it belongs to this environment."""
         row = (
             await self.session.execute(
@@ -59,11 +84,11 @@ class ScheduleRepository(Repository):
                 .execution_options(populate_existing=True)
             )
         ).first()
-        return (row[0], row[1]) if row else None
+        return (_row(row[0]), row[1]) if row else None
 
     async def page(
         self, project_id: str, environment: str, after: str | None, limit: int
-    ) -> Sequence[tuple[Schedule, str]]:
+    ) -> list[tuple[ScheduleRow, str]]:
         """Schedules ordered by id, strictly after ``after``, each with its topic's name."""
         stmt = (
             select(Schedule, Topic.name)
@@ -73,7 +98,7 @@ class ScheduleRepository(Repository):
         if after is not None:
             stmt = stmt.where(Schedule.id > after)
         rows = (await self.session.execute(stmt.order_by(Schedule.id).limit(limit))).all()
-        return [(row[0], row[1]) for row in rows]
+        return [(_row(row[0]), row[1]) for row in rows]
 
     async def count(self, project_id: str, environment: str) -> int:
         result = await self.session.execute(
@@ -83,11 +108,27 @@ class ScheduleRepository(Repository):
         )
         return int(result.scalar_one())
 
+    async def pause(self, schedule_id: str, at: datetime) -> None:
+        await self.session.execute(
+            update(Schedule)
+            .where(Schedule.id == schedule_id)
+            .values(status="paused", updated_at=at)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def resume(self, schedule_id: str, next_run_ms: int, at: datetime) -> None:
+        await self.session.execute(
+            update(Schedule)
+            .where(Schedule.id == schedule_id)
+            .values(status="active", next_run_ms=next_run_ms, claimed_until_ms=0, updated_at=at)
+            .execution_options(synchronize_session=False)
+        )
+
     async def remove(self, schedule_id: str) -> None:
         await self.session.execute(delete(ScheduleRun).where(ScheduleRun.schedule_id == schedule_id))
         await self.session.execute(delete(Schedule).where(Schedule.id == schedule_id))
 
-    async def runs(self, schedule_id: str, limit: int) -> Sequence[ScheduleRun]:
+    async def runs(self, schedule_id: str, limit: int) -> list[ScheduleRunRow]:
         """The schedule's recorded runs, newest first."""
         result = await self.session.execute(
             select(ScheduleRun)
@@ -95,7 +136,10 @@ class ScheduleRepository(Repository):
             .order_by(ScheduleRun.at_ms.desc())
             .limit(limit)
         )
-        return result.scalars().all()
+        return [
+            ScheduleRunRow(r.schedule_id, r.at_ms, r.message_id, r.partition, r.offset, r.published_at)
+            for r in result.scalars().all()
+        ]
 
     # the runner -------------------------------------------------------------------------------------
 
@@ -156,9 +200,18 @@ class ScheduleRepository(Repository):
         )
         return _changed(result)
 
-    async def add_run(self, run: ScheduleRun, keep: int) -> None:
+    async def add_run(self, run: ScheduleRunRow, keep: int) -> None:
         """Record a run and drop all but the newest ``keep`` of the schedule's runs."""
-        self.session.add(run)
+        self.session.add(
+            ScheduleRun(
+                schedule_id=run.schedule_id,
+                at_ms=run.at_ms,
+                message_id=run.message_id,
+                partition=run.partition,
+                offset=run.offset,
+                published_at=run.published_at,
+            )
+        )
         await self._flush()
         oldest_kept = (
             select(ScheduleRun.at_ms)

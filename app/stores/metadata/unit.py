@@ -15,9 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.metadata.alert_repositories import AlertRepository
 from app.stores.metadata.dlq_repositories import DeadLetterRepository
+from app.stores.metadata.group_control_repositories import GroupControlRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.schedule_repositories import ScheduleRepository
 from app.stores.metadata.tenancy_repositories import (
     ApiKeyRepository,
     ProjectRepository,
@@ -77,3 +79,11 @@ class SqlMetadataUnit:
     @cached_property
     def usage(self) -> UsageRollupRepository:
         return UsageRollupRepository(self.session)
+
+    @cached_property
+    def schedules(self) -> ScheduleRepository:
+        return ScheduleRepository(self.session)
+
+    @cached_property
+    def group_controls(self) -> GroupControlRepository:
+        return GroupControlRepository(self.session)

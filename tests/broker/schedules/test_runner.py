@@ -15,7 +15,6 @@ from app.broker.publishing import Outgoing
 from app.broker.schedules import service
 from app.broker.schedules.runner import ScheduleRunner, idempotency_key
 from app.broker.topics import Scope
-from app.stores.metadata.schedule_repositories import ScheduleRepository
 
 
 def stamp_ms(text: str) -> int:
@@ -98,8 +97,8 @@ class TestExactlyOnce:
             Outgoing(b'{"v":1}', None, headers, None, None),
             idempotency_key(schedule["id"], due),
         )
-        async with deployment.store.session() as session:
-            assert await ScheduleRepository.from_session(session).claim(schedule["id"], due, due, due + 5_000)
+        async with deployment.store.unit() as uow:
+            assert await uow.schedules.claim(schedule["id"], due, due, due + 5_000)
         clock = Clock(due + 1_000)
         assert await runner(deployment, tenant, clock).run_once() == 0  # the dead node's claim still holds
         clock.at = due + 5_000

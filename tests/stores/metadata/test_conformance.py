@@ -1,4 +1,4 @@
-"""The metadata store's protocols (``app/stores/metadata/protocol.py``), one class per aggregate, run on
+"""The metadata store's protocols (``app/stores/metadata/protocol/``), one class per aggregate, run on
 SQLite and on Postgres over a schema the migrations built: what the domain relies on must hold on both."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import ApiKey, GroupMember, User
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import DeadLetterRow, EndpointRow, LeaseState, Rollup
+from app.stores.metadata.protocol import DeadLetterRow, DlqAuditRow, EndpointRow, LeaseState, Rollup
 from app.stores.metadata.tenancy_repositories import (
     ApiKeyRepository,
     ProjectRepository,
@@ -528,19 +528,13 @@ class TestDeadLetters:
         async with metadata.session() as session:
             dlq = DeadLetterRepository.from_session(session)
             for audit_id in ids:
-                await dlq.record(
-                    {
-                        "id": audit_id,
-                        "group_id": group_id,
-                        "action": "replay",
-                        "message_id": None,
-                        "count": 1,
-                        "actor_type": "key",
-                        "actor_id": "key_x",
-                        "at": now(),
-                    }
-                )
-            assert [e.id for e in await dlq.audit_page(group_id, None, 2)] == [ids[2], ids[1]]
+                await dlq.record(DlqAuditRow(audit_id, group_id, "replay", None, 1, "key", "key_x", now()))
+            page = await dlq.audit_page(group_id, None, 2)
+            assert [e.id for e in page] == [ids[2], ids[1]]
+            assert all(type(e) is DlqAuditRow for e in page)
+            newest = page[0]
+            assert (newest.action, newest.message_id, newest.count) == ("replay", None, 1)
+            assert (newest.actor_type, newest.actor_id) == ("key", "key_x")
             assert [e.id for e in await dlq.audit_page(group_id, ids[1], 10)] == [ids[0]]
 
 

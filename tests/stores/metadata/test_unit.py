@@ -30,6 +30,8 @@ STORES = {
     "dead_letters": protocol.DeadLetterStore,
     "alerts": protocol.AlertStore,
     "usage": protocol.UsageStore,
+    "schedules": protocol.ScheduleStore,
+    "group_controls": protocol.GroupControlStore,
 }
 
 

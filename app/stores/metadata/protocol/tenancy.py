@@ -1,0 +1,125 @@
+"""The port's tenancy stores: users and their dashboard sessions, projects, and API keys.
+
+Frozen values: ``UserSessionRow`` and ``Account``; users, projects and keys still cross as the ORM rows of
+``models.py`` (#34). Implemented by ``tenancy_repositories.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from app.stores.metadata.models import (
+    ApiKey,
+    Project,
+    User,
+)
+
+# values -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UserSessionRow:
+    """A dashboard session as stored: the SHA-256 of its cookie's token (``id``), its CSRF token, and
+    when it began, was last used and ends."""
+
+    id: str
+    user_id: str
+    csrf: str
+    created_at: datetime
+    last_seen_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """Whom a session belongs to: a user without their password hash."""
+
+    id: str
+    email: str
+    disabled_at: datetime | None
+
+
+# stores -------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class UserStore(Protocol):
+    """Users (dashboard sign-in)."""
+
+    async def get_by_email(self, email: str) -> User | None:
+        """The user with this email, if any."""
+
+    async def add(self, user: User) -> User:
+        """Insert a user (flushed: its constraints are checked now)."""
+
+    async def set_disabled(self, user_id: str, at: datetime | None) -> None:
+        """Store when the user was disabled (None: enabled)."""
+
+
+@runtime_checkable
+class ProjectStore(Protocol):
+    """Projects (tenants)."""
+
+    async def get(self, ref: str, *, for_update: bool = False) -> Project | None:
+        """By id or by name."""
+
+    async def lock(self, project_id: str) -> Project | None:
+        """By id, its row locked for this unit of work (what quota checks serialise on)."""
+
+    async def list(self) -> Sequence[Project]:
+        """Every project, oldest first."""
+
+    async def add(self, project: Project) -> Project:
+        """Insert a project (flushed)."""
+
+
+@runtime_checkable
+class ApiKeyStore(Protocol):
+    """API keys of project environments (only their hashes are stored)."""
+
+    async def get(self, key_id: str) -> ApiKey | None:
+        """A key by id, revoked or not."""
+
+    async def active_for(self, project_id: str, environment: str) -> Sequence[ApiKey]:
+        """Active keys of one environment, oldest first."""
+
+    async def list_for_project(self, project_id: str) -> Sequence[ApiKey]:
+        """A project's keys, revoked ones included, by environment then age."""
+
+    async def find_active_by_hash(self, key_hash: str) -> tuple[ApiKey, Project] | None:
+        """The unrevoked key with this hash, with its project."""
+
+    async def find_active_by_id(self, key_id: str) -> tuple[ApiKey, Project] | None:
+        """The unrevoked key with this id, with its project."""
+
+    async def add(self, key: ApiKey) -> ApiKey:
+        """Insert a key (flushed)."""
+
+    async def touch_last_used(self, last_used: dict[str, datetime]) -> None:
+        """Record last-used times for many keys in one round trip."""
+
+    async def standing_of(self, key_ids: Collection[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+        """Of ``key_ids``, the unrevoked ones whose project exists: id -> (tier, custom limits)."""
+
+
+@runtime_checkable
+class UserSessionStore(Protocol):
+    """Dashboard sessions, by the SHA-256 of their cookie's token."""
+
+    async def add(self, row: UserSessionRow) -> None:
+        """Insert a session (flushed)."""
+
+    async def get_with_user(self, session_id: str) -> tuple[UserSessionRow, Account] | None:
+        """The session with its user, if any."""
+
+    async def touch(self, session_id: str, at: datetime) -> None:
+        """Record that the session was used at ``at``."""
+
+    async def delete(self, session_id: str) -> None:
+        """End one session (nothing if it is gone already)."""
+
+    async def delete_for_user(self, user_id: str) -> int:
+        """End every session of a user; how many there were."""
