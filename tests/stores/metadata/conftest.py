@@ -22,7 +22,7 @@ from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.models import Project
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import TopicRow
+from app.stores.metadata.protocol import GroupRow, TopicRow
 from app.stores.metadata.tenancy_repositories import ProjectRepository
 from app.stores.metadata.topic_repositories import TopicRepository
 from tests.fixtures.database import create_database, database_url, drop_database
@@ -116,21 +116,23 @@ class Rows:
         async with self.store.session() as session:
             groups = GroupRepository.from_session(session)
             await groups.insert_if_absent(
-                {
-                    "id": group_id,
-                    "topic_id": topic.id,
-                    "name": name,
-                    "generation": 0,
-                    "partition_count": partitions,
-                    "ack_timeout": "30s",
-                    "ack_timeout_ms": 30_000,
-                    "session_timeout": "30s",
-                    "session_timeout_ms": 30_000,
-                    "dead_letter": None,
-                    "created_at": now(),
-                    "updated_at": now(),
-                    **values,
-                }
+                GroupRow(
+                    **{
+                        "id": group_id,
+                        "topic_id": topic.id,
+                        "name": name,
+                        "generation": 0,
+                        "partition_count": partitions,
+                        "ack_timeout": "30s",
+                        "ack_timeout_ms": 30_000,
+                        "session_timeout": "30s",
+                        "session_timeout_ms": 30_000,
+                        "dead_letter": None,
+                        "created_at": now(),
+                        "updated_at": now(),
+                        **values,
+                    }
+                )
             )
             group = await groups.get(topic.id, name)
             assert group is not None

@@ -15,7 +15,7 @@ from app.stores.errors import AlreadyExists
 from app.stores.metadata import protocol
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.models import User
-from app.stores.metadata.protocol import EndpointRow, MetadataUnit, TopicRow
+from app.stores.metadata.protocol import EndpointRow, GroupConfig, GroupRow, MetadataUnit, TopicRow
 from tests.stores.metadata.conftest import Rows, now
 
 STORES = {
@@ -30,6 +30,7 @@ STORES = {
     "dead_letters": protocol.DeadLetterStore,
     "alerts": protocol.AlertStore,
     "usage": protocol.UsageStore,
+    "expiry": protocol.ExpiryStore,
 }
 
 
@@ -189,6 +190,60 @@ class TestPauses:
         assert group is not None
         assert (group.paused_reason, group.paused_until_ms) == (None, None)
         assert (group.breaker_window_ms, group.breaker_acked, group.breaker_failed) == (1_234, 0, 0)
+
+
+class TestGroups:
+    async def test_inserted_and_read_back_as_frozen_values_and_a_second_insert_is_no_error(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        topic = await rows.topic(partitions=3)
+        at = now()
+        row = GroupRow(
+            new_id("grp"), topic.id, "orders", 0, 3, "30s", 30_000, "10s", 10_000, None, at, at, filter="a"
+        )
+        async with metadata.unit() as uow:
+            await uow.groups.insert_if_absent(row)
+            await uow.groups.insert_if_absent(dataclasses.replace(row, id=new_id("grp")))  # a concurrent one
+        async with metadata.unit(readonly=True) as uow:
+            found = await uow.groups.get(topic.id, "orders")
+            listed = await uow.groups.list_for_topic(topic.id)
+        assert found is not None
+        times = {"created_at": None, "updated_at": None}  # SQLite hands times back without their zone
+        assert dataclasses.replace(found, **times) == dataclasses.replace(row, **times)
+        assert listed == [found]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            found.generation = 1  # type: ignore[misc]
+
+    async def test_set_config_stores_the_whole_config_and_nothing_else(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        topic = await rows.topic()
+        group_id = await rows.group(topic, name="configured", breaker_acked=4)
+        config = GroupConfig("90s", 90_000, "20s", 20_000, {"maxRetries": 3}, 50, 2.5, "key = 'a'")
+        async with metadata.unit() as uow:
+            locked = await uow.groups.get(topic.id, "configured", for_update=True)
+            assert locked is not None
+            await uow.groups.set_config(group_id, config, now())
+            # Seen at once in the same unit (the row read before is no stale copy), and by the next one.
+            seen = await uow.groups.get(topic.id, "configured")
+            assert seen is not None and seen.ack_timeout_ms == 90_000
+        async with metadata.unit(readonly=True) as uow:
+            group = await uow.groups.get(topic.id, "configured")
+        assert group is not None
+        assert (
+            GroupConfig(**{f.name: getattr(group, f.name) for f in dataclasses.fields(GroupConfig)}) == config
+        )
+        assert (group.generation, group.breaker_acked, group.paused_reason) == (0, 4, None)
+
+
+class TestExpiry:
+    async def test_expired_counts_per_group_and_in_all(self, metadata: MetadataStore, rows: Rows):
+        group_id = await rows.group(partitions=2)
+        async with metadata.unit() as uow:
+            await uow.expiry.add_expired(group_id, {0: 2, 1: 3})
+        async with metadata.unit(readonly=True) as uow:
+            assert await uow.expiry.expired(group_id) == 5
+            assert (await uow.expiry.expired_by_group())[group_id] == 5
 
 
 class TestAlertEndpoints:

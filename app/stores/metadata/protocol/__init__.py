@@ -48,6 +48,7 @@ from app.stores.metadata.protocol.delivery import (
     DeadLetterRow,
     DeadLetterStore,
     DueLease,
+    ExpiryStore,
     LeaseState,
     LeaseStore,
 )
@@ -61,6 +62,8 @@ from app.stores.metadata.protocol.tenancy import (
 )
 from app.stores.metadata.protocol.topics import (
     CallerView,
+    GroupConfig,
+    GroupRow,
     GroupStore,
     OwnedPartition,
     PartitionState,
@@ -80,6 +83,9 @@ __all__ = [
     "DeadLetterStore",
     "DueLease",
     "EndpointRow",
+    "ExpiryStore",
+    "GroupConfig",
+    "GroupRow",
     "GroupStore",
     "LeaseState",
     "LeaseStore",
@@ -152,12 +158,17 @@ class MetadataUnit(Protocol):
     def usage(self) -> UsageStore:
         """Usage rollups."""
 
+    @property
+    def expiry(self) -> ExpiryStore:
+        """Expired-message counts."""
+
 
 if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime import cycle)
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from app.stores.metadata.alert_repositories import AlertRepository
     from app.stores.metadata.dlq_repositories import DeadLetterRepository
+    from app.stores.metadata.expiry_repositories import ExpiryRepository
     from app.stores.metadata.group_repositories import GroupRepository
     from app.stores.metadata.lease_repositories import LeaseRepository
     from app.stores.metadata.partition_repositories import PartitionRepository
@@ -177,4 +188,5 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
         _dead_letters: DeadLetterStore = DeadLetterRepository(session)
         _alerts: AlertStore = AlertRepository(session)
         _usage: UsageStore = UsageRollupRepository(session)
+        _expiry: ExpiryStore = ExpiryRepository(session)
         _unit: MetadataUnit = SqlMetadataUnit(session)
