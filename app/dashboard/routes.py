@@ -203,8 +203,8 @@ async def login(request: Request) -> Response:
         )
         refused.headers["Retry-After"] = str(wait)
         return refused
-    async with services.metadata.session(readonly=True) as session:
-        user = await tenancy.authenticate_user(session, email, password)
+    async with services.metadata.unit(readonly=True) as uow:
+        user = await tenancy.authenticate_user(uow, email, password)
     if user is None:
         await auth.count_failure(services.limiter, email, address, device)
         return _login_page(request, auth.new_token(), "Wrong email or password.", 401)

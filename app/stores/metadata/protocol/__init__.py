@@ -26,8 +26,10 @@ suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on bot
 check at the end of this module has mypy hold each repository to its protocol, and the SQL unit of work
 (``unit.py::SqlMetadataUnit``) to ``MetadataUnit``.
 
-Not every value is frozen yet: topics (``TopicRow``), dashboard sessions (``UserSessionRow``, ``Account``)
-and alert endpoints and attempts (``EndpointRow``, ``AttemptRow``) are; other stores still answer the ORM rows of ``models.py`` (#34).
+Not every value is frozen yet: users, projects and keys (``UserRow``, ``ProjectRow``, ``KeyRow``), topics
+(``TopicRow``), groups (``GroupRow``, ``GroupConfig``), dashboard sessions (``UserSessionRow``,
+``Account``) and alert endpoints and attempts (``EndpointRow``, ``AttemptRow``) are; other stores still
+answer the ORM rows of ``models.py`` (#34).
 
 A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``MetadataStore.session``).
 """
@@ -55,7 +57,10 @@ from app.stores.metadata.protocol.delivery import (
 from app.stores.metadata.protocol.tenancy import (
     Account,
     ApiKeyStore,
+    KeyRow,
+    ProjectRow,
     ProjectStore,
+    UserRow,
     UserSessionRow,
     UserSessionStore,
     UserStore,
@@ -87,17 +92,20 @@ __all__ = [
     "GroupConfig",
     "GroupRow",
     "GroupStore",
+    "KeyRow",
     "LeaseState",
     "LeaseStore",
     "MetadataUnit",
     "OwnedPartition",
     "PartitionState",
     "PartitionStore",
+    "ProjectRow",
     "ProjectStore",
     "Rollup",
     "TopicRow",
     "TopicStore",
     "UsageStore",
+    "UserRow",
     "UserSessionRow",
     "UserSessionStore",
     "UserStore",

@@ -1,8 +1,9 @@
 """The port's topic and group stores: topics, consumer groups with their members, and the groups'
 partitions and offsets (the first three steps of the lock order: group → members → partitions).
 
-Frozen values: ``TopicRow``, ``CallerView``, ``PartitionState``, ``OwnedPartition``; groups and members
-still cross as ORM rows (#34). Implemented by ``topic_repositories.py``, ``group_repositories.py`` and
+Frozen values: ``TopicRow``, ``GroupRow`` (and ``GroupConfig``, what a config ``PUT`` stores),
+``CallerView``, ``PartitionState``, ``OwnedPartition``; members and ``lock_with_project``'s pair still
+cross as ORM rows (#34). Implemented by ``topic_repositories.py``, ``group_repositories.py`` and
 ``partition_repositories.py``.
 """
 
