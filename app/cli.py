@@ -21,7 +21,6 @@ from app.broker.rate_limits import Tier
 from app.settings import Settings, get_settings, unknown_environment_names
 from app.stores.errors import StoreUnavailable
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.unit import SqlMetadataUnit
 
 DEMO_EMAIL = "demo@queuecore.local"
 EXIT_REFUSED, EXIT_USAGE, EXIT_KEY_LIMIT, EXIT_UNAVAILABLE = 1, 2, 3, 4
@@ -53,8 +52,8 @@ async def _with_store(settings: Settings, work: Callable[[MetadataStore], Awaita
 
 
 async def cmd_users_create(args: argparse.Namespace, store: MetadataStore) -> int:
-    async with store.session() as session:
-        user = await tenancy.create_user(session, args.email, args.password)
+    async with store.unit() as uow:
+        user = await tenancy.create_user(uow, args.email, args.password)
     _print({"id": user.id, "email": user.email}, args.json, f"created user {user.id} <{user.email}>")
     return 0
 
@@ -82,35 +81,24 @@ async def cmd_bootstrap(
 ) -> int:
     tier = tenancy.parse_tier(args.tier) if args.tier else None
     login: dict[str, str | None] | None = None
-    async with store.session() as session:
+    async with store.unit() as uow:
         owner_id = None
         if args.demo_user:
             # The password is set when the login is created and kept on reruns (``make run`` twice must
             # not sign anyone out silently); --reset-password sets and shows a new one.
-            user = await tenancy.get_user_by_email(session, DEMO_EMAIL)
+            user = await tenancy.get_user_by_email(uow, DEMO_EMAIL)
             fresh = secrets.token_urlsafe(12)
             password: str | None = fresh
             if user is None:
-                user = await tenancy.create_user(session, DEMO_EMAIL, fresh)
+                user = await tenancy.create_user(uow, DEMO_EMAIL, fresh)
             elif args.reset_password:
-                await tenancy.set_password(session, user, fresh)
+                await tenancy.set_password(uow, user, fresh)
             else:
                 password = None
             owner_id = user.id
             login = {"email": DEMO_EMAIL, "password": password, "url": _dashboard_url(settings)}
-        try:
-            project = await tenancy.get_project(session, args.project, for_update=True)
-            if tier is not None and project.tier != tier.value:
-                project.tier = tier.value
-        except BrokerError:
-            project = await tenancy.create_project(
-                session, args.project, tier or Tier.developer, owner_id=owner_id
-            )
-        if owner_id and project.owner_id is None:
-            project.owner_id = owner_id
-        issued = {
-            env: await keys.rotate_key(session, secret, project.id, env) for env in tenancy.ENVIRONMENTS
-        }
+        project = await tenancy.ensure_project(uow, args.project, tier, owner_id)
+        issued = {env: await keys.rotate_key(uow, secret, project.id, env) for env in tenancy.ENVIRONMENTS}
     payload: dict[str, Any] = {"projectId": project.id, "keys": {env: k.key for env, k in issued.items()}}
     if args.json:
         if login:
@@ -134,22 +122,22 @@ async def cmd_bootstrap(
 
 
 async def cmd_keys_create(args: argparse.Namespace, store: MetadataStore, secret: bytes) -> int:
-    async with store.session() as session:
-        issued = await keys.create_key(session, secret, args.project, args.environment)
+    async with store.unit() as uow:
+        issued = await keys.create_key(uow, secret, args.project, args.environment)
     _print({"id": issued.id, "key": issued.key}, args.json, f"{issued.id} {issued.key}  (shown once)")
     return 0
 
 
 async def cmd_keys_revoke(args: argparse.Namespace, store: MetadataStore) -> int:
-    async with store.session() as session:
-        row = await keys.revoke_key(session, args.id)
+    async with store.unit() as uow:
+        row = await keys.revoke_key(uow, args.id)
     _print(keys.key_view(row), args.json, f"revoked {row.id}")
     return 0
 
 
 async def cmd_keys_list(args: argparse.Namespace, store: MetadataStore) -> int:
-    async with store.session() as session:
-        rows = await keys.list_keys(session, args.project)
+    async with store.unit() as uow:
+        rows = await keys.list_keys(uow, args.project)
     views = [keys.key_view(r) for r in rows]
     human = "\n".join(
         f"{v['id']}  {v['environment']:<12} {v['display']}  {v['status']}  created {v['createdAt']}"
@@ -160,15 +148,15 @@ async def cmd_keys_list(args: argparse.Namespace, store: MetadataStore) -> int:
 
 
 async def cmd_projects_create(args: argparse.Namespace, store: MetadataStore) -> int:
-    async with store.session() as session:
-        project = await tenancy.create_project(session, args.name, tenancy.parse_tier(args.tier))
+    async with store.unit() as uow:
+        project = await tenancy.create_project(uow, args.name, tenancy.parse_tier(args.tier))
     _print(tenancy.project_view(project), args.json, f"created project {project.id} {project.name}")
     return 0
 
 
 async def cmd_projects_list(args: argparse.Namespace, store: MetadataStore) -> int:
-    async with store.session() as session:
-        rows = await tenancy.list_projects(session)
+    async with store.unit() as uow:
+        rows = await tenancy.list_projects(uow)
     views = [tenancy.project_view(p) for p in rows]
     _print(
         views, args.json, "\n".join(f"{v['id']}  {v['name']}  {v['tier']}" for v in views) or "no projects"
@@ -178,8 +166,8 @@ async def cmd_projects_list(args: argparse.Namespace, store: MetadataStore) -> i
 
 async def cmd_projects_set_tier(args: argparse.Namespace, store: MetadataStore) -> int:
     limits = tenancy.parse_custom_limits(args.limits) if args.limits else None
-    async with store.session() as session:
-        project = await tenancy.set_tier(session, args.project, tenancy.parse_tier(args.tier), limits)
+    async with store.unit() as uow:
+        project = await tenancy.set_tier(uow, args.project, tenancy.parse_tier(args.tier), limits)
     _print(
         tenancy.project_view(project), args.json, f"project {project.id} is now on the {project.tier} tier"
     )
@@ -187,10 +175,10 @@ async def cmd_projects_set_tier(args: argparse.Namespace, store: MetadataStore) 
 
 
 async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
-    async with store.session() as session:
-        project = await tenancy.get_project(session, args.project)
+    async with store.unit() as uow:
+        project = await tenancy.get_project(uow, args.project)
         view = await alerts.set_endpoint(
-            SqlMetadataUnit(session),
+            uow,
             alerts.AlertPolicy.from_settings(settings),
             project.id,
             args.environment,
@@ -205,18 +193,18 @@ async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, setting
 
 
 async def cmd_alerts_show(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
-    async with store.session() as session:
-        project = await tenancy.get_project(session, args.project)
+    async with store.unit() as uow:
+        project = await tenancy.get_project(uow, args.project)
         policy = alerts.AlertPolicy.from_settings(settings)
-        view = await alerts.get_endpoint(SqlMetadataUnit(session), policy, project.id, args.environment)
+        view = await alerts.get_endpoint(uow, policy, project.id, args.environment)
     _print(view.to_wire(), args.json, f"{view.url}  secret …{view.secret_hint}  breaker {view.state}")
     return 0
 
 
 async def cmd_alerts_test(args: argparse.Namespace, store: MetadataStore) -> int:
-    async with store.session() as session:
-        project = await tenancy.get_project(session, args.project)
-        event_id = await alerts.send_test_event(SqlMetadataUnit(session), project.id, args.environment)
+    async with store.unit() as uow:
+        project = await tenancy.get_project(uow, args.project)
+        event_id = await alerts.send_test_event(uow, project.id, args.environment)
     _print({"eventId": event_id}, args.json, f"queued test event {event_id} (sent by the running server)")
     return 0
 

@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from pydantic import Field
 
-from app.api.deps import SessionDep
+from app.api.deps import UnitDep
 from app.api.routing import JsonRoute
 from app.api.schemas.common import RequestBody, ResponseBody
 from app.api.schemas.constraints import CustomLimits, TierName
@@ -72,9 +72,9 @@ def _project(view: tenancy.ProjectView) -> Project:
 @router.get(
     "/{project}", response_model=Project, responses=responses("INVALID_API_KEY", "FORBIDDEN", "NOT_FOUND")
 )
-async def get_project(project: str, _: Operator, session: SessionDep) -> Project:
+async def get_project(project: str, _: Operator, uow: UnitDep) -> Project:
     """A project (by id or name) with its tier and effective limits."""
-    return _project(await tenancy.describe_project(session, project))
+    return _project(await tenancy.describe_project(uow, project))
 
 
 @router.put(
@@ -82,9 +82,9 @@ async def get_project(project: str, _: Operator, session: SessionDep) -> Project
     response_model=Project,
     responses=responses("INVALID_REQUEST", "INVALID_API_KEY", "FORBIDDEN", "NOT_FOUND"),
 )
-async def set_tier(project: str, body: TierUpdate, _: Operator, session: SessionDep) -> Project:
+async def set_tier(project: str, body: TierUpdate, _: Operator, uow: UnitDep) -> Project:
     """Set a project's tier, and custom limits for the enterprise tier."""
     limits = None
     if body.limits is not None:
         limits = tenancy.parse_custom_limits(",".join(f"{k}={v}" for k, v in body.limits.items()))
-    return _project(await tenancy.set_tier(session, project, tenancy.parse_tier(body.tier), limits))
+    return _project(await tenancy.set_tier(uow, project, tenancy.parse_tier(body.tier), limits))

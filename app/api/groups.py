@@ -26,6 +26,7 @@ from app.api.schemas.groups import (
 )
 from app.broker import groups, offsets, pauses, push_groups
 from app.errors import responses
+from app.stores.metadata.unit import SqlMetadataUnit
 
 router = APIRouter(prefix="/v1/topics/{name}/groups", tags=["groups"], route_class=JsonRoute)
 
@@ -57,11 +58,11 @@ def positions(moved: list[offsets.Position]) -> Positions:
 
 @router.get("", response_model=GroupList, responses=responses(*_AUTH, "TOPIC_NOT_FOUND"))
 async def list_groups(
-    name: TopicNamePath, topics: AdminTopics, services: ServicesDep, session: SessionDep
+    name: TopicNamePath, topics: AdminTopics, services: ServicesDep, uow: UnitDep
 ) -> GroupList:
     """The topic's consumer groups with their live member count and total lag."""
     topic = await topics.get(name)
-    rows = await groups.list_groups(session, services.log, topic)
+    rows = await groups.list_groups(uow, services.log, topic)
     return GroupList(data=[GroupSummary(name=g.name, consumers=g.consumers, lag=g.lag) for g in rows])
 
 
@@ -73,7 +74,8 @@ async def describe_group(
 ) -> Group:
     """A group: per partition its consumer, committed offset and lag; and its config."""
     topic = await topics.get(name)
-    detail = await groups.describe_group(session, services.log, topic, group)
+    # push_groups takes the session still (#34); the unit shares its transaction.
+    detail = await groups.describe_group(SqlMetadataUnit(session), services.log, topic, group)
     return _group(detail, await push_groups.push_view(session, services.push_policy, topic, group))
 
 
@@ -101,21 +103,22 @@ async def upsert_group(
     for wire, attribute in (("maxInFlight", "max_in_flight"), ("rate", "rate"), ("filter", "filter")):
         if wire in body.model_fields_set:
             extra[attribute] = getattr(body, wire)
-    before = await groups.current_filter(session, topic, group)
+    uow = SqlMetadataUnit(session)  # push_groups takes the session still (#34); this shares it
+    before = await groups.current_filter(uow, topic, group)
     row = await groups.upsert_config(
-        session, topic, group, ack_timeout=body.ackTimeout, session_timeout=body.sessionTimeout, **extra
+        uow, topic, group, ack_timeout=body.ackTimeout, session_timeout=body.sessionTimeout, **extra
     )
     revealed = None
     if "push" in body.model_fields_set:
         push = body.push.model_dump(exclude_unset=True) if body.push else None
         revealed = await push_groups.set_push(session, services.log, services.push_policy, topic, row, push)
         services.push_workers.wake_soon()
-    detail = await groups.describe_group(session, services.log, topic, group)
+    detail = await groups.describe_group(uow, services.log, topic, group)
     answer = _group(
         detail, await push_groups.push_view(session, services.push_policy, topic, group, revealed)
     )
     if "filter" in body.model_fields_set and row.filter != before:
-        positions = await groups.read_positions(session, services.log, topic, row.id)
+        positions = await groups.read_positions(uow, services.log, topic, row.id)
         answer.filterAppliesFrom = [FilterStart(partition=p, offset=o) for p, o in positions]
     return answer
 

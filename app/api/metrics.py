@@ -181,10 +181,8 @@ async def metrics(request: Request) -> Response:
     # Without the database the group gauges are unknown, but the scrape still answers: the alert that the
     # database is down needs this response.
     if checks["database"] == "ok":
-        async with services.metadata.session(readonly=True) as session:
-            stats = await groups.delivery_stats(
-                session, services.log, services.push_members.in_flight_by_group()
-            )
+        async with services.metadata.unit(readonly=True) as uow:
+            stats = await groups.delivery_stats(uow, services.log, services.push_members.in_flight_by_group())
     per_group = CollectorRegistry(auto_describe=False)
     per_group.register(_GroupCollector(stats))
     per_group.register(_DependencyCollector(checks, services.settings.log_engine.value))

@@ -8,13 +8,12 @@ against the topic's groups quota (``quotas.py``). Its config durations are kept 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import breaker, dead_letter_logs, durations, filters, pauses, push_groups, quotas
 from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
@@ -24,14 +23,7 @@ from app.kit.clock import now_ms, utcnow
 from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine, LogEngineError
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.dlq_repositories import DeadLetterRepository
-from app.stores.metadata.expiry_repositories import ExpiryRepository
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.models import ConsumerGroup
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import MetadataUnit, PartitionState
-from app.stores.metadata.unit import SqlMetadataUnit
+from app.stores.metadata.protocol import GroupConfig, GroupRow, MetadataUnit, PartitionState
 
 DEFAULT_ACK_TIMEOUT = "30s"
 DEFAULT_SESSION_TIMEOUT = "10s"
@@ -81,7 +73,7 @@ def validate_name(name: str) -> str:
     return name
 
 
-def config_of(group: ConsumerGroup) -> dict[str, Any]:
+def config_of(group: GroupRow) -> dict[str, Any]:
     return {
         "ackTimeout": group.ack_timeout,
         "sessionTimeout": group.session_timeout,
@@ -141,16 +133,16 @@ def parse_dead_letter(value: Any) -> dict[str, Any] | None:
     return merged
 
 
-async def ensure_group(session: AsyncSession, topic: TopicRef, name: str) -> ConsumerGroup:
+async def ensure_group(uow: MetadataUnit, topic: TopicRef, name: str) -> GroupRow:
     """The group, created with the default config if it does not exist; its row locked for this unit of work.
 
     Creating one counts against the topic's groups quota (403 ``QUOTA_EXCEEDED``, nothing made): the
     topic row is locked first, so concurrent creators of groups of one topic count each other's."""
-    repo = GroupRepository.from_session(session)
+    repo = uow.groups
     group = await repo.get(topic.id, name, for_update=True)
     if group is not None:
         return group
-    limits = await quotas.lock_topic(session, topic.id, topic.name)
+    limits = await quotas.lock_topic(uow, topic.id, topic.name)
     # A creator we waited for may have made this very group: then it is not one more.
     group = await repo.get(topic.id, name, for_update=True)
     if group is not None:
@@ -159,27 +151,27 @@ async def ensure_group(session: AsyncSession, topic: TopicRef, name: str) -> Con
     now = utcnow()
     group_id = new_id("grp")
     await repo.insert_if_absent(
-        {
-            "id": group_id,
-            "topic_id": topic.id,
-            "name": name,
-            "generation": 0,
-            "partition_count": topic.partitions,
-            "ack_timeout": DEFAULT_ACK_TIMEOUT,
-            "ack_timeout_ms": durations.parse(DEFAULT_ACK_TIMEOUT, "ackTimeout", durations.ACK_TIMEOUT),
-            "session_timeout": DEFAULT_SESSION_TIMEOUT,
-            "session_timeout_ms": durations.parse(
+        GroupRow(
+            id=group_id,
+            topic_id=topic.id,
+            name=name,
+            generation=0,
+            partition_count=topic.partitions,
+            ack_timeout=DEFAULT_ACK_TIMEOUT,
+            ack_timeout_ms=durations.parse(DEFAULT_ACK_TIMEOUT, "ackTimeout", durations.ACK_TIMEOUT),
+            session_timeout=DEFAULT_SESSION_TIMEOUT,
+            session_timeout_ms=durations.parse(
                 DEFAULT_SESSION_TIMEOUT, "sessionTimeout", durations.SESSION_TIMEOUT
             ),
-            "dead_letter": None,
-            "created_at": now,
-            "updated_at": now,
-        }
+            dead_letter=None,
+            created_at=now,
+            updated_at=now,
+        )
     )
     group = await repo.get(topic.id, name, for_update=True)
     assert group is not None
     if group.id == group_id:  # ours, not a concurrent creator's
-        await PartitionRepository.from_session(session).add_partitions(group.id, range(topic.partitions))
+        await uow.partitions.add_partitions(group.id, range(topic.partitions))
     return group
 
 
@@ -212,32 +204,30 @@ async def ensure_exists(
     consume makes its group before the upgrade, so a quota refusal is an HTTP answer, not a frame."""
     if known is not None and (topic.id, name) in known:
         return
-    async with metadata.session(readonly=True) as session:
-        exists = await GroupRepository.from_session(session).get(topic.id, name) is not None
+    async with metadata.unit(readonly=True) as uow:
+        exists = await uow.groups.get(topic.id, name) is not None
     if not exists:
-        async with metadata.session() as session:
-            await ensure_group(session, topic, name)
+        async with metadata.unit() as uow:
+            await ensure_group(uow, topic, name)
     if known is not None:
         known.add((topic.id, name))
 
 
-async def get_group(
-    uow: MetadataUnit, topic: TopicRef, name: str, *, for_update: bool = False
-) -> ConsumerGroup:
+async def get_group(uow: MetadataUnit, topic: TopicRef, name: str, *, for_update: bool = False) -> GroupRow:
     group = await uow.groups.get(topic.id, name, for_update=for_update)
     if group is None:
         raise GroupNotFound(f"No consumer group '{name}' on topic '{topic.name}'.")
     return group
 
 
-async def current_filter(session: AsyncSession, topic: TopicRef, name: str) -> str | None:
+async def current_filter(uow: MetadataUnit, topic: TopicRef, name: str) -> str | None:
     """The group's filter now (None also when the group does not exist yet)."""
-    group = await GroupRepository.from_session(session).get(topic.id, name)
+    group = await uow.groups.get(topic.id, name)
     return group.filter if group is not None else None
 
 
 async def upsert_config(
-    session: AsyncSession,
+    uow: MetadataUnit,
     topic: TopicRef,
     name: str,
     *,
@@ -247,7 +237,7 @@ async def upsert_config(
     max_in_flight: Any = _UNSET,
     rate: Any = _UNSET,
     filter: Any = _UNSET,
-) -> ConsumerGroup:
+) -> GroupRow:
     """Create the group or merge the given fields into its config (``dead_letter=None`` removes the DLQ;
     ``max_in_flight``, ``rate`` and ``filter`` likewise remove theirs with None)."""
     validate_name(name)
@@ -267,17 +257,17 @@ async def upsert_config(
         flow_fields["rate"] = parse_rate(rate)
     if filter is not _UNSET:
         flow_fields["filter"] = None if filter is None else filters.validate(filter)
-    group = await ensure_group(session, topic, name)
+    group = await ensure_group(uow, topic, name)
+    changes: dict[str, Any] = dict(flow_fields)
     if ack_timeout is not None and ack_ms is not None:
-        group.ack_timeout, group.ack_timeout_ms = ack_timeout, ack_ms
+        changes.update(ack_timeout=ack_timeout, ack_timeout_ms=ack_ms)
     if session_timeout is not None and session_ms is not None:
-        group.session_timeout, group.session_timeout_ms = session_timeout, session_ms
+        changes.update(session_timeout=session_timeout, session_timeout_ms=session_ms)
     if letter is not _UNSET:
-        group.dead_letter = letter
-    for attribute, value in flow_fields.items():
-        setattr(group, attribute, value)
-    group.updated_at = utcnow()
-    await session.flush()
+        changes["dead_letter"] = letter
+    group = dataclasses.replace(group, **changes, updated_at=utcnow())
+    config = GroupConfig(**{f.name: getattr(group, f.name) for f in dataclasses.fields(GroupConfig)})
+    await uow.groups.set_config(group.id, config, group.updated_at)
     return group
 
 
@@ -341,11 +331,11 @@ async def partition_lags(
 
 
 async def read_positions(
-    session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str
+    uow: MetadataUnit, log: LogEngine, topic: TopicRef, group_id: str
 ) -> list[tuple[int, int]]:
     """Per partition, where the group reads next (a partition never started: its earliest offset): where
     a filter changed now starts to decide (``filterAppliesFrom`` of the config PUT)."""
-    state = {s.partition: s for s in await PartitionRepository.from_session(session).partitions(group_id)}
+    state = {s.partition: s for s in await uow.partitions.partitions(group_id)}
     out = []
     for p in range(topic.partitions):
         row = state.get(p)
@@ -356,8 +346,7 @@ async def read_positions(
     return out
 
 
-async def list_groups(session: AsyncSession, log: LogEngine, topic: TopicRef) -> list[GroupSummary]:
-    uow = SqlMetadataUnit(session)
+async def list_groups(uow: MetadataUnit, log: LogEngine, topic: TopicRef) -> list[GroupSummary]:
     rows = await uow.groups.list_for_topic(topic.id)
     counts = await uow.groups.live_member_counts([g.id for g in rows], now_ms())
     out = []
@@ -367,12 +356,11 @@ async def list_groups(session: AsyncSession, log: LogEngine, topic: TopicRef) ->
     return out
 
 
-async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef, name: str) -> GroupDetail:
-    uow = SqlMetadataUnit(session)
+async def describe_group(uow: MetadataUnit, log: LogEngine, topic: TopicRef, name: str) -> GroupDetail:
     group = await get_group(uow, topic, name)
     counts = await uow.groups.live_member_counts([group.id], now_ms())
     lags = await partition_lags(uow, log, topic, group.id, group.filter)
-    expired = await ExpiryRepository.from_session(session).expired(group.id)
+    expired = await uow.expiry.expired(group.id)
     return GroupDetail(
         group.name,
         topic.name,
@@ -384,7 +372,7 @@ async def describe_group(session: AsyncSession, log: LogEngine, topic: TopicRef,
     )
 
 
-async def require_stopped(uow: MetadataUnit, group: ConsumerGroup, what: str) -> None:
+async def require_stopped(uow: MetadataUnit, group: GroupRow, what: str) -> None:
     # A push group's URL workers are the service's own members, not connected consumers.
     live = [m for m in await uow.groups.live_members(group.id, now_ms()) if not push_groups.is_worker(m)]
     if live:
@@ -394,10 +382,9 @@ async def require_stopped(uow: MetadataUnit, group: ConsumerGroup, what: str) ->
         )
 
 
-async def delete_group(session: AsyncSession, topic: TopicRef, name: str) -> str:
+async def delete_group(uow: MetadataUnit, topic: TopicRef, name: str) -> str:
     """Delete a stopped group with its offsets, leases and DLQ rows; 409 ``GROUP_ACTIVE`` while members
     are connected. Returns its id: the caller removes its DLQ log once this unit of work committed."""
-    uow = SqlMetadataUnit(session)
     group = await get_group(uow, topic, name, for_update=True)
     await require_stopped(uow, group, "deleting it")
     await uow.groups.remove(group.id)
@@ -406,8 +393,8 @@ async def delete_group(session: AsyncSession, topic: TopicRef, name: str) -> str
 
 async def delete_group_and_dlq(metadata: MetadataStore, log: LogEngine, topic: TopicRef, name: str) -> None:
     """``delete_group``, then (committed) its DLQ log; a crash between leaves the log to the startup sweep."""
-    async with metadata.session() as session:
-        group_id = await delete_group(session, topic, name)
+    async with metadata.unit() as uow:
+        group_id = await delete_group(uow, topic, name)
     with contextlib.suppress(LogEngineError):
         await log.delete_topic(dead_letter_logs.log_id(group_id))
 
@@ -428,7 +415,7 @@ class GroupStats:
 
 
 async def delivery_stats(
-    session: AsyncSession, log: LogEngine, in_memory: Mapping[str, int] | None = None
+    uow: MetadataUnit, log: LogEngine, in_memory: Mapping[str, int] | None = None
 ) -> list[GroupStats]:
     """Every group's stats, from two aggregate metadata queries and the log's partition ends.
     ``in_memory``: leases push members of this process hold in memory, per group id.
@@ -436,10 +423,10 @@ async def delivery_stats(
     The oldest unacked message of a partition is the one at the group's ``current`` offset (everything
     below is acked); its age is read from that one record's timestamp, once per lagging partition.
     """
-    rows = await PartitionRepository.from_session(session).all_partition_offsets()
-    in_flight = await LeaseRepository.from_session(session).unacked_counts()
-    depths = await DeadLetterRepository.from_session(session).depths()
-    expired = await ExpiryRepository.from_session(session).expired_by_group()
+    rows = await uow.partitions.all_partition_offsets()
+    in_flight = await uow.leases.unacked_counts()
+    depths = await uow.dead_letters.depths()
+    expired = await uow.expiry.expired_by_group()
     now = now_ms()
     stats: dict[str, GroupStats] = {}
     for project_id, environment, topic_id, topic, group_id, group, partition, committed in rows:

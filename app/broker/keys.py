@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -29,16 +30,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import tenancy
 from app.broker.errors import ApiKeyNotFound, KeyLimitReached
 from app.kit.clock import isoformat_ms, utcnow
 from app.kit.ids import new_id
 from app.kit.singleflight import SingleFlight
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.models import ApiKey, Project
-from app.stores.metadata.tenancy_repositories import ApiKeyRepository
+from app.stores.metadata.protocol import KeyRow, MetadataUnit, ProjectRow
 
 logger = logging.getLogger("queuecore.keys")
 
@@ -87,31 +85,28 @@ class Principal:
     custom_limits: dict[str, int] | None
 
 
-async def create_key(session: AsyncSession, secret: bytes, project_ref: str, environment: str) -> IssuedKey:
+async def create_key(uow: MetadataUnit, secret: bytes, project_ref: str, environment: str) -> IssuedKey:
     """Issue a key; 409 ``KEY_LIMIT_REACHED`` when the environment already has two active."""
     environment = tenancy.parse_environment(environment)
     # Locking the project row serialises concurrent issues, so the limit of two holds under races.
-    project = await tenancy.get_project(session, project_ref, for_update=True)
-    keys = ApiKeyRepository.from_session(session)
-    if len(await keys.active_for(project.id, environment)) >= MAX_ACTIVE_KEYS_PER_ENVIRONMENT:
+    project = await tenancy.get_project(uow, project_ref, for_update=True)
+    if len(await uow.keys.active_for(project.id, environment)) >= MAX_ACTIVE_KEYS_PER_ENVIRONMENT:
         raise KeyLimitReached(environment)
-    return await _issue(session, secret, project.id, environment)
+    return await _issue(uow, secret, project.id, environment)
 
 
-async def rotate_key(session: AsyncSession, secret: bytes, project_id: str, environment: str) -> IssuedKey:
+async def rotate_key(uow: MetadataUnit, secret: bytes, project_id: str, environment: str) -> IssuedKey:
     """Issue a key, revoking the oldest active one first when two are active (bootstrap)."""
-    keys = ApiKeyRepository.from_session(session)
-    active = await keys.active_for(project_id, environment)
+    active = await uow.keys.active_for(project_id, environment)
     for old in active[: max(0, len(active) - MAX_ACTIVE_KEYS_PER_ENVIRONMENT + 1)]:
-        old.revoked_at = utcnow()
-    await session.flush()
-    return await _issue(session, secret, project_id, environment)
+        await uow.keys.revoke(old.id, utcnow())
+    return await _issue(uow, secret, project_id, environment)
 
 
-async def _issue(session: AsyncSession, secret: bytes, project_id: str, environment: str) -> IssuedKey:
+async def _issue(uow: MetadataUnit, secret: bytes, project_id: str, environment: str) -> IssuedKey:
     body = "".join(secrets.choice(_BASE62) for _ in range(32))
     key = key_prefix(environment) + body
-    row = ApiKey(
+    row = KeyRow(
         id=new_id("key"),
         project_id=project_id,
         environment=environment,
@@ -120,27 +115,28 @@ async def _issue(session: AsyncSession, secret: bytes, project_id: str, environm
         last_four=body[-4:],
         created_at=utcnow(),
     )
-    await ApiKeyRepository.from_session(session).add(row)
+    await uow.keys.add(row)
     return IssuedKey(id=row.id, key=key, environment=environment, project_id=project_id)
 
 
-async def revoke_key(session: AsyncSession, key_id: str) -> ApiKey:
+async def revoke_key(uow: MetadataUnit, key_id: str) -> KeyRow:
     """Revoke a key (idempotent); every API process stops accepting it within one second."""
-    row = await ApiKeyRepository.from_session(session).get(key_id)
+    row = await uow.keys.get(key_id)
     if row is None:
         raise ApiKeyNotFound(key_id)
     if row.revoked_at is None:
-        row.revoked_at = utcnow()
-        await session.flush()
+        at = utcnow()
+        await uow.keys.revoke(row.id, at)
+        row = dataclasses.replace(row, revoked_at=at)
     return row
 
 
-async def list_keys(session: AsyncSession, project_ref: str) -> Sequence[ApiKey]:
-    project = await tenancy.get_project(session, project_ref)
-    return await ApiKeyRepository.from_session(session).list_for_project(project.id)
+async def list_keys(uow: MetadataUnit, project_ref: str) -> Sequence[KeyRow]:
+    project = await tenancy.get_project(uow, project_ref)
+    return await uow.keys.list_for_project(project.id)
 
 
-def key_view(row: ApiKey) -> dict[str, Any]:
+def key_view(row: KeyRow) -> dict[str, Any]:
     """A key as listed: never the secret, only its display prefix and last four."""
     return {
         "id": row.id,
@@ -154,7 +150,7 @@ def key_view(row: ApiKey) -> dict[str, Any]:
     }
 
 
-def _principal(key: ApiKey, project: Project) -> Principal:
+def _principal(key: KeyRow, project: ProjectRow) -> Principal:
     return Principal(
         key_id=key.id,
         project_id=project.id,
@@ -212,8 +208,8 @@ class KeyAuthenticator:
         return principal
 
     async def _load(self, digest: str) -> Principal | None:
-        async with self._metadata.session(readonly=True) as session:
-            found = await ApiKeyRepository.from_session(session).find_active_by_hash(digest)
+        async with self._metadata.unit(readonly=True) as uow:
+            found = await uow.keys.find_active_by_hash(digest)
         if found is None:
             return None
         key, project = found
@@ -223,8 +219,8 @@ class KeyAuthenticator:
 
     async def principal_by_id(self, key_id: str) -> Principal | None:
         """The principal of an active key named by its id (for tokens minted from it), read now."""
-        async with self._metadata.session(readonly=True) as session:
-            found = await ApiKeyRepository.from_session(session).find_active_by_id(key_id)
+        async with self._metadata.unit(readonly=True) as uow:
+            found = await uow.keys.find_active_by_id(key_id)
         return _principal(*found) if found is not None else None
 
     def forget(self) -> None:
@@ -248,8 +244,8 @@ class KeyAuthenticator:
             return
         pending, self._last_used = self._last_used, {}
         try:
-            async with self._metadata.session() as session:
-                await ApiKeyRepository.from_session(session).touch_last_used(
+            async with self._metadata.unit() as uow:
+                await uow.keys.touch_last_used(
                     {key_id: datetime.fromtimestamp(at, UTC) for key_id, at in pending.items()}
                 )
         except Exception:

@@ -24,8 +24,9 @@ from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.sealing import Sealer
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.models import ConsumerGroup, PushEndpoint
+from app.stores.metadata.models import PushEndpoint
 from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import GroupRow
 from app.stores.metadata.push_repositories import PushRepository
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ async def set_push(
     log: LogEngine,
     policy: PushPolicy,
     topic: TopicRef,
-    group: ConsumerGroup,
+    group: GroupRow,
     value: Any,
 ) -> str | None:
     """Apply a config PUT's ``push`` to ``group`` (locked by the caller): ``None`` turns push off; an

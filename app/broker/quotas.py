@@ -172,12 +172,10 @@ async def lock_project(uow: MetadataUnit, project_id: str) -> QuotaLimits:
     return QuotaLimits(project.tier, project.custom_limits)
 
 
-async def lock_topic(session: AsyncSession, topic_id: str, name: str) -> QuotaLimits:
+async def lock_topic(uow: MetadataUnit, topic_id: str, name: str) -> QuotaLimits:
     """Lock the topic row for this unit of work (``TopicNotFound`` if it was deleted) and answer its
     project's quotas; creators of the topic's groups serialise on it."""
-    row: tuple[Topic, Project] | None = await TopicRepository.from_session(session).lock_with_project(
-        topic_id
-    )
+    row: tuple[Topic, Project] | None = await uow.topics.lock_with_project(topic_id)
     if row is None:
         raise TopicNotFound(name)
     project = row[1]

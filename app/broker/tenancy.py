@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import functools
 import re
@@ -13,7 +14,6 @@ from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerifyMismatchError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.broker import quotas
 from app.broker.errors import InvalidRequest, ProjectAlreadyExists, ProjectNotFound, UserAlreadyExists
@@ -22,8 +22,7 @@ from app.broker.rate_limits import Category, Tier
 from app.kit.clock import utcnow
 from app.kit.digits import is_ascii_digits
 from app.kit.ids import new_id
-from app.stores.metadata.models import Project, User
-from app.stores.metadata.tenancy_repositories import ProjectRepository, UserRepository
+from app.stores.metadata.protocol import MetadataUnit, ProjectRow, UserRow
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}$")
@@ -51,7 +50,7 @@ class ProjectView:
     custom_limits: dict[str, int] | None
 
     @classmethod
-    def of(cls, project: Project) -> ProjectView:
+    def of(cls, project: ProjectRow) -> ProjectView:
         limits = project.custom_limits
         return cls(project.id, project.name, project.tier, dict(limits) if limits is not None else None)
 
@@ -103,28 +102,27 @@ def parse_custom_limits(value: str) -> dict[str, int]:
     return limits
 
 
-async def create_user(session: AsyncSession, email: str, password: str) -> User:
+async def create_user(uow: MetadataUnit, email: str, password: str) -> UserRow:
     """An account user with an argon2-hashed password."""
     email = email.strip().lower()
     if not _EMAIL.fullmatch(email):
         raise InvalidRequest.field("email", "not an email address")
     if len(password) < 8:
         raise InvalidRequest.field("password", "must be at least 8 characters")
-    users = UserRepository.from_session(session)
-    if await users.get_by_email(email):
+    if await uow.users.get_by_email(email):
         raise UserAlreadyExists(email)
-    user: User = await users.add(
-        User(id=new_id("usr"), email=email, password_hash=_passwords.hash(password), created_at=utcnow())
+    user = UserRow(
+        id=new_id("usr"), email=email, password_hash=_passwords.hash(password), created_at=utcnow()
     )
+    await uow.users.add(user)
     return user
 
 
-async def set_password(session: AsyncSession, user: User, password: str) -> None:
-    user.password_hash = _passwords.hash(password)
-    await session.flush()
+async def set_password(uow: MetadataUnit, user: UserRow, password: str) -> None:
+    await uow.users.set_password_hash(user.id, _passwords.hash(password))
 
 
-def verify_password(user: User, password: str) -> bool:
+def verify_password(user: UserRow, password: str) -> bool:
     return _verify(user.password_hash, password)
 
 
@@ -142,7 +140,7 @@ def _stand_in_hash() -> str:
     return _passwords.hash(secrets.token_urlsafe(16))
 
 
-async def authenticate_user(session: AsyncSession, email: str, password: str) -> User | None:
+async def authenticate_user(uow: MetadataUnit, email: str, password: str) -> UserRow | None:
     """The user whose email and password these are, or None.
 
     Unknown emails run the same argon2 verification (against a stand-in hash) as known ones: answering
@@ -150,7 +148,7 @@ async def authenticate_user(session: AsyncSession, email: str, password: str) ->
     worker thread (argon2 releases the GIL): ~100 ms of CPU must not stall the API's event loop. A
     disabled account (``users disable``) signs in with nothing, after the same work.
     """
-    user = await get_user_by_email(session, email) if email else None
+    user = await get_user_by_email(uow, email) if email else None
     password_hash = user.password_hash if user is not None else _stand_in_hash()
     matches = await asyncio.to_thread(_verify, password_hash, password)
     if user is None or not matches or user.disabled_at is not None:
@@ -158,19 +156,18 @@ async def authenticate_user(session: AsyncSession, email: str, password: str) ->
     return user
 
 
-async def get_user_by_email(session: AsyncSession, email: str) -> User | None:
-    return await UserRepository.from_session(session).get_by_email(email.strip().lower())
+async def get_user_by_email(uow: MetadataUnit, email: str) -> UserRow | None:
+    return await uow.users.get_by_email(email.strip().lower())
 
 
 async def create_project(
-    session: AsyncSession, name: str, tier: Tier = Tier.developer, owner_id: str | None = None
-) -> Project:
+    uow: MetadataUnit, name: str, tier: Tier = Tier.developer, owner_id: str | None = None
+) -> ProjectRow:
     if not _PROJECT_NAME.fullmatch(name):
         raise InvalidRequest.field("name", "1–100 chars of letters, digits, space, '.', '_' or '-'")
-    projects = ProjectRepository.from_session(session)
-    if await projects.get(name):
+    if await uow.projects.get(name):
         raise ProjectAlreadyExists(name)
-    project = Project(
+    project = ProjectRow(
         id=new_id("prj"),
         name=name,
         tier=tier.value,
@@ -178,42 +175,61 @@ async def create_project(
         owner_id=owner_id,
         created_at=utcnow(),
     )
-    return await projects.add(project)
+    await uow.projects.add(project)
+    return project
 
 
-async def get_project(session: AsyncSession, ref: str, *, for_update: bool = False) -> Project:
+async def get_project(uow: MetadataUnit, ref: str, *, for_update: bool = False) -> ProjectRow:
     """A project by id or name."""
-    project = await ProjectRepository.from_session(session).get(ref, for_update=for_update)
+    project = await uow.projects.get(ref, for_update=for_update)
     if project is None:
         raise ProjectNotFound(ref)
     return project
 
 
-async def describe_project(session: AsyncSession, ref: str) -> ProjectView:
+async def describe_project(uow: MetadataUnit, ref: str) -> ProjectView:
     """A project by id or name, as a view."""
-    return ProjectView.of(await get_project(session, ref))
+    return ProjectView.of(await get_project(uow, ref))
 
 
-async def list_projects(session: AsyncSession) -> Sequence[Project]:
-    return await ProjectRepository.from_session(session).list()
+async def list_projects(uow: MetadataUnit) -> Sequence[ProjectRow]:
+    return await uow.projects.list()
+
+
+async def ensure_project(
+    uow: MetadataUnit, name: str, tier: Tier | None = None, owner_id: str | None = None
+) -> ProjectRow:
+    """The project ``name`` (by id or name), made if there is none (on ``tier``, developer by default;
+    owned by ``owner_id``); an existing one moves to ``tier`` (its custom limits kept) and, if it has no
+    owner, gets ``owner_id``. How ``bootstrap`` makes its project again and again."""
+    try:
+        project = await get_project(uow, name, for_update=True)
+    except ProjectNotFound:
+        return await create_project(uow, name, tier or Tier.developer, owner_id=owner_id)
+    if tier is not None and project.tier != tier.value:
+        await uow.projects.set_plan(project.id, tier.value, project.custom_limits)
+        project = dataclasses.replace(project, tier=tier.value)
+    if owner_id and project.owner_id is None:
+        await uow.projects.set_owner(project.id, owner_id)
+        project = dataclasses.replace(project, owner_id=owner_id)
+    return project
 
 
 async def set_tier(
-    session: AsyncSession, ref: str, tier: Tier, custom_limits: dict[str, int] | None = None
+    uow: MetadataUnit, ref: str, tier: Tier, custom_limits: dict[str, int] | None = None
 ) -> ProjectView:
     """Change a project's tier; custom limits (rate limits and quotas, replacing any set before) apply to
     the enterprise tier only. Quotas hold against what exists: a project already past a lowered quota
     keeps what it has and makes nothing more of that kind."""
     if custom_limits and tier is not Tier.enterprise:
         raise InvalidRequest.field("limits", "custom limits apply to the enterprise tier only")
-    project = await get_project(session, ref, for_update=True)
-    project.tier = tier.value
-    project.custom_limits = dict(custom_limits) if custom_limits else None
-    await session.flush()
-    return ProjectView.of(project)
+    project = await get_project(uow, ref, for_update=True)
+    limits = dict(custom_limits) if custom_limits else None
+    await uow.projects.set_plan(project.id, tier.value, limits)
+    return ProjectView.of(dataclasses.replace(project, tier=tier.value, custom_limits=limits))
 
 
-def project_view(project: Project | ProjectView) -> dict[str, Any]:
+def project_view(project: ProjectRow | ProjectView) -> dict[str, Any]:
     return {
         "id": project.id,
         "name": project.name,

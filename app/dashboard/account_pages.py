@@ -12,7 +12,6 @@ from urllib.parse import quote
 
 import orjson
 from fastapi import Request
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import HTMLResponse, Response
 
 from app.broker import alerts, dlq, keys, quotas
@@ -33,6 +32,8 @@ from app.dashboard.routes import (
 )
 from app.dashboard.usage import CATEGORIES, WINDOWS, RollupUsageSource, UsageSource, window_bounds
 from app.kit.clock import now_ms
+from app.stores.metadata.protocol import MetadataUnit
+from app.stores.metadata.unit import SqlMetadataUnit
 
 
 @router.get("/p/{project_id}/{env}/dead-letters")
@@ -116,16 +117,16 @@ async def dlq_delete(request: Request, project_id: str, env: str, topic: str, gr
 # API keys ----------------------------------------------------------------------------------------
 
 
-async def _keys(ctx: Ctx, session: AsyncSession) -> list[dict[str, Any]]:
-    rows = await keys.list_keys(session, ctx.project.id)
+async def _keys(ctx: Ctx, uow: MetadataUnit) -> list[dict[str, Any]]:
+    rows = await keys.list_keys(uow, ctx.project.id)
     return [keys.key_view(r) for r in rows if r.environment == ctx.env]
 
 
 @router.get("/p/{project_id}/{env}/keys")
 async def keys_page(request: Request, project_id: str, env: str) -> Response:
     ctx = await _ctx(request, project_id, env)
-    async with _services(request).metadata.session(readonly=True) as session:
-        views = await _keys(ctx, session)
+    async with _services(request).metadata.unit(readonly=True) as uow:
+        views = await _keys(ctx, uow)
     return ctx.render("keys.html", keys=views, issued=None, limit=keys.MAX_ACTIVE_KEYS_PER_ENVIRONMENT)
 
 
@@ -135,12 +136,12 @@ async def create_key(request: Request, project_id: str, env: str) -> Response:
     await _checked_form(request, ctx.user)
     services = _services(request)
     try:
-        async with services.metadata.session() as session:
-            issued = await keys.create_key(session, services.settings.server_secret(), ctx.project.id, env)
+        async with services.metadata.unit() as uow:
+            issued = await keys.create_key(uow, services.settings.server_secret(), ctx.project.id, env)
     except CODED_ERRORS as e:
         return ctx.back("/keys", error=_message(e))
-    async with services.metadata.session(readonly=True) as session:
-        views = await _keys(ctx, session)
+    async with services.metadata.unit(readonly=True) as uow:
+        views = await _keys(ctx, uow)
     # The secret is in this one answer (never in a URL, a log or a later page).
     response = ctx.render("keys.html", keys=views, issued=issued, limit=keys.MAX_ACTIVE_KEYS_PER_ENVIRONMENT)
     response.headers["Cache-Control"] = "no-store"
@@ -152,10 +153,10 @@ async def revoke_key(request: Request, project_id: str, env: str, key_id: str) -
     ctx = await _ctx(request, project_id, env)
     await _checked_form(request, ctx.user)
     services = _services(request)
-    async with services.metadata.session() as session:
-        if key_id not in {k["id"] for k in await _keys(ctx, session)}:
+    async with services.metadata.unit() as uow:
+        if key_id not in {k["id"] for k in await _keys(ctx, uow)}:
             raise NotFoundPage()
-        row = await keys.revoke_key(session, key_id)
+        row = await keys.revoke_key(uow, key_id)
     services.keys.forget()  # this process refuses it at once; the others within their cache TTL
     return ctx.back("/keys", notice=f"Key {row.prefix}…{row.last_four} revoked.")
 
@@ -182,7 +183,7 @@ async def usage_page(request: Request, project_id: str, env: str) -> Response:
     services = _services(request)
     stored = await services.stored_bytes.measure(ctx.project.id)
     async with services.metadata.session(readonly=True) as session:
-        key_views = await _keys(ctx, session)
+        key_views = await _keys(ctx, SqlMetadataUnit(session))  # quotas.usage takes the session still (#34)
         quota_uses = await quotas.usage(
             session,
             ctx.project.id,

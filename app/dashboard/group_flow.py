@@ -46,10 +46,8 @@ async def group_flow(request: Request, project_id: str, env: str, topic: str, gr
         max_in_flight = _number(form.get("max_in_flight", ""), "maxInFlight", int)
         rate = _number(form.get("rate", ""), "rate", float)
         text = form.get("filter", "").strip() or None
-        async with _services(request).metadata.session() as session:
-            await groups.upsert_config(
-                session, ref, group, max_in_flight=max_in_flight, rate=rate, filter=text
-            )
+        async with _services(request).metadata.unit() as uow:
+            await groups.upsert_config(uow, ref, group, max_in_flight=max_in_flight, rate=rate, filter=text)
     except ValueError as e:
         errors[str(e)] = "Must be a number." if str(e) == "rate" else "Must be a whole number."
     except CODED_ERRORS as e:

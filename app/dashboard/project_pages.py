@@ -22,7 +22,6 @@ from app.dashboard.routes import (
     router,
     templates,
 )
-from app.stores.metadata.unit import SqlMetadataUnit
 
 CATEGORIES = ("publish", "consume", "admin")
 MIN_PASSWORD = 8
@@ -64,8 +63,8 @@ async def create_project(request: Request) -> Response:
     form = await _checked_form(request, user)
     name = form.get("name", "").strip()
     try:
-        async with _services(request).metadata.session() as session:
-            project = await tenancy.create_project(session, name, Tier.developer, owner_id=user.user_id)
+        async with _services(request).metadata.unit() as uow:
+            project = await tenancy.create_project(uow, name, Tier.developer, owner_id=user.user_id)
     except CODED_ERRORS as e:
         rows = await _project_rows(request, user)
         return _page(
@@ -89,8 +88,8 @@ async def change_password(request: Request) -> Response:
     services = _services(request)
     current, new, again = form.get("current", ""), form.get("new", ""), form.get("again", "")
     error = None
-    async with services.metadata.session() as session:
-        row = await tenancy.get_user_by_email(session, user.email)
+    async with services.metadata.unit() as uow:
+        row = await tenancy.get_user_by_email(uow, user.email)
         if row is None or row.id != user.user_id:
             error = "The account is gone."
         elif not tenancy.verify_password(row, current):
@@ -100,8 +99,7 @@ async def change_password(request: Request) -> Response:
         elif new != again:
             error = "The new password and its confirmation differ."
         else:
-            await tenancy.set_password(session, row, new)
-            uow = SqlMetadataUnit(session)  # tenancy takes the session still (#34); this shares it
+            await tenancy.set_password(uow, row, new)
             await sessions.end_all(uow, row.id)
             token, _ = await sessions.open_session(uow, row)
     if error:

@@ -25,7 +25,6 @@ from app.kit.clock import isoformat_ms, now_ms
 from app.kit.digits import is_ascii_digits
 from app.services import Services
 from app.stores.log.protocol import PartitionInfo
-from app.stores.metadata.unit import SqlMetadataUnit
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -204,8 +203,8 @@ async def login(request: Request) -> Response:
         )
         refused.headers["Retry-After"] = str(wait)
         return refused
-    async with services.metadata.session(readonly=True) as session:
-        user = await tenancy.authenticate_user(session, email, password)
+    async with services.metadata.unit(readonly=True) as uow:
+        user = await tenancy.authenticate_user(uow, email, password)
     if user is None:
         await auth.count_failure(services.limiter, email, address, device)
         return _login_page(request, auth.new_token(), "Wrong email or password.", 401)
@@ -452,13 +451,12 @@ async def delete_topic(request: Request, project_id: str, env: str, name: str) -
 async def _all_groups(ctx: Ctx) -> list[dict[str, Any]]:
     services = _services(ctx.request)
     out = []
-    async with services.metadata.session(readonly=True) as session:
-        uow = SqlMetadataUnit(session)  # groups.list_groups takes the session still (#34)
+    async with services.metadata.unit(readonly=True) as uow:
         rows, _ = await topics.list_topics(uow, ctx.scope, limit=1000)
         depths = await inspection.dlq_depths(uow)
         for row in rows:
             ref = await _topic_ref(ctx, row.name)
-            for summary in await groups.list_groups(session, services.log, ref):
+            for summary in await groups.list_groups(uow, services.log, ref):
                 group = await groups.get_group(uow, ref, summary.name)
                 out.append(
                     {
@@ -482,10 +480,10 @@ async def groups_page(request: Request, project_id: str, env: str) -> Response:
 async def _group_view(ctx: Ctx, topic: str, group: str) -> dict[str, Any]:
     services = _services(ctx.request)
     ref = await _topic_ref(ctx, topic)
-    async with services.metadata.session(readonly=True) as session:
+    async with services.metadata.unit(readonly=True) as uow:
         try:
-            detail = await groups.describe_group(session, services.log, ref, group)
-            health = await inspection.group_health(SqlMetadataUnit(session), services.log, ref, group)
+            detail = await groups.describe_group(uow, services.log, ref, group)
+            health = await inspection.group_health(uow, services.log, ref, group)
         except CODED_ERRORS:
             raise NotFoundPage() from None
     now = now_ms()
@@ -544,9 +542,9 @@ async def group_config(request: Request, project_id: str, env: str, topic: str, 
                 if form.get("breaker_enabled")
                 else None,
             }
-        async with _services(request).metadata.session() as session:
+        async with _services(request).metadata.unit() as uow:
             await groups.upsert_config(
-                session,
+                uow,
                 ref,
                 group,
                 ack_timeout=form.get("ack_timeout") or None,

@@ -82,31 +82,27 @@ class TestRefusals:
 
 class TestLimitAndRevocation:
     async def test_two_active_keys_per_environment(self, deployment, tenant):
-        async with deployment.store.session() as session:
-            await keys.create_key(session, deployment.secret, tenant.project_id, "production")
-        async with deployment.store.session() as session:
+        async with deployment.store.unit() as uow:
+            await keys.create_key(uow, deployment.secret, tenant.project_id, "production")
+        async with deployment.store.unit() as uow:
             with pytest.raises(KeyLimitReached):
-                await keys.create_key(session, deployment.secret, tenant.project_id, "production")
+                await keys.create_key(uow, deployment.secret, tenant.project_id, "production")
 
     async def test_concurrent_issues_never_exceed_two(self, deployment, tenant):
         await self._revoke(deployment, tenant.key_ids["staging"])
 
         async def issue() -> str:
             try:
-                async with deployment.store.session() as session:
-                    return (
-                        await keys.create_key(session, deployment.secret, tenant.project_id, "staging")
-                    ).id
+                async with deployment.store.unit() as uow:
+                    return (await keys.create_key(uow, deployment.secret, tenant.project_id, "staging")).id
             except KeyLimitReached:
                 return "limit"
             except Exception as exc:  # noqa: BLE001 (SQLite refuses a racing writer outright)
                 return type(exc).__name__
 
         results = await asyncio.gather(*(issue() for _ in range(6)))
-        async with deployment.store.session() as session:
-            active = await keys.ApiKeyRepository.from_session(session).active_for(
-                tenant.project_id, "staging"
-            )
+        async with deployment.store.unit() as uow:
+            active = await uow.keys.active_for(tenant.project_id, "staging")
         assert len(active) == 2, results
 
     async def test_revoked_key_is_refused_once_the_cache_ttl_passes(self, client, deployment, tenant):
@@ -117,8 +113,8 @@ class TestLimitAndRevocation:
 
         other = MetadataStore(deployment.settings.resolved_database_url, pool_size=1)
         try:
-            async with other.session() as session:
-                await keys.revoke_key(session, tenant.key_ids["production"])
+            async with other.unit() as uow:
+                await keys.revoke_key(uow, tenant.key_ids["production"])
         finally:
             await other.close()
         # The promise "within one second" rests on the key cache: no answer is older than its TTL. How
@@ -133,8 +129,8 @@ class TestLimitAndRevocation:
         assert statuses[-1] == 401, f"the revoked key is still accepted after {len(statuses)} tries"
         assert set(statuses) <= {200, 401}, statuses
         # After a revoke, a new key can be issued again.
-        async with deployment.store.session() as session:
-            await keys.create_key(session, deployment.secret, tenant.project_id, "production")
+        async with deployment.store.unit() as uow:
+            await keys.create_key(uow, deployment.secret, tenant.project_id, "production")
 
     async def test_last_used_is_recorded_in_batches(self, client, deployment, tenant):
         headers = tenant.headers("development")
@@ -150,5 +146,5 @@ class TestLimitAndRevocation:
 
     @staticmethod
     async def _revoke(deployment, key_id: str) -> None:
-        async with deployment.store.session() as session:
-            await keys.revoke_key(session, key_id)
+        async with deployment.store.unit() as uow:
+            await keys.revoke_key(uow, key_id)

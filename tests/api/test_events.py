@@ -256,8 +256,8 @@ class TestEnding:
         await make_topic(http, prod)
         async with open_stream(http, f"{BASE}/events", prod) as stream:
             await welcome_of(stream)
-            async with deployment.store.session() as session:
-                await keys.revoke_key(session, tenant.key_ids["production"])
+            async with deployment.store.unit() as uow:
+                await keys.revoke_key(uow, tenant.key_ids["production"])
             error = await stream.until("error", timeout=5)
             await stream.ended(timeout=5)
         body = error.json()["error"]

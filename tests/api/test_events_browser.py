@@ -129,8 +129,8 @@ class TestBrowserEventSource:
         assert r.status_code == 201, r.text
         page = await open_page(browser, api_url, await token_for(client, prod))
         await seen(page, "welcome")
-        async with deployment.store.session() as session:
-            await keys.revoke_key(session, tenant.key_ids["production"])
+        async with deployment.store.unit() as uow:
+            await keys.revoke_key(uow, tenant.key_ids["production"])
         errors = await seen(page, "error", 1)
         told = httpx.Response(200, content=errors[0]["data"]).json()["error"]
         assert told["code"] == "INVALID_API_KEY"

@@ -143,10 +143,10 @@ async def owner(client, tenant) -> Owner:
 
 async def intruders(deployment, owner: Owner) -> dict[str, dict[str, str]]:
     other = await deployment.project()
-    async with deployment.store.session() as session:
-        spare = await keys.create_key(session, deployment.secret, owner.tenant.project_id, "production")
-    async with deployment.store.session() as session:
-        await keys.revoke_key(session, spare.id)
+    async with deployment.store.unit() as uow:
+        spare = await keys.create_key(uow, deployment.secret, owner.tenant.project_id, "production")
+    async with deployment.store.unit() as uow:
+        await keys.revoke_key(uow, spare.id)
     return {
         "no key": {},
         "a revoked key of the same environment": {"Authorization": f"Bearer {spare.key}"},

@@ -210,18 +210,14 @@ class TestTiers:
         project, prod = await project_with(deployment, topics=1)
         assert (await client.post("/v1/topics", json={"name": "a"}, headers=prod)).status_code == 201
         assert_quota(await client.post("/v1/topics", json={"name": "b"}, headers=prod), "topics", 1, 1)
-        async with deployment.store.session() as session:
-            await tenancy.set_tier(
-                session, project.project_id, Tier.enterprise, {**GENEROUS_LIMITS, "topics": 2}
-            )
+        async with deployment.store.unit() as uow:
+            await tenancy.set_tier(uow, project.project_id, Tier.enterprise, {**GENEROUS_LIMITS, "topics": 2})
         # Quotas are read from the project row, locked, at each create: no cache to wait for.
         assert (await client.post("/v1/topics", json={"name": "b"}, headers=prod)).status_code == 201
         assert_quota(await client.post("/v1/topics", json={"name": "c"}, headers=prod), "topics", 2, 2)
         # Lowered under what exists: what is there stays, nothing more is made.
-        async with deployment.store.session() as session:
-            await tenancy.set_tier(
-                session, project.project_id, Tier.enterprise, {**GENEROUS_LIMITS, "topics": 0}
-            )
+        async with deployment.store.unit() as uow:
+            await tenancy.set_tier(uow, project.project_id, Tier.enterprise, {**GENEROUS_LIMITS, "topics": 0})
         assert_quota(await client.post("/v1/topics", json={"name": "c"}, headers=prod), "topics", 0, 2)
         assert await topic_names(client, prod) == ["a", "b"]
 

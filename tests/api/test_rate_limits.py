@@ -85,8 +85,8 @@ class TestLimits:
         project = await developer(deployment)
         headers = project.headers("production")
         assert (await client.get("/v1/topics", headers=headers)).headers["RateLimit-Limit"] == "10"
-        async with deployment.store.session() as session:
-            await tenancy.set_tier(session, project.project_id, Tier.pro)
+        async with deployment.store.unit() as uow:
+            await tenancy.set_tier(uow, project.project_id, Tier.pro)
         # "Within a second" is the key cache's TTL at work; how soon is the benchmarks' business.
         assert deployment.settings.key_cache_ttl_seconds <= 1.0
         assert await limit_seen(client, headers, "50"), "the new tier's limit never arrived"

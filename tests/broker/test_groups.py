@@ -128,14 +128,14 @@ def test_lag_is_never_negative():
 
 
 async def upsert(topic: TopicUnderTest, name: str = "g", **config: object) -> dict[str, object]:
-    async with topic.services.metadata.session() as session:
-        group = await groups.upsert_config(session, topic.ref, name, **config)  # type: ignore[arg-type]
+    async with topic.services.metadata.unit() as uow:
+        group = await groups.upsert_config(uow, topic.ref, name, **config)  # type: ignore[arg-type]
         return groups.config_of(group)
 
 
 async def describe(topic: TopicUnderTest, name: str = "g") -> groups.GroupDetail:
-    async with topic.services.metadata.session(readonly=True) as session:
-        return await groups.describe_group(session, topic.services.log, topic.ref, name)
+    async with topic.services.metadata.unit(readonly=True) as uow:
+        return await groups.describe_group(uow, topic.services.log, topic.ref, name)
 
 
 async def join(topic: TopicUnderTest, name: str = "g") -> membership.Membership:
@@ -209,8 +209,8 @@ class TestConfig:
         with pytest.raises(InvalidRequest) as refused:
             await upsert(topic, "no spaces")
         assert refused_field(refused) == "group"
-        async with topic.services.metadata.session(readonly=True) as session:
-            assert await groups.list_groups(session, topic.services.log, topic.ref) == []
+        async with topic.services.metadata.unit(readonly=True) as uow:
+            assert await groups.list_groups(uow, topic.services.log, topic.ref) == []
 
 
 @ON_DATABASES
@@ -281,8 +281,8 @@ class TestDescribeAndList:
         async with topic.services.metadata.session() as session:
             group_id = await topic.group_id("busy")
             await PartitionRepository.from_session(session).set_offsets(group_id, {0: 3})
-        async with topic.services.metadata.session(readonly=True) as session:
-            found = await groups.list_groups(session, topic.services.log, topic.ref)
+        async with topic.services.metadata.unit(readonly=True) as uow:
+            found = await groups.list_groups(uow, topic.services.log, topic.ref)
         assert sorted(found, key=lambda g: g.name) == [
             groups.GroupSummary("busy", consumers=1, lag=2),
             groups.GroupSummary("idle", consumers=0, lag=5),
@@ -296,8 +296,8 @@ class TestDelete:
         topic = await make_topic(partitions=2)
         await upsert(topic)
         group_id = await topic.group_id("g")
-        async with topic.services.metadata.session() as session:
-            assert await groups.delete_group(session, topic.ref, "g") == group_id
+        async with topic.services.metadata.unit() as uow:
+            assert await groups.delete_group(uow, topic.ref, "g") == group_id
         async with topic.services.metadata.unit(readonly=True) as uow:
             with pytest.raises(GroupNotFound):
                 await groups.get_group(uow, topic.ref, "g")
@@ -307,9 +307,9 @@ class TestDelete:
         topic = await make_topic()
         await upsert(topic)
         member = await join(topic)
-        async with topic.services.metadata.session() as session:
+        async with topic.services.metadata.unit() as uow:
             with pytest.raises(GroupActive) as active:
-                await groups.delete_group(session, topic.ref, "g")
+                await groups.delete_group(uow, topic.ref, "g")
         assert active.value.code == "GROUP_ACTIVE"
         assert "1 connected member;" in active.value.message
         assert (await describe(topic)).consumers == 1
@@ -318,9 +318,9 @@ class TestDelete:
 
     async def test_an_unknown_group_is_not_found(self, make_topic):
         topic = await make_topic()
-        async with topic.services.metadata.session() as session:
+        async with topic.services.metadata.unit() as uow:
             with pytest.raises(GroupNotFound):
-                await groups.delete_group(session, topic.ref, "ghost")
+                await groups.delete_group(uow, topic.ref, "ghost")
 
     async def test_the_dlq_log_goes_once_the_group_is_deleted(self, make_topic):
         topic = await make_topic()
@@ -340,8 +340,8 @@ class TestDelete:
         topic = await make_topic()
         await upsert(topic)
         await groups.delete_group_and_dlq(topic.services.metadata, topic.services.log, topic.ref, "g")
-        async with topic.services.metadata.session(readonly=True) as session:
-            assert await groups.list_groups(session, topic.services.log, topic.ref) == []
+        async with topic.services.metadata.unit(readonly=True) as uow:
+            assert await groups.list_groups(uow, topic.services.log, topic.ref) == []
 
 
 @ON_DATABASES
@@ -355,8 +355,8 @@ class TestDeliveryStats:
         caught_up = await topic.group_id("caught-up")
         async with topic.services.metadata.session() as session:
             await PartitionRepository.from_session(session).set_offsets(caught_up, {0: 4, 1: 2})
-        async with topic.services.metadata.session(readonly=True) as session:
-            stats = await groups.delivery_stats(session, topic.services.log, in_memory={caught_up: 7})
+        async with topic.services.metadata.unit(readonly=True) as uow:
+            stats = await groups.delivery_stats(uow, topic.services.log, in_memory={caught_up: 7})
         mine = {s.group: s for s in stats if s.topic == topic.name and s.project_id == topic.scope.project_id}
         assert set(mine) == {"behind", "caught-up"}
         behind = mine["behind"]
@@ -377,8 +377,8 @@ class TestEnsureExists:
         assert (topic.ref.id, "g") in known
         assert len(await topic.partitions("g")) == 2
         await groups.ensure_exists(topic.services.metadata, topic.ref, "g", known)  # nothing more
-        async with topic.services.metadata.session(readonly=True) as session:
-            assert [g.name for g in await groups.list_groups(session, topic.services.log, topic.ref)] == ["g"]
+        async with topic.services.metadata.unit(readonly=True) as uow:
+            assert [g.name for g in await groups.list_groups(uow, topic.services.log, topic.ref)] == ["g"]
 
 
 class TestKnownGroups:

@@ -33,13 +33,13 @@ class TestProjectsOwnedBy:
         self, deployment: Deployment
     ) -> None:
         tag = secrets.token_hex(3)
-        async with deployment.store.session() as session:
-            owner = await tenancy.create_user(session, f"own-{tag}@example.com", secrets.token_urlsafe(12))
-            other = await tenancy.create_user(session, f"oth-{tag}@example.com", secrets.token_urlsafe(12))
+        async with deployment.store.unit() as uow:
+            owner = await tenancy.create_user(uow, f"own-{tag}@example.com", secrets.token_urlsafe(12))
+            other = await tenancy.create_user(uow, f"oth-{tag}@example.com", secrets.token_urlsafe(12))
             for name in (f"zeta-{tag}", f"alpha-{tag}", f"mid-{tag}"):
-                await tenancy.create_project(session, name, owner_id=owner.id)
-            await tenancy.create_project(session, f"theirs-{tag}", owner_id=other.id)
-            await tenancy.create_project(session, f"nobodys-{tag}")
+                await tenancy.create_project(uow, name, owner_id=owner.id)
+            await tenancy.create_project(uow, f"theirs-{tag}", owner_id=other.id)
+            await tenancy.create_project(uow, f"nobodys-{tag}")
         async with deployment.store.unit(readonly=True) as uow:
             owned = await inspection.projects_owned_by(uow, owner.id)
             theirs = await inspection.projects_owned_by(uow, other.id)

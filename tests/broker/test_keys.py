@@ -14,10 +14,12 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy import select, update
 
 from app.broker import keys
 from app.broker.errors import ApiKeyNotFound, InvalidRequest, KeyLimitReached, ProjectNotFound
 from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.models import ApiKey
 from app.stores.metadata.tenancy_repositories import ApiKeyRepository
 from tests.broker.conftest import ON_DATABASES
 from tests.conftest import Deployment
@@ -43,18 +45,18 @@ async def authenticator(deployment: Deployment) -> AsyncIterator[keys.KeyAuthent
 
 
 async def issue(deployment: Deployment, project_id: str, environment: str) -> keys.IssuedKey:
-    async with deployment.store.session() as session:
-        return await keys.create_key(session, deployment.secret, project_id, environment)
+    async with deployment.store.unit() as uow:
+        return await keys.create_key(uow, deployment.secret, project_id, environment)
 
 
 async def revoke(store: MetadataStore, key_id: str) -> None:
-    async with store.session() as session:
-        await keys.revoke_key(session, key_id)
+    async with store.unit() as uow:
+        await keys.revoke_key(uow, key_id)
 
 
 async def active(deployment: Deployment, project_id: str, environment: str) -> list[str]:
-    async with deployment.store.session(readonly=True) as session:
-        rows = await ApiKeyRepository.from_session(session).active_for(project_id, environment)
+    async with deployment.store.unit(readonly=True) as uow:
+        rows = await uow.keys.active_for(project_id, environment)
     return [row.id for row in rows]
 
 
@@ -66,14 +68,17 @@ class TestIssue:
         issued = await issue(deployment, tenant.project_id, "staging")
         assert re.fullmatch(r"pq_test_sk_[0-9A-Za-z]{32}", issued.key)
         assert (issued.environment, issued.project_id) == ("staging", tenant.project_id)
-        async with deployment.store.session(readonly=True) as session:
-            row = await ApiKeyRepository.from_session(session).get(issued.id)
+        async with deployment.store.unit(readonly=True) as uow:
+            row = await uow.keys.get(issued.id)
             assert row is not None
             assert row.key_hash == keys.hash_key(deployment.secret, issued.key)
             assert (row.prefix, row.last_four) == ("pq_test_sk_", issued.key[-4:])
-            stored = [str(getattr(row, column.key)) for column in row.__table__.columns]
-            assert not any(issued.key[11:] in value for value in stored)
             view = keys.key_view(row)
+        async with deployment.store.session(readonly=True) as session:
+            # Every column of the stored row, as the database has it.
+            stored_row = (await session.execute(select(ApiKey.__table__).where(ApiKey.id == issued.id))).one()
+            stored = [str(value) for value in stored_row]
+            assert not any(issued.key[11:] in value for value in stored)
         assert view["display"] == f"pq_test_sk_…{issued.key[-4:]}"
         assert (view["status"], view["revokedAt"], view["lastUsedAt"]) == ("active", None, None)
         assert issued.key[11:] not in repr(view)
@@ -92,18 +97,18 @@ class TestIssue:
         assert first.key[-32:] != tenant.keys["production"][-32:]
 
     async def test_an_unknown_environment_or_project_is_refused(self, deployment, tenant):
-        async with deployment.store.session() as session:
+        async with deployment.store.unit() as uow:
             with pytest.raises(InvalidRequest) as refused:
-                await keys.create_key(session, deployment.secret, tenant.project_id, "prod")
+                await keys.create_key(uow, deployment.secret, tenant.project_id, "prod")
             assert refused.value.code == "INVALID_REQUEST"
             assert [d["field"] for d in refused.value.details or []] == ["environment"]
             with pytest.raises(ProjectNotFound):
-                await keys.create_key(session, deployment.secret, "prj_nosuchproject", "production")
+                await keys.create_key(uow, deployment.secret, "prj_nosuchproject", "production")
 
     async def test_keys_are_listed_by_project_id_or_name_without_secrets(self, deployment, tenant):
-        async with deployment.store.session(readonly=True) as session:
-            by_id = await keys.list_keys(session, tenant.project_id)
-            by_name = await keys.list_keys(session, tenant.name)
+        async with deployment.store.unit(readonly=True) as uow:
+            by_id = await keys.list_keys(uow, tenant.project_id)
+            by_name = await keys.list_keys(uow, tenant.name)
             views = [keys.key_view(row) for row in by_id]
         assert {row.id for row in by_id} == {row.id for row in by_name} == set(tenant.key_ids.values())
         assert {v["environment"] for v in views} == {"production", "staging", "development"}
@@ -134,20 +139,20 @@ class TestLimits:
 
     async def test_rotating_with_two_active_revokes_the_oldest(self, deployment, tenant):
         second = await issue(deployment, tenant.project_id, "production")
-        async with deployment.store.session() as session:
-            rotated = await keys.rotate_key(session, deployment.secret, tenant.project_id, "production")
+        async with deployment.store.unit() as uow:
+            rotated = await keys.rotate_key(uow, deployment.secret, tenant.project_id, "production")
         assert await active(deployment, tenant.project_id, "production") == [second.id, rotated.id]
 
     async def test_revoking_is_idempotent_and_an_unknown_key_is_not_found(self, deployment, tenant):
         key_id = tenant.key_ids["development"]
-        async with deployment.store.session() as session:
-            first = keys.key_view(await keys.revoke_key(session, key_id))
-        async with deployment.store.session() as session:
-            again = keys.key_view(await keys.revoke_key(session, key_id))
+        async with deployment.store.unit() as uow:
+            first = keys.key_view(await keys.revoke_key(uow, key_id))
+        async with deployment.store.unit() as uow:
+            again = keys.key_view(await keys.revoke_key(uow, key_id))
             assert again["revokedAt"] == first["revokedAt"] is not None  # not moved by the second call
             assert again["status"] == "revoked"
             with pytest.raises(ApiKeyNotFound) as missing:
-                await keys.revoke_key(session, "key_nosuchkey0000000")
+                await keys.revoke_key(uow, "key_nosuchkey0000000")
         assert missing.value.code == "NOT_FOUND"
 
 
@@ -183,9 +188,12 @@ class TestAuthenticate:
         # A row whose environment disagrees with its key's prefix is refused too (defence in depth:
         # the hash already differs for a swapped prefix).
         async with deployment.store.session() as session:
-            row = await ApiKeyRepository.from_session(session).get(tenant.key_ids["production"])
-            assert row is not None
-            row.environment = "development"
+            changed = await session.execute(
+                update(ApiKey)
+                .where(ApiKey.id == tenant.key_ids["production"])
+                .values(environment="development")
+            )
+            assert getattr(changed, "rowcount", 0) == 1
         assert await authenticator.authenticate(live) is None
 
     async def test_a_key_is_bound_to_the_server_secret(self, deployment, tenant):
@@ -237,8 +245,8 @@ class TestLastUsed:
         self, deployment, tenant, authenticator
     ):
         async def last_used() -> dict[str, object]:
-            async with deployment.store.session(readonly=True) as session:
-                rows = await keys.list_keys(session, tenant.project_id)
+            async with deployment.store.unit(readonly=True) as uow:
+                rows = await keys.list_keys(uow, tenant.project_id)
                 return {row.environment: keys.key_view(row)["lastUsedAt"] for row in rows}
 
         await authenticator.flush()  # nothing pending: nothing written

@@ -51,8 +51,8 @@ class TestParseTarget:
 
 
 async def upsert(topic: TopicUnderTest, name: str = "g") -> str:
-    async with topic.services.metadata.session() as session:
-        return (await groups.upsert_config(session, topic.ref, name)).id
+    async with topic.services.metadata.unit() as uow:
+        return (await groups.upsert_config(uow, topic.ref, name)).id
 
 
 async def read_offsets(

@@ -19,9 +19,9 @@ IDLE = 30 * 60
 
 @pytest.fixture
 async def user(deployment: Deployment):
-    async with deployment.store.session() as session:
+    async with deployment.store.unit() as uow:
         return await tenancy.create_user(
-            session, f"s-{secrets.token_hex(4)}@example.com", secrets.token_urlsafe(12)
+            uow, f"s-{secrets.token_hex(4)}@example.com", secrets.token_urlsafe(12)
         )
 
 
@@ -80,20 +80,20 @@ class TestSessions:
 
     async def test_disabling_an_account_ends_its_sessions_and_its_sign_in(self, deployment, user):
         password = secrets.token_urlsafe(12)
-        async with deployment.store.session() as session:
-            row = await tenancy.get_user_by_email(session, user.email)
-            await tenancy.set_password(session, row, password)
+        async with deployment.store.unit() as uow:
+            row = await tenancy.get_user_by_email(uow, user.email)
+            await tenancy.set_password(uow, row, password)
         token, _ = await sign_in(deployment, user)
         async with deployment.store.unit() as uow:
             _, ended = await sessions.set_disabled(uow, user.email.upper(), True)
         assert ended == 1
         assert await resolve(deployment, token) is None
-        async with deployment.store.session(readonly=True) as session:
-            assert await tenancy.authenticate_user(session, user.email, password) is None
+        async with deployment.store.unit(readonly=True) as uow:
+            assert await tenancy.authenticate_user(uow, user.email, password) is None
         async with deployment.store.unit() as uow:
             await sessions.set_disabled(uow, user.email, False)
-        async with deployment.store.session(readonly=True) as session:
-            assert (await tenancy.authenticate_user(session, user.email, password)).id == user.id
+        async with deployment.store.unit(readonly=True) as uow:
+            assert (await tenancy.authenticate_user(uow, user.email, password)).id == user.id
 
     async def test_disabling_an_unknown_account_is_refused(self, deployment):
         async with deployment.store.unit() as uow:

@@ -55,8 +55,8 @@ class TestMeasure:
         assert sum(sizes) >= 15_000
         assert await meter.measure(project.project_id) == sum(sizes)
         # A group's DLQ log is the project's too.
-        async with services.metadata.session() as session:
-            group = await groups.upsert_config(session, ref, "g", dead_letter={})
+        async with services.metadata.unit() as uow:
+            group = await groups.upsert_config(uow, ref, "g", dead_letter={})
             group_id = group.id
         dlq = dead_letter_logs.log_id(group_id)
         await services.log.create_topic(dlq, 1, TopicLogConfig())  # as ``dlq.py`` makes it

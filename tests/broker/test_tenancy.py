@@ -21,14 +21,14 @@ ON_SQLITE = pytest.mark.parametrize("deployment", ["sqlite"], indirect=True)
 @pytest.fixture
 async def account(deployment: Deployment) -> tuple[str, str]:
     email, password = f"known-{secrets.token_hex(4)}@example.com", secrets.token_urlsafe(12)
-    async with deployment.store.session() as session:
-        await tenancy.create_user(session, email, password)
+    async with deployment.store.unit() as uow:
+        await tenancy.create_user(uow, email, password)
     return email, password
 
 
 async def sign_in(deployment: Deployment, email: str, password: str):
-    async with deployment.store.session(readonly=True) as session:
-        return await tenancy.authenticate_user(session, email, password)
+    async with deployment.store.unit(readonly=True) as uow:
+        return await tenancy.authenticate_user(uow, email, password)
 
 
 @ON_SQLITE

@@ -71,9 +71,9 @@ async def _other_account(database_url: str, email: str, password: str) -> str:
 
     store = MetadataStore(database_url, pool_size=1)
     try:
-        async with store.session() as session:
-            user = await tenancy.create_user(session, email, password)
-            project = await tenancy.create_project(session, "other-account", owner_id=user.id)
+        async with store.unit() as uow:
+            user = await tenancy.create_user(uow, email, password)
+            project = await tenancy.create_project(uow, "other-account", owner_id=user.id)
             return project.id
     finally:
         await store.close()

@@ -30,8 +30,10 @@ from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.models import ConsumerGroup, GroupMember
+from app.stores.metadata.models import GroupMember
 from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import GroupRow
+from app.stores.metadata.unit import SqlMetadataUnit
 
 START_FROM = ("earliest", "latest")
 MEMBER_ID = re.compile(r"^csr_[A-Za-z0-9]{1,28}$")
@@ -114,7 +116,7 @@ async def committing_fences(metadata: MetadataStore, work: Callable[[AsyncSessio
 
 async def settle(
     repo: GroupRepository,
-    group: ConsumerGroup,
+    group: GroupRow,
     topic_partitions: int,
     now: int,
     *,
@@ -208,7 +210,7 @@ async def join(
     async def work(session: AsyncSession) -> Membership:
         repo = GroupRepository.from_session(session)
         partition_rows = PartitionRepository.from_session(session)
-        group = await groups.ensure_group(session, topic, group_name)
+        group = await groups.ensure_group(SqlMetadataUnit(session), topic, group_name)
         await push_groups.refuse_join(session, group.id, member_id, url_worker)
         now = now_ms()
         text = session_timeout if session_timeout is not None else group.session_timeout

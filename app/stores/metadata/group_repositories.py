@@ -20,10 +20,14 @@ from sqlalchemy import Table, and_, delete, func, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ConsumerGroup, GroupMember, Topic
-from app.stores.metadata.protocol import CallerView
+from app.stores.metadata.protocol import CallerView, GroupConfig, GroupRow
 
 groups = cast(Table, ConsumerGroup.__table__)
 members = cast(Table, GroupMember.__table__)
+
+
+def _group_row(group: ConsumerGroup) -> GroupRow:
+    return GroupRow(**{f: getattr(group, f) for f in GroupRow.__dataclass_fields__})
 
 
 class GroupRepository(Repository):
@@ -31,7 +35,7 @@ class GroupRepository(Repository):
 
     # groups ---------------------------------------------------------------------------------------
 
-    async def get(self, topic_id: str, name: str, *, for_update: bool = False) -> ConsumerGroup | None:
+    async def get(self, topic_id: str, name: str, *, for_update: bool = False) -> GroupRow | None:
         stmt = select(ConsumerGroup).where(ConsumerGroup.topic_id == topic_id, ConsumerGroup.name == name)
         if for_update:
             # FOR NO KEY UPDATE, not FOR UPDATE: the lock still serialises everything that locks the group,
@@ -41,14 +45,21 @@ class GroupRepository(Repository):
             # Postgres broke it after deadlock_timeout: a consumer's stop on the cluster took ~1 s.
             stmt = stmt.with_for_update(key_share=True)
         result = await self.session.execute(stmt.execution_options(populate_existing=True))
-        return result.scalar_one_or_none()
+        group = result.scalar_one_or_none()
+        return _group_row(group) if group is not None else None
 
-    async def insert_if_absent(self, values: dict[str, Any]) -> None:
+    async def insert_if_absent(self, group: GroupRow) -> None:
         """Create a group unless one of that name exists (a concurrent create is not an error)."""
+        values = {f: getattr(group, f) for f in GroupRow.__dataclass_fields__}
         stmt = (
             self._insert(groups).values(**values).on_conflict_do_nothing(index_elements=["topic_id", "name"])
         )
         await self.session.execute(stmt)
+
+    async def set_config(self, group_id: str, config: GroupConfig, at: datetime) -> None:
+        await self._update_group(
+            group_id, **{f: getattr(config, f) for f in GroupConfig.__dataclass_fields__}, updated_at=at
+        )
 
     async def set_pause(self, group_id: str, reason: str, until_ms: int | None, at: datetime) -> None:
         await self._update_group(group_id, paused_reason=reason, paused_until_ms=until_ms, updated_at=at)
@@ -101,11 +112,11 @@ class GroupRepository(Repository):
         )
         return list(result.scalars().all())
 
-    async def list_for_topic(self, topic_id: str) -> Sequence[ConsumerGroup]:
+    async def list_for_topic(self, topic_id: str) -> list[GroupRow]:
         result = await self.session.execute(
             select(ConsumerGroup).where(ConsumerGroup.topic_id == topic_id).order_by(ConsumerGroup.name)
         )
-        return result.scalars().all()
+        return [_group_row(g) for g in result.scalars().all()]
 
     async def set_generation(self, group_id: str, generation: int, partition_count: int) -> None:
         await self.session.execute(

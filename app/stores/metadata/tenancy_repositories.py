@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -10,20 +10,35 @@ from sqlalchemy import delete, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ApiKey, Project, User, UserSession
-from app.stores.metadata.protocol import Account, UserSessionRow
+from app.stores.metadata.protocol import Account, KeyRow, ProjectRow, UserRow, UserSessionRow
+
+
+def _user_row(user: User) -> UserRow:
+    return UserRow(**{f: getattr(user, f) for f in UserRow.__dataclass_fields__})
+
+
+def _key_row(key: ApiKey) -> KeyRow:
+    return KeyRow(**{f: getattr(key, f) for f in KeyRow.__dataclass_fields__})
+
+
+def _project_row(project: Project) -> ProjectRow:
+    return ProjectRow(**{f: getattr(project, f) for f in ProjectRow.__dataclass_fields__})
 
 
 class UserRepository(Repository):
     """Users (dashboard sign-in)."""
 
-    async def get_by_email(self, email: str) -> User | None:
+    async def get_by_email(self, email: str) -> UserRow | None:
         result = await self.session.execute(select(User).where(User.email == email))
-        return result.scalar_one_or_none()
+        user = result.scalar_one_or_none()
+        return _user_row(user) if user is not None else None
 
-    async def add(self, user: User) -> User:
-        self.session.add(user)
+    async def add(self, user: UserRow) -> None:
+        self.session.add(User(**{f: getattr(user, f) for f in UserRow.__dataclass_fields__}))
         await self._flush()
-        return user
+
+    async def set_password_hash(self, user_id: str, password_hash: str) -> None:
+        await self.session.execute(update(User).where(User.id == user_id).values(password_hash=password_hash))
 
     async def set_disabled(self, user_id: str, at: datetime | None) -> None:
         # An ORM UPDATE: a row of this user already read in this unit of work is updated with it.
@@ -80,38 +95,49 @@ class UserSessionRepository(Repository):
 class ProjectRepository(Repository):
     """Projects (tenants)."""
 
-    async def get(self, ref: str, *, for_update: bool = False) -> Project | None:
+    async def get(self, ref: str, *, for_update: bool = False) -> ProjectRow | None:
         """By id or by name."""
         stmt = select(Project).where((Project.id == ref) | (Project.name == ref))
         if for_update:
             stmt = stmt.with_for_update()
         result = await self.session.execute(stmt)
-        return result.scalars().first()
+        project = result.scalars().first()
+        return _project_row(project) if project is not None else None
 
-    async def lock(self, project_id: str) -> Project | None:
+    async def lock(self, project_id: str) -> ProjectRow | None:
         """By id, its row locked for this unit of work (``FOR NO KEY UPDATE``: inserts of rows that
         refer to it are not blocked; whoever else locks it waits)."""
         stmt = select(Project).where(Project.id == project_id).with_for_update(key_share=True)
         result = await self.session.execute(stmt.execution_options(populate_existing=True))
-        return result.scalar_one_or_none()
+        project = result.scalar_one_or_none()
+        return _project_row(project) if project is not None else None
 
-    async def list(self) -> Sequence[Project]:
+    async def list(self) -> list[ProjectRow]:
         result = await self.session.execute(select(Project).order_by(Project.created_at, Project.id))
-        return result.scalars().all()
+        return [_project_row(p) for p in result.scalars().all()]
 
-    async def add(self, project: Project) -> Project:
-        self.session.add(project)
+    async def add(self, project: ProjectRow) -> None:
+        self.session.add(Project(**{f: getattr(project, f) for f in ProjectRow.__dataclass_fields__}))
         await self._flush()
-        return project
+
+    async def set_plan(self, project_id: str, tier: str, custom_limits: dict[str, Any] | None) -> None:
+        # ORM UPDATEs: a row of this project already read in this unit of work is updated with it.
+        await self.session.execute(
+            update(Project).where(Project.id == project_id).values(tier=tier, custom_limits=custom_limits)
+        )
+
+    async def set_owner(self, project_id: str, owner_id: str) -> None:
+        await self.session.execute(update(Project).where(Project.id == project_id).values(owner_id=owner_id))
 
 
 class ApiKeyRepository(Repository):
     """API keys of project environments."""
 
-    async def get(self, key_id: str) -> ApiKey | None:
-        return await self.session.get(ApiKey, key_id)
+    async def get(self, key_id: str) -> KeyRow | None:
+        key = await self.session.get(ApiKey, key_id)
+        return _key_row(key) if key is not None else None
 
-    async def active_for(self, project_id: str, environment: str) -> Sequence[ApiKey]:
+    async def active_for(self, project_id: str, environment: str) -> list[KeyRow]:
         """Active keys of one environment, oldest first."""
         result = await self.session.execute(
             select(ApiKey)
@@ -122,33 +148,33 @@ class ApiKeyRepository(Repository):
             )
             .order_by(ApiKey.created_at, ApiKey.id)
         )
-        return result.scalars().all()
+        return [_key_row(k) for k in result.scalars().all()]
 
-    async def list_for_project(self, project_id: str) -> Sequence[ApiKey]:
+    async def list_for_project(self, project_id: str) -> list[KeyRow]:
         result = await self.session.execute(
             select(ApiKey)
             .where(ApiKey.project_id == project_id)
             .order_by(ApiKey.environment, ApiKey.created_at)
         )
-        return result.scalars().all()
+        return [_key_row(k) for k in result.scalars().all()]
 
-    async def find_active_by_hash(self, key_hash: str) -> tuple[ApiKey, Project] | None:
+    async def find_active_by_hash(self, key_hash: str) -> tuple[KeyRow, ProjectRow] | None:
         result = await self.session.execute(
             select(ApiKey, Project)
             .join(Project, Project.id == ApiKey.project_id)
             .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
         )
         row = result.first()
-        return (row[0], row[1]) if row else None
+        return (_key_row(row[0]), _project_row(row[1])) if row else None
 
-    async def find_active_by_id(self, key_id: str) -> tuple[ApiKey, Project] | None:
+    async def find_active_by_id(self, key_id: str) -> tuple[KeyRow, ProjectRow] | None:
         result = await self.session.execute(
             select(ApiKey, Project)
             .join(Project, Project.id == ApiKey.project_id)
             .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
         )
         row = result.first()
-        return (row[0], row[1]) if row else None
+        return (_key_row(row[0]), _project_row(row[1])) if row else None
 
     async def standing_of(self, key_ids: Collection[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
         """Of ``key_ids``, those still active with their project: key id -> (tier, custom limits). A key
@@ -165,10 +191,13 @@ class ApiKeyRepository(Repository):
                 found[key_id] = (tier, custom_limits)
         return found
 
-    async def add(self, key: ApiKey) -> ApiKey:
-        self.session.add(key)
+    async def add(self, key: KeyRow) -> None:
+        self.session.add(ApiKey(**{f: getattr(key, f) for f in KeyRow.__dataclass_fields__}))
         await self._flush()
-        return key
+
+    async def revoke(self, key_id: str, at: datetime) -> None:
+        # An ORM UPDATE: a row of this key already read in this unit of work is updated with it.
+        await self.session.execute(update(ApiKey).where(ApiKey.id == key_id).values(revoked_at=at))
 
     async def touch_last_used(self, last_used: dict[str, datetime]) -> None:
         """Record last-used times for many keys in one round trip."""

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.metadata.alert_repositories import AlertRepository
 from app.stores.metadata.dlq_repositories import DeadLetterRepository
+from app.stores.metadata.expiry_repositories import ExpiryRepository
 from app.stores.metadata.group_control_repositories import GroupControlRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
@@ -87,3 +88,7 @@ class SqlMetadataUnit:
     @cached_property
     def group_controls(self) -> GroupControlRepository:
         return GroupControlRepository(self.session)
+
+    @cached_property
+    def expiry(self) -> ExpiryRepository:
+        return ExpiryRepository(self.session)

@@ -22,8 +22,8 @@ Connect = Callable[..., Awaitable[PushConnection]]
 
 
 async def configure(topic: TopicUnderTest, **config: Any) -> None:
-    async with topic.services.metadata.session() as session:
-        await groups.upsert_config(session, topic.ref, "g", **config)
+    async with topic.services.metadata.unit() as uow:
+        await groups.upsert_config(uow, topic.ref, "g", **config)
 
 
 async def publish(topic: TopicUnderTest, items: list[dict[str, Any]], partition: int = 0) -> None:

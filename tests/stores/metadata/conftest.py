@@ -20,9 +20,8 @@ from alembic.config import Config
 from app.kit.ids import new_id
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.models import Project
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import TopicRow
+from app.stores.metadata.protocol import GroupRow, ProjectRow, TopicRow
 from app.stores.metadata.tenancy_repositories import ProjectRepository
 from app.stores.metadata.topic_repositories import TopicRepository
 from tests.fixtures.database import create_database, database_url, drop_database
@@ -78,12 +77,18 @@ class Rows:
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
 
-    async def project(self) -> Project:
-        project = Project(
-            id=new_id("prj"), name=f"p-{secrets.token_hex(5)}", tier="developer", created_at=now()
+    async def project(self) -> ProjectRow:
+        project = ProjectRow(
+            id=new_id("prj"),
+            name=f"p-{secrets.token_hex(5)}",
+            tier="developer",
+            custom_limits=None,
+            owner_id=None,
+            created_at=now(),
         )
         async with self.store.session() as session:
-            return await ProjectRepository.from_session(session).add(project)
+            await ProjectRepository.from_session(session).add(project)
+        return project
 
     async def topic(self, project_id: str | None = None, *, name: str = "", partitions: int = 2) -> TopicRow:
         project_id = project_id or (await self.project()).id
@@ -116,21 +121,23 @@ class Rows:
         async with self.store.session() as session:
             groups = GroupRepository.from_session(session)
             await groups.insert_if_absent(
-                {
-                    "id": group_id,
-                    "topic_id": topic.id,
-                    "name": name,
-                    "generation": 0,
-                    "partition_count": partitions,
-                    "ack_timeout": "30s",
-                    "ack_timeout_ms": 30_000,
-                    "session_timeout": "30s",
-                    "session_timeout_ms": 30_000,
-                    "dead_letter": None,
-                    "created_at": now(),
-                    "updated_at": now(),
-                    **values,
-                }
+                GroupRow(
+                    **{
+                        "id": group_id,
+                        "topic_id": topic.id,
+                        "name": name,
+                        "generation": 0,
+                        "partition_count": partitions,
+                        "ack_timeout": "30s",
+                        "ack_timeout_ms": 30_000,
+                        "session_timeout": "30s",
+                        "session_timeout_ms": 30_000,
+                        "dead_letter": None,
+                        "created_at": now(),
+                        "updated_at": now(),
+                        **values,
+                    }
+                )
             )
             group = await groups.get(topic.id, name)
             assert group is not None

@@ -17,9 +17,17 @@ from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.dlq_repositories import DeadLetterRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.models import ApiKey, GroupMember, User
+from app.stores.metadata.models import GroupMember
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import DeadLetterRow, DlqAuditRow, EndpointRow, LeaseState, Rollup
+from app.stores.metadata.protocol import (
+    DeadLetterRow,
+    DlqAuditRow,
+    EndpointRow,
+    KeyRow,
+    LeaseState,
+    Rollup,
+    UserRow,
+)
 from app.stores.metadata.tenancy_repositories import (
     ApiKeyRepository,
     ProjectRepository,
@@ -81,12 +89,12 @@ class TestUnitOfWork:
             assert await UserRepository.from_session(session).get_by_email(email) is None
 
 
-def _user(email: str) -> User:
-    return User(id=new_id("usr"), email=email, password_hash="x", created_at=now())
+def _user(email: str) -> UserRow:
+    return UserRow(id=new_id("usr"), email=email, password_hash="x", created_at=now())
 
 
-def _key(project_id: str, environment: str = "production", *, at: datetime | None = None) -> ApiKey:
-    return ApiKey(
+def _key(project_id: str, environment: str = "production", *, at: datetime | None = None) -> KeyRow:
+    return KeyRow(
         id=new_id("key"),
         project_id=project_id,
         environment=environment,
@@ -101,7 +109,8 @@ class TestTenancy:
     async def test_users_by_email_and_an_email_is_taken_once(self, metadata: MetadataStore):
         email = f"u-{secrets.token_hex(4)}@example.com"
         async with metadata.session() as session:
-            user = await UserRepository.from_session(session).add(_user(email))
+            user = _user(email)
+            await UserRepository.from_session(session).add(user)
         async with metadata.session(readonly=True) as session:
             found = await UserRepository.from_session(session).get_by_email(email)
         assert found is not None and found.id == user.id
@@ -138,9 +147,9 @@ class TestTenancy:
             assert found is not None and (found[0].id, found[1].id) == (new.id, project.id)
             assert (await keys.find_active_by_id(other.id)) is not None
         async with metadata.session() as session:
-            revoked = await ApiKeyRepository.from_session(session).get(old.id)
-            assert revoked is not None
-            revoked.revoked_at = now()
+            await ApiKeyRepository.from_session(session).revoke(old.id, now())
+            revoked = await ApiKeyRepository.from_session(session).get(old.id)  # at once, in the same unit
+            assert revoked is not None and revoked.revoked_at is not None
         async with metadata.session(readonly=True) as session:
             keys = ApiKeyRepository.from_session(session)
             assert [k.id for k in await keys.active_for(project.id, "production")] == [new.id]

@@ -14,8 +14,15 @@ from app.kit.ids import new_id
 from app.stores.errors import AlreadyExists
 from app.stores.metadata import protocol
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.models import User
-from app.stores.metadata.protocol import EndpointRow, MetadataUnit, TopicRow
+from app.stores.metadata.protocol import (
+    EndpointRow,
+    GroupConfig,
+    GroupRow,
+    MetadataUnit,
+    ProjectRow,
+    TopicRow,
+    UserRow,
+)
 from tests.stores.metadata.conftest import Rows, now
 
 STORES = {
@@ -32,6 +39,7 @@ STORES = {
     "usage": protocol.UsageStore,
     "schedules": protocol.ScheduleStore,
     "group_controls": protocol.GroupControlStore,
+    "expiry": protocol.ExpiryStore,
 }
 
 
@@ -128,8 +136,8 @@ class TestAlreadyExists:
     async def test_a_user_email_taken(self, metadata: MetadataStore):
         email = f"u-{secrets.token_hex(4)}@example.com"
 
-        def user() -> User:
-            return User(id=new_id("usr"), email=email, password_hash="x", created_at=now())
+        def user() -> UserRow:
+            return UserRow(id=new_id("usr"), email=email, password_hash="x", created_at=now())
 
         async with metadata.unit() as uow:
             await uow.users.add(user())
@@ -191,6 +199,120 @@ class TestPauses:
         assert group is not None
         assert (group.paused_reason, group.paused_until_ms) == (None, None)
         assert (group.breaker_window_ms, group.breaker_acked, group.breaker_failed) == (1_234, 0, 0)
+
+
+class TestTenancy:
+    async def test_users_are_frozen_values_and_a_password_hash_is_replaced(self, metadata: MetadataStore):
+        email = f"u-{secrets.token_hex(4)}@example.com"
+        user = UserRow(id=new_id("usr"), email=email, password_hash="old", created_at=now())
+        async with metadata.unit() as uow:
+            await uow.users.add(user)
+            await uow.users.set_password_hash(user.id, "new")
+            seen = await uow.users.get_by_email(email)  # at once, in the same unit
+            assert seen is not None and seen.password_hash == "new"
+        async with metadata.unit(readonly=True) as uow:
+            found = await uow.users.get_by_email(email)
+        assert found is not None
+        assert (found.id, found.email, found.password_hash, found.disabled_at) == (
+            user.id,
+            email,
+            "new",
+            None,
+        )
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            found.email = "x"  # type: ignore[misc]
+
+    async def test_a_project_plan_and_owner_are_stored(self, metadata: MetadataStore, rows: Rows):
+        project = await rows.project()
+        owner = UserRow(
+            id=new_id("usr"),
+            email=f"o-{secrets.token_hex(4)}@example.com",
+            password_hash="x",
+            created_at=now(),
+        )
+        async with metadata.unit() as uow:
+            await uow.users.add(owner)
+            locked = await uow.projects.get(project.id, for_update=True)
+            assert locked is not None and locked.id == project.id
+            await uow.projects.set_plan(project.id, "enterprise", {"topics": 3})
+            await uow.projects.set_owner(project.id, owner.id)
+            seen = await uow.projects.lock(project.id)  # at once, in the same unit
+            assert seen is not None and seen.tier == "enterprise"
+        async with metadata.unit(readonly=True) as uow:
+            by_name = await uow.projects.get(project.name)
+            listed = [p for p in await uow.projects.list() if p.id == project.id]
+        assert by_name is not None
+        assert (by_name.tier, by_name.custom_limits, by_name.owner_id) == (
+            "enterprise",
+            {"topics": 3},
+            owner.id,
+        )
+        assert [p.name for p in listed] == [project.name]
+        async with metadata.unit() as uow:
+            await uow.projects.set_plan(project.id, "pro", None)
+        async with metadata.unit(readonly=True) as uow:
+            found = await uow.projects.get(project.id)
+        assert found is not None and (found.tier, found.custom_limits) == ("pro", None)
+
+    async def test_a_project_name_is_taken_once(self, metadata: MetadataStore, rows: Rows):
+        taken = await rows.project()
+        with pytest.raises(AlreadyExists):
+            async with metadata.unit() as uow:
+                await uow.projects.add(ProjectRow(new_id("prj"), taken.name, "developer", None, None, now()))
+
+
+class TestGroups:
+    async def test_inserted_and_read_back_as_frozen_values_and_a_second_insert_is_no_error(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        topic = await rows.topic(partitions=3)
+        at = now()
+        row = GroupRow(
+            new_id("grp"), topic.id, "orders", 0, 3, "30s", 30_000, "10s", 10_000, None, at, at, filter="a"
+        )
+        async with metadata.unit() as uow:
+            await uow.groups.insert_if_absent(row)
+            await uow.groups.insert_if_absent(dataclasses.replace(row, id=new_id("grp")))  # a concurrent one
+        async with metadata.unit(readonly=True) as uow:
+            found = await uow.groups.get(topic.id, "orders")
+            listed = await uow.groups.list_for_topic(topic.id)
+        assert found is not None
+        times = {"created_at": None, "updated_at": None}  # SQLite hands times back without their zone
+        assert dataclasses.replace(found, **times) == dataclasses.replace(row, **times)
+        assert listed == [found]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            found.generation = 1  # type: ignore[misc]
+
+    async def test_set_config_stores_the_whole_config_and_nothing_else(
+        self, metadata: MetadataStore, rows: Rows
+    ):
+        topic = await rows.topic()
+        group_id = await rows.group(topic, name="configured", breaker_acked=4)
+        config = GroupConfig("90s", 90_000, "20s", 20_000, {"maxRetries": 3}, 50, 2.5, "key = 'a'")
+        async with metadata.unit() as uow:
+            locked = await uow.groups.get(topic.id, "configured", for_update=True)
+            assert locked is not None
+            await uow.groups.set_config(group_id, config, now())
+            # Seen at once in the same unit (the row read before is no stale copy), and by the next one.
+            seen = await uow.groups.get(topic.id, "configured")
+            assert seen is not None and seen.ack_timeout_ms == 90_000
+        async with metadata.unit(readonly=True) as uow:
+            group = await uow.groups.get(topic.id, "configured")
+        assert group is not None
+        assert (
+            GroupConfig(**{f.name: getattr(group, f.name) for f in dataclasses.fields(GroupConfig)}) == config
+        )
+        assert (group.generation, group.breaker_acked, group.paused_reason) == (0, 4, None)
+
+
+class TestExpiry:
+    async def test_expired_counts_per_group_and_in_all(self, metadata: MetadataStore, rows: Rows):
+        group_id = await rows.group(partitions=2)
+        async with metadata.unit() as uow:
+            await uow.expiry.add_expired(group_id, {0: 2, 1: 3})
+        async with metadata.unit(readonly=True) as uow:
+            assert await uow.expiry.expired(group_id) == 5
+            assert (await uow.expiry.expired_by_group())[group_id] == 5
 
 
 class TestAlertEndpoints:
@@ -274,7 +396,7 @@ class TestDashboardSessions:
         self, metadata: MetadataStore
     ):
         email = f"s-{secrets.token_hex(4)}@example.com"
-        user = User(id=new_id("usr"), email=email, password_hash="x", created_at=now())
+        user = UserRow(id=new_id("usr"), email=email, password_hash="x", created_at=now())
         at = now()
         row = protocol.UserSessionRow(secrets.token_hex(32), user.id, "csrf", at, at, at)
         async with metadata.unit() as uow:

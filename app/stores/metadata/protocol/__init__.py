@@ -28,10 +28,11 @@ conformance suite (``tests/stores/metadata/test_conformance.py``) runs every pro
 check at the end of this module has mypy hold each repository to its protocol, and the SQL unit of work
 (``unit.py::SqlMetadataUnit``) to ``MetadataUnit``.
 
-Not every value is frozen yet: topics (``TopicRow``), dashboard sessions (``UserSessionRow``, ``Account``),
-alert endpoints and attempts (``EndpointRow``, ``AttemptRow``), schedules and their runs (``ScheduleRow``,
-``ScheduleRunRow``, ``DueRun``), the DLQ audit (``DlqAuditRow``) and the breaker's counts (``BreakerState``)
-are; other stores still answer the ORM rows of ``models.py`` (#34).
+Not every value is frozen yet: users, projects and keys (``UserRow``, ``ProjectRow``, ``KeyRow``), topics
+(``TopicRow``), groups (``GroupRow``, ``GroupConfig``), dashboard sessions (``UserSessionRow``,
+``Account``), alert endpoints and attempts (``EndpointRow``, ``AttemptRow``), schedules and their runs
+(``ScheduleRow``, ``ScheduleRunRow``, ``DueRun``), the DLQ audit (``DlqAuditRow``) and the breaker's counts
+(``BreakerState``) are; other stores still answer the ORM rows of ``models.py`` (#34).
 
 A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``MetadataStore.session``).
 """
@@ -53,6 +54,7 @@ from app.stores.metadata.protocol.delivery import (
     DeadLetterStore,
     DlqAuditRow,
     DueLease,
+    ExpiryStore,
     LeaseState,
     LeaseStore,
 )
@@ -61,13 +63,18 @@ from app.stores.metadata.protocol.schedules import DueRun, ScheduleRow, Schedule
 from app.stores.metadata.protocol.tenancy import (
     Account,
     ApiKeyStore,
+    KeyRow,
+    ProjectRow,
     ProjectStore,
+    UserRow,
     UserSessionRow,
     UserSessionStore,
     UserStore,
 )
 from app.stores.metadata.protocol.topics import (
     CallerView,
+    GroupConfig,
+    GroupRow,
     GroupStore,
     OwnedPartition,
     PartitionState,
@@ -90,14 +97,19 @@ __all__ = [
     "DueLease",
     "DueRun",
     "EndpointRow",
+    "ExpiryStore",
+    "GroupConfig",
     "GroupControlStore",
+    "GroupRow",
     "GroupStore",
+    "KeyRow",
     "LeaseState",
     "LeaseStore",
     "MetadataUnit",
     "OwnedPartition",
     "PartitionState",
     "PartitionStore",
+    "ProjectRow",
     "ProjectStore",
     "Rollup",
     "ScheduleRow",
@@ -106,6 +118,7 @@ __all__ = [
     "TopicRow",
     "TopicStore",
     "UsageStore",
+    "UserRow",
     "UserSessionRow",
     "UserSessionStore",
     "UserStore",
@@ -174,12 +187,17 @@ class MetadataUnit(Protocol):
     def group_controls(self) -> GroupControlStore:
         """Groups' DLQ breaker counters (and the configs they are judged by)."""
 
+    @property
+    def expiry(self) -> ExpiryStore:
+        """Expired-message counts."""
+
 
 if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime import cycle)
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from app.stores.metadata.alert_repositories import AlertRepository
     from app.stores.metadata.dlq_repositories import DeadLetterRepository
+    from app.stores.metadata.expiry_repositories import ExpiryRepository
     from app.stores.metadata.group_control_repositories import GroupControlRepository
     from app.stores.metadata.group_repositories import GroupRepository
     from app.stores.metadata.lease_repositories import LeaseRepository
@@ -203,4 +221,5 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
         _usage: UsageStore = UsageRollupRepository(session)
         _schedules: ScheduleStore = ScheduleRepository(session)
         _group_controls: GroupControlStore = GroupControlRepository(session)
+        _expiry: ExpiryStore = ExpiryRepository(session)
         _unit: MetadataUnit = SqlMetadataUnit(session)

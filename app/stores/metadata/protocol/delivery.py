@@ -202,3 +202,23 @@ class DeadLetterStore(Protocol):
 
     async def audit_page(self, group_id: str, before: str | None, limit: int) -> list[DlqAuditRow]:
         """Newest first: ids grow with time."""
+
+
+# expiry -------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ExpiryStore(Protocol):
+    """Messages that expired before delivery (TTL), counted per group partition (``delivery/delays.py``)."""
+
+    async def add_expired(self, group_id: str, counts: Mapping[int, int]) -> None:
+        """Add ``counts`` (partition → messages) in one statement; the caller holds the partitions' rows."""
+
+    async def expired(self, group_id: str) -> int:
+        """Messages of the group that expired before delivery, since its creation."""
+
+    async def expired_by_group(self) -> dict[str, int]:
+        """Every group's expired count (for ``/metrics``)."""
+
+    async def dead_letter_config(self, group_id: str) -> dict[str, Any] | None:
+        """The group's ``deadLetter`` config (None: no DLQ)."""

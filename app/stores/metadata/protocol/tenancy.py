@@ -1,21 +1,15 @@
 """The port's tenancy stores: users and their dashboard sessions, projects, and API keys.
 
-Frozen values: ``UserSessionRow`` and ``Account``; users, projects and keys still cross as the ORM rows of
-``models.py`` (#34). Implemented by ``tenancy_repositories.py``.
+Everything here crosses as frozen values: ``UserRow``, ``ProjectRow``, ``KeyRow``, ``UserSessionRow`` and
+``Account``. Implemented by ``tenancy_repositories.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
-
-from app.stores.metadata.models import (
-    ApiKey,
-    Project,
-    User,
-)
 
 # values -------------------------------------------------------------------------------------------
 
@@ -42,6 +36,45 @@ class Account:
     disabled_at: datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    """An account user as stored: the argon2 hash of their password, and when they were disabled (None:
+    enabled)."""
+
+    id: str
+    email: str
+    password_hash: str
+    created_at: datetime
+    disabled_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectRow:
+    """A project (tenant) as stored: its tier, an enterprise project's custom limits, its owner."""
+
+    id: str
+    name: str
+    tier: str
+    custom_limits: dict[str, Any] | None
+    owner_id: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    """An API key as stored: never the key, only its HMAC (``key_hash``), display prefix and last four."""
+
+    id: str
+    project_id: str
+    environment: str
+    key_hash: str
+    prefix: str
+    last_four: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
 # stores -------------------------------------------------------------------------------------------
 
 
@@ -49,11 +82,15 @@ class Account:
 class UserStore(Protocol):
     """Users (dashboard sign-in)."""
 
-    async def get_by_email(self, email: str) -> User | None:
+    async def get_by_email(self, email: str) -> UserRow | None:
         """The user with this email, if any."""
 
-    async def add(self, user: User) -> User:
-        """Insert a user (flushed: its constraints are checked now)."""
+    async def add(self, user: UserRow) -> None:
+        """Insert a user (flushed: its constraints are checked now; ``AlreadyExists`` if the email is
+        taken)."""
+
+    async def set_password_hash(self, user_id: str, password_hash: str) -> None:
+        """Store a user's new password hash."""
 
     async def set_disabled(self, user_id: str, at: datetime | None) -> None:
         """Store when the user was disabled (None: enabled)."""
@@ -63,40 +100,49 @@ class UserStore(Protocol):
 class ProjectStore(Protocol):
     """Projects (tenants)."""
 
-    async def get(self, ref: str, *, for_update: bool = False) -> Project | None:
+    async def get(self, ref: str, *, for_update: bool = False) -> ProjectRow | None:
         """By id or by name."""
 
-    async def lock(self, project_id: str) -> Project | None:
+    async def lock(self, project_id: str) -> ProjectRow | None:
         """By id, its row locked for this unit of work (what quota checks serialise on)."""
 
-    async def list(self) -> Sequence[Project]:
+    async def list(self) -> list[ProjectRow]:
         """Every project, oldest first."""
 
-    async def add(self, project: Project) -> Project:
+    async def add(self, project: ProjectRow) -> None:
         """Insert a project (flushed)."""
+
+    async def set_plan(self, project_id: str, tier: str, custom_limits: dict[str, Any] | None) -> None:
+        """Store a project's tier and custom limits (both: the limits given replace any before)."""
+
+    async def set_owner(self, project_id: str, owner_id: str) -> None:
+        """Store the user a project belongs to."""
 
 
 @runtime_checkable
 class ApiKeyStore(Protocol):
     """API keys of project environments (only their hashes are stored)."""
 
-    async def get(self, key_id: str) -> ApiKey | None:
+    async def get(self, key_id: str) -> KeyRow | None:
         """A key by id, revoked or not."""
 
-    async def active_for(self, project_id: str, environment: str) -> Sequence[ApiKey]:
+    async def active_for(self, project_id: str, environment: str) -> list[KeyRow]:
         """Active keys of one environment, oldest first."""
 
-    async def list_for_project(self, project_id: str) -> Sequence[ApiKey]:
+    async def list_for_project(self, project_id: str) -> list[KeyRow]:
         """A project's keys, revoked ones included, by environment then age."""
 
-    async def find_active_by_hash(self, key_hash: str) -> tuple[ApiKey, Project] | None:
+    async def find_active_by_hash(self, key_hash: str) -> tuple[KeyRow, ProjectRow] | None:
         """The unrevoked key with this hash, with its project."""
 
-    async def find_active_by_id(self, key_id: str) -> tuple[ApiKey, Project] | None:
+    async def find_active_by_id(self, key_id: str) -> tuple[KeyRow, ProjectRow] | None:
         """The unrevoked key with this id, with its project."""
 
-    async def add(self, key: ApiKey) -> ApiKey:
+    async def add(self, key: KeyRow) -> None:
         """Insert a key (flushed)."""
+
+    async def revoke(self, key_id: str, at: datetime) -> None:
+        """Store that a key was revoked at ``at``."""
 
     async def touch_last_used(self, last_used: dict[str, datetime]) -> None:
         """Record last-used times for many keys in one round trip."""

@@ -1,8 +1,9 @@
 """The port's topic and group stores: topics, consumer groups with their members, and the groups'
 partitions and offsets (the first three steps of the lock order: group → members → partitions).
 
-Frozen values: ``TopicRow``, ``CallerView``, ``PartitionState``, ``OwnedPartition``; groups and members
-still cross as ORM rows (#34). Implemented by ``topic_repositories.py``, ``group_repositories.py`` and
+Frozen values: ``TopicRow``, ``GroupRow`` (and ``GroupConfig``, what a config ``PUT`` stores),
+``CallerView``, ``PartitionState``, ``OwnedPartition``; members and ``lock_with_project``'s pair still
+cross as ORM rows (#34). Implemented by ``topic_repositories.py``, ``group_repositories.py`` and
 ``partition_repositories.py``.
 """
 
@@ -14,7 +15,6 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from app.stores.metadata.models import (
-    ConsumerGroup,
     GroupMember,
     Project,
     Topic,
@@ -82,6 +82,48 @@ class OwnedPartition:
     position: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """A group's config as a ``PUT`` sets it: durations as given (``"30s"``) and in milliseconds,
+    ``deadLetter`` with its defaults filled in, flow control and filter (None: none)."""
+
+    ack_timeout: str
+    ack_timeout_ms: int
+    session_timeout: str
+    session_timeout_ms: int
+    dead_letter: dict[str, Any] | None
+    max_in_flight: int | None
+    rate: float | None
+    filter: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """A consumer group as stored: its config, generation, pause and DLQ breaker counts."""
+
+    id: str
+    topic_id: str
+    name: str
+    generation: int
+    partition_count: int
+    ack_timeout: str
+    ack_timeout_ms: int
+    session_timeout: str
+    session_timeout_ms: int
+    dead_letter: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    max_in_flight: int | None = None
+    rate: float | None = None
+    filter: str | None = None
+    dlq_alert_armed: bool = True
+    paused_reason: str | None = None
+    paused_until_ms: int | None = None
+    breaker_window_ms: int = 0
+    breaker_acked: int = 0
+    breaker_failed: int = 0
+
+
 # topics -------------------------------------------------------------------------------------------
 
 
@@ -137,11 +179,14 @@ class TopicStore(Protocol):
 class GroupStore(Protocol):
     """Consumer groups and their members (the first two steps of the lock order)."""
 
-    async def get(self, topic_id: str, name: str, *, for_update: bool = False) -> ConsumerGroup | None:
+    async def get(self, topic_id: str, name: str, *, for_update: bool = False) -> GroupRow | None:
         """A topic's group by name; ``for_update`` locks its row (the first step of the lock order)."""
 
-    async def insert_if_absent(self, values: dict[str, Any]) -> None:
+    async def insert_if_absent(self, group: GroupRow) -> None:
         """Create a group unless one of that name exists (a concurrent create is not an error)."""
+
+    async def set_config(self, group_id: str, config: GroupConfig, at: datetime) -> None:
+        """Store a group's config (all of it), changed at ``at``."""
 
     async def set_pause(self, group_id: str, reason: str, until_ms: int | None, at: datetime) -> None:
         """Pause a group (``reason``, until ``until_ms`` or until resumed), replacing any pause."""
@@ -161,7 +206,7 @@ class GroupStore(Protocol):
     async def all_ids(self) -> set[str]:
         """Every group id."""
 
-    async def list_for_topic(self, topic_id: str) -> Sequence[ConsumerGroup]:
+    async def list_for_topic(self, topic_id: str) -> list[GroupRow]:
         """A topic's groups by name."""
 
     async def set_generation(self, group_id: str, generation: int, partition_count: int) -> None:
