@@ -48,6 +48,7 @@ from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import CallerView, PartitionState
+from app.stores.metadata.unit import SqlMetadataUnit
 
 MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30
@@ -254,9 +255,15 @@ async def _poll_once(
             flow=gates,
         )
     # The group's maxInFlight (pull members; a push member's beat passes its own room as max_messages).
-    room = await flow.pull_room(session, view.group_id, member_id, view.max_in_flight, now) if fresh else None
+    room = (
+        await flow.pull_room(SqlMetadataUnit(session), view.group_id, member_id, view.max_in_flight, now)
+        if fresh
+        else None
+    )
     if room is not None and room[0] <= 0:  # no room: look again shortly (acks may come on any node)
-        await flow.settle_pull_claim(session, view.group_id, member_id, room[1])  # what it holds, no more
+        await flow.settle_pull_claim(
+            SqlMetadataUnit(session), view.group_id, member_id, room[1]
+        )  # what it holds, no more
         return Polled(
             [],
             {},
@@ -271,7 +278,7 @@ async def _poll_once(
     owned = await partition_rows.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
         if room is not None:  # what it still holds (of partitions it had): no more
-            await flow.settle_pull_claim(session, view.group_id, member_id, room[1])
+            await flow.settle_pull_claim(SqlMetadataUnit(session), view.group_id, member_id, room[1])
         return Polled([], ack_timeout_ms=view.ack_timeout_ms, flow=gates)
     predicate = gates.predicate
     numbers = [s.partition for s in owned]
@@ -376,7 +383,9 @@ async def _poll_once(
             view.group_id, sorted({p for p, _ in vanished} | filtered | set(expired))
         )
     if room is not None:
-        await flow.settle_pull_claim(session, view.group_id, member_id, room[1] + len(delivered))
+        await flow.settle_pull_claim(
+            SqlMetadataUnit(session), view.group_id, member_id, room[1] + len(delivered)
+        )
 
     if not delivered:
         next_deadline = await lease_rows.next_deadline(view.group_id, numbers)

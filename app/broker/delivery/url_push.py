@@ -44,7 +44,7 @@ from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.models import PushEndpoint
-from app.stores.metadata.push_repositories import PushTarget
+from app.stores.metadata.protocol import PushTarget
 
 logger = logging.getLogger("queuecore.push")
 

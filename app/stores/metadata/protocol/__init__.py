@@ -15,13 +15,15 @@ The protocols and the values they answer (``CallerView``, ``PartitionState``, ``
 ``DeadLetterRow``, …) live in this package, one module per group of aggregates, so the domain depends on
 the contract, not on an implementation: ``tenancy.py`` (users, dashboard sessions, projects, keys),
 ``topics.py`` (topics, groups with their members and partitions), ``delivery.py`` (leases, dead
-letters), ``alerts.py`` (alert endpoints, outbox and attempts; usage rollups). This module holds the unit
+letters), ``controls.py`` (in-flight claims, expiry counts, push endpoints, group controls),
+``alerts.py`` (alert endpoints, outbox and attempts; usage rollups). This module holds the unit
 of work and re-exports them all: ``from app.stores.metadata.protocol import TopicRow``.
 
 Implementations, one module per aggregate on one base (``base.py``): ``tenancy_repositories.py`` (users,
 projects, keys), ``topic_repositories.py``, ``group_repositories.py``, ``partition_repositories.py``,
-``lease_repositories.py``, ``dlq_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py`` —
-on Postgres and SQLite alike. The conformance
+``lease_repositories.py``, ``dlq_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py``,
+``flow_repositories.py``, ``expiry_repositories.py``, ``push_repositories.py``,
+``group_control_repositories.py`` — on Postgres and SQLite alike. The conformance
 suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on both databases, and the
 check at the end of this module has mypy hold each repository to its protocol, and the SQL unit of work
 (``unit.py::SqlMetadataUnit``) to ``MetadataUnit``.
@@ -43,6 +45,13 @@ from app.stores.metadata.protocol.alerts import (
     EndpointRow,
     Rollup,
     UsageStore,
+)
+from app.stores.metadata.protocol.controls import (
+    ExpiryStore,
+    FlowStore,
+    GroupControlStore,
+    PushStore,
+    PushTarget,
 )
 from app.stores.metadata.protocol.delivery import (
     DeadLetterRow,
@@ -80,6 +89,9 @@ __all__ = [
     "DeadLetterStore",
     "DueLease",
     "EndpointRow",
+    "ExpiryStore",
+    "FlowStore",
+    "GroupControlStore",
     "GroupStore",
     "LeaseState",
     "LeaseStore",
@@ -88,6 +100,8 @@ __all__ = [
     "PartitionState",
     "PartitionStore",
     "ProjectStore",
+    "PushStore",
+    "PushTarget",
     "Rollup",
     "TopicRow",
     "TopicStore",
@@ -152,15 +166,35 @@ class MetadataUnit(Protocol):
     def usage(self) -> UsageStore:
         """Usage rollups."""
 
+    @property
+    def flow(self) -> FlowStore:
+        """Members' in-flight claims (flow control)."""
+
+    @property
+    def expiry(self) -> ExpiryStore:
+        """Expired-message counts."""
+
+    @property
+    def push(self) -> PushStore:
+        """Push groups' endpoints and attempts."""
+
+    @property
+    def group_controls(self) -> GroupControlStore:
+        """Groups' pause state and breaker counters."""
+
 
 if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime import cycle)
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from app.stores.metadata.alert_repositories import AlertRepository
     from app.stores.metadata.dlq_repositories import DeadLetterRepository
+    from app.stores.metadata.expiry_repositories import ExpiryRepository
+    from app.stores.metadata.flow_repositories import FlowRepository
+    from app.stores.metadata.group_control_repositories import GroupControlRepository
     from app.stores.metadata.group_repositories import GroupRepository
     from app.stores.metadata.lease_repositories import LeaseRepository
     from app.stores.metadata.partition_repositories import PartitionRepository
+    from app.stores.metadata.push_repositories import PushRepository
     from app.stores.metadata.tenancy_repositories import ApiKeyRepository, ProjectRepository, UserRepository
     from app.stores.metadata.topic_repositories import TopicRepository
     from app.stores.metadata.unit import SqlMetadataUnit
@@ -177,4 +211,8 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
         _dead_letters: DeadLetterStore = DeadLetterRepository(session)
         _alerts: AlertStore = AlertRepository(session)
         _usage: UsageStore = UsageRollupRepository(session)
+        _flow: FlowStore = FlowRepository(session)
+        _expiry: ExpiryStore = ExpiryRepository(session)
+        _push: PushStore = PushRepository(session)
+        _group_controls: GroupControlStore = GroupControlRepository(session)
         _unit: MetadataUnit = SqlMetadataUnit(session)
