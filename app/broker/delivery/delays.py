@@ -24,16 +24,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import dlq, timing
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine, Record
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.expiry_repositories import ExpiryRepository
-from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import LeaseState
+from app.stores.metadata.protocol import LeaseState, MetadataUnit
+from app.stores.metadata.unit import session_of
 
 EXPIRED_REASON = "expired"
 # Records a pull pass reads per partition past ones held back or expired, at most (each such record is a
@@ -107,7 +103,7 @@ class TimeGate:
 
     async def write(
         self,
-        session: AsyncSession,
+        uow: MetadataUnit,
         log: LogEngine,
         topic: TopicRef,
         group_id: str,
@@ -118,7 +114,6 @@ class TimeGate:
         partitions' ``expired`` counts. Call before the pass moves its positions past them."""
         if not self.pending:
             return
-        lease_rows = LeaseRepository.from_session(session)
         rows = [LeaseState(p, o, None, 0, due, False) for p, o, due in self.held]
         fresh = [x for x in self.expired if not x.has_row]
         if dead_letter is not None:
@@ -126,11 +121,11 @@ class TimeGate:
             rows += [LeaseState(x.partition, x.offset, None, 0, self.now, False) for x in fresh]
         else:
             rows += [LeaseState(x.partition, x.offset, None, 0, 0, True) for x in fresh]
-        await lease_rows.put_leases(group_id, rows)
+        await uow.leases.put_leases(group_id, rows)
         if self.expired:
             if dead_letter is not None:
                 await dlq.dead_letter(
-                    session,
+                    session_of(uow),
                     log,
                     topic,
                     group_id,
@@ -140,11 +135,11 @@ class TimeGate:
                     ],
                 )
             else:
-                await lease_rows.mark_acked(
+                await uow.leases.mark_acked(
                     group_id, [(x.partition, x.offset) for x in self.expired if x.has_row]
                 )
             counts = Counter(x.partition for x in self.expired)
-            await ExpiryRepository.from_session(session).add_expired(group_id, counts)
+            await uow.expiry.add_expired(group_id, counts)
         self.held.clear()
         self.expired.clear()
 
@@ -165,15 +160,12 @@ async def write_for_push(
 ) -> bool:
     """A push member's pass: ``gate.write`` for one partition it holds in memory, fenced like its
     checkpoints (the member must still own it in ``epoch``); False when fenced (nothing written)."""
-    async with metadata.session() as session:
-        if not await PartitionRepository.from_session(session).lock_owned(
-            group_id, member_id, partition, epoch
-        ):
+    async with metadata.unit() as uow:
+        if not await uow.partitions.lock_owned(group_id, member_id, partition, epoch):
             return False
-        expiry = ExpiryRepository.from_session(session)
-        config = await expiry.dead_letter_config(group_id) if gate.expired else None
+        config = await uow.expiry.dead_letter_config(group_id) if gate.expired else None
         expired = bool(gate.expired)
-        await gate.write(session, log, topic, group_id, config)
+        await gate.write(uow, log, topic, group_id, config)
         if expired:
-            await PartitionRepository.from_session(session).advance_committed(group_id, [partition])
+            await uow.partitions.advance_committed(group_id, [partition])
     return True
