@@ -41,7 +41,7 @@ COALESCE_MS = 20
 
 
 @dataclass(slots=True)
-class _Expired:
+class _Expiry:
     partition: int
     offset: int
     record: Record
@@ -55,7 +55,7 @@ class TimeGate:
 
     now: int
     held: list[tuple[int, int, int]] = field(default_factory=list)  # partition, offset, deliverAt
-    expired: list[_Expired] = field(default_factory=list)
+    expired: list[_Expiry] = field(default_factory=list)
 
     def admit(self, partition: int, record: Record) -> bool:
         """Whether a first delivery of ``record`` may go now; if not, it is held or expired here."""
@@ -63,7 +63,7 @@ class TimeGate:
             return True
         deliver_at, expires_at = timing.of_record(record.headers)
         if expires_at is not None and expires_at <= self.now:
-            self.expired.append(_Expired(partition, record.offset, record, 0, False))
+            self.expired.append(_Expiry(partition, record.offset, record, 0, False))
             return False
         if deliver_at is not None and deliver_at > self.now:
             self.held.append((partition, record.offset, deliver_at))
@@ -76,7 +76,7 @@ class TimeGate:
             return True
         _, expires_at = timing.of_record(record.headers)
         if expires_at is not None and expires_at <= self.now:
-            self.expired.append(_Expired(partition, record.offset, record, attempt, True))
+            self.expired.append(_Expiry(partition, record.offset, record, attempt, True))
             return False
         return True
 

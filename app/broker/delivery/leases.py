@@ -58,7 +58,7 @@ Then = Callable[[MetadataUnit, CallerView, set[Key], int], Awaitable[None]]
 
 
 @dataclass(slots=True)
-class Polled:
+class PollResult:
     """One pass of a poll: the rendered messages (with their ids and ack deadline), where the member's
     partitions stand in the log, and when its next lease falls due (to wait on when nothing came)."""
 
@@ -77,7 +77,7 @@ class Polled:
 
 
 @dataclass(frozen=True, slots=True)
-class Settled:
+class Settlement:
     """The answer to ack, nack and extend: ids done, and the ones that failed with a code."""
 
     ids: list[str]
@@ -171,12 +171,12 @@ async def poll_once(
     *,
     heartbeat: bool = True,
     fresh: bool = True,
-) -> Polled:
+) -> PollResult:
     """One unit of work of a poll (no waiting): what is due or new for the member, leased to it. It counts
     as the member's heartbeat unless ``heartbeat`` is False. Without ``fresh`` only due leases are
     delivered (a push member reads new records itself and keeps their leases in memory)."""
 
-    async def work(uow: MetadataUnit) -> Polled:
+    async def work(uow: MetadataUnit) -> PollResult:
         return await _poll_once(uow, log, member, max_messages, wait_ms, heartbeat, fresh)
 
     polled = await committing_fences(metadata, work)
@@ -232,13 +232,13 @@ async def _poll_once(
     wait_ms: int,
     heartbeat: bool = True,
     fresh: bool = True,
-) -> Polled:
+) -> PollResult:
     now = now_ms()
     topic, member_id = member.topic, member.member_id
     view = await _caller(uow, member, now, extra_ms=wait_ms, maintain=True, touch=heartbeat)
     gates = flow.FlowConfig(view.max_in_flight, view.rate, view.filter)
     if pauses.holds(view.paused_reason, view.paused_until_ms, now):
-        return Polled(
+        return PollResult(
             [],
             ack_timeout_ms=view.ack_timeout_ms,
             paused=True,
@@ -250,7 +250,7 @@ async def _poll_once(
     room = await flow.pull_room(uow, view.group_id, member_id, view.max_in_flight, now) if fresh else None
     if room is not None and room[0] <= 0:  # no room: look again shortly (acks may come on any node)
         await flow.settle_pull_claim(uow, view.group_id, member_id, room[1])  # what it holds, no more
-        return Polled(
+        return PollResult(
             [],
             {},
             now + flow.RECHECK_MS,
@@ -265,7 +265,7 @@ async def _poll_once(
     if not owned:
         if room is not None:  # what it still holds (of partitions it had): no more
             await flow.settle_pull_claim(uow, view.group_id, member_id, room[1])
-        return Polled([], ack_timeout_ms=view.ack_timeout_ms, flow=gates)
+        return PollResult([], ack_timeout_ms=view.ack_timeout_ms, flow=gates)
     predicate = gates.predicate
     numbers = [s.partition for s in owned]
     deadline_ms = now + view.ack_timeout_ms
@@ -376,7 +376,7 @@ async def _poll_once(
         if throttled:  # records are there: wait for the next token, not for a commit
             positions = {}
             next_deadline = min(next_deadline or now + tokens.wait_ms, now + tokens.wait_ms)
-        return Polled(
+        return PollResult(
             [],
             positions,
             next_deadline,
@@ -388,7 +388,7 @@ async def _poll_once(
         )
     delivered.sort(key=lambda d: (d[0], d[1]))
     ack_deadline = isoformat_ms(deadline_ms)
-    return Polled(
+    return PollResult(
         [
             render_message(
                 topic.name, topic, topic.id, p, record, {"attempt": attempt, "ackDeadline": ack_deadline}
@@ -447,7 +447,7 @@ async def _settle_ids(
     commit: bool,
     then: Then | None = None,
     heartbeat: bool = True,
-) -> Settled:
+) -> Settlement:
     """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
     where = [(str(message_id), *_locate(member.topic, message_id)) for message_id in ids]
     located = {key for _, key, _ in where if key is not None}
@@ -498,10 +498,10 @@ async def _settle_ids(
                 {"id": message_id, "code": codes[key] if key is not None else code or "INVALID_REQUEST"}
             )
     group_id, counted = group[0] if group else ("", False)
-    return Settled(ok, failed, group_id, counted)
+    return Settlement(ok, failed, group_id, counted)
 
 
-async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat: bool = True) -> Settled:
+async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat: bool = True) -> Settlement:
     """Acknowledge messages; answered once the acks and the committed offset are durable."""
     settled = await _settle_ids(
         metadata,
@@ -525,7 +525,7 @@ async def nack(
     reason: str | None = None,
     *,
     dead_letter: bool = False,
-) -> Settled:
+) -> Settlement:
     """Give a message back: it is redelivered (to the partition's owner) after ``delay_ms`` — at once by
     default, or, when the group has a DLQ, after the retry schedule's wait; a nack of the last allowed
     attempt moves the message to the DLQ instead, and so does one with ``dead_letter`` at once, whatever
@@ -555,7 +555,7 @@ async def nack(
     return settled
 
 
-async def extend(metadata: MetadataStore, member: MemberRef, ids: Any, seconds: float) -> Settled:
+async def extend(metadata: MetadataStore, member: MemberRef, ids: Any, seconds: float) -> Settlement:
     """Move the ack deadline of the caller's messages to ``seconds`` from now."""
     if (
         isinstance(seconds, bool)

@@ -200,7 +200,7 @@ class StreamMember:
             else:
                 await leases.wait_for_data(self._log, self._topic, polled.positions, timeout, self._nudged)
 
-    async def _pass(self) -> leases.Polled | None:
+    async def _pass(self) -> leases.PollResult | None:
         """One poll of what fits in the window (``None`` when it is full: then only a heartbeat)."""
         async with self._metadata.session(readonly=True) as session:
             held = await LeaseRepository.from_session(session).held_count(
