@@ -102,7 +102,7 @@ class SqlMetadataUnit:
 
 def session_of(uow: MetadataUnit) -> AsyncSession:
     """The SQL session under a unit of work, for converted code that still calls code on sessions (#34):
-    ``groups.ensure_group``, ``push_groups.refuse_join``, ``dlq.dead_letter``. It shares the unit's
+    ``groups.ensure_group``, ``push_groups.refuse_join`` and ``reseal``, ``dlq.dead_letter``. It shares the unit's
     transaction; each call goes once its callee takes the unit."""
     assert isinstance(uow, SqlMetadataUnit)
     return uow.session

@@ -30,6 +30,10 @@ STORES = {
     "dead_letters": protocol.DeadLetterStore,
     "alerts": protocol.AlertStore,
     "usage": protocol.UsageStore,
+    "flow": protocol.FlowStore,
+    "expiry": protocol.ExpiryStore,
+    "push": protocol.PushStore,
+    "group_controls": protocol.GroupControlStore,
 }
 
 

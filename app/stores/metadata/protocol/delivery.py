@@ -143,6 +143,9 @@ class LeaseStore(Protocol):
     async def unacked_counts(self) -> dict[str, int]:
         """Unacked leases (messages in flight or waiting for a retry) per group id."""
 
+    async def held_count(self, group_id: str, member_id: str, now_ms: int) -> int:
+        """Leases ``member_id`` holds unacked with their deadline still running (its in-flight window)."""
+
     async def drop_acked_below_committed(self, group_id: str, numbers: Sequence[int]) -> None:
         """Delete the acked leases below their partition's committed offset."""
 
