@@ -47,7 +47,7 @@ def _trace(request: Request) -> dict[str, str] | None:
     return trace_context(headers.get("traceparent"), headers.get("tracestate"))
 
 
-def _settled(result: leases.Settled) -> Settled:
+def _settled(result: leases.Settlement) -> Settled:
     return Settled.model_validate({"ids": result.ids, "failed": result.failed})
 
 

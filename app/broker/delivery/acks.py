@@ -282,7 +282,7 @@ class AckSettlement:
             failed=[{"id": i, "code": codes.get(i, "INVALID_REQUEST")} for i in ids if i not in ok],
         )
 
-    async def _settle_other(self, frame: dict[str, Any]) -> leases.Settled:
+    async def _settle_other(self, frame: dict[str, Any]) -> leases.Settlement:
         """``nack`` and ``extend``: in-memory leases are turned into rows (nack) or moved in memory
         (extend); the rest take the lease-row path."""
         if frame["type"] == "nack":
@@ -296,7 +296,7 @@ class AckSettlement:
                 p, offset = self._holdings.held[message_id]
                 part = self._holdings.parts[p]
                 if part.in_flight[offset] <= now_ms():
-                    return leases.Settled([], [{"id": message_id, "code": "ACK_EXPIRED"}])
+                    return leases.Settlement([], [{"id": message_id, "code": "ACK_EXPIRED"}])
                 async with self._holdings.writing:
                     materialized = await checkpoints.materialize(
                         self._metadata, self._holdings.group_id, self._holdings.member_id, part, [offset]
@@ -336,12 +336,12 @@ class AckSettlement:
             ok.update(answer.ids)
             codes.update({f["id"]: f["code"] for f in answer.failed})
         named = [str(i) for i in ids]
-        return leases.Settled(
+        return leases.Settlement(
             [i for i in named if i in ok],
             [{"id": i, "code": codes.get(i, "INVALID_REQUEST")} for i in named if i not in ok],
         )
 
-    async def _settle(self, frame: dict[str, Any]) -> leases.Settled:
+    async def _settle(self, frame: dict[str, Any]) -> leases.Settlement:
         kind = frame["type"]
         delay_ms: int | None = None
         if kind == "nack":

@@ -35,15 +35,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.checkpoint_writer import PartitionCheckpoint
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import LeaseState, OwnedPartition
+from app.stores.metadata.protocol import LeaseState, MetadataUnit, OwnedPartition
 
 
 @dataclass(slots=True)
@@ -80,13 +76,11 @@ class Claim:
     ahead: dict[int, set[int]]
 
 
-async def read_claim(session: AsyncSession, group_id: str, member_id: str) -> Claim:
+async def read_claim(uow: MetadataUnit, group_id: str, member_id: str) -> Claim:
     """The partitions a member owns or holds, with the leased offsets past their positions."""
-    partition_rows = PartitionRepository.from_session(session)
-    lease_rows = LeaseRepository.from_session(session)
-    owned = await partition_rows.owned_partitions(group_id, member_id)
+    owned = await uow.partitions.owned_partitions(group_id, member_id)
     mine = [o.partition for o in owned if o.member_id == member_id and o.held_by is None]
-    return Claim(owned, await lease_rows.leases_from_position(group_id, mine))
+    return Claim(owned, await uow.leases.leases_from_position(group_id, mine))
 
 
 async def start_position(log: LogEngine, topic: TopicRef, owned: OwnedPartition) -> int:
@@ -125,24 +119,22 @@ async def checkpoint(
 
 
 async def release(
-    session: AsyncSession, group_id: str, member_id: str, part: HeldPartition | None, owned: OwnedPartition
+    uow: MetadataUnit, group_id: str, member_id: str, part: HeldPartition | None, owned: OwnedPartition
 ) -> bool:
     """Let go of a partition: its in-flight leases become rows held by the member (deadlines running),
     acks above the floor acked rows, ``position`` the member's read position. Fenced like ``checkpoint``;
     with no memory of the partition (``part`` None) it only lets go at the stored position."""
-    partition_rows = PartitionRepository.from_session(session)
-    lease_rows = LeaseRepository.from_session(session)
     if part is None:
-        return await partition_rows.unhold(group_id, member_id, owned.partition)
-    if not await partition_rows.checkpoint(
+        return await uow.partitions.unhold(group_id, member_id, owned.partition)
+    if not await uow.partitions.checkpoint(
         group_id, member_id, part.partition, part.epoch, part.position, release=True
     ):
         return False
     rows = [LeaseState(part.partition, o, member_id, 1, d, False) for o, d in part.in_flight.items()]
     rows += [_acked_row(part.partition, o) for o in part.pending_acks(part.floor)]
-    await lease_rows.put_leases(group_id, rows)
+    await uow.leases.put_leases(group_id, rows)
     # The checkpoint computed ``committed`` before these rows existed: once more, with them.
-    await partition_rows.advance_committed(group_id, [part.partition])
+    await uow.partitions.advance_committed(group_id, [part.partition])
     return True
 
 
@@ -156,13 +148,11 @@ async def materialize(
     # The floor once these are rows: the checkpoint moves to it in the same unit of work, so that an ack
     # of the row later commits past it even if nothing else is acked meanwhile.
     floor = next((o for o in part.in_flight if o not in gone), part.position)
-    async with metadata.session() as session:
-        partition_rows = PartitionRepository.from_session(session)
-        lease_rows = LeaseRepository.from_session(session)
-        if not await partition_rows.lock_owned(group_id, member_id, part.partition, part.epoch):
+    async with metadata.unit() as uow:
+        if not await uow.partitions.lock_owned(group_id, member_id, part.partition, part.epoch):
             return False
-        await lease_rows.put_leases(group_id, rows)
-        await partition_rows.checkpoint(group_id, member_id, part.partition, part.epoch, floor, release=False)
+        await uow.leases.put_leases(group_id, rows)
+        await uow.partitions.checkpoint(group_id, member_id, part.partition, part.epoch, floor, release=False)
     for offset in offsets:
         del part.in_flight[offset]
     return True

@@ -24,17 +24,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import dlq, timing
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine, Record
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.expiry_repositories import ExpiryRepository
-from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import LeaseState
-from app.stores.metadata.unit import SqlMetadataUnit
+from app.stores.metadata.protocol import LeaseState, MetadataUnit
 
 EXPIRED_REASON = "expired"
 # Records a pull pass reads per partition past ones held back or expired, at most (each such record is a
@@ -46,7 +40,7 @@ COALESCE_MS = 20
 
 
 @dataclass(slots=True)
-class _Expired:
+class _Expiry:
     partition: int
     offset: int
     record: Record
@@ -60,7 +54,7 @@ class TimeGate:
 
     now: int
     held: list[tuple[int, int, int]] = field(default_factory=list)  # partition, offset, deliverAt
-    expired: list[_Expired] = field(default_factory=list)
+    expired: list[_Expiry] = field(default_factory=list)
 
     def admit(self, partition: int, record: Record) -> bool:
         """Whether a first delivery of ``record`` may go now; if not, it is held or expired here."""
@@ -68,7 +62,7 @@ class TimeGate:
             return True
         deliver_at, expires_at = timing.of_record(record.headers)
         if expires_at is not None and expires_at <= self.now:
-            self.expired.append(_Expired(partition, record.offset, record, 0, False))
+            self.expired.append(_Expiry(partition, record.offset, record, 0, False))
             return False
         if deliver_at is not None and deliver_at > self.now:
             self.held.append((partition, record.offset, deliver_at))
@@ -81,7 +75,7 @@ class TimeGate:
             return True
         _, expires_at = timing.of_record(record.headers)
         if expires_at is not None and expires_at <= self.now:
-            self.expired.append(_Expired(partition, record.offset, record, attempt, True))
+            self.expired.append(_Expiry(partition, record.offset, record, attempt, True))
             return False
         return True
 
@@ -108,7 +102,7 @@ class TimeGate:
 
     async def write(
         self,
-        session: AsyncSession,
+        uow: MetadataUnit,
         log: LogEngine,
         topic: TopicRef,
         group_id: str,
@@ -119,7 +113,6 @@ class TimeGate:
         partitions' ``expired`` counts. Call before the pass moves its positions past them."""
         if not self.pending:
             return
-        lease_rows = LeaseRepository.from_session(session)
         rows = [LeaseState(p, o, None, 0, due, False) for p, o, due in self.held]
         fresh = [x for x in self.expired if not x.has_row]
         if dead_letter is not None:
@@ -127,11 +120,11 @@ class TimeGate:
             rows += [LeaseState(x.partition, x.offset, None, 0, self.now, False) for x in fresh]
         else:
             rows += [LeaseState(x.partition, x.offset, None, 0, 0, True) for x in fresh]
-        await lease_rows.put_leases(group_id, rows)
+        await uow.leases.put_leases(group_id, rows)
         if self.expired:
             if dead_letter is not None:
                 await dlq.dead_letter(
-                    SqlMetadataUnit(session),
+                    uow,
                     log,
                     topic,
                     group_id,
@@ -141,11 +134,11 @@ class TimeGate:
                     ],
                 )
             else:
-                await lease_rows.mark_acked(
+                await uow.leases.mark_acked(
                     group_id, [(x.partition, x.offset) for x in self.expired if x.has_row]
                 )
             counts = Counter(x.partition for x in self.expired)
-            await ExpiryRepository.from_session(session).add_expired(group_id, counts)
+            await uow.expiry.add_expired(group_id, counts)
         self.held.clear()
         self.expired.clear()
 
@@ -166,15 +159,12 @@ async def write_for_push(
 ) -> bool:
     """A push member's pass: ``gate.write`` for one partition it holds in memory, fenced like its
     checkpoints (the member must still own it in ``epoch``); False when fenced (nothing written)."""
-    async with metadata.session() as session:
-        if not await PartitionRepository.from_session(session).lock_owned(
-            group_id, member_id, partition, epoch
-        ):
+    async with metadata.unit() as uow:
+        if not await uow.partitions.lock_owned(group_id, member_id, partition, epoch):
             return False
-        expiry = ExpiryRepository.from_session(session)
-        config = await expiry.dead_letter_config(group_id) if gate.expired else None
+        config = await uow.expiry.dead_letter_config(group_id) if gate.expired else None
         expired = bool(gate.expired)
-        await gate.write(session, log, topic, group_id, config)
+        await gate.write(uow, log, topic, group_id, config)
         if expired:
-            await PartitionRepository.from_session(session).advance_committed(group_id, [partition])
+            await uow.partitions.advance_committed(group_id, [partition])
     return True

@@ -35,13 +35,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import filters
 from app.stores.limits.tokens import MemoryTokenBuckets, Taken, TokenBuckets
 from app.stores.log.protocol import Record
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.flow_repositories import FlowRepository
+from app.stores.metadata.protocol import MetadataUnit
 
 RECHECK_MS = 250  # how often a pull member with no room looks again (a push member: at its beats)
 SCAN_LIMIT = 10_000  # records a pass may read past non-matching ones before it answers what it has
@@ -90,23 +88,22 @@ def fair_share(max_in_flight: int, live: int) -> int:
 
 
 async def pull_room(
-    session: AsyncSession, group_id: str, member_id: str, max_in_flight: int | None, now_ms: int
+    uow: MetadataUnit, group_id: str, member_id: str, max_in_flight: int | None, now_ms: int
 ) -> tuple[int, int] | None:
     """For a pull poll: how many more messages the member may be handed now, and how many it holds
     (None when the group has no ``maxInFlight``). Locks the group row: call it before the partitions'."""
     if max_in_flight is None:
         return None
-    repo = FlowRepository.from_session(session)
-    await repo.lock_group(group_id)
-    held = await repo.held(group_id, member_id, now_ms)
-    others, live = await repo.others(group_id, member_id, now_ms)
+    await uow.flow.lock_group(group_id)
+    held = await uow.flow.held(group_id, member_id, now_ms)
+    others, live = await uow.flow.others(group_id, member_id, now_ms)
     limit = min(fair_share(max_in_flight, live), max_in_flight - others)
     return max(0, limit - held), held
 
 
-async def settle_pull_claim(session: AsyncSession, group_id: str, member_id: str, claim: int) -> None:
+async def settle_pull_claim(uow: MetadataUnit, group_id: str, member_id: str, claim: int) -> None:
     """The pull member's claim after its poll: what it holds now (``pull_room``'s lock is still held)."""
-    await FlowRepository.from_session(session).set_claim(group_id, member_id, claim)
+    await uow.flow.set_claim(group_id, member_id, claim)
 
 
 async def push_claim(
@@ -121,14 +118,13 @@ async def push_claim(
     """A WebSocket member's claim for the coming beat: what it holds plus the room it may reserve (at most
     its fair share and its own ``maxInFlight``); None, and no claim, when the group has no
     ``maxInFlight``. Written before it is used when it grows; the caller lowers its own first."""
-    async with metadata.session() as session:
-        repo = FlowRepository.from_session(session)
+    async with metadata.unit() as uow:
         if max_in_flight is None:
-            await repo.set_claim(group_id, member_id, None)
+            await uow.flow.set_claim(group_id, member_id, None)
             return None
-        await repo.lock_group(group_id)
-        others, live = await repo.others(group_id, member_id, now_ms)
+        await uow.flow.lock_group(group_id)
+        others, live = await uow.flow.others(group_id, member_id, now_ms)
         room = min(fair_share(max_in_flight, live), own_max, max_in_flight - others)
         claim = max(held, room)
-        await repo.set_claim(group_id, member_id, claim)
+        await uow.flow.set_claim(group_id, member_id, claim)
         return claim

@@ -158,8 +158,8 @@ class Holdings:
         of the new generation, not after messages from the new owner's position. A partition claimed
         calls ``rows_due``: an earlier owner's lease rows may be due."""
         async with self.writing:
-            async with metadata.session(readonly=True) as session:
-                claim = await checkpoints.read_claim(session, self.group_id, self.member_id)
+            async with metadata.unit(readonly=True) as uow:
+                claim = await checkpoints.read_claim(uow, self.group_id, self.member_id)
             releasing = [o for o in claim.owned if self._must_release(o, leaving)]
             for owned in releasing:  # from now on the delivery loop sends nothing more from them
                 part = self.parts.get(owned.partition)
@@ -167,10 +167,10 @@ class Holdings:
                     part.releasing = True
             released: set[int] = set()
             if releasing:  # the only writes; a beat with nothing to release stays a plain read
-                async with metadata.session() as session:
+                async with metadata.unit() as uow:
                     for owned in releasing:
                         part = self.parts.get(owned.partition)
-                        if await checkpoints.release(session, self.group_id, self.member_id, part, owned):
+                        if await checkpoints.release(uow, self.group_id, self.member_id, part, owned):
                             released.add(owned.partition)
             current: set[int] = set()
             for owned in claim.owned:

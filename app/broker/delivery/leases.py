@@ -33,8 +33,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import breaker, dlq, message_ids, pauses, topics
 from app.broker.delivery import delays, flow, membership, retries, stream_wakeups
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
@@ -44,11 +42,7 @@ from app.broker.topics import TopicRef
 from app.kit.clock import isoformat_ms, now_ms
 from app.stores.log.protocol import LogEngine, LogEngineError, Record
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import CallerView, PartitionState
-from app.stores.metadata.unit import SqlMetadataUnit
+from app.stores.metadata.protocol import CallerView, MetadataUnit, PartitionState
 
 MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30
@@ -59,11 +53,11 @@ _READ_BYTES = 8 << 20
 
 Key = tuple[int, int]
 # A step of an ack, nack or extend after the caller's leases were updated, in the same unit of work.
-Then = Callable[[AsyncSession, CallerView, set[Key], int], Awaitable[None]]
+Then = Callable[[MetadataUnit, CallerView, set[Key], int], Awaitable[None]]
 
 
 @dataclass(slots=True)
-class Polled:
+class PollResult:
     """One pass of a poll: the rendered messages (with their ids and ack deadline), where the member's
     partitions stand in the log, and when its next lease falls due (to wait on when nothing came)."""
 
@@ -82,7 +76,7 @@ class Polled:
 
 
 @dataclass(frozen=True, slots=True)
-class Settled:
+class Settlement:
     """The answer to ack, nack and extend: ids done, and the ones that failed with a code."""
 
     ids: list[str]
@@ -92,7 +86,7 @@ class Settled:
 
 
 async def _caller(
-    repo: GroupRepository,
+    uow: MetadataUnit,
     member: MemberRef,
     now: int,
     *,
@@ -102,13 +96,13 @@ async def _caller(
 ) -> CallerView:
     """Check the member and its generation, and count the call as a heartbeat."""
     topic, group_name, member_id = member.topic, member.group_name, member.member_id
-    view = await repo.caller_view(topic.id, group_name, member_id)
+    view = await uow.groups.caller_view(topic.id, group_name, member_id)
     if view is None:
         raise member_not_found(member_id, group_name)
     expired = view.soonest_expiry_ms is not None and view.soonest_expiry_ms <= now
     if maintain and (expired or view.partition_count < topic.partitions):
-        await membership.maintain(repo.session, topic, group_name)
-        view = await repo.caller_view(topic.id, group_name, member_id)
+        await membership.maintain(uow, topic, group_name)
+        view = await uow.groups.caller_view(topic.id, group_name, member_id)
         assert view is not None
     if view.member_expires_at_ms is None or view.member_expires_at_ms <= now:
         raise member_not_found(member_id, group_name)
@@ -116,7 +110,7 @@ async def _caller(
         raise stale_generation(member.generation, view.generation)
     assert view.member_session_timeout_ms is not None
     if touch:
-        await repo.touch_member(
+        await uow.groups.touch_member(
             view.group_id, member_id, now, now + view.member_session_timeout_ms + extra_ms
         )
     return view
@@ -176,13 +170,13 @@ async def poll_once(
     *,
     heartbeat: bool = True,
     fresh: bool = True,
-) -> Polled:
+) -> PollResult:
     """One unit of work of a poll (no waiting): what is due or new for the member, leased to it. It counts
     as the member's heartbeat unless ``heartbeat`` is False. Without ``fresh`` only due leases are
     delivered (a push member reads new records itself and keeps their leases in memory)."""
 
-    async def work(session: AsyncSession) -> Polled:
-        return await _poll_once(session, log, member, max_messages, wait_ms, heartbeat, fresh)
+    async def work(uow: MetadataUnit) -> PollResult:
+        return await _poll_once(uow, log, member, max_messages, wait_ms, heartbeat, fresh)
 
     polled = await committing_fences(metadata, work)
     if polled.failed and polled.breaker:
@@ -230,23 +224,20 @@ async def wait_for_data(
 
 
 async def _poll_once(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     member: MemberRef,
     max_messages: int,
     wait_ms: int,
     heartbeat: bool = True,
     fresh: bool = True,
-) -> Polled:
-    repo = GroupRepository.from_session(session)
-    partition_rows = PartitionRepository.from_session(session)
-    lease_rows = LeaseRepository.from_session(session)
+) -> PollResult:
     now = now_ms()
     topic, member_id = member.topic, member.member_id
-    view = await _caller(repo, member, now, extra_ms=wait_ms, maintain=True, touch=heartbeat)
+    view = await _caller(uow, member, now, extra_ms=wait_ms, maintain=True, touch=heartbeat)
     gates = flow.FlowConfig(view.max_in_flight, view.rate, view.filter)
     if pauses.holds(view.paused_reason, view.paused_until_ms, now):
-        return Polled(
+        return PollResult(
             [],
             ack_timeout_ms=view.ack_timeout_ms,
             paused=True,
@@ -255,10 +246,10 @@ async def _poll_once(
             flow=gates,
         )
     # The group's maxInFlight (pull members; a push member's beat passes its own room as max_messages).
-    room = await flow.pull_room(session, view.group_id, member_id, view.max_in_flight, now) if fresh else None
+    room = await flow.pull_room(uow, view.group_id, member_id, view.max_in_flight, now) if fresh else None
     if room is not None and room[0] <= 0:  # no room: look again shortly (acks may come on any node)
-        await flow.settle_pull_claim(session, view.group_id, member_id, room[1])  # what it holds, no more
-        return Polled(
+        await flow.settle_pull_claim(uow, view.group_id, member_id, room[1])  # what it holds, no more
+        return PollResult(
             [],
             {},
             now + flow.RECHECK_MS,
@@ -269,17 +260,17 @@ async def _poll_once(
         )
     if room is not None:
         max_messages = min(max_messages, room[0])
-    owned = await partition_rows.lock_partitions(view.group_id, member_id=member_id)
+    owned = await uow.partitions.lock_partitions(view.group_id, member_id=member_id)
     if not owned:
         if room is not None:  # what it still holds (of partitions it had): no more
-            await flow.settle_pull_claim(session, view.group_id, member_id, room[1])
-        return Polled([], ack_timeout_ms=view.ack_timeout_ms, flow=gates)
+            await flow.settle_pull_claim(uow, view.group_id, member_id, room[1])
+        return PollResult([], ack_timeout_ms=view.ack_timeout_ms, flow=gates)
     predicate = gates.predicate
     numbers = [s.partition for s in owned]
     deadline_ms = now + view.ack_timeout_ms
     delivered: list[tuple[int, int, int, Record]] = []  # partition, offset, attempt, record
 
-    due = await lease_rows.due_leases(view.group_id, numbers, now, max_messages)
+    due = await uow.leases.due_leases(view.group_id, numbers, now, max_messages)
     found = await dlq.records_for(
         log, topic, view.group_id, [(d.partition, d.offset, d.replay_offset) for d in due]
     )
@@ -309,7 +300,7 @@ async def _poll_once(
     positions: dict[int, int] = {}
     filtered: set[int] = set()  # partitions where records were passed over by the filter
     # Leases past a partition's position (a push member's checkpoint): already acked, or due on their own.
-    ahead = await lease_rows.leases_from_position(view.group_id, numbers) if fresh else {}
+    ahead = await uow.leases.leases_from_position(view.group_id, numbers) if fresh else {}
     start = random.randrange(len(owned))  # no partition starves another of the budget
     for state in owned[start:] + owned[:start] if fresh else ():
         position = positions[state.partition] = await _position_of(log, topic, state, started)
@@ -361,30 +352,30 @@ async def _poll_once(
         delivered.append((p, record.offset, 1, record))
 
     histories = retried.histories
-    await lease_rows.renew_leases(
+    await uow.leases.renew_leases(
         view.group_id, member_id, deadline_ms, renewed, {k: histories[k] for k in renewed if k in histories}
     )
-    await lease_rows.drop_leases(view.group_id, vanished)
-    await lease_rows.reschedule_leases(view.group_id, retried.schedule, histories if histories else None)
-    await dlq.dead_letter(SqlMetadataUnit(session), log, topic, view.group_id, retried.failures)
+    await uow.leases.drop_leases(view.group_id, vanished)
+    await uow.leases.reschedule_leases(view.group_id, retried.schedule, histories if histories else None)
+    await dlq.dead_letter(uow, log, topic, view.group_id, retried.failures)
     expired = gate.expired_partitions()
-    await gate.write(session, log, topic, view.group_id, view.dead_letter)
-    await lease_rows.add_leases(view.group_id, member_id, deadline_ms, first)
-    await partition_rows.set_offsets(view.group_id, started)
-    await partition_rows.set_offsets(view.group_id, moved, position_only=True)
+    await gate.write(uow, log, topic, view.group_id, view.dead_letter)
+    await uow.leases.add_leases(view.group_id, member_id, deadline_ms, first)
+    await uow.partitions.set_offsets(view.group_id, started)
+    await uow.partitions.set_offsets(view.group_id, moved, position_only=True)
     if vanished or filtered or expired:
-        await partition_rows.advance_committed(
+        await uow.partitions.advance_committed(
             view.group_id, sorted({p for p, _ in vanished} | filtered | set(expired))
         )
     if room is not None:
-        await flow.settle_pull_claim(session, view.group_id, member_id, room[1] + len(delivered))
+        await flow.settle_pull_claim(uow, view.group_id, member_id, room[1] + len(delivered))
 
     if not delivered:
-        next_deadline = await lease_rows.next_deadline(view.group_id, numbers)
+        next_deadline = await uow.leases.next_deadline(view.group_id, numbers)
         if throttled:  # records are there: wait for the next token, not for a commit
             positions = {}
             next_deadline = min(next_deadline or now + tokens.wait_ms, now + tokens.wait_ms)
-        return Polled(
+        return PollResult(
             [],
             positions,
             next_deadline,
@@ -396,7 +387,7 @@ async def _poll_once(
         )
     delivered.sort(key=lambda d: (d[0], d[1]))
     ack_deadline = isoformat_ms(deadline_ms)
-    return Polled(
+    return PollResult(
         [
             render_message(
                 topic.name, topic, topic.id, p, record, {"attempt": attempt, "ackDeadline": ack_deadline}
@@ -407,7 +398,7 @@ async def _poll_once(
         ids=[message_ids.encode(topic.id, p, o, prefix=topic.id_prefix) for p, o, _, _ in delivered],
         deadline_ms=deadline_ms,
         ack_timeout_ms=view.ack_timeout_ms,
-        next_deadline_ms=await lease_rows.next_deadline(view.group_id, numbers) if not fresh else None,
+        next_deadline_ms=await uow.leases.next_deadline(view.group_id, numbers) if not fresh else None,
         flow=gates,
         group_id=view.group_id,
         failed=retried.timeouts,
@@ -455,28 +446,25 @@ async def _settle_ids(
     commit: bool,
     then: Then | None = None,
     heartbeat: bool = True,
-) -> Settled:
+) -> Settlement:
     """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
     where = [(str(message_id), *_locate(member.topic, message_id)) for message_id in ids]
     located = {key for _, key, _ in where if key is not None}
     group: list[tuple[str, bool]] = []
 
-    async def work(session: AsyncSession) -> tuple[set[Key], dict[Key, str]]:
-        repo = GroupRepository.from_session(session)
-        partition_rows = PartitionRepository.from_session(session)
-        lease_rows = LeaseRepository.from_session(session)
+    async def work(uow: MetadataUnit) -> tuple[set[Key], dict[Key, str]]:
         now = now_ms()
-        view = await _caller(repo, member, now, touch=heartbeat)
+        view = await _caller(uow, member, now, touch=heartbeat)
         group[:] = [(view.group_id, breaker.configured(view.dead_letter))]
         if not located:
             return set(), {}
         keys = sorted(located)
         numbers = sorted({p for p, _ in keys})
         # Locks the partitions an ack may move the committed offset of (ordered: no deadlocks).
-        state = {s.partition: s for s in await partition_rows.lock_partitions(view.group_id, numbers=numbers)}
-        done = await lease_rows.settle(view.group_id, member.member_id, now, keys, values_at(now))
+        state = {s.partition: s for s in await uow.partitions.lock_partitions(view.group_id, numbers=numbers)}
+        done = await uow.leases.settle(view.group_id, member.member_id, now, keys, values_at(now))
         rest = [k for k in keys if k not in done]
-        known = await lease_rows.leases_among(view.group_id, rest)
+        known = await uow.leases.leases_among(view.group_id, rest)
         codes: dict[Key, str] = {}
         for key in rest:
             lease, part = known.get(key), state.get(key[0])
@@ -492,9 +480,9 @@ async def _settle_ids(
             else:
                 codes[key] = "MESSAGE_NOT_FOUND"
         if commit:
-            await partition_rows.advance_committed(view.group_id, numbers)
+            await uow.partitions.advance_committed(view.group_id, numbers)
         if then is not None and done:
-            await then(session, view, done, now)
+            await then(uow, view, done, now)
         return done, codes
 
     done, codes = await committing_fences(metadata, work)
@@ -509,10 +497,10 @@ async def _settle_ids(
                 {"id": message_id, "code": codes[key] if key is not None else code or "INVALID_REQUEST"}
             )
     group_id, counted = group[0] if group else ("", False)
-    return Settled(ok, failed, group_id, counted)
+    return Settlement(ok, failed, group_id, counted)
 
 
-async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat: bool = True) -> Settled:
+async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat: bool = True) -> Settlement:
     """Acknowledge messages; answered once the acks and the committed offset are durable."""
     settled = await _settle_ids(
         metadata,
@@ -536,7 +524,7 @@ async def nack(
     reason: str | None = None,
     *,
     dead_letter: bool = False,
-) -> Settled:
+) -> Settlement:
     """Give a message back: it is redelivered (to the partition's owner) after ``delay_ms`` — at once by
     default, or, when the group has a DLQ, after the retry schedule's wait; a nack of the last allowed
     attempt moves the message to the DLQ instead, and so does one with ``dead_letter`` at once, whatever
@@ -548,9 +536,9 @@ async def nack(
     why = (reason or dlq.NACK_REASON)[:1024]
     topic = member.topic
 
-    async def then(session: AsyncSession, view: CallerView, done: set[Key], now: int) -> None:
+    async def then(uow: MetadataUnit, view: CallerView, done: set[Key], now: int) -> None:
         await retries.after_nack(
-            session, log, topic, view, done, now, delay_ms=delay_ms, why=why, dead_letter=dead_letter
+            uow, log, topic, view, done, now, delay_ms=delay_ms, why=why, dead_letter=dead_letter
         )
 
     settled = await _settle_ids(
@@ -566,7 +554,7 @@ async def nack(
     return settled
 
 
-async def extend(metadata: MetadataStore, member: MemberRef, ids: Any, seconds: float) -> Settled:
+async def extend(metadata: MetadataStore, member: MemberRef, ids: Any, seconds: float) -> Settlement:
     """Move the ack deadline of the caller's messages to ``seconds`` from now."""
     if (
         isinstance(seconds, bool)

@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import durations, groups, pauses, push_groups
 from app.broker.delivery import stream_wakeups
 from app.broker.delivery.assignment import assign
@@ -28,12 +26,9 @@ from app.kit.clock import now_ms, utcnow
 from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import GroupMember
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import GroupRow
-from app.stores.metadata.unit import SqlMetadataUnit
+from app.stores.metadata.protocol import GroupRow, MetadataUnit
+from app.stores.metadata.unit import session_of
 
 START_FROM = ("earliest", "latest")
 MEMBER_ID = re.compile(r"^csr_[A-Za-z0-9]{1,28}$")
@@ -91,7 +86,7 @@ def stale_generation(given: int, current: int) -> StaleGeneration:
     )
 
 
-async def committing_fences(metadata: MetadataStore, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+async def committing_fences(metadata: MetadataStore, work: Callable[[MetadataUnit], Awaitable[T]]) -> T:
     """Run ``work`` in a unit of work that commits even when it ends in a fencing error.
 
     A sweep or rebalance done before a member is told it is stale or gone must stick; otherwise every
@@ -99,23 +94,23 @@ async def committing_fences(metadata: MetadataStore, work: Callable[[AsyncSessio
     """
     fenced: list[BrokerError] = []
 
-    async def committing(session: AsyncSession) -> T | None:
+    async def committing(uow: MetadataUnit) -> T | None:
         fenced.clear()  # a run lost to a lock conflict left nothing behind, its fencing error included
         try:
-            return await work(session)
+            return await work(uow)
         except (MemberNotFound, StaleGeneration) as error:
             fenced.append(error)
             return None
 
     # Membership writes of one group meet other writers (seeks, checkpoints): conflicts are run again.
-    result = await metadata.transaction(committing)
+    result = await metadata.run_unit(committing)
     if fenced:
         raise fenced[0]
     return cast(T, result)  # None only when fenced, raised above
 
 
 async def settle(
-    repo: GroupRepository,
+    uow: MetadataUnit,
     group: GroupRow,
     topic_partitions: int,
     now: int,
@@ -125,47 +120,44 @@ async def settle(
 ) -> int:
     """With the group row locked: sweep expired members, cover new partitions, rebalance if anything
     changed. Returns the group's generation afterwards."""
-    partition_rows = PartitionRepository.from_session(repo.session)
-    lease_rows = LeaseRepository.from_session(repo.session)
     left = list(gone or ())
-    expired = await repo.remove_expired_members(group.id, now)
+    expired = await uow.groups.remove_expired_members(group.id, now)
     gone = left + expired
     grown = topic_partitions > group.partition_count
     if grown:
-        have = {s.partition for s in await partition_rows.partitions(group.id)}
-        await partition_rows.add_partitions(group.id, [p for p in range(topic_partitions) if p not in have])
+        have = {s.partition for s in await uow.partitions.partitions(group.id)}
+        await uow.partitions.add_partitions(group.id, [p for p in range(topic_partitions) if p not in have])
     if not (changed or gone or grown):
         return group.generation
-    live = await repo.live_members(group.id, now)
-    state = await partition_rows.partitions(group.id)
+    live = await uow.groups.live_members(group.id, now)
+    state = await uow.partitions.partitions(group.id)
     current = {s.partition: s.member_id for s in state}
     wanted = assign(topic_partitions, live, current)
     moved = {p: m for p, m in wanted.items() if current.get(p) != m}
     # A live push member keeps leases of its partitions in memory: the ones it loses stay held by it
     # until it has written them (its next pass), and only then does the new owner deliver from them.
     losing = sorted({owner for p in moved if (owner := current.get(p)) is not None})
-    pushers = await repo.push_members(group.id, losing)
+    pushers = await uow.groups.push_members(group.id, losing)
     held = {p: owner for p in moved if (owner := current.get(p)) in pushers}
-    await partition_rows.set_owners(group.id, moved, held)
-    await partition_rows.clear_held(group.id, gone)
+    await uow.partitions.set_owners(group.id, moved, held)
+    await uow.partitions.clear_held(group.id, gone)
     # Leases of members that are gone become due now, for the partitions' new owners: given back unspent
     # by members that left, as ack timeouts of members that expired (``failures.py``). Leases of members
     # still alive keep their deadline: a message is never redelivered while its ack deadline holds.
     # (Partitions before leases: the lock order every unit of work keeps.)
-    await lease_rows.release_member_leases(group.id, left, now, clean=True)
-    await lease_rows.release_member_leases(group.id, expired, now)
+    await uow.leases.release_member_leases(group.id, left, now, clean=True)
+    await uow.leases.release_member_leases(group.id, expired, now)
     generation = group.generation + 1
-    await repo.set_generation(group.id, generation, max(topic_partitions, group.partition_count))
+    await uow.groups.set_generation(group.id, generation, max(topic_partitions, group.partition_count))
     return generation
 
 
 async def _start_positions(
-    repo: GroupRepository, log: LogEngine, topic: TopicRef, group_id: str, start_from: str
+    uow: MetadataUnit, log: LogEngine, topic: TopicRef, group_id: str, start_from: str
 ) -> None:
     """Give partitions without a position one: ``startFrom`` while the group has committed nothing yet,
     else the earliest retained offset (a partition added later is read from its start)."""
-    partition_rows = PartitionRepository.from_session(repo.session)
-    state = await partition_rows.partitions(group_id)
+    state = await uow.partitions.partitions(group_id)
     unset = [s.partition for s in state if s.position is None]
     if not unset:
         return
@@ -174,7 +166,7 @@ async def _start_positions(
     for p in unset:
         info = await log.partition_info(topic.id, p)
         offsets[p] = info.latest_offset if fresh and start_from == "latest" else info.earliest_offset
-    await partition_rows.set_offsets(group_id, offsets)
+    await uow.partitions.set_offsets(group_id, offsets)
 
 
 def _assigned(state_owner: dict[int, str | None], member_id: str) -> list[int]:
@@ -207,22 +199,20 @@ async def join(
     if member_id is not None and not MEMBER_ID.fullmatch(member_id):
         raise InvalidRequest.field("memberId", "not a member id issued by QueueCore (csr_…)")
 
-    async def work(session: AsyncSession) -> Membership:
-        repo = GroupRepository.from_session(session)
-        partition_rows = PartitionRepository.from_session(session)
-        group = await groups.ensure_group(SqlMetadataUnit(session), topic, group_name)
-        await push_groups.refuse_join(session, group.id, member_id, url_worker)
+    async def work(uow: MetadataUnit) -> Membership:
+        group = await groups.ensure_group(uow, topic, group_name)
+        await push_groups.refuse_join(session_of(uow), group.id, member_id, url_worker)
         now = now_ms()
         text = session_timeout if session_timeout is not None else group.session_timeout
         ms = timeout_ms if timeout_ms is not None else group.session_timeout_ms
-        member = await repo.get_member(group.id, member_id) if member_id else None
+        member = await uow.groups.get_member(group.id, member_id) if member_id else None
         if member is not None:
             # A rejoin: a live member changes nothing; one past its session comes back (a rebalance).
             changed = member.expires_at_ms <= now
             member.session_timeout, member.session_timeout_ms = text, ms
             member.expires_at_ms = now + ms
             member.push = push
-            await session.flush()
+            await uow.groups.save_member(member)
         else:
             member = GroupMember(
                 group_id=group.id,
@@ -233,11 +223,11 @@ async def join(
                 joined_at=utcnow(),
                 push=push,
             )
-            await repo.add_member(member)
+            await uow.groups.add_member(member)
             changed = True
-        generation = await settle(repo, group, topic.partitions, now, changed=changed)
-        await _start_positions(repo, log, topic, group.id, start_from)
-        owners = {s.partition: s.member_id for s in await partition_rows.partitions(group.id)}
+        generation = await settle(uow, group, topic.partitions, now, changed=changed)
+        await _start_positions(uow, log, topic, group.id, start_from)
+        owners = {s.partition: s.member_id for s in await uow.partitions.partitions(group.id)}
         return Membership(
             member.id,
             generation,
@@ -255,22 +245,20 @@ async def heartbeat(metadata: MetadataStore, member: MemberRef) -> Heartbeat:
     """Keep a member alive; says whether it must join again (the group rebalanced) and what it owns."""
     topic, member_id = member.topic, member.member_id
 
-    async def work(session: AsyncSession) -> Heartbeat:
-        repo = GroupRepository.from_session(session)
-        partition_rows = PartitionRepository.from_session(session)
-        group = await repo.get(topic.id, member.group_name, for_update=True)
+    async def work(uow: MetadataUnit) -> Heartbeat:
+        group = await uow.groups.get(topic.id, member.group_name, for_update=True)
         if group is None:
             raise member_not_found(member_id, member.group_name)
         now = now_ms()
-        row = await repo.get_member(group.id, member_id)
+        row = await uow.groups.get_member(group.id, member_id)
         alive = row is not None and row.expires_at_ms > now
         if alive:
             assert row is not None
-            await repo.touch_member(group.id, member_id, now, now + row.session_timeout_ms)
-        current = await settle(repo, group, topic.partitions, now)
+            await uow.groups.touch_member(group.id, member_id, now, now + row.session_timeout_ms)
+        current = await settle(uow, group, topic.partitions, now)
         if not alive:
             raise member_not_found(member_id, member.group_name)
-        owners = {s.partition: s.member_id for s in await partition_rows.partitions(group.id)}
+        owners = {s.partition: s.member_id for s in await uow.partitions.partitions(group.id)}
         return Heartbeat(current, member.generation != current, _assigned(owners, member_id))
 
     return await committing_fences(metadata, work)
@@ -279,20 +267,18 @@ async def heartbeat(metadata: MetadataStore, member: MemberRef) -> Heartbeat:
 async def leave(metadata: MetadataStore, topic: TopicRef, group_name: str, member_id: str) -> None:
     """Leave a group: its partitions go to the others at once, its leases are redelivered at once."""
 
-    async def work(session: AsyncSession) -> None:
-        repo = GroupRepository.from_session(session)
-        group = await repo.get(topic.id, group_name, for_update=True)
-        if group is None or not await repo.remove_member(group.id, member_id):
+    async def work(uow: MetadataUnit) -> None:
+        group = await uow.groups.get(topic.id, group_name, for_update=True)
+        if group is None or not await uow.groups.remove_member(group.id, member_id):
             raise member_not_found(member_id, group_name)
-        await settle(repo, group, topic.partitions, now_ms(), gone=[member_id])
+        await settle(uow, group, topic.partitions, now_ms(), gone=[member_id])
 
     await committing_fences(metadata, work)
     stream_wakeups.left(member_id)  # its event stream here, if any, ends rather than join again
 
 
-async def maintain(session: AsyncSession, topic: TopicRef, group_name: str) -> None:
+async def maintain(uow: MetadataUnit, topic: TopicRef, group_name: str) -> None:
     """Lock the group and sweep/rebalance if due (called by polls that noticed it is)."""
-    repo = GroupRepository.from_session(session)
-    group = await repo.get(topic.id, group_name, for_update=True)
+    group = await uow.groups.get(topic.id, group_name, for_update=True)
     if group is not None:
-        await settle(repo, group, topic.partitions, now_ms())
+        await settle(uow, group, topic.partitions, now_ms())

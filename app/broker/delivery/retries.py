@@ -22,17 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker import dlq
 from app.broker.delivery import failures as failed_attempts
 from app.broker.errors import InvalidRequest
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine, Record
-from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import CallerView, DueLease, LeaseState
-from app.stores.metadata.unit import SqlMetadataUnit
+from app.stores.metadata.protocol import CallerView, DueLease, LeaseState, MetadataUnit
 
 Key = tuple[int, int]
 Schedule = list[tuple[int, int, int, str]]  # (partition, offset, due ms, reason): rows waiting for a retry
@@ -71,7 +66,7 @@ class Retries:
 
 
 async def after_nack(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     topic: TopicRef,
     view: CallerView,
@@ -91,9 +86,7 @@ async def after_nack(
         if dead_letter:  # rolls the nack back with it: the message stays the caller's
             raise InvalidRequest.field("deadLetter", "the group has no dead-letter queue")
         return
-    partition_rows = PartitionRepository.from_session(session)
-    lease_rows = LeaseRepository.from_session(session)
-    nacked = await lease_rows.leases_among(view.group_id, sorted(done))
+    nacked = await uow.leases.leases_among(view.group_id, sorted(done))
     exhausted: list[LeaseState] = []
     schedule: Schedule = []
     histories: dict[Key, str] = {}
@@ -104,9 +97,9 @@ async def after_nack(
         histories[(p, o)] = failed_attempts.with_failure(lease.failures, now, why)
         wait = delay_ms if delay_ms is not None else dlq.retry_delay_ms(policy, lease.attempt)
         schedule.append((p, o, now + wait, why))
-    await lease_rows.reschedule_leases(view.group_id, schedule, histories)
+    await uow.leases.reschedule_leases(view.group_id, schedule, histories)
     if exhausted:
-        replays = await lease_rows.replay_offsets(view.group_id, [(x.partition, x.offset) for x in exhausted])
+        replays = await uow.leases.replay_offsets(view.group_id, [(x.partition, x.offset) for x in exhausted])
         found = await dlq.records_for(
             log,
             topic,
@@ -119,7 +112,7 @@ async def after_nack(
             if (x.partition, x.offset) in found
         ]
         gone = [(x.partition, x.offset) for x in exhausted if (x.partition, x.offset) not in found]
-        await dlq.dead_letter(SqlMetadataUnit(session), log, topic, view.group_id, failures)
+        await dlq.dead_letter(uow, log, topic, view.group_id, failures)
         if gone:  # retention removed it meanwhile: nothing to keep
-            await lease_rows.drop_leases(view.group_id, gone)
-            await partition_rows.advance_committed(view.group_id, sorted({p for p, _ in gone}))
+            await uow.leases.drop_leases(view.group_id, gone)
+            await uow.partitions.advance_committed(view.group_id, sorted({p for p, _ in gone}))

@@ -40,7 +40,6 @@ from app.broker.topics import TopicRef
 from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.lease_repositories import LeaseRepository
 
 PASS_EVERY = 1.0  # seconds between passes at most: heartbeat, rebalance check, acks made on other nodes
 BATCH_MAX = 500  # messages leased per pass, at most
@@ -200,12 +199,10 @@ class StreamMember:
             else:
                 await leases.wait_for_data(self._log, self._topic, polled.positions, timeout, self._nudged)
 
-    async def _pass(self) -> leases.Polled | None:
+    async def _pass(self) -> leases.PollResult | None:
         """One poll of what fits in the window (``None`` when it is full: then only a heartbeat)."""
-        async with self._metadata.session(readonly=True) as session:
-            held = await LeaseRepository.from_session(session).held_count(
-                self.group_id, self.member_id, now_ms()
-            )
+        async with self._metadata.unit(readonly=True) as uow:
+            held = await uow.leases.held_count(self.group_id, self.member_id, now_ms())
         room = self._max_in_flight - held
         if room <= 0:
             beat = await membership.heartbeat(self._metadata, self.ref)

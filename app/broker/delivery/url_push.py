@@ -44,7 +44,7 @@ from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
 from app.stores.metadata.models import PushEndpoint
-from app.stores.metadata.push_repositories import PushTarget
+from app.stores.metadata.protocol import PushTarget
 
 logger = logging.getLogger("queuecore.push")
 
@@ -527,11 +527,9 @@ class UrlWorker:
             await leases.nack(self._metadata, self._log, member, message_id, outcome.retry_after_ms, reason)
 
     async def _write_breaker(self) -> None:
-        from app.stores.metadata.push_repositories import PushRepository
-
         with contextlib.suppress(*CODED_ERRORS):
-            async with self._metadata.session() as session:
-                await PushRepository.from_session(session).set_breaker(
+            async with self._metadata.unit() as uow:
+                await uow.push.set_breaker(
                     self.target.group_id, self.breaker.failures, self.breaker.open_until_ms
                 )
 

@@ -26,7 +26,7 @@ from app.broker.topics import TopicRef
 from app.kit.sealing import SealError
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.push_repositories import PushRepository
+from app.stores.metadata.unit import session_of
 
 logger = logging.getLogger("queuecore.push")
 
@@ -84,13 +84,12 @@ class AttemptLog:
         if not rows:
             return
         try:
-            async with self._metadata.session() as session:
-                repo = PushRepository.from_session(session)
+            async with self._metadata.unit() as uow:
                 # A group deleted meanwhile takes its attempts with it (and would fail the insert).
-                live = {t.group_id for t in await repo.targets()}
+                live = {t.group_id for t in await uow.push.targets()}
                 rows = [r for r in rows if r["group_id"] in live]
-                await repo.add_attempts(rows)
-                await repo.trim_attempts(sorted({r["group_id"] for r in rows}), self._keep)
+                await uow.push.add_attempts(rows)
+                await uow.push.trim_attempts(sorted({r["group_id"] for r in rows}), self._keep)
         except BaseException:
             self._rows[:0] = rows
             raise
@@ -156,8 +155,8 @@ class UrlWorkers:
 
     async def _run(self) -> None:
         try:
-            async with self._metadata.session() as session:
-                if resealed := await push_groups.reseal(session, self.policy.sealer):
+            async with self._metadata.unit() as uow:
+                if resealed := await push_groups.reseal(session_of(uow), self.policy.sealer):
                     logger.info(
                         "push signing secrets sealed under the current key", extra={"count": resealed}
                     )
@@ -176,8 +175,8 @@ class UrlWorkers:
 
     async def refresh(self) -> None:
         """Start, change and stop workers to match the push groups in the metadata store."""
-        async with self._metadata.session(readonly=True) as session:
-            targets = {t.group_id: t for t in await PushRepository.from_session(session).targets()}
+        async with self._metadata.unit(readonly=True) as uow:
+            targets = {t.group_id: t for t in await uow.push.targets()}
         self._pushing = {(t.topic_id, t.group_name) for t in targets.values()}
         for group_id in [g for g in self._workers if g not in targets]:
             worker = self._workers.pop(group_id)

@@ -213,6 +213,9 @@ class GroupRepository(Repository):
         self.session.add(member)
         await self._flush()
 
+    async def save_member(self, member: GroupMember) -> None:
+        await self._flush()
+
     async def remove_member(self, group_id: str, member_id: str) -> bool:
         result = await self.session.execute(
             delete(members).where(members.c.group_id == group_id, members.c.id == member_id)

@@ -3,40 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, delete, insert, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ConsumerGroup, PushAttempt, PushEndpoint, Topic
+from app.stores.metadata.protocol import PushTarget
 
 endpoints = cast(Table, PushEndpoint.__table__)
 attempts = cast(Table, PushAttempt.__table__)
 groups = cast(Table, ConsumerGroup.__table__)
 topics = cast(Table, Topic.__table__)
-
-
-@dataclass(frozen=True, slots=True)
-class PushTarget:
-    """A push group as the delivery workers see it: where it is, and its endpoint row's fields."""
-
-    group_id: str
-    group_name: str
-    topic_id: str
-    topic_name: str
-    partitions: int
-    delivery: str
-    replicas: int
-    url: str
-    max_concurrency: int
-    rate: float | None
-    timeout_ms: int
-    ordered: bool
-    mode: str
-    secret: str
-    previous_secret: str | None
-    previous_until_ms: int | None
 
 
 class PushRepository(Repository):

@@ -70,8 +70,8 @@ class Member:
         )
 
     async def claim(self) -> checkpoints.Claim:
-        async with self.metadata.session(readonly=True) as session:
-            return await checkpoints.read_claim(session, self.group_id, self.member_id)
+        async with self.metadata.unit(readonly=True) as uow:
+            return await checkpoints.read_claim(uow, self.group_id, self.member_id)
 
     async def rows(self, offsets: range) -> dict[int, LeaseState]:
         async with self.metadata.session(readonly=True) as session:
@@ -98,8 +98,8 @@ async def member(make_topic: MakeTopic) -> Member:
     joined = await membership.join(
         services.metadata, services.log, topic.ref, "g", start_from="earliest", push=True
     )
-    async with services.metadata.session(readonly=True) as session:
-        claim = await checkpoints.read_claim(session, joined.group_id, joined.member_id)
+    async with services.metadata.unit(readonly=True) as uow:
+        claim = await checkpoints.read_claim(uow, joined.group_id, joined.member_id)
     (owned,) = [o for o in claim.owned if o.partition == P]
     return Member(topic, joined.member_id, joined.group_id, owned)
 
@@ -169,8 +169,8 @@ class TestRelease:
     async def test_in_flight_leases_become_rows_the_member_still_holds(self, member: Member):
         owned = await self.hand_over(member)
         part = member.part(6, {1: DEADLINE, 4: DEADLINE}, acked={0, 2, 3})
-        async with member.metadata.session() as session:
-            assert await checkpoints.release(session, member.group_id, member.member_id, part, owned)
+        async with member.metadata.unit() as uow:
+            assert await checkpoints.release(uow, member.group_id, member.member_id, part, owned)
         rows = await member.rows(range(6))
         assert rows == {
             1: LeaseState(P, 1, member.member_id, 1, DEADLINE, False),
@@ -183,8 +183,8 @@ class TestRelease:
 
     async def test_without_memory_of_the_partition_it_lets_go_at_the_stored_position(self, member: Member):
         owned = await self.hand_over(member)
-        async with member.metadata.session() as session:
-            assert await checkpoints.release(session, member.group_id, member.member_id, None, owned)
+        async with member.metadata.unit() as uow:
+            assert await checkpoints.release(uow, member.group_id, member.member_id, None, owned)
         assert await member.stored() == (0, 0)
         assert await member.rows(range(6)) == {}
         assert await member.owned_now() == []
@@ -192,10 +192,8 @@ class TestRelease:
     async def test_a_partition_the_member_does_not_hold_is_not_released(self, member: Member):
         part = member.part(6, {1: DEADLINE})
         part.epoch += 5  # neither its epoch nor the one after it
-        async with member.metadata.session() as session:
-            assert not await checkpoints.release(
-                session, member.group_id, member.member_id, part, member.owned
-            )
+        async with member.metadata.unit() as uow:
+            assert not await checkpoints.release(uow, member.group_id, member.member_id, part, member.owned)
         assert await member.rows(range(6)) == {}
         assert await member.stored() == (0, 0)
 

@@ -39,7 +39,9 @@ STORES = {
     "usage": protocol.UsageStore,
     "schedules": protocol.ScheduleStore,
     "group_controls": protocol.GroupControlStore,
+    "flow": protocol.FlowStore,
     "expiry": protocol.ExpiryStore,
+    "push": protocol.PushStore,
 }
 
 

@@ -15,14 +15,16 @@ The protocols and the values they answer (``CallerView``, ``PartitionState``, ``
 ``DeadLetterRow``, …) live in this package, one module per group of aggregates, so the domain depends on
 the contract, not on an implementation: ``tenancy.py`` (users, dashboard sessions, projects, keys),
 ``topics.py`` (topics, groups with their members and partitions), ``delivery.py`` (leases, dead
-letters), ``alerts.py`` (alert endpoints, outbox and attempts; usage rollups), ``schedules.py`` (schedules
-and their runs), ``group_controls.py`` (the DLQ breaker's counters). This module holds the unit
+letters), ``controls.py`` (in-flight claims, expiry counts, push endpoints, group controls),
+``alerts.py`` (alert endpoints, outbox and attempts; usage rollups), ``schedules.py`` (schedules and their
+runs). This module holds the unit
 of work and re-exports them all: ``from app.stores.metadata.protocol import TopicRow``.
 
 Implementations, one module per aggregate on one base (``base.py``): ``tenancy_repositories.py`` (users,
 projects, keys), ``topic_repositories.py``, ``group_repositories.py``, ``partition_repositories.py``,
 ``lease_repositories.py``, ``dlq_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py``,
-``schedule_repositories.py``, ``group_control_repositories.py`` — on Postgres and SQLite alike. The
+``schedule_repositories.py``, ``flow_repositories.py``, ``expiry_repositories.py``,
+``push_repositories.py``, ``group_control_repositories.py`` — on Postgres and SQLite alike. The
 conformance suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on both databases
 (the schedules and group controls stores in ``test_schedules.py`` and ``test_group_controls.py``), and the
 check at the end of this module has mypy hold each repository to its protocol, and the SQL unit of work
@@ -49,12 +51,12 @@ from app.stores.metadata.protocol.alerts import (
     Rollup,
     UsageStore,
 )
+from app.stores.metadata.protocol.controls import ExpiryStore, FlowStore, PushStore, PushTarget
 from app.stores.metadata.protocol.delivery import (
     DeadLetterRow,
     DeadLetterStore,
     DlqAuditRow,
     DueLease,
-    ExpiryStore,
     LeaseState,
     LeaseStore,
 )
@@ -98,6 +100,7 @@ __all__ = [
     "DueRun",
     "EndpointRow",
     "ExpiryStore",
+    "FlowStore",
     "GroupConfig",
     "GroupControlStore",
     "GroupRow",
@@ -111,6 +114,8 @@ __all__ = [
     "PartitionStore",
     "ProjectRow",
     "ProjectStore",
+    "PushStore",
+    "PushTarget",
     "Rollup",
     "ScheduleRow",
     "ScheduleRunRow",
@@ -188,8 +193,16 @@ class MetadataUnit(Protocol):
         """Groups' DLQ breaker counters (and the configs they are judged by)."""
 
     @property
+    def flow(self) -> FlowStore:
+        """Members' in-flight claims (flow control)."""
+
+    @property
     def expiry(self) -> ExpiryStore:
         """Expired-message counts."""
+
+    @property
+    def push(self) -> PushStore:
+        """Push groups' endpoints and attempts."""
 
 
 if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime import cycle)
@@ -198,10 +211,12 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
     from app.stores.metadata.alert_repositories import AlertRepository
     from app.stores.metadata.dlq_repositories import DeadLetterRepository
     from app.stores.metadata.expiry_repositories import ExpiryRepository
+    from app.stores.metadata.flow_repositories import FlowRepository
     from app.stores.metadata.group_control_repositories import GroupControlRepository
     from app.stores.metadata.group_repositories import GroupRepository
     from app.stores.metadata.lease_repositories import LeaseRepository
     from app.stores.metadata.partition_repositories import PartitionRepository
+    from app.stores.metadata.push_repositories import PushRepository
     from app.stores.metadata.schedule_repositories import ScheduleRepository
     from app.stores.metadata.tenancy_repositories import ApiKeyRepository, ProjectRepository, UserRepository
     from app.stores.metadata.topic_repositories import TopicRepository
@@ -222,4 +237,6 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
         _schedules: ScheduleStore = ScheduleRepository(session)
         _group_controls: GroupControlStore = GroupControlRepository(session)
         _expiry: ExpiryStore = ExpiryRepository(session)
+        _flow: FlowStore = FlowRepository(session)
+        _push: PushStore = PushRepository(session)
         _unit: MetadataUnit = SqlMetadataUnit(session)

@@ -154,6 +154,9 @@ class LeaseStore(Protocol):
     async def unacked_counts(self) -> dict[str, int]:
         """Unacked leases (messages in flight or waiting for a retry) per group id."""
 
+    async def held_count(self, group_id: str, member_id: str, now_ms: int) -> int:
+        """Leases ``member_id`` holds unacked with their deadline still running (its in-flight window)."""
+
     async def drop_acked_below_committed(self, group_id: str, numbers: Sequence[int]) -> None:
         """Delete the acked leases below their partition's committed offset."""
 
@@ -205,20 +208,3 @@ class DeadLetterStore(Protocol):
 
 
 # expiry -------------------------------------------------------------------------------------------
-
-
-@runtime_checkable
-class ExpiryStore(Protocol):
-    """Messages that expired before delivery (TTL), counted per group partition (``delivery/delays.py``)."""
-
-    async def add_expired(self, group_id: str, counts: Mapping[int, int]) -> None:
-        """Add ``counts`` (partition → messages) in one statement; the caller holds the partitions' rows."""
-
-    async def expired(self, group_id: str) -> int:
-        """Messages of the group that expired before delivery, since its creation."""
-
-    async def expired_by_group(self) -> dict[str, int]:
-        """Every group's expired count (for ``/metrics``)."""
-
-    async def dead_letter_config(self, group_id: str) -> dict[str, Any] | None:
-        """The group's ``deadLetter`` config (None: no DLQ)."""

@@ -236,6 +236,9 @@ class GroupStore(Protocol):
     async def add_member(self, member: GroupMember) -> None:
         """Insert a member (flushed)."""
 
+    async def save_member(self, member: GroupMember) -> None:
+        """Write the changed fields of a member read from this unit (flushed)."""
+
     async def remove_member(self, group_id: str, member_id: str) -> bool:
         """Delete a member; False if it was not there."""
 
