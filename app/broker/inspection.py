@@ -17,7 +17,7 @@ from app.stores.metadata.protocol import MetadataUnit
 
 async def projects_owned_by(uow: MetadataUnit, user_id: str) -> list[ProjectView]:
     """The projects an account user owns, by name."""
-    owned = [ProjectView.of(p) for p in await uow.projects.list() if p.owner_id == user_id]
+    owned = [p for p in await uow.projects.list() if p.owner_id == user_id]
     return sorted(owned, key=_name)
 
 

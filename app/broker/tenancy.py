@@ -9,7 +9,6 @@ import functools
 import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from argon2 import PasswordHasher
@@ -40,19 +39,8 @@ class EnvironmentName(enum.StrEnum):
 ENVIRONMENTS: tuple[str, ...] = tuple(e.value for e in EnvironmentName)
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectView:
-    """A project and its plan as callers outside the domain see it: read once, detached from the session."""
-
-    id: str
-    name: str
-    tier: str
-    custom_limits: dict[str, int] | None
-
-    @classmethod
-    def of(cls, project: ProjectRow) -> ProjectView:
-        limits = project.custom_limits
-        return cls(project.id, project.name, project.tier, dict(limits) if limits is not None else None)
+# A project and its plan as callers outside the domain see it: the store's frozen value, as it was read.
+ProjectView = ProjectRow
 
 
 def parse_environment(value: str) -> str:
@@ -189,7 +177,7 @@ async def get_project(uow: MetadataUnit, ref: str, *, for_update: bool = False) 
 
 async def describe_project(uow: MetadataUnit, ref: str) -> ProjectView:
     """A project by id or name, as a view."""
-    return ProjectView.of(await get_project(uow, ref))
+    return await get_project(uow, ref)
 
 
 async def list_projects(uow: MetadataUnit) -> Sequence[ProjectRow]:
@@ -226,10 +214,10 @@ async def set_tier(
     project = await get_project(uow, ref, for_update=True)
     limits = dict(custom_limits) if custom_limits else None
     await uow.projects.set_plan(project.id, tier.value, limits)
-    return ProjectView.of(dataclasses.replace(project, tier=tier.value, custom_limits=limits))
+    return dataclasses.replace(project, tier=tier.value, custom_limits=limits)
 
 
-def project_view(project: ProjectRow | ProjectView) -> dict[str, Any]:
+def project_view(project: ProjectView) -> dict[str, Any]:
     return {
         "id": project.id,
         "name": project.name,
