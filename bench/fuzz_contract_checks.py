@@ -54,6 +54,10 @@ EXCLUSIONS: dict[str, dict[str, str]] = {
         "partition": _PARTITION,
         "fromOffset": "at most the partition's latest offset (the log's state)",
     },
+    "GET /v1/topics/{name}/partitions/{partition}/records": {
+        "partition": _PARTITION,
+        "fromOffset": "at most the partition's latest offset (the log's state)",
+    },
     "GET /v1/topics/{name}/groups/{group}/offsets": {"partition": _PARTITION},
     "POST /v1/topics/{name}/groups/{group}/offsets/seek": {
         "partition": _PARTITION,

@@ -372,7 +372,7 @@ def write_results(results: list[dict[str, Any]]) -> None:
             f" {c['message checks']:,} | {c['batch checks']:,} |"
             f" {c['deliveries push']:,} / {c['deliveries pull']:,} / {c['deliveries retry']:,} |"
             f" {c['acks push']:,} / {c['acks pull']:,} / {c['acks retry']:,} | {c['nacks retry']:,} |"
-            f" {c['dlq entries']:,} ({c['poison messages']:,}) | {c['violations']} |"
+            f" {c['dead_letters entries']:,} ({c['poison messages']:,}) | {c['violations']} |"
         )
     lines += ["", "Where each row comes from, and its other counts:", ""]
     for r in rows:

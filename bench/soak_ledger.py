@@ -34,7 +34,7 @@ RETRY_ACK_TIMEOUT = (
 # No DLQ breaker: a kill times out every lease the retrying consumer held (up to a poll's 200), each a
 # failed attempt as the product counts them, and the default breaker (100 ended deliveries in 60 s, over
 # half failed) then pauses the group, as it should; this soak checks crash promises, the breaker has its
-# own tests (tests/api/test_pause_and_dlq_history.py, tests/system/test_pause_nodes.py). A group paused anyway
+# own tests (tests/api/test_pause_and_dead_letter_history.py, tests/system/test_pause_nodes.py). A group paused anyway
 # is reported at the end.
 RETRY = {"maxRetries": 3, "retryDelay": "100ms", "breaker": None}
 RETRY_DELAY_S = 0.1
@@ -193,7 +193,7 @@ async def lags(http: httpx.AsyncClient) -> dict[str, int]:
 async def final_checks(http: httpx.AsyncClient, ledger: Ledger) -> None:
     stored = set(ledger.stored)
     lag = await lags(http)
-    dlq = await dlq_entries(http)
+    dead_letters = await dlq_entries(http)
     for group in GROUPS:
         described = await http.get(f"/v1/topics/{TOPIC}/groups/{group}")
         if described.status_code == 200 and described.json().get("paused"):
@@ -206,31 +206,34 @@ async def final_checks(http: httpx.AsyncClient, ledger: Ledger) -> None:
         # Every message this soak did not see a confirmed ack for, it did send one for (whose answer the
         # kill cut; the server committed it, as the lag says) - or it is dead-lettered.
         loose = (
-            stored - ledger.acked[group] - ledger.ack_sent[group] - (set(dlq) if group == "retry" else set())
+            stored
+            - ledger.acked[group]
+            - ledger.ack_sent[group]
+            - (set(dead_letters) if group == "retry" else set())
         )
         if loose:
             ledger.violation(
                 f"{group}: {len(loose)} messages neither acked nor dead-lettered, e.g. {sorted(loose)[:3]}"
             )
         ledger.counts[f"acks cut by a kill, committed anyway {group}"] = len(
-            stored - ledger.acked[group] - (set(dlq) if group == "retry" else set())
+            stored - ledger.acked[group] - (set(dead_letters) if group == "retry" else set())
         )
     if ledger.partial:
         ledger.violation(
             f"{len(ledger.partial)} batches still partial at the end: {sorted(ledger.partial)[:3]}"
         )
-    ledger.counts["dlq entries"] = len(dlq)
-    twice = [m for m, n in Counter(dlq).items() if n > 1]
+    ledger.counts["dlq entries"] = len(dead_letters)
+    twice = [m for m, n in Counter(dead_letters).items() if n > 1]
     if twice:
         ledger.violation(f"retry: {len(twice)} messages in the DLQ twice, e.g. {twice[:3]}")
-    acked_and_dead = set(dlq) & ledger.acked["retry"]
+    acked_and_dead = set(dead_letters) & ledger.acked["retry"]
     if acked_and_dead:
         ledger.violation(f"retry: acked messages in the DLQ: {sorted(acked_and_dead)[:3]}")
     poison = {mid for mid, m in ledger.stored.items() if m["data"].get("role") == "poison"}
     ledger.counts["poison messages"] = len(poison)
-    if poison - set(dlq):
-        ledger.violation(f"retry: poison messages not in the DLQ: {sorted(poison - set(dlq))[:3]}")
-    ledger.counts["non-poison in DLQ (ack timeouts)"] = len(set(dlq) - poison)
+    if poison - set(dead_letters):
+        ledger.violation(f"retry: poison messages not in the DLQ: {sorted(poison - set(dead_letters))[:3]}")
+    ledger.counts["non-poison in DLQ (ack timeouts)"] = len(set(dead_letters) - poison)
 
 
 def done(ledger: Ledger, lag: dict[str, int]) -> bool:
