@@ -1,7 +1,6 @@
 package queuecore_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -63,25 +62,15 @@ func TestCloseConfirmsAcksWhoseFlushWasInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := newClient(t, option.WithBaseURL(proxy.URL))
-			consumer, err := c.Consume(ctx, topic, queuecore.ConsumeParams{Group: "g", StartFrom: "earliest",
-				Transport: transport, OnError: func(error) {}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() {
-				done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error { return msg.Ack() })
-			}()
+			run := startConsumer(t, ctx, c, topic, queuecore.ConsumeParams{Group: "g", StartFrom: "earliest",
+				Transport: transport}, acking)
 			select {
 			case <-held.arrived:
 			case <-time.After(60 * time.Second):
 				t.Fatal("no ack was flushed")
 			}
-			if err := consumer.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-done; err != nil {
-				t.Fatalf("Start returned %v", err)
+			if err := run.stop(ctx); err != nil {
+				t.Fatalf("Close or Start returned %v", err)
 			}
 			offsets, err := direct.Offsets.List(ctx, topic, "g")
 			if err != nil {

@@ -97,17 +97,10 @@ func TestAHandlerRunningWhenTheServerDrainsGetsItsAckSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var reported []error
 	var attempts []int
-	consumer, err := c.Consume(ctx, "t", queuecore.ConsumeParams{Group: "g", Transport: queuecore.TransportWebSocket,
-		OnError: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	started := make(chan struct{}, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error {
+	run := startConsumer(t, ctx, c, "t", queuecore.ConsumeParams{Group: "g", Transport: queuecore.TransportWebSocket},
+		func(ctx context.Context, msg *queuecore.Message) error {
 			mu.Lock()
 			attempts = append(attempts, msg.Attempt)
 			mu.Unlock()
@@ -117,7 +110,6 @@ func TestAHandlerRunningWhenTheServerDrainsGetsItsAckSettled(t *testing.T) {
 			}
 			return msg.Ack()
 		})
-	}()
 	select {
 	case <-started:
 	case <-ctx.Done():
@@ -130,8 +122,7 @@ func TestAHandlerRunningWhenTheServerDrainsGetsItsAckSettled(t *testing.T) {
 		t.Fatal("the consumer did not reconnect after the drain")
 	}
 	time.Sleep(200 * time.Millisecond) // a redelivery, if any, is handled by now
-	_ = consumer.Close(ctx)
-	<-done
+	_ = run.stop(ctx)
 	closedBy := <-firstClose
 	mu.Lock()
 	defer mu.Unlock()
@@ -141,7 +132,7 @@ func TestAHandlerRunningWhenTheServerDrainsGetsItsAckSettled(t *testing.T) {
 	if closedBy != "client 1000" {
 		t.Fatalf("the first connection was closed by %s, want the consumer once its acks were answered", closedBy)
 	}
-	if connections.Load() != 2 || len(reported) != 0 {
+	if reported := run.errors(); connections.Load() != 2 || len(reported) != 0 {
 		t.Fatalf("connections %d, errors reported %v", connections.Load(), reported)
 	}
 }
@@ -193,29 +184,16 @@ func closedWith1012(t *testing.T, first string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var reported []error
-	consumer, err := c.Consume(ctx, "t", queuecore.ConsumeParams{Group: "g", Transport: queuecore.TransportWebSocket,
-		OnError: func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		done <- consumer.Start(ctx, func(ctx context.Context, msg *queuecore.Message) error { return msg.Ack() })
-	}()
+	run := startConsumer(t, ctx, c, "t", queuecore.ConsumeParams{Group: "g", Transport: queuecore.TransportWebSocket}, acking)
 	select {
 	case <-reconnected:
 	case <-ctx.Done():
 		t.Fatal("the consumer did not reconnect after a 1012 close")
 	}
-	_ = consumer.Close(ctx)
-	if err := <-done; err != nil {
-		t.Fatalf("Start returned %v", err)
+	if err := run.stop(ctx); err != nil {
+		t.Fatalf("Close or Start returned %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if connections.Load() != 2 || len(reported) != 0 {
+	if reported := run.errors(); connections.Load() != 2 || len(reported) != 0 {
 		t.Fatalf("connections %d, errors reported %v", connections.Load(), reported)
 	}
 }

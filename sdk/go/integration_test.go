@@ -41,6 +41,10 @@ func TestTopicsLifecycle(t *testing.T) {
 	if r := detail.PartitionDetails[0].Replicas; len(r) != 1 || !r[0].Leader || !r[0].Current || r[0].Server == "" {
 		t.Fatalf("replicas %+v", r)
 	}
+	// No zone is configured for it (null), and the one copy lags nothing.
+	if r := detail.PartitionDetails[0].Replicas[0]; r.Zone != nil || r.Lag == nil || *r.Lag != 0 {
+		t.Fatalf("replica %+v", r)
+	}
 	updated, err := c.Topics.Update(ctx, name, queuecore.TopicUpdateParams{Partitions: 8, Retention: "1d"})
 	if err != nil {
 		t.Fatal(err)

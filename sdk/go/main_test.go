@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -218,3 +219,45 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// started is a consumer running Start in a goroutine, with every error it reported to OnError.
+type started struct {
+	consumer *queuecore.Consumer
+	done     chan error
+	mu       sync.Mutex
+	reported []error
+}
+
+// startConsumer consumes topic with params (its OnError collects into reported) and handler.
+func startConsumer(t *testing.T, ctx context.Context, c *queuecore.Client, topic string, params queuecore.ConsumeParams, handler queuecore.MessageHandler) *started {
+	t.Helper()
+	s := &started{done: make(chan error, 1)}
+	params.OnError = func(err error) { s.mu.Lock(); s.reported = append(s.reported, err); s.mu.Unlock() }
+	consumer, err := c.Consume(ctx, topic, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.consumer = consumer
+	go func() { s.done <- consumer.Start(ctx, handler) }()
+	return s
+}
+
+// stop closes the consumer gracefully and answers Close's error, else what Start returned.
+func (s *started) stop(ctx context.Context) error {
+	closed := s.consumer.Close(ctx)
+	returned := <-s.done
+	if closed != nil {
+		return closed
+	}
+	return returned
+}
+
+// errors answers what OnError was given so far.
+func (s *started) errors() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]error(nil), s.reported...)
+}
+
+// acking acks every message it is handed.
+func acking(ctx context.Context, msg *queuecore.Message) error { return msg.Ack() }

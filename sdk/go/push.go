@@ -63,6 +63,11 @@ func (k *Consumer) wsURL() (string, error) {
 // with 1012, service restart): not a failure.
 var errDraining = errors.New("queuecore: the server is draining")
 
+// errClosedAfterError ends a push session the server closed normally (1000) after an error frame, which
+// was reported as it came and said why: the close is that same end, not a second failure. The consumer
+// reconnects with backoff as after any failure (a refusal retrying cannot fix then comes at the upgrade).
+var errClosedAfterError = errors.New("queuecore: the server closed the connection after an error frame")
+
 func (k *Consumer) runPush(handler MessageHandler) error {
 	target, err := k.wsURL()
 	if err != nil {
@@ -89,9 +94,11 @@ func (k *Consumer) runPush(handler MessageHandler) error {
 			}
 			continue
 		}
-		k.emit(err)
-		if fatal(err) {
-			return err
+		if !errors.Is(err, errClosedAfterError) {
+			k.emit(err)
+			if fatal(err) {
+				return err
+			}
 		}
 		if welcomed {
 			failures = 0
@@ -243,6 +250,7 @@ type pushSession struct {
 }
 
 func (s *pushSession) read() {
+	errorSaid := false // an error frame came: a normal close after it is the end it announced
 	for {
 		var f frame
 		_, data, err := s.conn.ReadMessage()
@@ -253,6 +261,10 @@ func (s *pushSession) read() {
 			// 1012 (service restart) without the frame: a connection opened on a node that had begun draining.
 			if s.draining.Load() || websocket.IsCloseError(err, websocket.CloseServiceRestart) {
 				s.ended <- errDraining
+				return
+			}
+			if errorSaid && websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+				s.ended <- errClosedAfterError
 				return
 			}
 			s.ended <- &Error{Code: "CONNECTION_ERROR", Message: "WebSocket connection lost: " + err.Error(), Err: err}
@@ -291,6 +303,7 @@ func (s *pushSession) read() {
 			case s.answered <- struct{}{}:
 			default:
 			}
+			errorSaid = true
 			s.k.emit(frameError(f.Error))
 		}
 	}

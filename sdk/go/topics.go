@@ -30,15 +30,21 @@ type PartitionDetail struct {
 	LatestOffset   int64 `json:"latestOffset"`   // the next offset to be written
 	Messages       int64 `json:"messages"`
 	Bytes          int64 `json:"bytes"` // size on disk
-	// Where the partition's copies live, the leader first (one on a single-node server).
+	// Where the partition's copies live (server and zone), the leader first (one on a single-node server).
 	Replicas []Replica `json:"replicas"`
 }
 
 // Replica is one copy of a partition.
 type Replica struct {
-	Server  string `json:"server"`  // the server holding it
-	Leader  bool   `json:"leader"`  // this copy takes the partition's writes
-	Current bool   `json:"current"` // it has everything the leader acknowledged
+	Server string `json:"server"` // the server holding it
+	// The availability zone of its server (a NATS server's az:<zone> tag; on a single-node server, the
+	// zone it is configured with); nil when not known.
+	Zone    *string `json:"zone"`
+	Leader  bool    `json:"leader"`  // this copy takes the partition's writes
+	Current bool    `json:"current"` // it has everything the leader acknowledged
+	// Operations it has yet to apply to catch up with the leader (0 for the leader and a caught-up copy);
+	// nil when the leader cannot reach it.
+	Lag *int64 `json:"lag"`
 }
 
 // TopicDetail is a topic with per-partition offsets and sizes (Topics.Get).

@@ -350,6 +350,26 @@ class TestOverview:
         assert f"{spread_topic}  3 partitions, 1 replica, retention 7d," in human
 
 
+class TestTopicsDescribe:
+    def test_json_by_default_off_a_terminal_and_tables_of_partitions_and_copies(self, env, spread_topic):
+        described = run(env, "topics", "describe", spread_topic)
+        assert described.returncode == 0, described.stderr
+        detail = json.loads(described.stdout)
+        copies = [r for p in detail["partitionDetails"] for r in p["replicas"]]
+        # The test server's local engine: one copy per partition, leading, in no zone.
+        assert [(r["leader"], r["current"], r["zone"], r["lag"]) for r in copies] == [
+            (True, True, None, 0)
+        ] * 3
+        human = run(env, "topics", "describe", spread_topic, "-o", "human")
+        assert human.returncode == 0, human.stderr
+        out = human.stdout.splitlines()
+        assert out[0].startswith(f"{spread_topic}  3 partitions, 1 replica, retention 7d,")
+        header = next(i for i, line in enumerate(out) if line.split()[:3] == ["PARTITION", "SERVER", "ZONE"])
+        rows = [line.split() for line in out[header + 1 :]]
+        server = copies[0]["server"]
+        assert rows == [[str(p), server, "-", "leader", "yes", "0"] for p in range(3)]
+
+
 class TestBench:
     def test_publish_and_consume_report(self, env, client):
         topic = unique("cli")

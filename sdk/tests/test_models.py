@@ -8,7 +8,16 @@ import pydantic
 import pytest
 
 import queuecore
-from queuecore.types import BatchResult, Health, Message, MessagePage, PublishResult, Topic, TopicDetail
+from queuecore.types import (
+    BatchResult,
+    Health,
+    Message,
+    MessagePage,
+    PublishResult,
+    Replica,
+    Topic,
+    TopicDetail,
+)
 
 TOPIC = {
     "id": "top_8xk2m9",
@@ -33,8 +42,9 @@ def test_topic_detail_round_trip():
                 "messages": 12,
                 "bytes": 2048,
                 "replicas": [
-                    {"server": "n1", "leader": True, "current": True},
-                    {"server": "n0", "leader": False, "current": False},
+                    {"server": "n1", "leader": True, "current": True, "zone": "zone-b", "lag": 0},
+                    {"server": "n0", "leader": False, "current": False, "zone": "zone-a", "lag": 7},
+                    {"server": "n2", "leader": False, "current": False, "zone": None, "lag": None},
                 ],
             },
             {"id": 1, "earliestOffset": 3, "latestOffset": 3, "messages": 0, "bytes": 0, "replicas": []},
@@ -45,12 +55,19 @@ def test_topic_detail_round_trip():
     assert detail.created_at == datetime(2026, 3, 28, 10, 42, 18, 3000, tzinfo=timezone.utc)
     assert detail.partition_details[0].latest_offset == 12
     assert detail.partition_details[1].earliest_offset == 3
-    assert [(r.server, r.leader, r.current) for r in detail.partition_details[0].replicas] == [
-        ("n1", True, True),
-        ("n0", False, False),
+    assert [(r.server, r.zone, r.leader, r.current, r.lag) for r in detail.partition_details[0].replicas] == [
+        ("n1", "zone-b", True, True, 0),
+        ("n0", "zone-a", False, False, 7),
+        ("n2", None, False, False, None),
     ]
     assert detail.model_dump()["partition_details"][0]["earliest_offset"] == 0
     assert detail.to_wire() == wire
+
+
+def test_a_replica_from_a_server_that_does_not_say_zones():
+    # Servers before zone and lag answered {server, leader, current}: the SDK reads them as unknown.
+    replica = Replica.model_validate({"server": "n1", "leader": True, "current": True})
+    assert (replica.zone, replica.lag) == (None, None)
 
 
 def test_publish_result():

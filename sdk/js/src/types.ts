@@ -33,6 +33,16 @@ export interface Replica {
   leader: boolean;
   /** Whether it has everything the leader acknowledged. */
   current: boolean;
+  /**
+   * The availability zone of its server (a NATS server's `az:<zone>` tag; on a single-node server, the
+   * zone it is configured with); `null` when not known. Absent from servers older than zones.
+   */
+  zone?: string | null;
+  /**
+   * Operations it has yet to apply to catch up with the leader (0 for the leader and a caught-up copy);
+   * `null` when the leader cannot reach it. Absent from servers older than zones.
+   */
+  lag?: number | null;
 }
 
 export interface PartitionDetail {
@@ -41,7 +51,7 @@ export interface PartitionDetail {
   latestOffset: number;
   messages: number;
   bytes: number;
-  /** Where the partition's copies live, the leader first (one on a single-node server). */
+  /** Where the partition's copies live (server and zone), the leader first (one on a single-node server). */
   replicas: Replica[];
 }
 

@@ -6,6 +6,9 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { SDK_DIR, startServer } from './support/server.mjs';
 
+const TEST_TIMEOUT_MS = 120_000;
+const RUN_TIMEOUT_MS = 20 * 60_000;
+
 const started = Date.now();
 const server = await startServer();
 let code = 1;
@@ -24,12 +27,23 @@ try {
   const selected = only.length ? files.filter((f) => only.some((o) => f.includes(o))) : files;
   const shared = { url: server.url, port: server.port, keys: server.keys, key: server.key, dataDir: server.dataDir };
   code = await new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--test', '--test-reporter=spec', ...selected], {
+    // A test that waits forever (a consumer never stopped keeps its file's process alive) must fail, not
+    // hold the run: each test gets a deadline, a file's process exits once its tests are done, and the
+    // whole run has a watchdog well above its usual few minutes.
+    const args = ['--test', '--test-reporter=spec', `--test-timeout=${TEST_TIMEOUT_MS}`, '--test-force-exit'];
+    const child = spawn(process.execPath, [...args, ...selected], {
       cwd: SDK_DIR,
       stdio: 'inherit',
       env: { ...process.env, QC_TEST_SERVER: JSON.stringify(shared) },
     });
-    child.on('exit', (status, signal) => resolve(status ?? (signal ? 1 : 0)));
+    const watchdog = setTimeout(() => {
+      console.error(`test-js: still running after ${RUN_TIMEOUT_MS / 60_000} min; stopping it`);
+      child.kill('SIGKILL');
+    }, RUN_TIMEOUT_MS);
+    child.on('exit', (status, signal) => {
+      clearTimeout(watchdog);
+      resolve(status ?? (signal ? 1 : 0));
+    });
   });
   if (code !== 0) console.error(`--- server log tail ---\n${server.logTail()}`);
 } finally {

@@ -1,7 +1,8 @@
 """The few REST calls the connector makes, over one pooled ``httpx.Client`` per Spark task.
 
 Errors keep the service's envelope: a non-2xx answer raises ``QueueCoreError`` whose text is
-``<CODE>: <message> (request <id>)``, so a failed Spark job names the cause. 429, 503 and connection errors
+``<CODE>: <message> (request <id>)``, so a failed Spark job names the cause. A bulk read the server cannot
+answer raises ``BulkReadUnsupported`` instead (see there), so the reader can fall back to the JSON pages. 429, 503 and connection errors
 are retried with exponential backoff and jitter (honouring ``Retry-After``), as the SDK does; a publish keeps
 its idempotency keys across retries, so a retried call appends nothing twice.
 """
@@ -23,6 +24,8 @@ ENV_ADMIN_TOKEN = "QUEUECORE_ADMIN_TOKEN"
 ENV_BASE_URL = "QUEUECORE_BASE_URL"
 MAX_RETRIES = 5
 PAGE = 1000  # the stream read's largest page
+BULK_PAGE = 20_000  # records per bulk read: smaller than the largest (50,000), so the next travels while Spark takes this one
+RECORDS_MEDIA_TYPE = "application/vnd.queuecore.records"
 
 
 class QueueCoreError(Exception):
@@ -40,6 +43,25 @@ class QueueCoreError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:  # survives pickling between Spark's Python processes
         return (QueueCoreError, (self.code, self.message, self.status, self.request_id))
+
+
+class BulkReadUnsupported(QueueCoreError):
+    """The server does not answer bulk reads (``…/records``): a server older than them answers 404
+    ``NOT_FOUND`` ("No route matches …"), which a missing topic never does (that is 404
+    ``TOPIC_NOT_FOUND``); 406 and 415 say the media type is refused, by the server or a proxy before it.
+    The JSON pages of ``…/messages`` read the same records."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BulkReadUnsupported, (self.code, self.message, self.status, self.request_id))
+
+
+def bulk_read_unsupported(error: QueueCoreError) -> bool:
+    """Whether an error answered to a bulk read means the server has none (``BulkReadUnsupported``)."""
+    if error.status in (406, 415):
+        return True
+    # Only the envelope's code tells an unknown route from an unknown topic: both are 404. A 404 without
+    # the envelope (HTTP_ERROR) came from something that is not QueueCore, and is not guessed at.
+    return error.status == 404 and error.code == "NOT_FOUND"
 
 
 def invalid_option(message: str) -> QueueCoreError:
@@ -93,6 +115,26 @@ class Client:
         answer: dict[str, Any] = self._call("GET", path, params=params)
         return answer
 
+    def read_records(
+        self, topic: str, partition: int, *, from_offset: int, until_offset: int, limit: int = BULK_PAGE
+    ) -> bytes:
+        """One bulk read (``application/vnd.queuecore.records``, decoded by ``_records.decode``) of offsets
+        from ``from_offset`` up to ``until_offset`` (exclusive), at most ``limit`` records; raises
+        ``BulkReadUnsupported`` when the server has no bulk read."""
+        params: dict[str, str | int] = {
+            "fromOffset": from_offset,
+            "untilOffset": until_offset,
+            "limit": limit,
+        }
+        path = f"/v1/topics/{quote(topic, safe='')}/partitions/{partition}/records"
+        try:
+            answer: bytes = self._call("GET", path, params=params, accept=RECORDS_MEDIA_TYPE)
+        except QueueCoreError as error:
+            if bulk_read_unsupported(error):
+                raise BulkReadUnsupported(error.code, error.message, error.status, error.request_id) from None
+            raise
+        return answer
+
     def publish_batch(self, topic: str, body: bytes) -> dict[str, Any]:
         path = f"/v1/topics/{quote(topic, safe='')}/messages/batch"
         answer: dict[str, Any] = self._call("POST", path, content=body)
@@ -122,8 +164,12 @@ class Client:
         *,
         params: dict[str, str | int] | None = None,
         content: bytes | None = None,
+        accept: str | None = None,
     ) -> Any:
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        """The answer's JSON parsed; its bytes as they came when ``accept`` names another media type."""
+        headers = {"Content-Type": "application/json"} if content is not None else {}
+        if accept is not None:
+            headers["Accept"] = accept
         for attempt in range(MAX_RETRIES + 1):
             try:
                 response = self._http.request(method, path, params=params, content=content, headers=headers)
@@ -135,7 +181,7 @@ class Client:
                 time.sleep(_backoff(attempt, None))
                 continue
             if response.status_code < 300:
-                return orjson.loads(response.content)
+                return response.content if accept is not None else orjson.loads(response.content)
             if response.status_code in (429, 503) and attempt < MAX_RETRIES:
                 time.sleep(_backoff(attempt, response.headers.get("Retry-After")))
                 continue

@@ -18,6 +18,7 @@ from ._http import DEFAULT_BASE_URL, ENV_API_KEY, ENV_BASE_URL, Client, QueueCor
 
 EARLIEST = -2
 LATEST = -1
+READ_FORMATS = ("records", "json")  # the bulk read (application/vnd.queuecore.records) or JSON pages
 DEFAULT_SPLIT = 100_000  # records per Spark input partition: long ranges are split so they parallelise
 
 
@@ -33,6 +34,7 @@ class Options:
     max_offsets_per_trigger: int | None
     split: int
     min_partitions: int | None
+    read_format: str = "records"  # "records": the bulk read; "json": the stream read's JSON pages
 
     def client(self) -> Client:
         return Client(self.base_url, self.api_key)
@@ -61,6 +63,9 @@ def parse(options: Mapping[str, str]) -> Options:
             raise invalid_option("'partitions' takes comma-separated partition ids, e.g. '0,2'.") from None
         if not partitions or min(partitions) < 0:
             raise invalid_option("'partitions' takes comma-separated partition ids, e.g. '0,2'.")
+    read_format = opts.get("readformat", "records").strip().lower()
+    if read_format not in READ_FORMATS:
+        raise invalid_option(f"'readFormat' is 'records' (the default) or 'json', got {read_format!r}.")
     return Options(
         topic=topic,
         api_key=api_key,
@@ -72,6 +77,7 @@ def parse(options: Mapping[str, str]) -> Options:
         max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
         split=_positive(opts, "maxrecordsperpartition", "maxRecordsPerPartition") or DEFAULT_SPLIT,
         min_partitions=_positive(opts, "minpartitions", "minPartitions"),
+        read_format=read_format,
     )
 
 
@@ -179,6 +185,7 @@ class WriteOptions:
     api_key: str
     base_url: str
     write_id: str | None  # 'writeId': a caller-chosen id, so a re-run of a whole job publishes nothing twice
+    max_in_flight: int | None = None  # 'maxInFlight': requests in flight per task (default: the partitions)
 
 
 def parse_write(options: Mapping[str, str]) -> WriteOptions:
@@ -187,4 +194,5 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
     write_id = opts.get("writeid")
     if write_id is not None and not write_id.strip():
         raise invalid_option("'writeId' must not be empty.")
-    return WriteOptions(read.topic, read.api_key, read.base_url, write_id)
+    max_in_flight = _positive(opts, "maxinflight", "maxInFlight")
+    return WriteOptions(read.topic, read.api_key, read.base_url, write_id, max_in_flight)

@@ -9,9 +9,11 @@
  * to the next owner, running handlers finish, their settlements are sent and answered while the draining
  * node still settles them), closes, and reconnects at once; a close with 1012 (service restart) counts as a
  * deploy even without the frame (a connection opened on a node that had begun draining). Neither is reported.
+ * An `error` frame is reported as it comes; a normal close (1000) after it is the end it announced, not a
+ * second failure: the consumer reconnects with backoff without reporting it again.
  */
 import { seg } from './api-client.js';
-import { APIConnectionError, APIError, RateLimitError } from './error.js';
+import { APIConnectionError, APIError, RateLimitError, makeStatusError } from './error.js';
 import { backoff, deferred, retryable, type ConsumerHost, type ConsumerTransport } from './consumer-kit.js';
 import { SocketOpenError, type OpenSocket, type Socket } from './websocket.js';
 
@@ -20,10 +22,16 @@ const STOP_FLUSH_TIMEOUT = 5_000;
 const OPEN_TIMEOUT = 10_000;
 /** Close code 1012 (service restart): the node is draining for a deploy. */
 const SERVICE_RESTART = 1012;
+/** Close code 1000: how the server closes after an `error` frame that said why. */
+const NORMAL_CLOSURE = 1000;
 
-/** The typed error an `error` frame (or a refusing welcome) carries. */
+/** A session the server closed normally after an `error` frame, which was reported already. */
+class ClosedAfterError extends APIConnectionError {}
+
+/** The typed error an `error` frame (or a refusing welcome) carries: by its status, as an HTTP answer's is. */
 function frameError(frame: Record<string, any>, fallback: string): APIError {
   const error = (frame['error'] ?? {}) as Record<string, unknown>;
+  if (typeof error['status'] === 'number') return makeStatusError(error['status'], new Headers(), frame);
   return new APIError(String(error['message'] ?? fallback), {
     status: typeof error['status'] === 'number' ? error['status'] : undefined,
     code: typeof error['code'] === 'string' ? error['code'] : undefined,
@@ -71,7 +79,7 @@ export class PushTransport implements ConsumerTransport {
           error instanceof SocketOpenError
             ? new APIConnectionError(`WebSocket connection failed: ${error.message}`, { cause: error })
             : error;
-        await host.emitError(wrapped);
+        if (!(error instanceof ClosedAfterError)) await host.emitError(wrapped);
         const floor = error instanceof RateLimitError ? (error.retryAfter ?? 0) * 1000 : 0;
         await host.stop.sleep(backoff(failures, floor));
       } finally {
@@ -146,6 +154,9 @@ export class PushTransport implements ConsumerTransport {
       host.client.logger.info('the server is draining; reconnecting');
       return true;
     }
+    if (session.errorSaid && session.closeCode === NORMAL_CLOSURE) {
+      throw new ClosedAfterError(`WebSocket closed after an error frame (${ended})`);
+    }
     throw new APIConnectionError(`WebSocket connection lost (${ended})`);
   }
 
@@ -172,6 +183,7 @@ export class PushTransport implements ConsumerTransport {
         host.emitRebalance();
         break;
       case 'error':
+        session.errorSaid = true;
         void host.emitError(frameError(frame, 'error'));
         break;
       default:
@@ -260,6 +272,8 @@ class PushSession {
   closed = false;
   /** The server sent `draining`: hand over, then reconnect; its close is a deploy, not a failure. */
   draining = false;
+  /** The server sent an `error` frame: a normal close after it is the end that frame announced. */
+  errorSaid = false;
   /** The close code, once closed (1012: the node is draining). */
   closeCode: number | undefined;
   /** Resolves with `'draining'` when the server says it is draining. */

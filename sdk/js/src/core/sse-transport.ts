@@ -11,7 +11,7 @@
  */
 import { seg } from './api-client.js';
 import { backoff, deferred, retryable, type ConsumerHost, type ConsumerTransport } from './consumer-kit.js';
-import { APIConnectionError, APIError, RateLimitError } from './error.js';
+import { APIConnectionError, APIError, RateLimitError, makeStatusError } from './error.js';
 import { globalEventSource, openEventSource, openFetchStream, type EventStream } from './event-stream.js';
 import { PullTransport } from './pull-transport.js';
 
@@ -26,6 +26,7 @@ function eventError(data: string): APIError {
     // not JSON: the message says so below
   }
   const error = (envelope['error'] ?? {}) as Record<string, unknown>;
+  if (typeof error['status'] === 'number') return makeStatusError(error['status'], new Headers(), envelope);
   return new APIError(String(error['message'] ?? 'the event stream reported an error'), {
     status: typeof error['status'] === 'number' ? error['status'] : undefined,
     code: typeof error['code'] === 'string' ? error['code'] : undefined,
@@ -41,10 +42,24 @@ class SseSession {
   welcome = deferred<Record<string, any>>();
   /** Resolves with why the stream ended: the server closed it, it dropped, or an `error` event. */
   ended = deferred<unknown>();
-  onEvent: ((event: string, data: string) => void) | undefined;
+  #listener: ((event: string, data: string) => void) | undefined;
+  /** Events that came before the session listened: the welcome and the first messages often share a chunk. */
+  #early: Array<[string, string]> = [];
 
   constructor() {
     this.welcome.promise.catch(() => {});
+  }
+
+  /** An event after the welcome: to the listener, or kept for it until it listens. */
+  receive(event: string, data: string): void {
+    if (this.#listener) this.#listener(event, data);
+    else this.#early.push([event, data]);
+  }
+
+  /** Listen from now on, taking first what came while the welcome was being handled. */
+  listen(listener: (event: string, data: string) => void): void {
+    this.#listener = listener;
+    for (const [event, data] of this.#early.splice(0)) listener(event, data);
   }
 }
 
@@ -93,7 +108,7 @@ export class SseTransport implements ConsumerTransport {
       onEvent: (event: string, data: string) => {
         if (event === 'welcome') session.welcome.resolve(JSON.parse(data) as Record<string, any>);
         else if (event === 'error') session.ended.resolve(eventError(data));
-        else session.onEvent?.(event, data);
+        else session.receive(event, data);
       },
       onEnd: (error?: unknown) => {
         const why = error ?? new Error('the server ended the stream');
@@ -142,7 +157,7 @@ export class SseTransport implements ConsumerTransport {
     });
     host.emitRebalance();
     host.joined();
-    session.onEvent = (event, data) => this.#onEvent(event, data, session);
+    session.listen((event, data) => this.#onEvent(event, data, session));
     if (host.pending.size > 0) host.pending.schedule(0);
     const ended = await Promise.race([session.ended.promise, host.stop.promise.then(() => 'stopped' as const)]);
     if (ended === 'stopped') {

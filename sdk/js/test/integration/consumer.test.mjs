@@ -59,11 +59,7 @@ for (const transport of ['websocket', 'pull', 'sse']) {
       assert.equal((await pq.consumerGroups.describe(topic, 'g')).consumers, 0, 'the member left');
     });
 
-    // Over SSE these two tests time out since the merges of session 13 (the handlers stop getting messages
-    // after a few streams; the same scenarios pass in the Python SDK's SSE transport): a known defect of
-    // the Node SSE transport, left open in the #32 note. Skipped over SSE only.
-    const skipOverSse = transport === 'sse' ? { skip: 'known defect: Node SSE transport stalls here (see the #32 note)' } : {};
-    test('stop(): no handler after it resolves; unhandled messages are not acked and come back', skipOverSse, async () => {
+    test('stop(): no handler after it resolves; unhandled messages are not acked and come back', async () => {
       const topic = await topicWith(1, 20);
       const consumer = pq.consume(topic, { group: 'g', startFrom: 'earliest', transport, maxInFlight: 20 });
       const handled = [];
@@ -98,7 +94,7 @@ for (const transport of ['websocket', 'pull', 'sse']) {
       assert.deepEqual(next.slice(0, 17), Array.from({ length: 17 }, (_, i) => i + 3));
     });
 
-    test('a handler may stop the consumer (no deadlock); its ack, made before, is confirmed', skipOverSse, async () => {
+    test('a handler may stop the consumer (no deadlock); its ack, made before, is confirmed', async () => {
       const topic = await topicWith(2, 10);
       const consumer = pq.consume(topic, { group: 'self-stop', startFrom: 'earliest', transport });
       let stopped;

@@ -32,6 +32,10 @@ describe('topics', () => {
     assert.equal(more.code, 'INVALID_REQUEST');
     assert.match(more.message, /keeps one copy/);
     assert.deepEqual(Object.keys(detail.partitionDetails[0]).sort(), ['bytes', 'earliestOffset', 'id', 'latestOffset', 'messages', 'replicas']);
+    // The test server's local engine: one copy, leading, caught up, in no zone (none is configured).
+    const [copy, ...others] = detail.partitionDetails[0].replicas;
+    assert.deepEqual(Object.keys(copy).sort(), ['current', 'lag', 'leader', 'server', 'zone']);
+    assert.deepEqual([copy.leader, copy.current, copy.zone, copy.lag, others.length], [true, true, null, 0, 0]);
 
     const updated = await pq.topics.update(names[0], { partitions: 8, retention: '1d' });
     assert.equal(updated.partitions, 8);

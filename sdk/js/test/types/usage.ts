@@ -51,6 +51,10 @@ async function main(): Promise<void> {
   for await (const t of pq.topics.list({ limit: 10 })) console.log(t.name satisfies string);
   const detail: TopicDetail = await pq.topics.describe(topic.name);
   console.log(detail.partitionDetails[0]?.latestOffset, topics.length);
+  for (const copy of detail.partitionDetails[0]?.replicas ?? []) {
+    const where: [string, string | null | undefined, boolean, number | null | undefined] = [copy.server, copy.zone, copy.leader, copy.lag];
+    console.log(where);
+  }
   await pq.topics.update('order.events', { partitions: 8 });
 
   const result: PublishResult = await pq.publish('order.events', { type: 'order.created', orderId: 'ord_92jf8x' });

@@ -1,5 +1,6 @@
-// A deploy: the node sends `draining` and closes with 1012; the consumer reconnects at once (here to the
-// same scripted address, as to another node behind one balancer) and reports no error.
+// How a consumer leaves a server that ends its member: a deploy's `draining` (then 1012), or an `error`
+// frame (then a normal close). Either way it reconnects at once (here to the same scripted address, as to
+// another node behind one balancer) and consumes there.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WebSocketServer } from 'ws';
@@ -8,7 +9,12 @@ import * as sdk from '../../dist/esm/index.js';
 
 const ID = 'msg_aaaaaaaaaaaaaaaaaaaaaaaaaa';
 
-test('a draining server is left for another without an error', async () => {
+/**
+ * A scripted server whose first connection is ended by `endFirst(ws)`; the second delivers one message and
+ * answers its ack. Runs a consumer until that ack, and answers how many connections it made and the errors
+ * it reported.
+ */
+async function leaveTheFirstServer(endFirst) {
   let connections = 0;
   let markAcked;
   const acked = new Promise((resolve) => (markAcked = resolve));
@@ -18,8 +24,7 @@ test('a draining server is left for another without an error', async () => {
     connections += 1;
     ws.send(JSON.stringify({ type: 'welcome', memberId: `csr_${connections}`, generationId: 1, assignments: [0] }));
     if (connections === 1) {
-      ws.send(JSON.stringify({ type: 'draining' }));
-      ws.close(1012);
+      endFirst(ws);
       return;
     }
     ws.send(
@@ -48,6 +53,36 @@ test('a draining server is left for another without an error', async () => {
   await acked;
   await consumer.stop();
   await new Promise((resolve) => wss.close(resolve));
+  return { connections, errors };
+}
+
+test('a draining server is left for another without an error', async () => {
+  const { connections, errors } = await leaveTheFirstServer((ws) => {
+    ws.send(JSON.stringify({ type: 'draining' }));
+    ws.close(1012);
+  });
   assert.equal(connections, 2);
   assert.deepEqual(errors, []);
+});
+
+// The server ends a member for a reason of its own with an `error` frame, then a normal close (1000): one
+// end, reported once (the frame, which says why), as the Python SDK does; the consumer reconnects as after
+// any failure. Seen in the rolling restart (bench/rolling_restart.py): a JetStream read refused while a
+// NATS node restarted was reported twice, the 503 and then "WebSocket connection lost (code 1000)".
+test('an error frame and the normal close after it are one report', async () => {
+  const { connections, errors } = await leaveTheFirstServer((ws) => {
+    ws.send(
+      JSON.stringify({
+        type: 'error',
+        error: { code: 'SERVICE_UNAVAILABLE', status: 503, message: 'JetStream did not answer a read', requestId: 'req_1' },
+      }),
+    );
+    ws.close(1000);
+  });
+  assert.equal(connections, 2);
+  assert.equal(errors.length, 1, errors.map(String).join('; '));
+  // Typed by its status, as the Python and Go SDKs type it (and as an HTTP 503 is).
+  assert.ok(errors[0] instanceof sdk.ServiceUnavailableError, errors[0].constructor.name);
+  assert.equal(errors[0].status, 503);
+  assert.equal(errors[0].code, 'SERVICE_UNAVAILABLE');
 });

@@ -7,7 +7,7 @@ import argparse
 from .._client import QueueCore
 from ._args import Subcommands, add_command, add_group, add_table_option, default_format, positive
 from ._errors import EXIT_OK, UsageError
-from ._output import emit, emit_model, listing
+from ._output import emit, emit_model, listing, table
 
 __all__ = ["register"]
 
@@ -42,8 +42,39 @@ def cmd_create(client: QueueCore, args: argparse.Namespace) -> int:
 
 
 def cmd_describe(client: QueueCore, args: argparse.Namespace) -> int:
-    """A topic (its replicas among the rest) with per-partition offsets."""
-    emit_model(client.topics.describe(args.name))
+    """A topic with per-partition offsets and where each partition's copies live: one JSON object, or
+    (``-o human``, the default on a terminal) its settings, then a table of the partitions and one of the
+    copies (server, zone, leader or follower, caught up, lag)."""
+    detail = client.topics.describe(args.name)
+    if default_format(args.output) == "json":
+        emit_model(detail)
+        return EXIT_OK
+    copies = f"{detail.replicas} replica" + ("" if detail.replicas == 1 else "s")
+    print(
+        f"{detail.name}  {detail.partitions} partitions, {copies}, retention {detail.retention}, "
+        f"{detail.delivery}, {detail.status}, created {detail.to_wire()['createdAt']}"
+    )
+    print()
+    table(
+        ["PARTITION", "EARLIEST", "LATEST", "MESSAGES", "BYTES"],
+        [[p.id, p.earliest_offset, p.latest_offset, p.messages, p.bytes] for p in detail.partition_details],
+    )
+    print()
+    table(
+        ["PARTITION", "SERVER", "ZONE", "ROLE", "CURRENT", "LAG"],
+        [
+            [
+                p.id,
+                r.server,
+                r.zone or "-",
+                "leader" if r.leader else "follower",
+                "yes" if r.current else "no",
+                "-" if r.lag is None else r.lag,
+            ]
+            for p in detail.partition_details
+            for r in p.replicas
+        ],
+    )
     return EXIT_OK
 
 
@@ -96,10 +127,18 @@ def register(sub: Subcommands) -> None:
     td = add_command(
         topics,
         "describe",
-        help="a topic with per-partition offsets",
-        example="queuecore topics describe order.events",
+        help="a topic with per-partition offsets and where each partition's copies live (server, zone)",
+        example="queuecore topics describe order.events -o human\n"
+        "queuecore topics describe order.events | jq '.partitionDetails[].replicas[] | select(.leader) | .zone'",
     )
     td.add_argument("name")
+    td.add_argument(
+        "-o",
+        "--output",
+        choices=("json", "human"),
+        help="one JSON object, or tables of the partitions and their copies (default: tables on a "
+        "terminal, json otherwise)",
+    )
     td.set_defaults(run=cmd_describe)
     tu = add_command(
         topics,

@@ -1,3 +1,5 @@
+from typing import Optional
+
 from .._models import BaseModel
 from .topic import Topic
 
@@ -13,6 +15,12 @@ class Replica(BaseModel):
     """Whether this copy takes the partition's writes."""
     current: bool
     """Whether it has everything the leader acknowledged."""
+    zone: Optional[str] = None
+    """The availability zone of its server (a NATS server's ``az:<zone>`` tag; on a single-node server,
+    the zone it is configured with); None when not known."""
+    lag: Optional[int] = None
+    """Operations it has yet to apply to catch up with the leader (0 for the leader and a caught-up copy);
+    None when the leader cannot reach it."""
 
 
 class PartitionDetail(BaseModel):
@@ -29,7 +37,7 @@ class PartitionDetail(BaseModel):
     bytes: int
     """The partition's size on disk."""
     replicas: list[Replica]
-    """Where the partition's copies live, the leader first (one on a single-node server)."""
+    """Where the partition's copies live (server and zone), the leader first (one on a single-node server)."""
 
 
 class TopicDetail(Topic):
