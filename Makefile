@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run serve migrate bootstrap pipeline test test-matrix test-long audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster checkers rolling-restart faults
+.PHONY: image image-smoke install lock run serve migrate bootstrap pipeline test test-matrix test-long audit test-sdk test-sdk-wheel services lint typecheck openapi asyncapi install-asyncapi bench fuzz clean install-js test-js bench-js cluster checkers rolling-restart faults
 
 # The dashboard's front-end libraries (app/dashboard): npm ci from its lock file, copied into its
 # git-ignored static/vendor; and Debian's headless Chromium for its browser tests (Playwright drives it,
@@ -76,6 +76,14 @@ $(NFT):
 	apt-get install -y --no-install-recommends nftables || \
 		(apt-get update && apt-get install -y --no-install-recommends nftables)
 
+# Debian's libfuse2, which fusepy binds to: the power-loss fault mounts the data directories on a lazy file
+# system (tests/system/faults/lazyfs.py; needs /dev/fuse and root, skipped where either is missing). A file
+# the package installs on every architecture stands for it.
+LIBFUSE := /usr/share/doc/libfuse2/copyright
+$(LIBFUSE):
+	apt-get install -y --no-install-recommends libfuse2 || \
+		(apt-get update && apt-get install -y --no-install-recommends libfuse2)
+
 # Re-resolve every dependency in a scratch virtualenv and pin what it got.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
@@ -132,6 +140,20 @@ $(CHECKERS_STAMP): $(CHECKERS)/package.json $(CHECKERS)/package-lock.json
 	cd $(CHECKERS) && npm ci --ignore-scripts --no-audit --no-fund  # no tool needs one; @scarf/scarf's is telemetry
 	touch $(CHECKERS_STAMP)
 
+# The server image (infra/image/Containerfile, docs/operations.md "Images and manifests"), built with podman
+# (Debian's: apt-get install podman); --format docker keeps its HEALTHCHECK (the OCI format has none).
+# PODMAN_BUILD_ARGS for base images pinned by digest (--build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:...)
+# or a runtime's flags. make image-smoke runs it (infra/image/smoke.sh: migrate, serve, /v1/health 200 as
+# uid 10001, SIGTERM drains). Not in make test: this machine has no registry for the base images (the docs
+# say what was tried, and how it was smoke-tested here on stand-in bases).
+IMAGE ?= localhost/queuecore-server:dev
+PODMAN ?= podman
+image:
+	$(PODMAN) build --format docker $(PODMAN_BUILD_ARGS) -f infra/image/Containerfile -t $(IMAGE) .
+
+image-smoke: image
+	IMAGE=$(IMAGE) PODMAN="$(PODMAN)" PODMAN_RUN_ARGS="$(PODMAN_RUN_ARGS)" bash infra/image/smoke.sh
+
 # Lint and types, then five suites two at a time, one per core (make -j2; each starts servers of its own on
 # free ports and keeps its output apart): the server suite in one pytest process, and beside it the
 # system tests (tests/system: crashes, outages, faults, several processes each, mostly waiting on them) in
@@ -140,7 +162,7 @@ $(CHECKERS_STAMP): $(CHECKERS)/package.json $(CHECKERS)/package-lock.json
 # and the SDKs together take about as long as the rest of the server suite. All three SDKs at once made the
 # Node suite's 30 s waits fail under load. PYTEST_SYSTEM_ARGS come after PYTEST_ARGS for the second process
 # (e.g. its own --junitxml).
-test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT)
+test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT) $(LIBFUSE)
 	$(MAKE) -j2 --keep-going --output-sync=target test-server test-system test-sdk-wheel test-go test-js
 
 .PHONY: test-server test-system
@@ -152,13 +174,13 @@ test-system: install
 
 # Every suite over all three deployments (make test runs the two the product ships: SQLite with the local
 # log engine, and Postgres with JetStream; tests/conftest.py says why), then the bounded long runs.
-test-matrix: install services go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT)
+test-matrix: install services go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT) $(LIBFUSE)
 	QC_TEST_BACKENDS=sqlite,postgres,jetstream $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The bounded versions of the long runs that make test leaves out (pytest -m long): the contract fuzz, a
-# rolling restart of every API process under SDK load and the crash soak. make fuzz, make rolling-restart and
-# make soak are the long ones.
-test-long: install services $(HAPROXY) $(NFT)
+# rolling restart of every API process under the three SDKs' load and the crash soak. make fuzz, make
+# rolling-restart and make soak are the long ones.
+test-long: install services go-deps install-js $(HAPROXY) $(NFT)
 	$(BIN)/python -m pytest -q -m long $(PYTEST_ARGS)
 
 test-sdk: install
@@ -275,15 +297,20 @@ clean:
 # under continuous load (single and batch publishes, WebSocket and pull members on an exactly-once topic), on
 # the embedded, Postgres and JetStream deployments; every history checked for lost writes, duplicates,
 # reordering, poll skips, partial batches, acked-then-redelivered messages, two owners, unseen messages.
+# Coordinated power loss: every data directory on a lazy file system (tests/system/faults/lazyfs.py), every
+# process storing data SIGKILLed at once and every write not fsync'd dropped before they restart.
 # Table to bench/results/faults.md, any anomaly fails it; the short version is tests/system/faults/. docs/reliability.md
 # ("Histories and the checker") explains it.
 .PHONY: faults
-# Every API process, then every NATS server, restarted in turn under SDK load: bench/results/rolling_restart.md.
-rolling-restart: install services $(HAPROXY)
+# Every API process, the run's Postgres and Redis, then every NATS server, restarted in turn while the Python,
+# Node.js and Go SDKs publish and consume (bench/rolling/: the Node client on the built sdk/js, the Go client
+# built against sdk/go through the module proxy of go-deps): bench/results/rolling_restart.md.
+rolling-restart: install services go-deps install-js $(HAPROXY)
 	$(BIN)/python bench/rolling_restart.py
 
-faults: install services $(NFT)
+faults: install services $(NFT) $(LIBFUSE)
 	$(BIN)/python bench/faults.py --faults sigkill,sigstop,mixed --deployments embedded,postgres,jetstream --runs 3 --repeat 4
 	$(BIN)/python bench/faults.py --faults nats-pause,nats-kill,nats-partition,nats-bridge,api-nats-cut,nats-disk,nats-mixed \
 		--deployments jetstream --runs 2 --repeat 4
-	$(BIN)/python bench/faults.py --faults redis-pause,redis-kill --deployments postgres,jetstream --runs 2 --repeat 3
+	$(BIN)/python bench/faults.py --faults redis-pause,redis-kill,redis-slow --deployments postgres,jetstream --runs 2 --repeat 3
+	$(BIN)/python bench/faults.py --faults power-loss --deployments embedded,postgres,jetstream --runs 3 --repeat 4 --between 3

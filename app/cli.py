@@ -1,4 +1,5 @@
-"""``queuecore-server``: the operator CLI (serve, migrate, users, bootstrap, keys, projects, alerts).
+"""``queuecore-server``: the operator CLI (serve, migrate, backup, restore, users, bootstrap, keys, projects,
+alerts).
 
 Exit codes: 0 success, 1 a refused operation (not found, conflict, invalid value), 2 bad arguments,
 3 ``KEY_LIMIT_REACHED``, 4 a store is unavailable.
@@ -11,16 +12,21 @@ import asyncio
 import json
 import secrets
 import sys
+import sysconfig
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.broker import alerts, keys, sessions, tenancy
 from app.broker.errors import BrokerError, KeyLimitReached, Unavailable
 from app.broker.rate_limits import Tier
 from app.settings import Settings, get_settings, unknown_environment_names
 from app.stores.errors import StoreUnavailable
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
+from app.stores.metadata.protocol import MetadataStore
+
+if TYPE_CHECKING:
+    import uvicorn
 
 DEMO_EMAIL = "demo@queuecore.local"
 EXIT_REFUSED, EXIT_USAGE, EXIT_KEY_LIMIT, EXIT_UNAVAILABLE = 1, 2, 3, 4
@@ -30,21 +36,32 @@ def _print(payload: Any, as_json: bool, human: str) -> None:
     print(json.dumps(payload, indent=None if as_json else 2) if as_json else human)
 
 
+def migrations_root() -> Path:
+    """Where ``alembic.ini`` and ``migrations/`` are: the checkout this runs from, else the data files the
+    installed wheel put under ``<prefix>/share/queuecore-server`` (pyproject.toml's data-files)."""
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "alembic.ini").is_file():
+        return checkout
+    return Path(sysconfig.get_path("data")) / "share" / "queuecore-server"
+
+
 def migrate(settings: Settings) -> None:
     """Bring the metadata schema to the newest migration."""
     from alembic import command
     from alembic.config import Config
 
-    root = Path(__file__).resolve().parent.parent
+    root = migrations_root()
     config = Config(str(root / "alembic.ini"))
     config.set_main_option("script_location", str(root / "migrations"))
     config.attributes["url"] = settings.resolved_database_url
+    tls = settings.database_tls()
+    config.attributes["connect_args"] = {"ssl": tls} if tls is not None else {}
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     command.upgrade(config, "head")
 
 
 async def _with_store(settings: Settings, work: Callable[[MetadataStore], Awaitable[int]]) -> int:
-    store = MetadataStore(settings.resolved_database_url, pool_size=2)
+    store = SqlMetadataStore(settings.resolved_database_url, pool_size=2, tls=settings.database_tls())
     try:
         return await work(store)
     finally:
@@ -174,12 +191,18 @@ async def cmd_projects_set_tier(args: argparse.Namespace, store: MetadataStore) 
     return 0
 
 
+def _alert_policy(settings: Settings) -> alerts.AlertPolicy:
+    from app.main import build_alert_policy  # the app and its routes only load when a command needs them
+
+    return build_alert_policy(settings)
+
+
 async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
     async with store.unit() as uow:
         project = await tenancy.get_project(uow, args.project)
         view = await alerts.set_endpoint(
             uow,
-            alerts.AlertPolicy.from_settings(settings),
+            _alert_policy(settings),
             project.id,
             args.environment,
             args.url,
@@ -195,7 +218,7 @@ async def cmd_alerts_set(args: argparse.Namespace, store: MetadataStore, setting
 async def cmd_alerts_show(args: argparse.Namespace, store: MetadataStore, settings: Settings) -> int:
     async with store.unit() as uow:
         project = await tenancy.get_project(uow, args.project)
-        policy = alerts.AlertPolicy.from_settings(settings)
+        policy = _alert_policy(settings)
         view = await alerts.get_endpoint(uow, policy, project.id, args.environment)
     _print(view.to_wire(), args.json, f"{view.url}  secret …{view.secret_hint}  breaker {view.state}")
     return 0
@@ -217,6 +240,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     sub.add_parser("migrate", help="apply metadata migrations")
+    back = sub.add_parser(
+        "backup", help="copy metadata, then logs, into a new directory while the server serves"
+    )
+    back.add_argument("directory", type=Path, help="where to write the backup (must be empty or new)")
+    back.add_argument("--json", action="store_true")
+    rest = sub.add_parser(
+        "restore", help="load a backup into a fresh database and log directory (server stopped)"
+    )
+    rest.add_argument("directory", type=Path, help="a directory `backup` wrote")
+    rest.add_argument("--json", action="store_true")
 
     users = sub.add_parser("users", help="dashboard accounts").add_subparsers(dest="action", required=True)
     uc = users.add_parser("create", help="create an account user")
@@ -295,8 +328,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
-    import uvicorn
-
     from app.kit.http_protocol import HttpProtocol
     from app.kit.logs import configure_logging
 
@@ -308,13 +339,23 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     HttpProtocol.body_timeout = settings.http_body_timeout_seconds
     HttpProtocol.anonymous_body_timeout = settings.http_anonymous_body_timeout_seconds
     HttpProtocol.body_min_rate = settings.http_body_min_rate
-    proxies = settings.trusted_proxy_list()
     from app.api.draining import drain
     from app.kit.serving import DrainingServer
     from app.main import create_app
 
     application = create_app(settings)
-    config = uvicorn.Config(
+    config = server_config(settings, application, host, port)
+    # The first SIGTERM drains (app/api/draining.py) before uvicorn's own graceful shutdown.
+    DrainingServer(config, lambda: drain(application)).run()
+    return 0
+
+
+def server_config(settings: Settings, application: Any, host: str | None, port: int | None) -> uvicorn.Config:
+    """How ``serve`` runs ``application`` under uvicorn (a test serves an app of its own with it)."""
+    import uvicorn
+
+    proxies = settings.trusted_proxy_list()
+    return uvicorn.Config(
         application,
         host=host or settings.host,
         port=port or settings.port,
@@ -338,8 +379,42 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         # After draining (SIGTERM): the requests in flight get this long to finish.
         timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout_seconds)),
     )
-    # The first SIGTERM drains (app/api/draining.py) before uvicorn's own graceful shutdown.
-    DrainingServer(config, lambda: drain(application)).run()
+
+
+def _backup_or_restore(args: argparse.Namespace, settings: Settings) -> int:
+    """``backup DIR`` / ``restore DIR`` (``app.backups``), with the stores ``serve`` would use."""
+    from app import backups
+    from app.main import build_log_engine
+    from app.stores.log.protocol import BackupUnsupported
+
+    run = backups.backup if args.command == "backup" else backups.restore
+    if args.command == "restore":
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = build_log_engine(settings)
+    try:
+        manifest = asyncio.run(
+            run(args.directory, settings.resolved_database_url, engine, settings.log_engine.value)
+        )
+    except (backups.BackupError, BackupUnsupported) as exc:
+        print(f"queuecore-server: {args.command} refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    records = sum(p["end_offset"] - p["first_offset"] for p in manifest.partitions)
+    verb = "backed up" if args.command == "backup" else "restored"
+    human = (
+        f"{verb} {manifest.database} metadata and {len(manifest.partitions)} partition(s) "
+        f"({records} records) of the {manifest.engine} engine, {args.directory}"
+    )
+    if args.command == "restore":
+        human += "; next: `queuecore-server migrate`, then `serve` (with the same QUEUECORE_SECRET_KEY)"
+    _print(
+        {
+            "directory": str(args.directory),
+            "createdAt": manifest.created_at,
+            "partitions": manifest.partitions,
+        },
+        args.json,
+        human,
+    )
     return 0
 
 
@@ -347,6 +422,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     command = args.command
     if command == "serve":
         return _serve(settings, args.host, args.port)
+    if command in ("backup", "restore"):
+        return _backup_or_restore(args, settings)
     if command == "migrate":
         migrate(settings)
         print("metadata schema is up to date")

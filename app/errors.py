@@ -38,6 +38,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "ALERT_ENDPOINT_NOT_FOUND": 404,
     "NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
+    "NOT_ACCEPTABLE": 406,
     "INVALID_REQUEST": 400,
     "OFFSET_OUT_OF_RANGE": 400,
     "QUOTA_EXCEEDED": 403,
@@ -169,6 +170,9 @@ _EXAMPLE_MESSAGES = {
     "INVALID_REQUEST": "Invalid value for 'partitions': must be between 1 and 256.",
     "RATE_LIMIT_EXCEEDED": "Rate limit of 10 admin requests per second exceeded; retry after 1 second.",
     "PAYLOAD_TOO_LARGE": "The request body exceeds 10 MiB.",
+    "NOT_ACCEPTABLE": "/v1/topics/user.events/partitions/0/records answers only "
+    "application/vnd.queuecore.records, which the request's Accept header does not admit: accept it, "
+    "or a wildcard (*/*).",
     "QUOTA_EXCEEDED": "Quota exceeded: topics per environment are limited to 100 on this project's tier, "
     "and 100 are used.",
     "SERVICE_UNAVAILABLE": "QueueCore is temporarily unavailable.",
@@ -298,6 +302,7 @@ def add_exception_handlers(app: FastAPI) -> None:
             400: "INVALID_REQUEST",
             401: "INVALID_API_KEY",
             403: "FORBIDDEN",
+            406: "NOT_ACCEPTABLE",
             413: "PAYLOAD_TOO_LARGE",
         }.get(exc.status_code, "INTERNAL_ERROR" if exc.status_code >= 500 else "INVALID_REQUEST")
         return error_response(rid, code, str(exc.detail), exc.status_code)

@@ -17,7 +17,7 @@ import app as package
 from app.api import (
     admin,
     consumers,
-    dlq,
+    dead_letters,
     groups,
     health,
     messages,
@@ -52,30 +52,38 @@ from app.broker.usage import UsageMeter
 from app.dashboard import install as install_dashboard
 from app.errors import add_exception_handlers
 from app.kit import tracing
+from app.kit.clock import SYSTEM_CLOCK, Clock
 from app.openapi import install as install_openapi
 from app.services import Services
-from app.settings import LogEngineKind, Settings, get_settings
+from app.settings import Environment, LogEngineKind, Settings, get_settings
 from app.stores.errors import StoreUnavailable
-from app.stores.limits.protocol import RateLimiter
-from app.stores.limits.tokens import MemoryTokenBuckets, TokenBuckets
-from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
+from app.stores.limits.protocol import RateLimiter, TokenBuckets
+from app.stores.limits.tokens import MemoryTokenBuckets
+from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine, NatsLink
 from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
+from app.stores.metadata.protocol import MetadataStore
 
 _GC_YOUNG_THRESHOLD = 10_000
 logger = logging.getLogger("queuecore")
 
 
-def build_limiter(settings: Settings) -> RateLimiter:
-    """Redis when configured (exact across processes), else in-process (the embedded default)."""
+def build_limiter(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> RateLimiter:
+    """Redis when configured (exact across processes, on Redis's clock), else in-process (the embedded
+    default), deciding on ``clock``'s monotonic time."""
     if settings.redis_url:
         from app.stores.limits.redis import RedisRateLimiter
 
-        return RedisRateLimiter(settings.redis_url, key_prefix=settings.rate_limit_prefix)
+        return RedisRateLimiter(
+            settings.redis_url,
+            key_prefix=settings.rate_limit_prefix,
+            tls_ca=settings.redis_tls_ca,
+            socket_timeout=settings.redis_timeout_ms / 1000,
+        )
     from app.stores.limits.memory import MemoryRateLimiter
 
-    return MemoryRateLimiter()
+    return MemoryRateLimiter(clock.monotonic_ns)
 
 
 def build_token_buckets(settings: Settings) -> TokenBuckets:
@@ -84,18 +92,41 @@ def build_token_buckets(settings: Settings) -> TokenBuckets:
     if settings.redis_url:
         from app.stores.limits.tokens import RedisTokenBuckets
 
-        return RedisTokenBuckets(settings.redis_url, key_prefix=f"{settings.rate_limit_prefix}tb:")
+        return RedisTokenBuckets(
+            settings.redis_url,
+            key_prefix=f"{settings.rate_limit_prefix}tb:",
+            tls_ca=settings.redis_tls_ca,
+            socket_timeout=settings.redis_timeout_ms / 1000,
+        )
     return MemoryTokenBuckets()
 
 
-def build_metadata_store(settings: Settings, *, pool_size: int | None = None) -> MetadataStore:
+def build_alert_policy(settings: Settings) -> AlertPolicy:
+    """The one place the alert settings (``QUEUECORE_ALERT_*``, the environment) become the domain's
+    ``AlertPolicy`` (the server's dispatcher, the CLI's ``alerts`` commands)."""
+    return AlertPolicy(
+        sealer=settings.sealer(),
+        block_internal=settings.environment is Environment.production,
+        allowed_hosts=tuple(settings.alert_allowed_hosts),
+        timeout_seconds=settings.alert_timeout_seconds,
+        max_attempts=settings.alert_max_attempts,
+        backoff_base_seconds=settings.alert_backoff_base_seconds,
+        backoff_max_seconds=settings.alert_backoff_max_seconds,
+        breaker_threshold=settings.alert_breaker_threshold,
+        breaker_cooldown_seconds=settings.alert_breaker_cooldown_seconds,
+        poll_seconds=settings.alert_poll_seconds,
+    )
+
+
+def build_metadata_store(settings: Settings, *, pool_size: int | None = None) -> SqlMetadataStore:
     """A metadata store on the settings' database, its statements and connects bounded; ``pool_size`` for a
     background service's own small pool (its polls never wait behind the request path's connections)."""
     sizing = {} if pool_size is None else {"pool_size": pool_size}
-    return MetadataStore(
+    return SqlMetadataStore(
         settings.resolved_database_url,
         statement_timeout=settings.metadata_statement_timeout_seconds,
         connect_timeout=settings.metadata_connect_timeout_seconds,
+        tls=settings.database_tls(),
         **sizing,
     )
 
@@ -105,9 +136,40 @@ def build_log_engine(settings: Settings) -> LogEngine:
     if settings.log_engine is LogEngineKind.jetstream:
         # The settings' sub-models name their knobs as the configs do (tests/stores/log/*/test_config.py).
         return JetStreamLogEngine(
-            JetStreamConfig(servers=settings.nats_servers(), **settings.jetstream.model_dump())
+            JetStreamConfig(
+                servers=settings.nats_servers(),
+                **settings.jetstream.model_dump(),
+                link=build_nats_link(settings),
+            )
         )
     return LocalLogEngine(settings.log_dir, LocalLogConfig(**settings.log.model_dump()))
+
+
+def build_nats_link(settings: Settings) -> NatsLink:
+    """The JetStream engine's credentials and TLS (``QUEUECORE_NATS_USER``, ``_PASSWORD``, ``_CREDS``,
+    ``_TLS_*``)."""
+    return NatsLink(
+        user=settings.nats_user,
+        password=settings.nats_password.get_secret_value(),
+        creds=settings.nats_creds,
+        tls_ca=settings.nats_tls_ca,
+        tls_cert=settings.nats_tls_cert,
+        tls_key=settings.nats_tls_key,
+        tls_hostname=settings.nats_tls_hostname,
+    )
+
+
+def build_push_policy(settings: Settings) -> PushPolicy:
+    """The push rules of this deployment, as plain values (the broker never reads ``Settings``)."""
+    return PushPolicy(
+        sealer=settings.sealer(),
+        block_internal=settings.environment is Environment.production,
+        allowed_hosts=tuple(settings.push_allowed_hosts),
+        refresh_seconds=settings.push_refresh_seconds,
+        attempts_kept=settings.push_attempts_kept,
+        breaker_threshold=settings.push_breaker_threshold,
+        breaker_max_seconds=settings.push_breaker_max_seconds,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -132,7 +194,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         maintenance = LogMaintenance(log, interval=settings.retention_check_interval_ms / 1000)
         maintenance.start()
         stack.push_async_callback(maintenance.close)
-        limiter = build_limiter(settings)
+        limiter = build_limiter(settings, application.state.clock)
         stack.push_async_callback(limiter.close)
         token_buckets = build_token_buckets(settings)
         stack.push_async_callback(token_buckets.close)
@@ -151,7 +213,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         # Its own small pool: its polls never wait behind (nor count among) the request path's connections.
         alerts_store = build_metadata_store(settings, pool_size=2)
         stack.push_async_callback(alerts_store.close)
-        alerts = AlertDispatcher(alerts_store, AlertPolicy.from_settings(settings))
+        alerts = AlertDispatcher(alerts_store, build_alert_policy(settings))
         alerts.start()
         stack.push_async_callback(alerts.close)
         publisher = Publisher(
@@ -175,7 +237,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(schedule_runner.close)
         stored_bytes = StoredBytes(metadata, log, refresh_seconds=settings.stored_bytes_refresh_seconds)
         stack.push_async_callback(stored_bytes.close)
-        push_policy = PushPolicy.from_settings(settings)
+        push_policy = build_push_policy(settings)
         push_workers = UrlWorkers(metadata, log, push_policy)
         push_workers.start()
         stack.push_async_callback(push_workers.close)
@@ -205,6 +267,7 @@ async def lifespan(application: FastAPI) -> AsyncIterator[None]:
             push_policy=push_policy,
             push_workers=push_workers,
             push_members=push_members,
+            clock=application.state.clock,
         )
         # Everything built so far lives as long as the process: keep it out of the cyclic GC's full passes,
         # which otherwise rescan it and stall requests (the p99 of publishing).
@@ -256,8 +319,9 @@ class QueueCoreApp(FastAPI):
         )
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app; stateful things are made in ``lifespan``, never at import."""
+def create_app(settings: Settings | None = None, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI:
+    """Build the app; stateful things are made in ``lifespan``, never at import. ``clock`` is what the
+    services compare timeouts and due times with (a test hands in one it moves)."""
     settings = settings or get_settings()
     registry = CollectorRegistry(auto_describe=True)
     application = QueueCoreApp(
@@ -275,6 +339,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     application.state.settings = settings
     application.state.registry = registry
+    application.state.clock = clock
     add_exception_handlers(application)
     install_openapi(application)
     application.include_router(health.router)
@@ -282,7 +347,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     application.include_router(messages.router)
     application.include_router(groups.router)
     application.include_router(offsets.router)
-    application.include_router(dlq.router)
+    application.include_router(dead_letters.router)
     application.include_router(push_routes.router)
     application.include_router(alert_routes.router)
     application.include_router(schedule_routes.router)

@@ -18,10 +18,11 @@ from app.broker.publishing import Publisher
 from app.broker.push_groups import PushPolicy
 from app.broker.stored_bytes import StoredBytes
 from app.broker.usage import UsageMeter
+from app.kit.clock import SYSTEM_CLOCK, Clock
 from app.settings import Settings
 from app.stores.limits.protocol import RateLimiter
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.protocol import MetadataStore
 
 
 @dataclass
@@ -43,5 +44,8 @@ class Services:
     push_policy: PushPolicy
     push_workers: UrlWorkers
     push_members: PushRoster  # the WebSocket push members of this process, per group
+    # What timeouts and due times are compared with where the code takes a clock (``app/kit/clock.py``);
+    # an app under test may be given one it moves.
+    clock: Clock = SYSTEM_CLOCK
     # Set on SIGTERM (``app/api/draining.py``): health answers 503 ``draining`` so balancers move on.
     draining: bool = False

@@ -7,14 +7,18 @@ import enum
 import math
 import os
 import secrets
-from collections.abc import Mapping
+import ssl
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.kit.sealing import Sealer
+from app.kit.urls import masked
 
 _PLACEHOLDER_SECRETS = {"", "changeme", "change-me", "secret", "dev", "development"}
 # Estimated bits (length × the value's own Shannon entropy per character) a production secret needs.
@@ -52,6 +56,25 @@ class LogSettings(BaseModel):
     # reopened on demand, so no number of partitions exhausts the process. Unset: half the soft
     # RLIMIT_NOFILE, at most 4,096 (a stock limit of 1,024 gives 512). See docs/operations.md.
     open_files: int | None = Field(default=None, ge=3)
+    # The availability zone this machine is in (QUEUECORE_LOG__ZONE), shown by topic describe for the one
+    # copy of each partition the local engine keeps (Kafka's ``broker.rack``); unset: null. JetStream's
+    # zones come from the NATS servers' tags instead (``JetStreamSettings.zone_tag``).
+    zone: str | None = None
+
+
+class PostgresSslMode(enum.StrEnum):
+    """libpq's ``sslmode`` values, which asyncpg's ``ssl`` takes as they are."""
+
+    disable = "disable"
+    allow = "allow"
+    prefer = "prefer"
+    require = "require"
+    verify_ca = "verify-ca"
+    verify_full = "verify-full"
+
+
+# Settings holding a connection URL whose userinfo may carry a password (masked in ``repr``).
+_URL_SETTINGS = frozenset({"database_url", "redis_url", "nats_url"})
 
 
 class LogEngineKind(enum.StrEnum):
@@ -72,6 +95,9 @@ class JetStreamSettings(BaseModel):
     recovery_interval_seconds: float = Field(default=2.0, gt=0)
     # JetStream's dedup window on partition streams; must stay far above recover_after_seconds.
     duplicate_window_seconds: float = Field(default=3600.0, gt=0)
+    # The server tag naming a NATS server's availability zone (``az:zone-a``: zone-a), as the servers'
+    # ``server_tags`` and JetStream's ``unique_tag`` say it (infra/nats_cluster.py, infra/k8s, compose).
+    zone_tag: str = Field(default="az", min_length=1)
 
 
 class Settings(BaseSettings):
@@ -91,8 +117,22 @@ class Settings(BaseSettings):
     # Postgres: every statement and every new connection bounded (a stalled server answers 503, not never).
     metadata_statement_timeout_seconds: float = Field(10.0, gt=0)
     metadata_connect_timeout_seconds: float = Field(5.0, gt=0)
-    # Empty means: in-process limits and fan-out (the embedded default).
+    # libpq's sslmode for a Postgres metadata database (disable, allow, prefer, require, verify-ca,
+    # verify-full), handed to asyncpg as its ``ssl``; empty: as the URL says (``?ssl=`` or ``?sslmode=``),
+    # else asyncpg's default, prefer. verify-ca/verify-full find the CA as libpq does (PGSSLROOTCERT, else
+    # ~/.postgresql/root.crt). The password belongs in the URL; it is masked wherever the URL is shown.
+    database_sslmode: PostgresSslMode | None = None
+    # The CA that signed the Postgres server's certificate (a PEM file), for sslmode verify-ca/verify-full:
+    # the deployment's own CA, instead of libpq's PGSSLROOTCERT or ~/.postgresql/root.crt.
+    database_tls_ca: str = ""
+    # Empty means: in-process limits and fan-out (the embedded default). ``redis://user:password@host``
+    # authenticates (AUTH); ``rediss://`` is TLS, checked against redis_tls_ca when set.
     redis_url: str = ""
+    redis_tls_ca: str = ""
+    # The bound on one call to Redis as a whole (the wait for a connection, its handshake, the script);
+    # a call not answered by then reads as an outage: limits and group rates fall back to per-process
+    # counting, health says degraded. A healthy local Redis answers in well under a millisecond.
+    redis_timeout_ms: int = Field(250, gt=0)
     # Keys of the Redis limiter start with this; separate deployments may share one Redis.
     rate_limit_prefix: str = "qc:rl:"
     secret_key: SecretStr = SecretStr("")
@@ -174,8 +214,8 @@ class Settings(BaseSettings):
     alert_breaker_cooldown_seconds: float = 60.0
     alert_poll_seconds: float = 0.5
     # Schedules (app/broker/schedules/runner.py, docs/scheduling.md): how often each API process looks for
-    # due runs; how long a node's claim on a run holds (a node that dies holding one delays the run by at
-    # most this); how late a run may be before the due times missed meanwhile are skipped (the catch-up
+    # due runs; how long a node's claim on a run holds (a node that dies holding one delays the run by
+    # this much, or up to 15 s on JetStream if it died mid-publish); how late a run may be before the due times missed meanwhile are skipped (the catch-up
     # rule); how many runs of each schedule ``GET /v1/schedules/{id}/runs`` keeps.
     schedule_poll_seconds: float = Field(default=0.25, gt=0, le=60)
     schedule_claim_seconds: float = Field(default=5.0, gt=0)
@@ -202,6 +242,17 @@ class Settings(BaseSettings):
     log_engine: LogEngineKind = LogEngineKind.local
     # One or more nats:// seeds, comma-separated (the JetStream engine).
     nats_url: str = ""
+    # The JetStream engine's credentials: a user and password, or a creds file (JWT and nkey seed).
+    nats_user: str = ""
+    nats_password: SecretStr = SecretStr("")
+    nats_creds: str = ""
+    # TLS to NATS: the CA that signed the servers' certificates (the deployment's own, see
+    # docs/operations.md); a client certificate and key when the servers ask for one; the name to check
+    # their certificates against when it is not the seed's host.
+    nats_tls_ca: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
+    nats_tls_hostname: str = ""
     jetstream: JetStreamSettings = Field(default_factory=JetStreamSettings)
 
     @model_validator(mode="after")
@@ -213,7 +264,42 @@ class Settings(BaseSettings):
                 )
             if self.jetstream.default_replicas not in (1, 3, 5):
                 raise ValueError("QUEUECORE_JETSTREAM__DEFAULT_REPLICAS must be 1, 3 or 5")
+        if self.nats_password.get_secret_value() and not self.nats_user:
+            raise ValueError("QUEUECORE_NATS_PASSWORD needs QUEUECORE_NATS_USER")
+        if self.nats_creds and self.nats_user:
+            raise ValueError("QUEUECORE_NATS_CREDS and QUEUECORE_NATS_USER are two ways to sign in: set one")
+        if bool(self.nats_tls_cert) != bool(self.nats_tls_key):
+            raise ValueError("QUEUECORE_NATS_TLS_CERT and QUEUECORE_NATS_TLS_KEY go together")
+        if self.database_tls_ca and self.database_ssl_verification() is None:
+            raise ValueError(
+                "QUEUECORE_DATABASE_TLS_CA checks the Postgres server's certificate: it needs "
+                "QUEUECORE_DATABASE_SSLMODE=verify-ca or verify-full (other modes check none)"
+            )
         return self
+
+    def database_ssl_verification(self) -> str | None:
+        """``verify-ca`` or ``verify-full`` when the Postgres server's certificate is to be checked (the
+        setting, else a libpq ``sslmode`` in the URL); None otherwise."""
+        mode = self.database_sslmode.value if self.database_sslmode is not None else None
+        if mode is None and self.database_url.startswith("postgresql"):
+            query = dict(parse_qsl(urlsplit(self.database_url).query))
+            mode = query.get("sslmode") or query.get("ssl")
+        return mode if mode in ("verify-ca", "verify-full") else None
+
+    def database_tls(self) -> ssl.SSLContext | None:
+        """The TLS context a Postgres connection checks the server with, when ``database_tls_ca`` names the
+        CA (None: asyncpg does as the sslmode says, finding a CA as libpq does)."""
+        if not self.database_tls_ca:
+            return None
+        context = ssl.create_default_context(cafile=self.database_tls_ca)
+        # verify-ca: the chain, not the name (libpq's meaning); verify-full: both.
+        context.check_hostname = self.database_ssl_verification() == "verify-full"
+        return context
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # A URL's password (Postgres, Redis, NATS userinfo) never reaches a repr, str or log line.
+        for name, value in super().__repr_args__():
+            yield name, masked(value) if name in _URL_SETTINGS and isinstance(value, str) else value
 
     def trusted_proxy_list(self) -> list[str]:
         """The addresses of ``trusted_proxies``, in order."""
@@ -275,10 +361,26 @@ class Settings(BaseSettings):
 
     @property
     def resolved_database_url(self) -> str:
-        """The metadata database URL; the embedded default is a SQLite file in the data dir."""
-        if self.database_url:
+        """The metadata database URL; the embedded default is a SQLite file in the data dir. For asyncpg,
+        ``database_sslmode`` (or a libpq ``sslmode`` in the URL, which asyncpg's SQLAlchemy dialect would
+        refuse) becomes the ``ssl`` query parameter asyncpg takes."""
+        if not self.database_url:
+            return f"sqlite+aiosqlite:///{(self.data_dir / 'metadata.db').resolve()}"
+        if not self.database_url.startswith("postgresql+asyncpg"):
             return self.database_url
-        return f"sqlite+aiosqlite:///{(self.data_dir / 'metadata.db').resolve()}"
+        parts = urlsplit(self.database_url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        if self.database_sslmode is None and not any(name == "sslmode" for name, _ in query):
+            return self.database_url  # nothing to change: the URL exactly as given
+        mode = self.database_sslmode.value if self.database_sslmode is not None else None
+        kept = []
+        for name, value in query:
+            if name in ("sslmode", "ssl"):
+                mode = mode or value
+            else:
+                kept.append((name, value))
+        kept.append(("ssl", mode or "prefer"))
+        return urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
 
     @property
     def log_dir(self) -> Path:
@@ -292,10 +394,22 @@ class Settings(BaseSettings):
         path = self.data_dir / "secret_key"
         if not path.exists():
             self.data_dir.mkdir(parents=True, exist_ok=True)
+            # Durable before any key is hashed with it: fsync'd, renamed, the directory fsync'd. Without the
+            # syncs a power loss soon after the first start left an empty file (its data never written
+            # back, its name kept): the secret became b"" and every API key of the deployment invalid
+            # (tests/system/faults/test_short_faults.py::test_no_anomalies_after_power_losses).
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(secrets.token_urlsafe(48))
-            tmp.chmod(0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(48))
+                out.flush()
+                os.fsync(out.fileno())
             tmp.replace(path)
+            directory = os.open(self.data_dir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
         return path.read_text().strip().encode()
 
 

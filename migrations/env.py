@@ -20,6 +20,15 @@ def _url() -> str:
     return str(config.attributes.get("url") or get_settings().resolved_database_url)
 
 
+def _connect_args() -> dict[str, object]:
+    """The Postgres certificate check (``QUEUECORE_DATABASE_TLS_CA``): as the caller passed it with the URL
+    (``queuecore-server migrate``), else from the settings."""
+    if config.attributes.get("url"):
+        return dict(config.attributes.get("connect_args") or {})
+    tls = get_settings().database_tls()
+    return {"ssl": tls} if tls is not None else {}
+
+
 def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
@@ -32,7 +41,7 @@ def _configure(connection: Connection) -> None:
 
 
 async def _run_online() -> None:
-    engine = create_async_engine(_url(), poolclass=pool.NullPool)
+    engine = create_async_engine(_url(), poolclass=pool.NullPool, connect_args=_connect_args())
     async with engine.connect() as connection:
         await connection.run_sync(_configure)
         await connection.commit()

@@ -17,7 +17,8 @@ from fastapi import FastAPI
 from app.cli import migrate
 from app.main import create_app
 from app.settings import Settings
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
+from tests.fixtures.clock import ManualClock
 from tests.fixtures.factories import ProjectKeys, make_project
 
 pytest_plugins = [
@@ -48,8 +49,9 @@ class Deployment:
     backend: str
     settings: Settings
     app: FastAPI
-    store: MetadataStore
+    store: SqlMetadataStore
     secret: bytes
+    clock: ManualClock  # real time unless a test advances it (the ``clock`` fixture)
 
     @property
     def default_replicas(self) -> int:
@@ -112,15 +114,29 @@ async def deployment(
             "nats_url": request.getfixturevalue("nats_cluster").url,
             "redis_url": REDIS_URL,
             "rate_limit_prefix": f"qc:test:{secrets.token_hex(4)}:",
+            # The app runs inside the test process, whose event loop a loaded machine stalls for longer
+            # than a server's: at the 250 ms default a stall can count as a Redis outage, and the
+            # limiter's switch to per-process counting and back mid-test breaks the exact counts these
+            # suites assert. A slow Redis has tests of its own (tests/stores/limits/test_redis_slow.py).
+            "redis_timeout_ms": 2000,
         }
         postgres_database = postgres_database_jetstream
     settings = settings_for(
         backend, tmp_path_factory.mktemp(f"data-{backend}"), postgres_database, **overrides
     )
     await asyncio.to_thread(migrate, settings)
-    app = create_app(settings)
+    clock = ManualClock()
+    app = create_app(settings, clock=clock)
     async with app.router.lifespan_context(app):
-        yield Deployment(backend, settings, app, app.state.services.metadata, settings.server_secret())
+        yield Deployment(backend, settings, app, app.state.services.metadata, settings.server_secret(), clock)
+
+
+@pytest.fixture
+def clock(deployment: Deployment) -> Iterator[ManualClock]:
+    """The deployment's clock, for a test to move past an ack deadline instead of sleeping through it
+    (only what takes ``Services.clock`` sees it); its advances are taken back after the test."""
+    yield deployment.clock
+    deployment.clock.reset()
 
 
 @pytest.fixture

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from pathlib import Path
 
 import pytest
 
-from app.main import create_app
-from app.settings import Settings
+from app.main import build_push_policy, create_app
+from app.settings import Environment, Settings
 from app.stores.log.local.files import CLEAN_SHUTDOWN
 
 
@@ -48,3 +49,28 @@ async def test_a_clean_start_and_stop_leaves_nothing_running(tmp_path: Path) -> 
         assert "log-maintenance" in started
     assert (tmp_path / "log" / CLEAN_SHUTDOWN).exists()
     assert await tasks_left(before) == set()
+
+
+class TestPushPolicy:
+    """The push rules the broker is handed (it reads no settings itself)."""
+
+    def test_production_settings_block_internal_addresses_and_carry_every_knob(self, tmp_path: Path) -> None:
+        settings = Settings(
+            environment=Environment.production,
+            data_dir=tmp_path,
+            secret_key=secrets.token_urlsafe(32),
+            metrics_token=secrets.token_hex(16),
+            push_allowed_hosts=["hooks.internal.example"],
+            push_refresh_seconds=0.5,
+            push_attempts_kept=50,
+            push_breaker_threshold=3,
+            push_breaker_max_seconds=30.0,
+        )
+        policy = build_push_policy(settings)
+        assert policy.block_internal and policy.allowed_hosts == ("hooks.internal.example",)
+        assert (policy.refresh_seconds, policy.attempts_kept) == (0.5, 50)
+        assert (policy.breaker_threshold, policy.breaker_max_seconds) == (3, 30.0)
+        assert policy.sealer.open(policy.sealer.seal("whsec_x")) == "whsec_x"
+
+    def test_development_allows_internal_addresses(self, tmp_path: Path) -> None:
+        assert not build_push_policy(Settings(data_dir=tmp_path)).block_internal

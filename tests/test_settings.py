@@ -144,3 +144,126 @@ class TestUnknownNames:
         result = cli(env, "migrate")
         assert "QUEUECORE_SECRETKEY is not a setting" in result.stderr
         assert canary not in result.stderr + result.stdout
+
+
+class TestLinkSettings:
+    """Credentials and TLS of the links to NATS, Redis and Postgres (docs/operations.md, "Authenticated and
+    encrypted links"): read from QUEUECORE_*, handed on, and never shown."""
+
+    CANARY = "Pw9CANARYlink"
+
+    def test_repr_and_str_never_show_a_password(self, tmp_path):
+        settings = Settings(
+            data_dir=tmp_path,
+            log_engine="jetstream",
+            nats_url=f"nats://seed:{self.CANARY}@127.0.0.1:4311,nats://127.0.0.1:4312",
+            nats_user="queuecore",
+            nats_password=self.CANARY,
+            redis_url=f"redis://qc:{self.CANARY}@127.0.0.1:6379/0",
+            database_url=f"postgresql+asyncpg://qc:{self.CANARY}@127.0.0.1:5432/qc",
+        )
+        for shown in (repr(settings), str(settings), f"{settings!r}"):
+            assert self.CANARY not in shown
+            assert "redis://qc:***@127.0.0.1:6379/0" in shown
+            assert "postgresql+asyncpg://qc:***@127.0.0.1:5432/qc" in shown
+            assert "nats://seed:***@127.0.0.1:4311" in shown
+        # The values themselves are intact for the code that connects.
+        assert self.CANARY in settings.redis_url and self.CANARY in settings.resolved_database_url
+        assert settings.nats_password.get_secret_value() == self.CANARY
+
+    def test_the_engine_gets_the_credentials_and_its_config_does_not_show_them(self, tmp_path):
+        from app.main import build_log_engine
+
+        settings = Settings(
+            data_dir=tmp_path,
+            log_engine="jetstream",
+            nats_url="nats://127.0.0.1:4311",
+            nats_user="queuecore",
+            nats_password=self.CANARY,
+            nats_tls_ca=str(tmp_path / "ca.pem"),
+            nats_tls_hostname="nats.internal",
+        )
+        engine = build_log_engine(settings)  # not started: nothing is dialled
+        link = engine.config.link  # type: ignore[attr-defined]
+        assert (link.user, link.password, link.tls_ca, link.tls_hostname) == (
+            "queuecore",
+            self.CANARY,
+            str(tmp_path / "ca.pem"),
+            "nats.internal",
+        )
+        assert self.CANARY not in repr(engine.config)
+
+    def test_read_from_the_environment(self, monkeypatch, tmp_path):
+        names = {
+            "QUEUECORE_NATS_USER": "queuecore",
+            "QUEUECORE_NATS_PASSWORD": self.CANARY,
+            "QUEUECORE_NATS_TLS_CA": "/etc/qc/ca.pem",
+            "QUEUECORE_NATS_TLS_CERT": "/etc/qc/client.pem",
+            "QUEUECORE_NATS_TLS_KEY": "/etc/qc/client.key",
+            "QUEUECORE_REDIS_TLS_CA": "/etc/qc/redis-ca.pem",
+            "QUEUECORE_DATABASE_SSLMODE": "verify-full",
+        }
+        for name, value in names.items():
+            monkeypatch.setenv(name, value)
+        settings = Settings(data_dir=tmp_path)
+        assert settings.nats_password.get_secret_value() == self.CANARY
+        assert (settings.nats_tls_cert, settings.nats_tls_key) == ("/etc/qc/client.pem", "/etc/qc/client.key")
+        assert settings.redis_tls_ca == "/etc/qc/redis-ca.pem" and settings.database_sslmode == "verify-full"
+        assert unknown_environment_names(names) == []
+
+    @pytest.mark.parametrize(
+        ("fields", "message"),
+        [
+            ({"nats_password": "x"}, "QUEUECORE_NATS_USER"),
+            ({"nats_user": "u", "nats_creds": "/x.creds"}, "set one"),
+            ({"nats_tls_cert": "/c.pem"}, "go together"),
+        ],
+    )
+    def test_half_configured_credentials_are_refused(self, tmp_path, fields, message):
+        with pytest.raises(ValidationError, match=message):
+            Settings(data_dir=tmp_path, **fields)
+
+    @pytest.mark.parametrize(
+        ("url", "sslmode", "expected"),
+        [
+            ("postgresql+asyncpg://qc:pw@db/qc", None, "postgresql+asyncpg://qc:pw@db/qc"),
+            # Without an sslmode the URL is left exactly as given (its encoding too).
+            ("postgresql+asyncpg://qc:pw@db/qc?x=a%20b+c", None, "postgresql+asyncpg://qc:pw@db/qc?x=a%20b+c"),
+            ("postgresql+asyncpg://qc:pw@db/qc", "require", "postgresql+asyncpg://qc:pw@db/qc?ssl=require"),
+            # libpq's name in the URL would be refused by asyncpg's dialect: it becomes ``ssl``.
+            ("postgresql+asyncpg://qc:pw@db/qc?sslmode=verify-full", None, "postgresql+asyncpg://qc:pw@db/qc?ssl=verify-full"),
+            # The setting wins over the URL.
+            ("postgresql+asyncpg://qc:pw@db/qc?ssl=prefer", "disable", "postgresql+asyncpg://qc:pw@db/qc?ssl=disable"),
+        ],
+    )  # fmt: skip
+    def test_sslmode_reaches_asyncpg_as_ssl(self, tmp_path, url, sslmode, expected):
+        settings = Settings(data_dir=tmp_path, database_url=url, database_sslmode=sslmode)
+        assert settings.resolved_database_url == expected
+
+    def test_an_unknown_sslmode_is_refused(self, tmp_path):
+        with pytest.raises(ValidationError, match="database_sslmode"):
+            Settings(data_dir=tmp_path, database_sslmode="sometimes")
+
+
+class TestPostgresTlsCa:
+    def test_a_ca_without_a_verifying_sslmode_is_refused(self, tmp_path):
+        with pytest.raises(ValueError, match="QUEUECORE_DATABASE_TLS_CA"):
+            Settings(database_url="postgresql+asyncpg://db/qc", database_tls_ca=str(tmp_path / "ca.pem"))
+        with pytest.raises(ValueError, match="verify-ca or verify-full"):
+            Settings(
+                database_url="postgresql+asyncpg://db/qc",
+                database_sslmode="require",
+                database_tls_ca=str(tmp_path / "ca.pem"),
+            )
+
+    def test_verify_ca_checks_the_chain_and_verify_full_the_name_too(self, tmp_path):
+        from infra.pki import ensure_pki
+
+        ca = str(ensure_pki(tmp_path / "pki").ca)
+        full = Settings(database_url="postgresql+asyncpg://db/qc?sslmode=verify-full", database_tls_ca=ca)
+        chain = Settings(
+            database_url="postgresql+asyncpg://db/qc", database_sslmode="verify-ca", database_tls_ca=ca
+        )
+        assert full.database_tls().check_hostname is True
+        assert chain.database_tls().check_hostname is False
+        assert Settings(database_url="postgresql+asyncpg://db/qc").database_tls() is None

@@ -7,6 +7,8 @@ members, leases and offsets is in the metadata store (``app/broker/delivery``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -51,6 +53,21 @@ def _settled(result: leases.Settlement) -> Settled:
     return Settled.model_validate({"ids": result.ids, "failed": result.failed})
 
 
+async def _settle(
+    request: Request,
+    name: str,
+    group: str,
+    action: str,
+    ids: list[Any],
+    settling: Awaitable[leases.Settlement],
+) -> Settled:
+    """Await ``settling`` (an ack or a nack), inside its span when tracing is on."""
+    if tracing.enabled:
+        with spans.settling(name, group, action, ids, _trace(request)):
+            return _settled(await settling)
+    return _settled(await settling)
+
+
 @router.post(
     "/members",
     response_model=Joined,
@@ -70,6 +87,7 @@ async def join(
         member_id=body.memberId,
         start_from=body.startFrom,
         session_timeout=body.sessionTimeout,
+        clock=services.clock,
     )
     return Joined(
         memberId=joined.member_id,
@@ -95,7 +113,7 @@ async def heartbeat(
     """Keep the member alive; ``shouldRejoin`` after a rebalance (join again with the same memberId)."""
     topic = await topics.get(name)
     beat = await membership.heartbeat(
-        services.metadata, MemberRef(topic, group, member_id, body.generationId)
+        services.metadata, MemberRef(topic, group, member_id, body.generationId), clock=services.clock
     )
     return HeartbeatOut(
         generationId=beat.generation, shouldRejoin=beat.should_rejoin, assignments=beat.assignments
@@ -116,7 +134,7 @@ async def leave(
 ) -> Response:
     """Leave the group: its partitions and unacked messages go to the other members at once."""
     topic = await topics.get(name)
-    await membership.leave(services.metadata, topic, group, member_id)
+    await membership.leave(services.metadata, topic, group, member_id, clock=services.clock)
     return Response(status_code=204)
 
 
@@ -162,6 +180,7 @@ async def poll(
         max_messages=body.maxMessages,
         wait_seconds=body.waitSeconds,
         abandoned=abandoned,
+        clock=services.clock,
     )
     try:
         if tracing.enabled:
@@ -197,10 +216,8 @@ async def ack(
     ``MESSAGE_NOT_FOUND`` or ``INVALID_REQUEST`` for ids that were not delivered or are malformed."""
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
-    if tracing.enabled:
-        with spans.settling(name, group, "ack", body.ids, _trace(request)):
-            return _settled(await leases.ack(services.metadata, member, body.ids))
-    return _settled(await leases.ack(services.metadata, member, body.ids))
+    acking = leases.ack(services.metadata, member, body.ids, clock=services.clock)
+    return await _settle(request, name, group, "ack", body.ids, acking)
 
 
 @router.post(
@@ -220,25 +237,17 @@ async def nack(
     delay_ms = durations.parse_delay(body.delay) if body.delay is not None else None
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
-    to_dlq = body.deadLetter
-    if tracing.enabled:
-        with spans.settling(name, group, "nack", [body.id], _trace(request)):
-            return _settled(
-                await leases.nack(
-                    services.metadata,
-                    services.log,
-                    member,
-                    body.id,
-                    delay_ms,
-                    body.reason,
-                    dead_letter=to_dlq,
-                )
-            )
-    return _settled(
-        await leases.nack(
-            services.metadata, services.log, member, body.id, delay_ms, body.reason, dead_letter=to_dlq
-        )
+    nacking = leases.nack(
+        services.metadata,
+        services.log,
+        member,
+        body.id,
+        delay_ms,
+        body.reason,
+        dead_letter=body.deadLetter,
+        clock=services.clock,
     )
+    return await _settle(request, name, group, "nack", [body.id], nacking)
 
 
 @router.post(
@@ -252,4 +261,6 @@ async def extend(
     """Move the ack deadline of messages to ``seconds`` from now."""
     topic = await topics.get(name)
     member = MemberRef(topic, group, body.memberId, body.generationId)
-    return _settled(await leases.extend(services.metadata, member, body.ids, body.seconds))
+    return _settled(
+        await leases.extend(services.metadata, member, body.ids, body.seconds, clock=services.clock)
+    )

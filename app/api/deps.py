@@ -1,5 +1,5 @@
 """What routes depend on: the services built in lifespan, the caller's key and topics, a metadata unit of
-work (or, for routes whose broker calls are not on the port yet, its session)."""
+work."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
 from app.broker.keys import Principal
@@ -30,24 +29,15 @@ async def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def get_session(services: ServicesDep) -> AsyncIterator[AsyncSession]:
+async def get_unit(services: ServicesDep) -> AsyncIterator[MetadataUnit]:
     """One unit of work per request: committed when the route returns, rolled back on error."""
-    async with services.metadata.session() as session:
-        yield session
+    async with services.metadata.unit() as uow:
+        yield uow
 
 
 # "function": the unit of work commits when the route returns, before the answer is sent (FastAPI's default
 # ends a yield dependency after the response: a 201 could go out before its write was durable, and a
 # client acting on it at once could find nothing).
-SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
-
-
-async def get_unit(services: ServicesDep) -> AsyncIterator[MetadataUnit]:
-    """One unit of work per request, as ``get_session``: committed when the route returns."""
-    async with services.metadata.unit() as uow:
-        yield uow
-
-
 UnitDep = Annotated[MetadataUnit, Depends(get_unit, scope="function")]
 
 _INVALID_KEY = "The API key is missing, malformed, or has been revoked."

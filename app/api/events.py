@@ -199,6 +199,7 @@ class EventStream(Response):
         async def hang_up() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
+            services.connections.release(connection)  # gone: a reconnect at once is not refused
             member.stop()
             finished.set()
 

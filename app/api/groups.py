@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from app.api.deps import AdminTopics, ServicesDep, SessionDep, UnitDep
+from app.api.deps import AdminTopics, ServicesDep, UnitDep
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, TopicNamePath
 from app.api.schemas.groups import (
@@ -26,7 +26,6 @@ from app.api.schemas.groups import (
 )
 from app.broker import groups, offsets, pauses, push_groups
 from app.errors import responses
-from app.stores.metadata.unit import SqlMetadataUnit
 
 router = APIRouter(prefix="/v1/topics/{name}/groups", tags=["groups"], route_class=JsonRoute)
 
@@ -70,13 +69,12 @@ async def list_groups(
     "/{group}", response_model=Group, responses=responses(*_AUTH, "TOPIC_NOT_FOUND", "GROUP_NOT_FOUND")
 )
 async def describe_group(
-    name: TopicNamePath, group: GroupNamePath, topics: AdminTopics, services: ServicesDep, session: SessionDep
+    name: TopicNamePath, group: GroupNamePath, topics: AdminTopics, services: ServicesDep, uow: UnitDep
 ) -> Group:
     """A group: per partition its consumer, committed offset and lag; and its config."""
     topic = await topics.get(name)
-    # push_groups takes the session still (#34); the unit shares its transaction.
-    detail = await groups.describe_group(SqlMetadataUnit(session), services.log, topic, group)
-    return _group(detail, await push_groups.push_view(session, services.push_policy, topic, group))
+    detail = await groups.describe_group(uow, services.log, topic, group)
+    return _group(detail, await push_groups.push_view(uow, services.push_policy, topic, group))
 
 
 @router.put(
@@ -90,12 +88,13 @@ async def upsert_group(
     body: GroupConfigUpdate,
     topics: AdminTopics,
     services: ServicesDep,
-    session: SessionDep,
+    uow: UnitDep,
 ) -> Group:
     """Create the group or merge the given config fields (``deadLetter``, ``maxInFlight``, ``rate`` or
     ``filter`` null removes it, ``push: null`` turns push off; the PUT that first sets ``push`` answers its
-    secret, once); creating one past the topic's groups quota is 403 ``QUOTA_EXCEEDED``. A changed filter
-    applies from the group's read positions, answered as ``filterAppliesFrom``."""
+    secret, once); creating one past the topic's groups quota, or making a push group past the
+    environment's push groups quota, is 403 ``QUOTA_EXCEEDED``. A changed filter applies from the group's
+    read positions, answered as ``filterAppliesFrom``."""
     topic = await topics.get(name)
     extra: dict[str, Any] = {}
     if "deadLetter" in body.model_fields_set:
@@ -103,7 +102,9 @@ async def upsert_group(
     for wire, attribute in (("maxInFlight", "max_in_flight"), ("rate", "rate"), ("filter", "filter")):
         if wire in body.model_fields_set:
             extra[attribute] = getattr(body, wire)
-    uow = SqlMetadataUnit(session)  # push_groups takes the session still (#34); this shares it
+    # Setting push may make a push group: its quota locks the project before the group is locked.
+    sets_push = "push" in body.model_fields_set and body.push is not None
+    quota = await push_groups.lock_quota(uow, topics.scope) if sets_push else None
     before = await groups.current_filter(uow, topic, group)
     row = await groups.upsert_config(
         uow, topic, group, ack_timeout=body.ackTimeout, session_timeout=body.sessionTimeout, **extra
@@ -111,12 +112,12 @@ async def upsert_group(
     revealed = None
     if "push" in body.model_fields_set:
         push = body.push.model_dump(exclude_unset=True) if body.push else None
-        revealed = await push_groups.set_push(session, services.log, services.push_policy, topic, row, push)
+        revealed = await push_groups.set_push(
+            uow, services.log, services.push_policy, topic, row, push, quota
+        )
         services.push_workers.wake_soon()
     detail = await groups.describe_group(uow, services.log, topic, group)
-    answer = _group(
-        detail, await push_groups.push_view(session, services.push_policy, topic, group, revealed)
-    )
+    answer = _group(detail, await push_groups.push_view(uow, services.push_policy, topic, group, revealed))
     if "filter" in body.model_fields_set and row.filter != before:
         positions = await groups.read_positions(uow, services.log, topic, row.id)
         answer.filterAppliesFrom = [FilterStart(partition=p, offset=o) for p, o in positions]
@@ -133,7 +134,7 @@ async def delete_group(
 ) -> Response:
     """Delete a group with its offsets; 409 ``GROUP_ACTIVE`` while members are connected."""
     topic = await topics.get(name)
-    await groups.delete_group_and_dlq(services.metadata, services.log, topic, group)
+    await groups.delete_group_and_dead_letters(services.metadata, services.log, topic, group)
     return Response(status_code=204)
 
 

@@ -110,7 +110,7 @@ class _GroupCollector(Collector):
             "Messages delivered to the group and not acked (held or waiting for a retry).",
             labels=list(self._LABELS),
         )
-        dlq_depth = GaugeMetricFamily(
+        dead_letter_depth = GaugeMetricFamily(
             "queuecore_group_dlq_depth_messages",
             "Messages in the group's dead-letter queue.",
             labels=list(self._LABELS),
@@ -122,7 +122,7 @@ class _GroupCollector(Collector):
         )
         for s in self.stats:
             labels = [s.project_id, s.environment, s.topic, s.group]
-            dlq_depth.add_metric(labels, s.dlq_depth)
+            dead_letter_depth.add_metric(labels, s.dead_letter_depth)
             expired.add_metric(labels, s.expired)
             lag.add_metric(labels, s.lag)
             age.add_metric(labels, round(s.oldest_unacked_seconds, 3))
@@ -130,7 +130,7 @@ class _GroupCollector(Collector):
         yield lag
         yield age
         yield in_flight
-        yield dlq_depth
+        yield dead_letter_depth
         yield expired
 
 

@@ -81,7 +81,7 @@ async def list_topics(
 async def describe_topic(
     name: TopicNamePath, key: AdminKey, services: ServicesDep, uow: UnitDep
 ) -> TopicDetail:
-    """A topic with per-partition offsets and sizes."""
+    """A topic with per-partition offsets, sizes and where each partition's copies live."""
     row = await topics.get_topic(uow, scope_of(key), name)
     details = await topics.partition_details(services.log, row)
     return TopicDetail(
@@ -94,7 +94,8 @@ async def describe_topic(
                 messages=p.latest_offset - p.earliest_offset,
                 bytes=p.size_bytes,
                 replicas=[
-                    ReplicaDetail(server=r.server, leader=r.leader, current=r.current) for r in p.replicas
+                    ReplicaDetail(server=r.server, zone=r.zone, leader=r.leader, current=r.current, lag=r.lag)
+                    for r in p.replicas
                 ],
             )
             for p in details

@@ -44,6 +44,9 @@ class UsageEventPage(ResponseBody):
 
 
 _INT64 = (1 << 63) - 1
+# The last day a bucket may start on: 9999-12-31 (later instants are past what a date can hold; such a
+# bucketStart was a 500).
+_LAST_DAY = 253_402_214_400
 # What the usage events carry: ids of our own making, an environment, a rate-limit category ("" or "none"
 # where an event has none).
 _ID = r"^[A-Za-z0-9_]{0,64}$"
@@ -57,7 +60,7 @@ class RollupIn(RequestBody):
     category: str = Field(max_length=20, pattern=_WORD)
     granularity: Literal["minute", "hour", "day"]
     bucketStart: int = Field(
-        ge=0, le=_INT64 // 1000, description="The bucket's start, in seconds since the epoch (UTC)."
+        ge=0, le=_LAST_DAY, description="The bucket's start, in seconds since the epoch (UTC)."
     )
     requests: int = Field(ge=0, le=_INT64)
     messages: int = Field(ge=0, le=_INT64)

@@ -209,6 +209,8 @@ async def consume(websocket: WebSocket, name: str) -> None:
         with contextlib.suppress(Exception):
             await websocket.close(code=CloseCode.INTERNAL)
     finally:
+        # The socket is over: it stops counting against the key's cap now, before the member's goodbye.
+        services.connections.release(connection)
         if delivery is not None:
             member.stop()
             try:

@@ -29,8 +29,7 @@ from typing import Any
 from app.broker import alerts, durations, pauses
 from app.broker.errors import InvalidRequest
 from app.kit.clock import isoformat_ms, now_ms, utcnow
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import MetadataUnit
+from app.stores.metadata.protocol import MetadataStore, MetadataUnit
 
 logger = logging.getLogger("queuecore.breaker")
 
@@ -182,7 +181,7 @@ async def _add(uow: MetadataUnit, group_id: str, config: BreakerConfig, acked: i
         return False  # paused already (by a user, or tripped by another node): counted, nothing more
     if not config.trips(total_acked, total_failed):
         return False
-    await uow.groups.set_pause(group_id, pauses.DLQ_BREAKER, None, utcnow())
+    await uow.groups.set_pause(group_id, pauses.DEAD_LETTER_BREAKER, None, utcnow())
     topic = await uow.group_controls.topic_of(group.topic_id)
     if topic is not None:
         ended = total_acked + total_failed

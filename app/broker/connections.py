@@ -35,8 +35,7 @@ from typing import Any, Literal
 
 from app.broker.errors import CodedError, Draining, KeyNoLongerValid, RateLimitExceeded
 from app.broker.rate_limits import Tier
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.tenancy_repositories import ApiKeyRepository
+from app.stores.metadata.protocol import MetadataStore
 
 logger = logging.getLogger("queuecore.connections")
 
@@ -74,6 +73,9 @@ class Connection:
     end: Callable[[CodedError], None]
     seq: int = 0  # opening order on this process: the newest has the highest
     ended: CodedError | None = field(default=None, repr=False)
+    # The peer hung up: it no longer counts against its key's cap, though the connection is held (and a
+    # drain waits for it) until its member has left and ``close`` is called.
+    released: bool = field(default=False, repr=False)
 
 
 class ConnectionRegistry:
@@ -106,9 +108,18 @@ class ConnectionRegistry:
             if not held:
                 del self._by_key[connection.key_id]
 
+    def release(self, connection: Connection) -> None:
+        """The peer hung up: from now on the connection does not count against its key's cap, so that a
+        client reconnecting at once is not refused while this one's member is still leaving."""
+        connection.released = True
+
     def push_count(self, key_id: str) -> int:
         """Open push connections (WebSocket, SSE) of ``key_id`` on this process."""
-        return sum(1 for c in self._by_key.get(key_id, ()) if c.kind in PUSH_KINDS and c.ended is None)
+        return sum(
+            1
+            for c in self._by_key.get(key_id, ())
+            if c.kind in PUSH_KINDS and c.ended is None and not c.released
+        )
 
     def cap(self, tier: str, custom_limits: Mapping[str, Any] | None) -> int:
         """``connection_cap`` under this process's ceiling."""
@@ -155,8 +166,8 @@ class ConnectionRegistry:
         if not self._by_key:
             return
         key_ids = list(self._by_key)
-        async with self._metadata.session(readonly=True) as session:
-            standing = await ApiKeyRepository.from_session(session).standing_of(key_ids)
+        async with self._metadata.unit(readonly=True) as uow:
+            standing = await uow.keys.standing_of(key_ids)
         for key_id in key_ids:
             held = self._by_key.get(key_id)
             if not held:
@@ -166,8 +177,13 @@ class ConnectionRegistry:
                 for connection in sorted(held, key=lambda c: c.seq):
                     self._end(connection, KeyNoLongerValid())
                 continue
-            cap = self.cap(*plan)
-            push = sorted((c for c in held if c.kind in PUSH_KINDS and c.ended is None), key=lambda c: c.seq)
+            cap = self.cap(plan.tier, plan.custom_limits)
+            # Live peers only, as ``push_count`` counts them: one that hung up is still registered while its
+            # member leaves, and counting it ended the live connections opened since.
+            push = sorted(
+                (c for c in held if c.kind in PUSH_KINDS and c.ended is None and not c.released),
+                key=lambda c: c.seq,
+            )
             for connection in push[cap:]:  # the newest past the cap
                 self._end(
                     connection,

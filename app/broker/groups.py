@@ -22,8 +22,7 @@ from app.broker.topics import TopicRef
 from app.kit.clock import now_ms, utcnow
 from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine, LogEngineError
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import GroupConfig, GroupRow, MetadataUnit, PartitionState
+from app.stores.metadata.protocol import GroupConfig, GroupRow, MetadataStore, MetadataUnit, PartitionState
 
 DEFAULT_ACK_TIMEOUT = "30s"
 DEFAULT_SESSION_TIMEOUT = "10s"
@@ -391,7 +390,9 @@ async def delete_group(uow: MetadataUnit, topic: TopicRef, name: str) -> str:
     return group.id
 
 
-async def delete_group_and_dlq(metadata: MetadataStore, log: LogEngine, topic: TopicRef, name: str) -> None:
+async def delete_group_and_dead_letters(
+    metadata: MetadataStore, log: LogEngine, topic: TopicRef, name: str
+) -> None:
     """``delete_group``, then (committed) its DLQ log; a crash between leaves the log to the startup sweep."""
     async with metadata.unit() as uow:
         group_id = await delete_group(uow, topic, name)
@@ -410,7 +411,7 @@ class GroupStats:
     lag: int = 0
     oldest_unacked_seconds: float = 0.0
     in_flight: int = 0
-    dlq_depth: int = 0
+    dead_letter_depth: int = 0
     expired: int = 0  # messages whose TTL passed before delivery, since the group's creation
 
 
@@ -438,7 +439,7 @@ async def delivery_stats(
                 topic,
                 group,
                 in_flight=in_flight.get(group_id, 0) + (in_memory or {}).get(group_id, 0),
-                dlq_depth=depths.get(group_id, 0),
+                dead_letter_depth=depths.get(group_id, 0),
                 expired=expired.get(group_id, 0),
             )
         try:

@@ -82,8 +82,11 @@ class SharedIdempotency:
             try:
                 written = await write(fresh)
             except BaseException:
+                # Stamped with this request's start, not now: the append may have stored its messages (an
+                # ack lost) long before it failed, and a retry looks in the log from this stamp (less the
+                # skew) on. From the failure's time it began after them and stored them again.
                 await asyncio.gather(
-                    *(self.records.abandon(topic_id, key, now_ms()) for key in won), return_exceptions=True
+                    *(self.records.abandon(topic_id, key, stamp) for key in won), return_exceptions=True
                 )
                 raise
             for i, landed in zip(fresh, written, strict=True):

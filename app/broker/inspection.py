@@ -48,7 +48,7 @@ class PartitionHealth:
 class GroupHealth:
     members: list[MemberView]
     partitions: list[PartitionHealth]
-    dlq_depth: int
+    dead_letter_depth: int
 
 
 async def group_health(uow: MetadataUnit, log: LogEngine, topic: TopicRef, name: str) -> GroupHealth:
@@ -84,7 +84,7 @@ async def group_health(uow: MetadataUnit, log: LogEngine, topic: TopicRef, name:
     return GroupHealth(members, partitions, depth)
 
 
-async def dlq_depths(uow: MetadataUnit) -> dict[str, int]:
+async def dead_letter_depths(uow: MetadataUnit) -> dict[str, int]:
     """Dead letters waiting, per group id."""
     return await uow.dead_letters.depths()
 

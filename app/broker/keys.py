@@ -35,8 +35,7 @@ from app.broker.errors import ApiKeyNotFound, KeyLimitReached
 from app.kit.clock import isoformat_ms, utcnow
 from app.kit.ids import new_id
 from app.kit.singleflight import SingleFlight
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import KeyRow, MetadataUnit, ProjectRow
+from app.stores.metadata.protocol import KeyRow, MetadataStore, MetadataUnit, ProjectRow
 
 logger = logging.getLogger("queuecore.keys")
 

@@ -20,7 +20,7 @@ from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.stores.metadata.protocol import MetadataUnit
 
 USER = "user"
-DLQ_BREAKER = "dlq-breaker"
+DEAD_LETTER_BREAKER = "dlq-breaker"
 MAX_UNTIL_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z: what ISO-8601 answers can still say
 
 
@@ -42,7 +42,7 @@ def holds(reason: str | None, until_ms: int | None, now: int) -> bool:
     return reason is not None and (until_ms is None or until_ms > now)
 
 
-class Paused(Protocol):
+class PauseCarrier(Protocol):
     """Whatever carries a group's stored pause (its row, a ``CallerView``)."""
 
     @property
@@ -52,7 +52,7 @@ class Paused(Protocol):
     def paused_until_ms(self) -> int | None: ...
 
 
-def state_of(group: Paused, now: int | None = None) -> PauseState:
+def state_of(group: PauseCarrier, now: int | None = None) -> PauseState:
     """The group's pause as clients see it (an ``until`` that has passed is no pause)."""
     at = now_ms() if now is None else now
     if not holds(group.paused_reason, group.paused_until_ms, at):

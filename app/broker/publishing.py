@@ -46,7 +46,7 @@ _new = tuple.__new__
 _BATCH_FIELDS = _SINGLE_FIELDS | {"idempotencyKey"}
 
 
-class Outgoing(NamedTuple):
+class OutgoingMessage(NamedTuple):
     """One validated message on its way to the engine."""
 
     data: bytes
@@ -58,7 +58,7 @@ class Outgoing(NamedTuple):
     expires_at_ms: int | None = None  # never delivered from then on
 
 
-class Placed(NamedTuple):
+class Receipt(NamedTuple):
     """Where a published message landed (a tuple: one is made per message on the hot path)."""
 
     partition: int
@@ -90,7 +90,9 @@ def _dump(value: Any, index: int | None) -> bytes:
         raise _too_deep(index) from None
 
 
-def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key: bool = False) -> Outgoing:
+def parse_message(
+    item: Any, *, index: int | None = None, allow_idempotency_key: bool = False
+) -> OutgoingMessage:
     """Validate one message object of a publish body; ``data`` is kept as JSON bytes.
 
     ``data`` may nest at most ``MAX_DEPTH`` levels; ``data``, ``key`` and ``headers`` together may take
@@ -99,7 +101,7 @@ def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key:
         # The common case, a bare {"data": ...}: nothing else to check.
         data = _dump(item["data"], index)
         if len(data) <= MAX_MESSAGE_BYTES and not too_deep(data):
-            return _new(Outgoing, (data, None, None, None, None, None, None))
+            return _new(OutgoingMessage, (data, None, None, None, None, None, None))
     if not isinstance(item, dict):
         raise InvalidRequest.field(
             "body" if index is None else f"messages[{index}]", "expected a JSON object"
@@ -141,7 +143,7 @@ def parse_message(item: Any, *, index: int | None = None, allow_idempotency_key:
     deliver_at = expires_at = None
     if not item.keys().isdisjoint(timing.FIELDS):
         deliver_at, expires_at = timing.parse(item, now_ms(), index)
-    return Outgoing(data, key, headers or None, partition, idem, deliver_at, expires_at)
+    return OutgoingMessage(data, key, headers or None, partition, idem, deliver_at, expires_at)
 
 
 def _headers_size(headers: Any, index: int | None) -> int:
@@ -161,7 +163,7 @@ def _headers_size(headers: Any, index: int | None) -> int:
     return size
 
 
-def with_trace_context(message: Outgoing, context: Mapping[str, str]) -> Outgoing:
+def with_trace_context(message: OutgoingMessage, context: Mapping[str, str]) -> OutgoingMessage:
     """The message with the publish request's trace context (``traceparent``, ``tracestate``) as
     headers, unless it carries a ``traceparent`` of its own (then its own context wins whole)."""
     headers = message.headers
@@ -199,7 +201,7 @@ def validate_idempotency_key(value: Any, field: str = "Idempotency-Key") -> str:
     return value
 
 
-def parse_batch(body: Any) -> list[Outgoing]:
+def parse_batch(body: Any) -> list[OutgoingMessage]:
     if not isinstance(body, dict):
         raise InvalidRequest.field("body", "expected a JSON object with 'messages'")
     unknown = body.keys() - {"messages"}
@@ -220,7 +222,7 @@ def parse_batch(body: Any) -> list[Outgoing]:
             except orjson.JSONEncodeError:
                 raise _too_deep(i) from None
             if len(data) <= MAX_MESSAGE_BYTES and (len(data) <= 2 * MAX_DEPTH or not too_deep(data)):
-                out.append(_new(Outgoing, (data, None, None, None, None, None, None)))
+                out.append(_new(OutgoingMessage, (data, None, None, None, None, None, None)))
                 continue
         out.append(parse_message(m, index=i, allow_idempotency_key=True))
     return out
@@ -254,8 +256,8 @@ class _DedupIndex:
     """Idempotency keys of one topic seen within the window → where the message landed."""
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[str, Placed] = OrderedDict()
-        self.inflight: dict[str, asyncio.Future[Placed]] = {}
+        self.entries: OrderedDict[str, Receipt] = OrderedDict()
+        self.inflight: dict[str, asyncio.Future[Receipt]] = {}
         self.loaded = False
         self.lock = asyncio.Lock()
 
@@ -289,7 +291,7 @@ class Publisher:
     def message_id(self, topic: TopicRef, partition: int, offset: int) -> str:
         return message_ids.encode(topic.id, partition, offset, prefix=topic.id_prefix)
 
-    def result(self, topic: TopicRef, placed: Placed) -> dict[str, Any]:
+    def result(self, topic: TopicRef, placed: Receipt) -> dict[str, Any]:
         """The wire answer for one placed message: ``{id, offset, partition, timestamp, deliverAt,
         expiresAt}``."""
         partition, offset, timestamp_ms, _, deliver_at, expires_at = placed
@@ -302,7 +304,7 @@ class Publisher:
             "expiresAt": isoformat_ms(expires_at) if expires_at is not None else None,
         }
 
-    def results(self, topic: TopicRef, placed: Sequence[Placed]) -> list[dict[str, Any]]:
+    def results(self, topic: TopicRef, placed: Sequence[Receipt]) -> list[dict[str, Any]]:
         """Answers for many; a batch shares one timestamp, so it is formatted once."""
         stamps: dict[int, str] = {}
         heads: dict[int, bytes] = {}
@@ -330,8 +332,8 @@ class Publisher:
         return out
 
     async def publish(
-        self, scope: Scope, topic_name: str, message: Outgoing, idempotency_key: str | None = None
-    ) -> tuple[TopicRef, Placed, bool]:
+        self, scope: Scope, topic_name: str, message: OutgoingMessage, idempotency_key: str | None = None
+    ) -> tuple[TopicRef, Receipt, bool]:
         """Append one message; returns where it is and whether this was a replay."""
         topic = await self.topics.resolve(scope, topic_name)
         if idempotency_key is not None:
@@ -340,8 +342,8 @@ class Publisher:
         return topic, placed[0], replayed[0]
 
     async def publish_batch(
-        self, scope: Scope, topic_name: str, messages: Sequence[Outgoing]
-    ) -> tuple[TopicRef, list[Placed], list[bool]]:
+        self, scope: Scope, topic_name: str, messages: Sequence[OutgoingMessage]
+    ) -> tuple[TopicRef, list[Receipt], list[bool]]:
         """Append a batch atomically; items already seen are answered as replays and not appended."""
         topic = await self.topics.resolve(scope, topic_name)
         placed, replayed = await self._append(topic, messages)
@@ -380,7 +382,9 @@ class Publisher:
         ids = message_ids.encode_run(topic.id, partition, base, count, prefix=topic.id_prefix)
         return list(map(template.__mod__, zip(ids, range(base, base + count), strict=True)))
 
-    async def _append(self, topic: TopicRef, messages: Sequence[Outgoing]) -> tuple[list[Placed], list[bool]]:
+    async def _append(
+        self, topic: TopicRef, messages: Sequence[OutgoingMessage]
+    ) -> tuple[list[Receipt], list[bool]]:
         for i, m in enumerate(messages):
             if m.partition is not None and m.partition >= topic.partitions:
                 field = (
@@ -395,11 +399,11 @@ class Publisher:
         return await self._append_idempotent(topic, messages)
 
     async def _append_idempotent(
-        self, topic: TopicRef, messages: Sequence[Outgoing]
-    ) -> tuple[list[Placed], list[bool]]:
+        self, topic: TopicRef, messages: Sequence[OutgoingMessage]
+    ) -> tuple[list[Receipt], list[bool]]:
         if self.shared is not None:
 
-            async def write(indexes: list[int]) -> list[Placed]:
+            async def write(indexes: list[int]) -> list[Receipt]:
                 return await self._write(topic, [messages[i] for i in indexes])
 
             landed, again = await self.shared.append(
@@ -407,15 +411,15 @@ class Publisher:
                 topic.partitions,
                 [m.idempotency_key for m in messages],
                 write,
-                Placed,
+                Receipt,
                 lambda record: decode_headers(record.headers)[1],
             )
             return await self._timed_replays(topic, landed, again), again
         index = await self._index(topic)
         index.prune(now_ms() - self.dedup_window_ms)
-        results: list[Placed | None] = [None] * len(messages)
+        results: list[Receipt | None] = [None] * len(messages)
         replayed = [False] * len(messages)
-        waits: list[tuple[int, asyncio.Future[Placed]]] = []
+        waits: list[tuple[int, asyncio.Future[Receipt]]] = []
         fresh: list[int] = []
         first_of: dict[str, int] = {}
         for i, m in enumerate(messages):
@@ -450,7 +454,7 @@ class Publisher:
             results[i], replayed[i] = await asyncio.shield(future), True
         return [r for r in results if r is not None], replayed
 
-    async def _write(self, topic: TopicRef, messages: Sequence[Outgoing]) -> list[Placed]:
+    async def _write(self, topic: TopicRef, messages: Sequence[OutgoingMessage]) -> list[Receipt]:
         started = time.perf_counter()
         timestamp = now_ms()
         by_partition: dict[int, list[RecordIn]] = {}
@@ -467,21 +471,21 @@ class Publisher:
                 and m.deliver_at_ms is None
                 and m.expires_at_ms is None
             ):
-                records.append(_new(RecordIn, (m.data, None, None, timestamp)))
+                records.append(_new(RecordIn, (m.data, None, None, timestamp, None)))
                 continue
             key = m.key.encode() if m.key is not None else None
             headers = encode_headers(m.headers, m.idempotency_key, m.deliver_at_ms, m.expires_at_ms)
-            records.append(_new(RecordIn, (m.data, key, headers, timestamp)))
+            records.append(_new(RecordIn, (m.data, key, headers, timestamp, m.idempotency_key)))
         bases = await self._log_append(topic.id, by_partition)
         latency = round((time.perf_counter() - started) * 1000)
         return [
-            _new(Placed, (p, bases[p] + i, timestamp, latency, m.deliver_at_ms, m.expires_at_ms))
+            _new(Receipt, (p, bases[p] + i, timestamp, latency, m.deliver_at_ms, m.expires_at_ms))
             for (p, i), m in zip(slots, messages, strict=True)
         ]
 
     async def _timed_replays(
-        self, topic: TopicRef, placed: list[Placed], replayed: list[bool]
-    ) -> list[Placed]:
+        self, topic: TopicRef, placed: list[Receipt], replayed: list[bool]
+    ) -> list[Receipt]:
         """Replays answered from the shared idempotency records carry where the message landed only: its
         due time and expiry are read back from the record (a rare path), so the answer is the original's."""
         out = list(placed)
@@ -515,7 +519,7 @@ class Publisher:
     async def _rebuild(self, topic: TopicRef, index: _DedupIndex) -> None:
         """Recover the keys of the window from the records themselves (after a restart)."""
         horizon = now_ms() - self.dedup_window_ms
-        found: list[tuple[int, str, Placed]] = []
+        found: list[tuple[int, str, Receipt]] = []
         for partition in range(topic.partitions):
             offset = await self.log.offset_for_time(topic.id, partition, horizon)
             while True:
@@ -529,7 +533,7 @@ class Publisher:
                             (
                                 record.timestamp_ms,
                                 key,
-                                Placed(
+                                Receipt(
                                     partition,
                                     record.offset,
                                     record.timestamp_ms,

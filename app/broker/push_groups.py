@@ -7,6 +7,11 @@ one signs too for ``PREVIOUS_SECRET_MS`` (24 h). Secrets are sealed at rest (``a
 
 A push group has no WebSocket or pull members: its members are the URL workers of the API processes
 (member ids ``csr_push…``), and any other join is 409 ``GROUP_ACTIVE`` (``refuse_join``).
+
+Push groups count against the project environment's ``pushGroups`` quota (``quotas.py``): a config ``PUT``
+that sets ``push`` locks the project row first (``lock_quota``: project before group, the lock order of
+every quota), and the ``set_push`` that turns a group into a push group counts the environment's push
+groups under that lock before it adds the endpoint (403 ``QUOTA_EXCEEDED``, nothing changed).
 """
 
 from __future__ import annotations
@@ -15,23 +20,17 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from app.broker import durations, urls
+from app.broker import durations, quotas, urls
 from app.broker.errors import GroupActive, GroupNotFound, InvalidRequest
+from app.broker.quotas import Quota, QuotaLimits
 from app.kit import standard_webhooks
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.sealing import Sealer
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.models import PushEndpoint
-from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import GroupRow
-from app.stores.metadata.push_repositories import PushRepository
+from app.stores.metadata.protocol import GroupRow, MetadataUnit, PushConfig, PushEndpointRow
 
 if TYPE_CHECKING:
-    from app.broker.topics import TopicRef
-    from app.settings import Settings
+    from app.broker.topics import Scope, TopicRef
 
 MODES = ("binary", "structured")
 DEFAULTS: dict[str, Any] = {
@@ -51,7 +50,8 @@ MAX_ATTEMPTS_LIMIT = 1000
 
 @dataclass(frozen=True, slots=True)
 class PushPolicy:
-    """The push rules of one deployment, read from the settings in one place (``from_settings``)."""
+    """The push rules of one deployment, given as plain values (the settings become one in
+    ``app/main.py::build_push_policy``; the domain never reads ``Settings``)."""
 
     sealer: Sealer
     block_internal: bool  # production: https only, no internal addresses (the alert webhook rules)
@@ -61,23 +61,25 @@ class PushPolicy:
     breaker_threshold: int = 5
     breaker_max_seconds: float = 60.0
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> PushPolicy:
-        from app.settings import Environment
-
-        return cls(
-            sealer=settings.sealer(),
-            block_internal=settings.environment is Environment.production,
-            allowed_hosts=tuple(settings.push_allowed_hosts),
-            refresh_seconds=settings.push_refresh_seconds,
-            attempts_kept=settings.push_attempts_kept,
-            breaker_threshold=settings.push_breaker_threshold,
-            breaker_max_seconds=settings.push_breaker_max_seconds,
-        )
-
     @property
     def url_rule(self) -> urls.UrlRule:
         return urls.UrlRule("push.url", "push deliveries", self.block_internal, self.allowed_hosts, True)
+
+
+@dataclass(frozen=True, slots=True)
+class PushQuota:
+    """A project environment's ``pushGroups`` quota, its project row locked (``lock_quota``): what
+    ``set_push`` counts against when it turns a group into a push group."""
+
+    project_id: str
+    environment: str
+    limits: QuotaLimits
+
+
+async def lock_quota(uow: MetadataUnit, scope: Scope) -> PushQuota:
+    """Lock the project row for a config ``PUT`` that sets ``push``, before the group's row is locked
+    (project → topic → group, as every quota locks): push groups are then counted one change at a time."""
+    return PushQuota(scope.project_id, scope.environment, await quotas.lock_project(uow, scope.project_id))
 
 
 def is_worker(member_id: str) -> bool:
@@ -120,7 +122,7 @@ def parse_push(value: Any, current: dict[str, Any] | None) -> dict[str, Any]:
     return merged
 
 
-def _config(endpoint: PushEndpoint) -> dict[str, Any]:
+def _config(endpoint: PushEndpointRow) -> dict[str, Any]:
     return {
         "url": endpoint.url,
         "maxConcurrency": endpoint.max_concurrency,
@@ -137,7 +139,7 @@ def mask(secret: str) -> str:
 
 
 def view(
-    endpoint: PushEndpoint | None, policy: PushPolicy, revealed: str | None = None
+    endpoint: PushEndpointRow | None, policy: PushPolicy, revealed: str | None = None
 ) -> dict[str, Any] | None:
     """``config.push`` of a group answer: the secret in clear only in the answer that made it."""
     if endpoint is None:
@@ -152,93 +154,101 @@ def view(
 
 
 async def push_view(
-    session: AsyncSession, policy: PushPolicy, topic: TopicRef, name: str, revealed: str | None = None
+    uow: MetadataUnit, policy: PushPolicy, topic: TopicRef, name: str, revealed: str | None = None
 ) -> dict[str, Any] | None:
     """The group's ``config.push`` (None: not a push group, or no such group)."""
-    group = await GroupRepository.from_session(session).get(topic.id, name)
+    group = await uow.groups.get(topic.id, name)
     if group is None:
         return None
-    return view(await PushRepository.from_session(session).get(group.id), policy, revealed)
+    return view(await uow.push.get(group.id), policy, revealed)
 
 
-async def _start_at_latest(session: AsyncSession, log: LogEngine, topic: TopicRef, group_id: str) -> None:
+async def _start_at_latest(uow: MetadataUnit, log: LogEngine, topic: TopicRef, group_id: str) -> None:
     """A group that never consumed delivers what is published from the moment push is set (its workers
     join a moment later, and would otherwise start from their join)."""
-    partition_rows = PartitionRepository.from_session(session)
-    state = await partition_rows.partitions(group_id)
+    state = await uow.partitions.partitions(group_id)
     if any(s.committed is not None for s in state):
         return
     unset = [s.partition for s in state if s.position is None]
     offsets = {p: (await log.partition_info(topic.id, p)).latest_offset for p in unset}
-    await partition_rows.set_offsets(group_id, offsets)
+    await uow.partitions.set_offsets(group_id, offsets)
 
 
 async def set_push(
-    session: AsyncSession,
+    uow: MetadataUnit,
     log: LogEngine,
     policy: PushPolicy,
     topic: TopicRef,
     group: GroupRow,
     value: Any,
+    quota: PushQuota | None,
 ) -> str | None:
     """Apply a config PUT's ``push`` to ``group`` (locked by the caller): ``None`` turns push off; an
-    object sets or merges it. Returns the secret when this call generated it (answered once)."""
-    repo = PushRepository.from_session(session)
-    endpoint = await repo.get(group.id)
+    object sets or merges it. Turning a group into a push group counts against ``quota`` (the caller
+    took it with ``lock_quota`` before it locked the group): 403 ``QUOTA_EXCEEDED`` past it. Returns the
+    secret when this call generated it (answered once)."""
+    endpoint = await uow.push.get(group.id)
     if value is None:
         if endpoint is not None:
-            await repo.remove(group.id)
+            await uow.push.remove(group.id)
         return None
     merged = parse_push(value, _config(endpoint) if endpoint is not None else None)
     await urls.check_url(policy.url_rule, merged["url"])
-    timeout_ms = durations.parse(merged["timeout"], "push.timeout", TIMEOUT)
+    config = PushConfig(
+        url=merged["url"],
+        max_concurrency=merged["maxConcurrency"],
+        rate=merged["rate"],
+        timeout=merged["timeout"],
+        timeout_ms=durations.parse(merged["timeout"], "push.timeout", TIMEOUT),
+        ordered=merged["ordered"],
+        mode=merged["mode"],
+    )
     now = utcnow()
     if endpoint is None:
-        live = await GroupRepository.from_session(session).live_members(group.id, now_ms())
+        if quota is None:
+            raise RuntimeError("a group turned into a push group needs its project locked first (lock_quota)")
+        used = await uow.push.count(quota.project_id, quota.environment)
+        quotas.check(Quota.push_groups, quota.limits, used)
+        live = await uow.groups.live_members(group.id, now_ms())
         customers = [m for m in live if not is_worker(m)]
         if customers:
             raise GroupActive(
                 f"Group '{group.name}' has {len(customers)} connected member"
                 f"{'s' if len(customers) != 1 else ''}; a push group has none: stop them first."
             )
-        await _start_at_latest(session, log, topic, group.id)
+        await _start_at_latest(uow, log, topic, group.id)
         secret = standard_webhooks.new_secret()
-        await repo.add(
-            PushEndpoint(
+        await uow.push.add(
+            PushEndpointRow(
                 group_id=group.id,
-                url=merged["url"],
-                max_concurrency=merged["maxConcurrency"],
-                rate=merged["rate"],
-                timeout=merged["timeout"],
-                timeout_ms=timeout_ms,
-                ordered=merged["ordered"],
-                mode=merged["mode"],
+                url=config.url,
+                max_concurrency=config.max_concurrency,
+                rate=config.rate,
+                timeout=config.timeout,
+                timeout_ms=config.timeout_ms,
+                ordered=config.ordered,
+                mode=config.mode,
                 secret=policy.sealer.seal(secret),  # kept sealed; signing opens it
+                previous_secret=None,
+                previous_until_ms=None,
                 breaker_failures=0,
+                breaker_open_until_ms=None,
                 created_at=now,
                 updated_at=now,
             )
         )
         return secret
-    if merged["url"] != endpoint.url:
-        endpoint.breaker_failures, endpoint.breaker_open_until_ms = 0, None
-    endpoint.url = merged["url"]
-    endpoint.max_concurrency = merged["maxConcurrency"]
-    endpoint.rate = merged["rate"]
-    endpoint.timeout, endpoint.timeout_ms = merged["timeout"], timeout_ms
-    endpoint.ordered, endpoint.mode = merged["ordered"], merged["mode"]
-    endpoint.updated_at = now
-    await session.flush()
+    await uow.push.set_config(group.id, config, now, reset_breaker=config.url != endpoint.url)
     return None
 
 
 async def _endpoint(
-    session: AsyncSession, topic: TopicRef, name: str, *, for_update: bool = False
-) -> PushEndpoint:
-    group = await GroupRepository.from_session(session).get(topic.id, name, for_update=for_update)
+    uow: MetadataUnit, topic: TopicRef, name: str, *, for_update: bool = False
+) -> PushEndpointRow:
+    group = await uow.groups.get(topic.id, name, for_update=for_update)
     if group is None:
         raise GroupNotFound(f"No consumer group '{name}' on topic '{topic.name}'.")
-    endpoint = await PushRepository.from_session(session).get(group.id)
+    endpoint = await uow.push.get(group.id)
     if endpoint is None:
         raise InvalidRequest.field(
             "push", f"group '{name}' is not a push group; set push in its config first"
@@ -246,44 +256,39 @@ async def _endpoint(
     return endpoint
 
 
-async def reseal(session: AsyncSession, sealer: Sealer) -> int:
+async def reseal(uow: MetadataUnit, sealer: Sealer) -> int:
     """Seal under the current key every push secret kept under the previous one (a rotation of
     ``QUEUECORE_SECRET_KEY``); how many groups' were."""
-    repo = PushRepository.from_session(session)
     done = 0
-    for group_id, secret, previous in await repo.sealed_secrets():
+    for group_id, secret, previous in await uow.push.sealed_secrets():
         if sealer.stale(secret) or (previous is not None and sealer.stale(previous)):
             fresh_previous = sealer.seal(sealer.open(previous)) if previous is not None else None
-            await repo.replace_secrets(group_id, sealer.seal(sealer.open(secret)), fresh_previous)
+            await uow.push.replace_secrets(group_id, sealer.seal(sealer.open(secret)), fresh_previous)
             done += 1
     return done
 
 
-async def endpoint_of(session: AsyncSession, topic: TopicRef, name: str) -> PushEndpoint:
-    """A push group's endpoint row (``GROUP_NOT_FOUND``; 400 when the group is not a push group)."""
-    return await _endpoint(session, topic, name)
+async def endpoint_of(uow: MetadataUnit, topic: TopicRef, name: str) -> PushEndpointRow:
+    """A push group's endpoint (``GROUP_NOT_FOUND``; 400 when the group is not a push group)."""
+    return await _endpoint(uow, topic, name)
 
 
-async def rotate_secret(session: AsyncSession, policy: PushPolicy, topic: TopicRef, name: str) -> str:
+async def rotate_secret(uow: MetadataUnit, policy: PushPolicy, topic: TopicRef, name: str) -> str:
     """A new signing secret, answered once; the current one keeps signing beside it for 24 h."""
-    endpoint = await _endpoint(session, topic, name, for_update=True)
+    endpoint = await _endpoint(uow, topic, name, for_update=True)
     secret = standard_webhooks.new_secret()
-    endpoint.previous_secret = endpoint.secret
-    endpoint.previous_until_ms = now_ms() + PREVIOUS_SECRET_MS
-    endpoint.secret = policy.sealer.seal(secret)
-    endpoint.updated_at = utcnow()
-    await session.flush()
+    await uow.push.rotate_secret(
+        endpoint.group_id, policy.sealer.seal(secret), now_ms() + PREVIOUS_SECRET_MS, utcnow()
+    )
     return secret
 
 
-async def recent_attempts(
-    session: AsyncSession, topic: TopicRef, name: str, limit: int
-) -> list[dict[str, Any]]:
+async def recent_attempts(uow: MetadataUnit, topic: TopicRef, name: str, limit: int) -> list[dict[str, Any]]:
     """The group's newest POSTs, newest first: ``{messageId, attempt, at, status, latencyMs, error}``."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ATTEMPTS_LIMIT:
         raise InvalidRequest.field("limit", f"must be between 1 and {MAX_ATTEMPTS_LIMIT}")
-    endpoint = await _endpoint(session, topic, name)
-    rows = await PushRepository.from_session(session).recent_attempts(endpoint.group_id, limit)
+    endpoint = await _endpoint(uow, topic, name)
+    rows = await uow.push.recent_attempts(endpoint.group_id, limit)
     return [
         {
             "messageId": row.message_id,
@@ -297,14 +302,14 @@ async def recent_attempts(
     ]
 
 
-async def refuse_join(session: AsyncSession, group_id: str, member_id: str | None, url_worker: bool) -> None:
+async def refuse_join(uow: MetadataUnit, group_id: str, member_id: str | None, url_worker: bool) -> None:
     """The join rule of push groups: only their URL workers join them (409 ``GROUP_ACTIVE``), and no
     consumer takes a worker's id."""
     if url_worker:
         return
     if member_id is not None and is_worker(member_id):
         raise InvalidRequest.field("memberId", "not a member id issued by QueueCore (csr_…)")
-    if await PushRepository.from_session(session).get(group_id) is not None:
+    if await uow.push.get(group_id) is not None:
         raise push_group_active()
 
 

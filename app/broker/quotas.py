@@ -32,10 +32,11 @@ How each is held, and why it cannot be overshot by concurrent requests:
   that time.
 - ``schedules`` (``app/broker/schedules/service.py``): the unit of work that inserts a schedule locks the
   project (``lock_project``), counts the environment's schedules, then checks, as topics do.
-- ``pushGroups``: the feature does not exist yet; its numbers are in the table so the tiers are complete.
-  The hook, for whoever builds it: in the unit of work that turns a group into a push group,
-  ``limits = await lock_project(uow, project_id)``, count the environment's push groups, then
-  ``check(Quota.push_groups, limits, used)`` before the change.
+- ``pushGroups`` (``app/broker/push_groups.py``): a group config ``PUT`` that sets ``push`` locks the
+  project (``push_groups.lock_quota``, before the group row: project → topic → group, as above); the
+  ``set_push`` that turns a group into a push group counts the environment's push groups
+  (``PushStore.count``) and checks before it adds the endpoint. Changing a push group's config, or turning
+  push off, is no new one.
 """
 
 from __future__ import annotations
@@ -45,16 +46,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from app.broker.errors import ProjectNotFound, QuotaExceeded, TopicNotFound
 from app.broker.rate_limits import Tier
 from app.kit.digits import is_ascii_digits
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.models import Project, Topic
 from app.stores.metadata.protocol import MetadataUnit
-from app.stores.metadata.schedule_repositories import ScheduleRepository
-from app.stores.metadata.topic_repositories import TopicRepository
 
 GIB = 1 << 30
 TIB = 1 << 40
@@ -175,10 +170,10 @@ async def lock_project(uow: MetadataUnit, project_id: str) -> QuotaLimits:
 async def lock_topic(uow: MetadataUnit, topic_id: str, name: str) -> QuotaLimits:
     """Lock the topic row for this unit of work (``TopicNotFound`` if it was deleted) and answer its
     project's quotas; creators of the topic's groups serialise on it."""
-    row: tuple[Topic, Project] | None = await uow.topics.lock_with_project(topic_id)
+    row = await uow.topics.lock_with_project(topic_id)
     if row is None:
         raise TopicNotFound(name)
-    project = row[1]
+    _, project = row
     return QuotaLimits(project.tier, project.custom_limits)
 
 
@@ -205,19 +200,17 @@ class QuotaUse:
 
 
 async def usage(
-    session: AsyncSession, project_id: str, environment: str, limits: QuotaLimits, stored_bytes: int
+    uow: MetadataUnit, project_id: str, environment: str, limits: QuotaLimits, stored_bytes: int
 ) -> list[QuotaUse]:
     """Every quota of a project environment, its limit and what is used (``stored_bytes``: the
     project's, measured by the caller)."""
-    topics = TopicRepository.from_session(session)
-    busiest = await GroupRepository.from_session(session).busiest_topic(project_id, environment)
+    busiest = await uow.groups.busiest_topic(project_id, environment)
     used = {
-        Quota.topics: await topics.count(project_id, environment),
-        Quota.partitions: await topics.partition_sum(project_id, environment),
+        Quota.topics: await uow.topics.count(project_id, environment),
+        Quota.partitions: await uow.topics.partition_sum(project_id, environment),
         Quota.groups: busiest[1] if busiest else 0,
-        Quota.schedules: await ScheduleRepository.from_session(session).count(project_id, environment),
-        # Push groups do not exist yet: nothing is used.
-        Quota.push_groups: 0,
+        Quota.schedules: await uow.schedules.count(project_id, environment),
+        Quota.push_groups: await uow.push.count(project_id, environment),
         Quota.stored_bytes: stored_bytes,
     }
     notes = {Quota.groups: f"on topic {busiest[0]}, the most" if busiest else ""}

@@ -1,17 +1,29 @@
-"""Reading a partition without a consumer group (stream mode), and one message by id."""
+"""Reading a partition without a consumer group (stream mode: the JSON page and the bulk read of records),
+and one message by id."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from operator import itemgetter
 
 from app.broker import message_ids, timing
 from app.broker.errors import InvalidRequest, MessageNotFound, OffsetOutOfRange
 from app.broker.messages import render_message
 from app.broker.topics import TopicRef
 from app.kit.digits import is_ascii_digits
-from app.stores.log.protocol import LogEngine
+from app.stores.log.protocol import LogEngine, PartitionInfo, Record
 
 MAX_READ = 1000
+# The bulk read (``read_records``): a response of up to 50,000 records or about 16 MiB of payload, read from
+# the engine in chunks of 5,000 records (one frame each on the wire).
+MAX_BULK_READ = 50_000
+DEFAULT_BULK_READ = 10_000
+MAX_BULK_BYTES = 16 << 20
+BULK_CHUNK = 5_000
+BULK_CHUNK_BYTES = 4 << 20
+_offset_of = itemgetter(0)  # of a Record
+_value_of = itemgetter(2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +60,18 @@ async def read_partition(
     check_partition(topic, partition)
     if not 1 <= limit <= MAX_READ:
         raise InvalidRequest.field("limit", f"must be between 1 and {MAX_READ}")
+    info, start = await _start(log, topic, partition, from_offset, from_timestamp)
+    records = await log.read(topic.id, partition, start, max_records=limit, max_bytes=8 << 20)
+    rendered = [render_message(topic.name, topic, topic.id, partition, r) for r in records]
+    next_offset = records[-1].offset + 1 if records else min(start, info.latest_offset)
+    return StreamPage(rendered, next_offset, info.earliest_offset)
+
+
+async def _start(
+    log: LogEngine, topic: TopicRef, partition: int, from_offset: int | None, from_timestamp: str | None
+) -> tuple[PartitionInfo, int]:
+    """Where a read of a partition starts (both reads: the JSON page and the bulk read), and the partition's
+    extent; ``OffsetOutOfRange`` past the latest offset."""
     if from_offset is not None and from_offset < 0:
         raise InvalidRequest.field("fromOffset", "must be a non-negative integer")
     info = await log.partition_info(topic.id, partition)
@@ -59,11 +83,56 @@ async def read_partition(
         start = from_offset if from_offset is not None else info.earliest_offset
     if from_offset is not None and from_offset > info.latest_offset:
         raise OffsetOutOfRange("fromOffset", from_offset, info.earliest_offset, info.latest_offset)
-    start = max(start, info.earliest_offset)
-    records = await log.read(topic.id, partition, start, max_records=limit, max_bytes=8 << 20)
-    rendered = [render_message(topic.name, topic, topic.id, partition, r) for r in records]
-    next_offset = records[-1].offset + 1 if records else min(start, info.latest_offset)
-    return StreamPage(rendered, next_offset, info.earliest_offset)
+    return info, max(start, info.earliest_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRun:
+    """What a bulk read found: the records in the engine's chunks as read (none empty), where the next read
+    starts and the earliest retained offset; ``next_offset`` follows the JSON page's rule."""
+
+    chunks: list[list[Record]]
+    next_offset: int
+    earliest_offset: int
+
+
+async def read_records(
+    log: LogEngine,
+    topic: TopicRef,
+    partition: int,
+    *,
+    from_offset: int | None = None,
+    from_timestamp: str | None = None,
+    until_offset: int | None = None,
+    limit: int = DEFAULT_BULK_READ,
+    max_bytes: int = MAX_BULK_BYTES,
+) -> RecordRun:
+    """The records the JSON read would render, page after page, for a bulk read: from the same start, up
+    to ``limit`` records, below ``until_offset`` (exclusive) when given, and stopping once ``max_bytes``
+    of payload are read (the first chunk is always taken whole). Nothing is rendered here."""
+    check_partition(topic, partition)
+    if not 1 <= limit <= MAX_BULK_READ:
+        raise InvalidRequest.field("limit", f"must be between 1 and {MAX_BULK_READ}")
+    if until_offset is not None and until_offset < 0:
+        raise InvalidRequest.field("untilOffset", "must be a non-negative integer")
+    info, start = await _start(log, topic, partition, from_offset, from_timestamp)
+    end = info.latest_offset if until_offset is None else min(until_offset, info.latest_offset)
+    chunks: list[list[Record]] = []
+    at, left, size = start, limit, 0
+    while left > 0 and at < end and size < max_bytes:
+        records = await log.read(
+            topic.id, partition, at, max_records=min(left, BULK_CHUNK), max_bytes=BULK_CHUNK_BYTES
+        )
+        if records and records[-1].offset >= end:
+            records = records[: bisect_left(records, end, key=_offset_of)]
+        if not records:
+            break
+        chunks.append(records)
+        at = records[-1].offset + 1
+        left -= len(records)
+        size += sum(map(len, map(_value_of, records)))
+    next_offset = at if chunks else min(start, info.latest_offset)
+    return RecordRun(chunks, next_offset, info.earliest_offset)
 
 
 async def get_message(log: LogEngine, topic: TopicRef, message_id: str) -> bytes:

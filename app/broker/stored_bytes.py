@@ -25,9 +25,7 @@ from app.broker.errors import QuotaExceeded
 from app.broker.quotas import DESCRIPTIONS, Quota
 from app.stores.errors import StoreUnavailable
 from app.stores.log.protocol import LogEngine, LogEngineError
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.group_repositories import GroupRepository
-from app.stores.metadata.topic_repositories import TopicRepository
+from app.stores.metadata.protocol import MetadataStore
 
 logger = logging.getLogger("queuecore.quotas")
 
@@ -70,9 +68,9 @@ class StoredBytes:
 
     async def measure(self, project_id: str) -> int:
         """The project's stored bytes now: every partition of its topics and its groups' dead-letter logs."""
-        async with self._metadata.session(readonly=True) as session:
-            partitions = await TopicRepository.from_session(session).partitions_of_project(project_id)
-            group_ids = await GroupRepository.from_session(session).ids_of_project(project_id)
+        async with self._metadata.unit(readonly=True) as uow:
+            partitions = await uow.topics.partitions_of_project(project_id)
+            group_ids = await uow.groups.ids_of_project(project_id)
         logs = partitions + [(dead_letter_logs.log_id(g), 1) for g in group_ids]
         total = 0
         for log_id, count in logs:

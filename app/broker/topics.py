@@ -35,8 +35,7 @@ from app.stores.log.protocol import (
     ReplicasUnavailable,
     TopicLogConfig,
 )
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import MetadataUnit, TopicRow
+from app.stores.metadata.protocol import MetadataStore, MetadataUnit, TopicRow
 
 MAX_PARTITIONS = 256
 # Replica counts a topic may ask for (a quorum of an odd count survives losing a minority); the engine
@@ -268,8 +267,9 @@ async def list_topics(
 
 
 async def partition_details(log: LogEngine, topic: TopicView | TopicRef) -> list[PartitionInfo]:
-    """Per-partition offsets and sizes, straight from the engine."""
-    return [await log.partition_info(topic.id, p) for p in range(topic.partitions)]
+    """Per-partition offsets, sizes and where the copies live (servers, zones, the leader), straight from
+    the engine, which asks for every partition at once."""
+    return await log.describe_partitions(topic.id, topic.partitions)
 
 
 async def update_topic(

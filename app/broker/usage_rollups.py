@@ -17,9 +17,7 @@ from datetime import UTC, datetime
 from app.broker.errors import Conflict, InvalidRequest
 from app.broker.usage import USAGE_TOPIC_ID
 from app.stores.log.protocol import LogEngine, Record, UnknownLog
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import Rollup
-from app.stores.metadata.usage_repositories import GRANULARITIES, UsageRollupRepository
+from app.stores.metadata.protocol import GRANULARITIES, MetadataStore, Rollup
 
 SOURCE = USAGE_TOPIC_ID
 MAX_ROLLUPS_PER_CALL = 10_000
@@ -68,8 +66,8 @@ async def read_events(log: LogEngine, from_offset: int, limit: int) -> EventPage
 
 async def next_offset(metadata: MetadataStore) -> int:
     """The first usage event not rolled up yet (0 before the first run)."""
-    async with metadata.session(readonly=True) as session:
-        return await UsageRollupRepository.from_session(session).next_offset(SOURCE)
+    async with metadata.unit(readonly=True) as uow:
+        return await uow.usage.next_offset(SOURCE)
 
 
 async def buckets(
@@ -77,12 +75,11 @@ async def buckets(
 ) -> tuple[int, list[Rollup]]:
     """Where the rollups stand, and their buckets of one project environment starting in
     ``[since_ms, until_ms)`` (every key and category, oldest first), read together."""
-    async with metadata.session(readonly=True) as session:
-        repo = UsageRollupRepository.from_session(session)
-        upto = await repo.next_offset(SOURCE)
+    async with metadata.unit(readonly=True) as uow:
+        upto = await uow.usage.next_offset(SOURCE)
         if not upto:
             return 0, []
-        rows = await repo.series(
+        rows = await uow.usage.series(
             project_id,
             environment,
             granularity,
@@ -103,11 +100,7 @@ async def add(metadata: MetadataStore, rows: Sequence[Rollup], *, from_offset: i
     for row in rows:
         if row.granularity not in GRANULARITIES:
             raise InvalidRequest(f"granularity is one of {', '.join(GRANULARITIES)}.")
-    moved: int | None = None
-    async with metadata.session() as session:
-        repo = UsageRollupRepository.from_session(session)
-        if not await repo.add(rows, source=SOURCE, from_offset=from_offset, next_offset=to_offset):
-            moved = await repo.next_offset(SOURCE)
-            await session.rollback()
-    if moved is not None:
-        raise RollupOffsetMoved(from_offset, moved)
+    async with metadata.unit() as uow:
+        if not await uow.usage.add(rows, source=SOURCE, from_offset=from_offset, next_offset=to_offset):
+            # Raised inside the unit: it rolls back, nothing of this run is written.
+            raise RollupOffsetMoved(from_offset, await uow.usage.next_offset(SOURCE))

@@ -14,7 +14,7 @@ import orjson
 from fastapi import Request
 from starlette.responses import HTMLResponse, Response
 
-from app.broker import alerts, dlq, keys, quotas
+from app.broker import alerts, dead_letters, keys, quotas
 from app.broker.errors import CODED_ERRORS
 from app.broker.rate_limits import limit_for
 from app.dashboard.routes import (
@@ -33,7 +33,6 @@ from app.dashboard.routes import (
 from app.dashboard.usage import CATEGORIES, WINDOWS, RollupUsageSource, UsageSource, window_bounds
 from app.kit.clock import now_ms
 from app.stores.metadata.protocol import MetadataUnit
-from app.stores.metadata.unit import SqlMetadataUnit
 
 
 @router.get("/p/{project_id}/{env}/dead-letters")
@@ -43,15 +42,17 @@ async def dead_letters_page(request: Request, project_id: str, env: str) -> Resp
 
 
 @router.get("/p/{project_id}/{env}/dead-letters/{topic}/{group}")
-async def dlq_page(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+async def group_dead_letters_page(
+    request: Request, project_id: str, env: str, topic: str, group: str
+) -> Response:
     ctx = await _ctx(request, project_id, env)
     services = _services(request)
     ref = await _topic_ref(ctx, topic)
     cursor = request.query_params.get("cursor") or None
     try:
         async with services.metadata.unit(readonly=True) as uow:
-            page = await dlq.inspect(uow, services.log, ref, group, limit=50, cursor=cursor)
-            audit = await dlq.audit(uow, ref, group, limit=50)
+            page = await dead_letters.inspect(uow, services.log, ref, group, limit=50, cursor=cursor)
+            audit = await dead_letters.audit(uow, ref, group, limit=50)
     except CODED_ERRORS:
         raise NotFoundPage() from None
     letters = [orjson.loads(e) for e in page.entries]
@@ -68,50 +69,54 @@ async def dlq_page(request: Request, project_id: str, env: str, topic: str, grou
     )
 
 
-def _dlq_path(topic: str, group: str) -> str:
+def _group_dead_letters_path(topic: str, group: str) -> str:
     return f"/dead-letters/{quote(topic, safe='')}/{quote(group, safe='')}"
 
 
 @router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/replay")
-async def dlq_replay(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+async def dead_letter_replay(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
     ctx = await _ctx(request, project_id, env)
     form = await _checked_form(request, ctx.user)
     ref = await _topic_ref(ctx, topic)
-    actor = dlq.Actor("user", ctx.user.user_id)
+    actor = dead_letters.Actor("user", ctx.user.user_id)
     try:
-        await dlq.replay(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
+        await dead_letters.replay(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
     except CODED_ERRORS as e:
-        return ctx.back(_dlq_path(topic, group), error=_message(e))
-    return ctx.back(_dlq_path(topic, group), notice=f"Replayed {form.get('message_id')}.")
+        return ctx.back(_group_dead_letters_path(topic, group), error=_message(e))
+    return ctx.back(_group_dead_letters_path(topic, group), notice=f"Replayed {form.get('message_id')}.")
 
 
 @router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/replay-all")
-async def dlq_replay_all(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+async def dead_letter_replay_all(
+    request: Request, project_id: str, env: str, topic: str, group: str
+) -> Response:
     ctx = await _ctx(request, project_id, env)
     form = await _checked_form(request, ctx.user)
     ref = await _topic_ref(ctx, topic)
-    actor = dlq.Actor("user", ctx.user.user_id)
+    actor = dead_letters.Actor("user", ctx.user.user_id)
     try:
-        rate = dlq.validate_rate(float(form["rate"])) if form.get("rate") else None
-        count = await dlq.replay_all(_services(request).metadata, ref, group, actor, rate=rate)
+        rate = dead_letters.validate_rate(float(form["rate"])) if form.get("rate") else None
+        count = await dead_letters.replay_all(_services(request).metadata, ref, group, actor, rate=rate)
     except ValueError:
-        return ctx.back(_dlq_path(topic, group), error="The rate must be a number of messages per second.")
+        return ctx.back(
+            _group_dead_letters_path(topic, group), error="The rate must be a number of messages per second."
+        )
     except CODED_ERRORS as e:
-        return ctx.back(_dlq_path(topic, group), error=_message(e))
-    return ctx.back(_dlq_path(topic, group), notice=f"Replayed {count} dead letters.")
+        return ctx.back(_group_dead_letters_path(topic, group), error=_message(e))
+    return ctx.back(_group_dead_letters_path(topic, group), notice=f"Replayed {count} dead letters.")
 
 
 @router.post("/p/{project_id}/{env}/dead-letters/{topic}/{group}/delete")
-async def dlq_delete(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
+async def dead_letter_delete(request: Request, project_id: str, env: str, topic: str, group: str) -> Response:
     ctx = await _ctx(request, project_id, env)
     form = await _checked_form(request, ctx.user)
     ref = await _topic_ref(ctx, topic)
-    actor = dlq.Actor("user", ctx.user.user_id)
+    actor = dead_letters.Actor("user", ctx.user.user_id)
     try:
-        await dlq.delete(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
+        await dead_letters.delete(_services(request).metadata, ref, group, form.get("message_id", ""), actor)
     except CODED_ERRORS as e:
-        return ctx.back(_dlq_path(topic, group), error=_message(e))
-    return ctx.back(_dlq_path(topic, group), notice=f"Deleted {form.get('message_id')}.")
+        return ctx.back(_group_dead_letters_path(topic, group), error=_message(e))
+    return ctx.back(_group_dead_letters_path(topic, group), notice=f"Deleted {form.get('message_id')}.")
 
 
 # API keys ----------------------------------------------------------------------------------------
@@ -182,10 +187,10 @@ async def usage_page(request: Request, project_id: str, env: str) -> Response:
     )
     services = _services(request)
     stored = await services.stored_bytes.measure(ctx.project.id)
-    async with services.metadata.session(readonly=True) as session:
-        key_views = await _keys(ctx, SqlMetadataUnit(session))  # quotas.usage takes the session still (#34)
+    async with services.metadata.unit(readonly=True) as uow:
+        key_views = await _keys(ctx, uow)
         quota_uses = await quotas.usage(
-            session,
+            uow,
             ctx.project.id,
             env,
             quotas.QuotaLimits(ctx.project.tier, ctx.project.custom_limits),

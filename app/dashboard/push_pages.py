@@ -26,12 +26,12 @@ async def push_page(request: Request, project_id: str, env: str, topic: str, gro
     ctx = await _ctx(request, project_id, env)
     services = _services(request)
     ref = await _topic_ref(ctx, topic)
-    async with services.metadata.session(readonly=True) as session:
-        config = await push_groups.push_view(session, services.push_policy, ref, group)
+    async with services.metadata.unit(readonly=True) as uow:
+        config = await push_groups.push_view(uow, services.push_policy, ref, group)
         attempts = []
         if config is not None:
             try:
-                attempts = await push_groups.recent_attempts(session, ref, group, 50)
+                attempts = await push_groups.recent_attempts(uow, ref, group, 50)
             except CODED_ERRORS:
                 raise NotFoundPage() from None
     return ctx.render("push.html", topic=topic, group=group, push=config, attempts=attempts)
@@ -44,8 +44,8 @@ async def push_test(request: Request, project_id: str, env: str, topic: str, gro
     services = _services(request)
     ref = await _topic_ref(ctx, topic)
     try:
-        async with services.metadata.session(readonly=True) as session:
-            endpoint = await push_groups.endpoint_of(session, ref, group)
+        async with services.metadata.unit(readonly=True) as uow:
+            endpoint = await push_groups.endpoint_of(uow, ref, group)
         outcome = await url_push.send_test_event(
             services.push_workers.client, services.push_policy, endpoint, topic, group
         )

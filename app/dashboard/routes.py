@@ -453,7 +453,7 @@ async def _all_groups(ctx: Ctx) -> list[dict[str, Any]]:
     out = []
     async with services.metadata.unit(readonly=True) as uow:
         rows, _ = await topics.list_topics(uow, ctx.scope, limit=1000)
-        depths = await inspection.dlq_depths(uow)
+        depths = await inspection.dead_letter_depths(uow)
         for row in rows:
             ref = await _topic_ref(ctx, row.name)
             for summary in await groups.list_groups(uow, services.log, ref):
@@ -464,8 +464,8 @@ async def _all_groups(ctx: Ctx) -> list[dict[str, Any]]:
                         "name": summary.name,
                         "consumers": summary.consumers,
                         "lag": summary.lag,
-                        "dlq": depths.get(group.id, 0),
-                        "has_dlq": group.dead_letter is not None,
+                        "dead_letters": depths.get(group.id, 0),
+                        "keeps_dead_letters": group.dead_letter is not None,
                     }
                 )
     return out
@@ -504,7 +504,7 @@ async def _group_view(ctx: Ctx, topic: str, group: str) -> dict[str, Any]:
         "members": members,
         "partitions": health.partitions,
         "lag": sum(p.lag for p in health.partitions),
-        "dlq_depth": health.dlq_depth,
+        "dead_letter_depth": health.dead_letter_depth,
         "pause": detail.pause,
     }
 

@@ -18,7 +18,7 @@ from typing import Protocol
 from app.broker import usage_rollups
 from app.broker.usage import USAGE_TOPIC_ID, read_usage
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.protocol import MetadataStore
 
 WINDOWS: dict[str, tuple[int, int]] = {
     # window: (length ms, bucket ms); a window ends at a bucket boundary (``window_bounds``), so that the

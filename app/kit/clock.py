@@ -1,14 +1,52 @@
-"""Time, in one place, so tests can inject it."""
+"""Time, in one place, so tests can inject it.
+
+``now_ms()`` and ``utcnow()`` read the system clock. Where a decision is "has this timed out, expired or
+become due" and a test would otherwise wait for it in real time, the code takes a ``Clock`` instead
+(defaulting to ``SYSTEM_CLOCK``), handed down from ``Services.clock``: an app under test can then be given
+a clock whose time a test moves (``tests/fixtures/clock.py``'s ``ManualClock``). Real waits (a sleep, a
+long poll's own ``waitSeconds``) stay on real time: only the comparisons move.
+"""
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Protocol
 
 
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch."""
     return time.time_ns() // 1_000_000
+
+
+class Clock(Protocol):
+    """What a timeout, an expiry or a due time is compared with."""
+
+    def now_ms(self) -> int:
+        """Wall-clock milliseconds since the epoch (the unit deadlines are stored in)."""
+        ...
+
+    def monotonic_ns(self) -> int:
+        """Nanoseconds on a clock that never goes backwards (only differences mean anything)."""
+        ...
+
+
+class SystemClock:
+    """The host's clocks: ``time.time_ns`` and ``time.monotonic_ns``."""
+
+    __slots__ = ()
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
 
 
 def utcnow() -> datetime:

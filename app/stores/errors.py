@@ -21,7 +21,7 @@ class StoreUnavailable(Exception):
 
 class StoreConflict(StoreUnavailable):
     """A unit of work lost a lock conflict the database broke for it (a deadlock, or a serialization
-    failure): nothing of it was written, and running it again is safe. ``MetadataStore.transaction`` runs
+    failure): nothing of it was written, and running it again is safe. ``MetadataStore.run_unit`` runs
     it again; one that still escapes is answered as 503, like an outage."""
 
 

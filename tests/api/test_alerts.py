@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tests.api.test_dlq import nack, publish
+from tests.api.test_dead_letters import nack, publish
 from tests.api.test_errors import assert_envelope
 from tests.api.test_pull import configure, join, make_topic
 from tests.broker.test_alerts import docs_verify

@@ -109,9 +109,9 @@ class TestLimitAndRevocation:
         headers = tenant.headers("production")
         assert (await client.get("/v1/topics", headers=headers)).status_code == 200
         # Revoke through another store handle, as the operator CLI or another node would.
-        from app.stores.metadata.database import MetadataStore
+        from app.stores.metadata.database import SqlMetadataStore
 
-        other = MetadataStore(deployment.settings.resolved_database_url, pool_size=1)
+        other = SqlMetadataStore(deployment.settings.resolved_database_url, pool_size=1)
         try:
             async with other.unit() as uow:
                 await keys.revoke_key(uow, tenant.key_ids["production"])

@@ -1,8 +1,9 @@
 """Delayed delivery and TTL through the real app, on every backend (SQLite, Postgres, JetStream): publish
 validation, the fields of answers and reads, messages held back until due without holding later ones
 back, the committed offset that never passes an undelivered one, expiry with and without a DLQ, and the
-group's ``expired`` count. Most scenarios inject time into the delivery modules (``now_ms``) so that "not
-before" and "expired" are checked without sleeping; one long poll waits for a real due time."""
+group's ``expired`` count. Most scenarios inject time (the app's clock, which members' sessions are
+decided on too, and the DLQ's ``now_ms``) so that "not before" and "expired" are checked without
+sleeping; one long poll waits for a real due time."""
 
 from __future__ import annotations
 
@@ -10,23 +11,21 @@ from datetime import datetime
 
 import pytest
 
-from app.broker import dlq
-from app.broker.delivery import leases, membership
 from app.kit import clock
-from tests.api.test_dlq import FakeClock, current, dlq_page, nack
+from tests.api.test_dead_letters import current, frozen_clock, group_dead_letters_page, nack
 from tests.api.test_errors import assert_envelope
 from tests.api.test_pull import configure, join, make_topic
+from tests.fixtures.clock import ManualClock
 
 DAY_MS = 86_400_000
 
 
 @pytest.fixture
-def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(leases, "now_ms", fake)
-    monkeypatch.setattr(dlq, "now_ms", fake)
-    monkeypatch.setattr(membership, "now_ms", fake)
-    return fake
+def fake_clock(monkeypatch: pytest.MonkeyPatch, deployment) -> ManualClock:
+    """The app's and the DLQ's clock frozen (``test_dead_letters.frozen_clock``); members' sessions
+    start and expire on the app's clock too, so an hour's jump past a member's leave sees no session of
+    its end."""
+    return frozen_clock(monkeypatch, deployment)
 
 
 def ms(instant: str) -> int:
@@ -158,9 +157,9 @@ class TestHeldBack:
         await member.ack([plain["id"]])
         # The committed offset stops at the message not yet delivered.
         assert await current(client, prod, topic, "g") == delayed["offset"]
-        fake_clock.now = ms(delayed["deliverAt"]) - 1000
+        fake_clock.move_to(ms(delayed["deliverAt"]) - 1000)
         assert await member.poll() == []
-        fake_clock.now = ms(delayed["deliverAt"]) + 1000
+        fake_clock.move_to(ms(delayed["deliverAt"]) + 1000)
         got = await member.poll()
         assert [m["id"] for m in got] == [delayed["id"]]
         assert got[0]["attempt"] == 1 and got[0]["deliverAt"] == delayed["deliverAt"]
@@ -175,7 +174,7 @@ class TestHeldBack:
         got = await member.poll(max_messages=5)
         assert [m["data"] for m in got] == ["due"]
         await member.ack([got[0]["id"]])
-        fake_clock.now = max(ms(m["deliverAt"]) for m in r.json()["messages"][:20]) + 1000
+        fake_clock.move_to(max(ms(m["deliverAt"]) for m in r.json()["messages"][:20]) + 1000)
         got = await member.poll(max_messages=1000)
         assert [m["data"] for m in got] == list(range(20))
         assert {m["id"] for m in got} == {m["id"] for m in r.json()["messages"][:20]}
@@ -215,7 +214,7 @@ class TestTtl:
         member = await join(client, prod, topic, "g", startFrom="earliest", sessionTimeout="5m")
         gone = await publish_one(client, prod, topic, {"data": "stale", "ttl": "30s"})
         kept = await publish_one(client, prod, topic, {"data": "fresh", "ttl": "1h"})
-        fake_clock.now = ms(gone["expiresAt"]) + 1000
+        fake_clock.move_to(ms(gone["expiresAt"]) + 1000)
         got = await member.poll()
         assert [m["id"] for m in got] == [kept["id"]]
         assert got[0]["expiresAt"] == kept["expiresAt"]
@@ -236,7 +235,7 @@ class TestTtl:
         got = await member.poll()
         assert got[0]["id"] == body["id"]
         await nack(member, body["id"], delay="2m")
-        fake_clock.now = max(fake_clock.now + 121_000, ms(body["expiresAt"]) + 1000)
+        fake_clock.move_to(max(fake_clock.now_ms() + 121_000, ms(body["expiresAt"]) + 1000))
         assert await member.poll() == []
         assert await current(client, prod, topic, "g") == body["offset"] + 1
         assert (await describe(client, prod, topic, "g"))["expired"] == 1
@@ -246,9 +245,9 @@ class TestTtl:
         member = await join(client, prod, topic, "g", startFrom="earliest", sessionTimeout="5m")
         first = await publish_one(client, prod, topic, {"data": "a", "ttl": "10s"})
         second = await publish_one(client, prod, topic, {"data": "b", "delay": "20s", "ttl": "30s"})
-        fake_clock.now = ms(second["expiresAt"]) + 1000
+        fake_clock.move_to(ms(second["expiresAt"]) + 1000)
         assert await member.poll() == []
-        page = await dlq_page(client, prod, f"/v1/topics/{topic}/groups/g")
+        page = await group_dead_letters_page(client, prod, f"/v1/topics/{topic}/groups/g")
         assert page["total"] == 2
         assert {e["messageId"] for e in page["data"]} == {first["id"], second["id"]}
         assert {e["reason"] for e in page["data"]} == {"expired"}

@@ -199,8 +199,8 @@ async def assert_untouched(client, owner: Owner) -> None:
     assert (topic["retention"], sum(p["messages"] for p in topic["partitionDetails"])) == ("7d", 4)
     group = (await client.get(f"/v1/topics/{owner.topic}/groups/g", headers=h)).json()
     assert group["config"]["ackTimeout"] == "30s" and group["consumers"] == 1
-    dlq = (await client.get(f"/v1/topics/{owner.topic}/groups/g/dlq", headers=h)).json()
-    assert [e["messageId"] for e in dlq["data"]] == [owner.values["dead"]]
+    dead_letters = (await client.get(f"/v1/topics/{owner.topic}/groups/g/dlq", headers=h)).json()
+    assert [e["messageId"] for e in dead_letters["data"]] == [owner.values["dead"]]
     endpoint = (await client.get("/v1/alerts/endpoint", headers=h)).json()
     assert endpoint["url"] == owner.hook
     listed = (await client.get("/v1/topics", headers=h)).json()["data"]

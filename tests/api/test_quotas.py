@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from app.broker import tenancy
+from app.broker import quotas, tenancy
 from app.broker.rate_limits import Tier
 from tests.api.test_errors import assert_envelope
 from tests.fixtures.factories import GENEROUS_LIMITS
@@ -195,6 +195,91 @@ class TestGroupsQuota:
             *(client.post(f"{groups}/same/members", json={}, headers=prod) for _ in range(4))
         )
         assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
+
+
+PUSH = {"url": "http://127.0.0.1:9/hook"}  # a push group's URL; nothing is published to call it
+
+
+async def put_group(client, headers, path: str, **config):
+    return await client.put(path, json=config, headers=headers)
+
+
+class TestPushGroupsQuota:
+    """A group becomes a push group when a config ``PUT`` sets ``push``."""
+
+    async def _topic(self, client, headers, name: str = "t") -> str:
+        r = await client.post("/v1/topics", json={"name": name, "partitions": 1}, headers=headers)
+        assert r.status_code == 201, r.text
+        return f"/v1/topics/{name}/groups"
+
+    async def test_the_push_group_past_the_quota_is_refused_and_nothing_changes(self, client, deployment):
+        _, prod = await project_with(deployment, pushGroups=2)
+        groups = await self._topic(client, prod)
+        for g in ("h1", "h2"):
+            assert (await put_group(client, prod, f"{groups}/{g}", push=PUSH)).status_code == 200
+        assert (await put_group(client, prod, f"{groups}/plain", ackTimeout="45s")).status_code == 200
+        # A group that exists keeps its config: the refused PUT's ackTimeout is not applied either.
+        r = await put_group(client, prod, f"{groups}/plain", push=PUSH, ackTimeout="50s")
+        error = assert_quota(r, "pushGroups", 2, 2)
+        assert "push groups per environment" in error["message"]
+        config = (await client.get(f"{groups}/plain", headers=prod)).json()["config"]
+        assert (config["push"], config["ackTimeout"]) == (None, "45s")
+        # A group the refused PUT would have made is not made.
+        assert_quota(await put_group(client, prod, f"{groups}/fresh", push=PUSH), "pushGroups", 2, 2)
+        assert_envelope(await client.get(f"{groups}/fresh", headers=prod), 404, "GROUP_NOT_FOUND")
+        # Changing a push group's config at the limit makes no new one.
+        r = await put_group(client, prod, f"{groups}/h1", push={"maxConcurrency": 4})
+        assert r.status_code == 200 and r.json()["config"]["push"]["maxConcurrency"] == 4, r.text
+        # Turning push off frees its place.
+        assert (await put_group(client, prod, f"{groups}/h2", push=None)).status_code == 200
+        assert (await put_group(client, prod, f"{groups}/plain", push=PUSH)).status_code == 200
+
+    async def test_per_environment_over_its_topics(self, client, deployment):
+        project, prod = await project_with(deployment, pushGroups=1)
+        staging = project.headers("staging")
+        one, two = await self._topic(client, prod, "one"), await self._topic(client, prod, "two")
+        staged = await self._topic(client, staging, "one")
+        assert (await put_group(client, prod, f"{one}/h", push=PUSH)).status_code == 200
+        assert (await put_group(client, staging, f"{staged}/h", push=PUSH)).status_code == 200
+        # Another topic of the same environment counts with the first.
+        assert_quota(await put_group(client, prod, f"{two}/h", push=PUSH), "pushGroups", 1, 1)
+        assert_quota(await put_group(client, staging, f"{staged}/h2", push=PUSH), "pushGroups", 1, 1)
+
+    async def test_concurrent_push_groups_do_not_overshoot(self, client, deployment):
+        """Groups that exist already, on two topics: no topic or group lock serialises their PUTs, only
+        the project's."""
+        _, prod = await project_with(deployment, pushGroups=3)
+        topics = [await self._topic(client, prod, "a"), await self._topic(client, prod, "b")]
+        assert (await put_group(client, prod, f"{topics[0]}/first", push=PUSH)).status_code == 200
+        plain = [f"{t}/p{i}" for t in topics for i in range(4)]
+        for path in plain:
+            assert (await put_group(client, prod, path)).status_code == 200
+        answers = await asyncio.gather(*(put_group(client, prod, path, push=PUSH) for path in plain))
+        assert sorted(r.status_code for r in answers) == [200] * 2 + [403] * 6, [r.text for r in answers]
+        for r in answers:
+            if r.status_code == 403:
+                assert_quota(r, "pushGroups", 3, 3)
+        pushing = [
+            path
+            for path in plain
+            if (await client.get(path, headers=prod)).json()["config"]["push"] is not None
+        ]
+        assert len(pushing) == 2, pushing
+
+    async def test_the_usage_counts_the_environments_push_groups(self, client, deployment):
+        project, prod = await project_with(deployment, pushGroups=5)
+        groups = await self._topic(client, prod)
+        for g in ("h1", "h2"):
+            assert (await put_group(client, prod, f"{groups}/{g}", push=PUSH)).status_code == 200
+        assert (await put_group(client, prod, f"{groups}/plain")).status_code == 200
+        limits = quotas.QuotaLimits(Tier.enterprise, {"pushGroups": 5})
+        async with deployment.store.unit(readonly=True) as uow:
+            used = {
+                env: {q.quota: q for q in await quotas.usage(uow, project.project_id, env, limits, 0)}
+                for env in ("production", "staging")
+            }
+        assert (used["production"]["pushGroups"].used, used["production"]["pushGroups"].limit) == (2, 5)
+        assert used["staging"]["pushGroups"].used == 0
 
 
 class TestTiers:

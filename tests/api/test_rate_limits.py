@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -14,6 +13,15 @@ from tests.api.test_errors import assert_envelope
 
 async def developer(deployment):
     return await deployment.project(tier=Tier.developer)
+
+
+async def wait_out(deployment, clock, seconds: float) -> None:
+    """Let ``seconds`` pass for the rate limiter. The embedded one decides on the deployment's clock,
+    moved at once; Redis (the jetstream deployment) decides on its own (``TIME``): a real wait there."""
+    if deployment.settings.redis_url:
+        await asyncio.sleep(seconds)
+    else:
+        clock.advance(seconds)
 
 
 async def limit_seen(client, headers: dict[str, str], limit: str, tries: int = 100) -> bool:
@@ -27,7 +35,7 @@ async def limit_seen(client, headers: dict[str, str], limit: str, tries: int = 1
 
 
 class TestLimits:
-    async def test_admin_limit_headers_and_retry_after(self, client, deployment):
+    async def test_admin_limit_headers_and_retry_after(self, client, deployment, clock):
         project = await developer(deployment)
         headers = project.headers("development")
         answers = [await client.get("/v1/topics", headers=headers) for _ in range(12)]
@@ -42,7 +50,7 @@ class TestLimits:
         assert "10" in error["message"]
         retry_after = int(refused.headers["Retry-After"])
         assert 1 <= retry_after <= 1
-        await asyncio.sleep(retry_after)
+        await wait_out(deployment, clock, retry_after)
         assert (await client.get("/v1/topics", headers=headers)).status_code == 200
 
     async def test_errors_of_limited_routes_carry_headers(self, client, deployment):
@@ -68,17 +76,22 @@ class TestLimits:
         # Another key of the same project has its own window.
         assert (await client.get("/v1/topics", headers=dev)).status_code == 200
 
-    async def test_refused_requests_do_not_count(self, client, deployment):
+    async def test_refused_requests_do_not_count(self, client, deployment, clock):
         project = await developer(deployment)
         headers = project.headers("staging")
         statuses = [(await client.get("/v1/topics", headers=headers)).status_code]
         # The first request was accepted before its answer arrived: a second after that answer it has left
-        # the window (an anchor taken before the request could be early by the request's own time).
-        first_answered = time.monotonic()
-        statuses += [(await client.get("/v1/topics", headers=headers)).status_code for _ in range(29)]
+        # the window (an anchor taken before the request could be early by the request's own time). Time
+        # as the limiter sees it: the deployment's clock (real time unless advanced).
+        first_answered = clock.monotonic_ns() / 1e9
+        statuses += [(await client.get("/v1/topics", headers=headers)).status_code for _ in range(9)]
+        assert statuses == [200] * 10
+        # Refused half a second later: were they counted, they would fill the window until then + 1 s.
+        await wait_out(deployment, clock, 0.5)
+        statuses += [(await client.get("/v1/topics", headers=headers)).status_code for _ in range(20)]
         assert statuses.count(200) == 10
         # A second after the first accepted request the window has room again, however many were refused.
-        await asyncio.sleep(max(0.0, first_answered + 1.05 - time.monotonic()))
+        await wait_out(deployment, clock, max(0.0, first_answered + 1.05 - clock.monotonic_ns() / 1e9))
         assert (await client.get("/v1/topics", headers=headers)).status_code == 200
 
     async def test_tier_change_applies_without_a_restart(self, client, deployment):

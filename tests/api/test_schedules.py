@@ -13,6 +13,7 @@ import pytest
 
 from tests.api.test_errors import assert_envelope
 from tests.api.test_quotas import assert_quota
+from tests.api.test_rate_limits import wait_out
 from tests.fixtures.factories import GENEROUS_LIMITS
 
 FIELDS = {
@@ -260,23 +261,24 @@ class TestQuota:
         assert (await client.delete(f"/v1/schedules/{first['id']}", headers=prod)).status_code == 204
         await create(client, prod, every="1h")
 
-    async def test_developer_tier_allows_25(self, client, deployment):
+    async def test_developer_tier_allows_25(self, client, deployment, clock):
         from app.broker.rate_limits import Tier
 
         project = await deployment.project(tier=Tier.developer)
         prod = project.headers("production")
         await make_topic(client, prod)
-        statuses = [(await admin_post(client, prod, "1d")).status_code for _ in range(26)]
+        statuses = [(await admin_post(client, prod, "1d", deployment, clock)).status_code for _ in range(26)]
         assert statuses == [201] * 25 + [403]
-        assert_quota(await admin_post(client, prod, "1d"), "schedules", 25, 25)
+        assert_quota(await admin_post(client, prod, "1d", deployment, clock), "schedules", 25, 25)
 
 
-async def admin_post(client, auth, every: str):
-    """A create on a tier of 10 admin requests per second: waits out the rate limit, never the quota."""
+async def admin_post(client, auth, every: str, deployment, clock):
+    """A create on a tier of 10 admin requests per second: waits out the rate limit (advancing the
+    clock where the limiter decides on it), never the quota."""
     while True:
         r = await client.post(
             "/v1/schedules", json={"topic": "jobs", "every": every, "data": 1}, headers=auth
         )
         if r.status_code != 429:
             return r
-        await asyncio.sleep(float(r.headers["retry-after"]))
+        await wait_out(deployment, clock, float(r.headers["retry-after"]))

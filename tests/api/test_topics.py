@@ -209,9 +209,16 @@ class TestDescribeTopic:
             assert replicas[0]["leader"] and not any(r["leader"] for r in replicas[1:])
             assert len({r["server"] for r in replicas}) == len(replicas)  # one copy per server
             if deployment.backend == "jetstream":
-                # The test cluster's nodes n0..n2, one per zone (tests/infra/test_nats_zones.py).
+                # The test cluster's nodes n0..n2, one per zone (tests/infra/test_nats_zones.py): a zone
+                # each, from the servers' az:<zone> tags.
                 assert {r["server"] for r in replicas} == {"n0", "n1", "n2"}
+                assert sorted(r["zone"] for r in replicas) == ["zone-a", "zone-b", "zone-c"]
+            else:
+                # The local engine's one copy: no zone unless QUEUECORE_LOG__ZONE says one.
+                assert [r["zone"] for r in replicas] == [None]
             assert all(r["current"] for r in replicas[:1])
+            assert replicas[0]["lag"] == 0
+            assert all(r["lag"] is None or r["lag"] >= 0 for r in replicas)
 
     async def test_missing_topic(self, client, prod):
         error = _error(await client.get("/v1/topics/user.events", headers=prod), 404, "TOPIC_NOT_FOUND")

@@ -16,15 +16,16 @@ import pytest
 from app.broker import alerts
 from app.broker.errors import AlertEndpointNotFound, InvalidRequest
 from app.cli import migrate
+from app.main import build_alert_policy
 from app.settings import Environment
 from app.stores.metadata.alert_repositories import AlertRepository
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from tests.conftest import settings_for
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.factories import make_project
 from tests.fixtures.webhooks import Receiver
 
-policy = alerts.AlertPolicy.from_settings  # the one place the settings become the policy
+policy = build_alert_policy  # the one place the settings become the policy
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
 
@@ -41,7 +42,7 @@ class Clock:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-async def store(request, tmp_path) -> AsyncIterator[tuple[MetadataStore, object]]:
+async def store(request, tmp_path) -> AsyncIterator[tuple[SqlMetadataStore, object]]:
     name = ""
     url = ""
     if request.param == "postgres":
@@ -58,7 +59,7 @@ async def store(request, tmp_path) -> AsyncIterator[tuple[MetadataStore, object]
         alert_max_attempts=4,
     )
     await asyncio.to_thread(migrate, settings)
-    metadata = MetadataStore(settings.resolved_database_url)
+    metadata = SqlMetadataStore(settings.resolved_database_url)
     yield metadata, settings
     await metadata.close()
     if name:

@@ -314,7 +314,9 @@ class TestDelete:
         assert "1 connected member;" in active.value.message
         assert (await describe(topic)).consumers == 1
         await membership.leave(topic.services.metadata, topic.ref, "g", member.member_id)
-        await groups.delete_group_and_dlq(topic.services.metadata, topic.services.log, topic.ref, "g")
+        await groups.delete_group_and_dead_letters(
+            topic.services.metadata, topic.services.log, topic.ref, "g"
+        )
 
     async def test_an_unknown_group_is_not_found(self, make_topic):
         topic = await make_topic()
@@ -330,7 +332,7 @@ class TestDelete:
         dlq_log = dead_letter_logs.log_id(group_id)
         await log.create_topic(dlq_log, 1, TopicLogConfig())
         assert dlq_log in await log.topic_ids()
-        await groups.delete_group_and_dlq(topic.services.metadata, log, topic.ref, "g")
+        await groups.delete_group_and_dead_letters(topic.services.metadata, log, topic.ref, "g")
         assert dlq_log not in await log.topic_ids()
         async with topic.services.metadata.unit(readonly=True) as uow:
             with pytest.raises(GroupNotFound):
@@ -339,7 +341,9 @@ class TestDelete:
     async def test_a_group_without_a_dlq_log_is_deleted_all_the_same(self, make_topic):
         topic = await make_topic()
         await upsert(topic)
-        await groups.delete_group_and_dlq(topic.services.metadata, topic.services.log, topic.ref, "g")
+        await groups.delete_group_and_dead_letters(
+            topic.services.metadata, topic.services.log, topic.ref, "g"
+        )
         async with topic.services.metadata.unit(readonly=True) as uow:
             assert await groups.list_groups(uow, topic.services.log, topic.ref) == []
 
@@ -360,7 +364,12 @@ class TestDeliveryStats:
         mine = {s.group: s for s in stats if s.topic == topic.name and s.project_id == topic.scope.project_id}
         assert set(mine) == {"behind", "caught-up"}
         behind = mine["behind"]
-        assert (behind.environment, behind.lag, behind.in_flight, behind.dlq_depth) == ("production", 6, 0, 0)
+        assert (behind.environment, behind.lag, behind.in_flight, behind.dead_letter_depth) == (
+            "production",
+            6,
+            0,
+            0,
+        )
         assert behind.oldest_unacked_seconds >= 0.0
         assert (mine["caught-up"].lag, mine["caught-up"].in_flight) == (0, 7)
         assert mine["caught-up"].oldest_unacked_seconds == 0.0

@@ -25,11 +25,12 @@ from pathlib import Path
 import pytest
 
 from app.broker.idempotency import SharedIdempotency, shared_idempotency
-from app.broker.publishing import Placed
+from app.broker.publishing import Receipt
 from app.kit.clock import now_ms
 from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
 from app.stores.log.protocol import EngineUnavailable, Record, RecordIn, TopicLogConfig
 from tests.stores.log.conftest import open_local
+from tests.system.faults.latency_proxy import LatencyProxy
 
 WINDOW = 600.0
 HANG_GUARD = 30.0  # how long an append may take before the test fails instead of hanging
@@ -50,8 +51,8 @@ class Node:
         self.writes: list[list[str | None]] = []  # the keys of each write, in order
         self.fail_next_write = False
 
-    async def append(self, keys: Sequence[str | None]) -> tuple[list[Placed], list[bool]]:
-        async def write(indexes: list[int]) -> list[Placed]:
+    async def append(self, keys: Sequence[str | None]) -> tuple[list[Receipt], list[bool]]:
+        async def write(indexes: list[int]) -> list[Receipt]:
             self.writes.append([keys[i] for i in indexes])
             if self.fail_next_write:
                 self.fail_next_write = False
@@ -59,15 +60,15 @@ class Node:
             return await store(self.engine, self.topic, [keys[i] for i in indexes])
 
         async with asyncio.timeout(HANG_GUARD):
-            return await self.shared.append(self.topic, 1, keys, write, Placed, key_of)
+            return await self.shared.append(self.topic, 1, keys, write, Receipt, key_of)
 
 
-async def store(engine: JetStreamLogEngine, topic: str, keys: Sequence[str | None]) -> list[Placed]:
+async def store(engine: JetStreamLogEngine, topic: str, keys: Sequence[str | None]) -> list[Receipt]:
     """Append one record per key to partition 0 (the key in the record's key); their placements."""
     stamp = now_ms()
     records = [RecordIn(value=b"message", key=k.encode() if k else None, timestamp_ms=stamp) for k in keys]
     base = (await engine.append(topic, {0: records}))[0]
-    return [Placed(0, base + i, stamp, 1) for i in range(len(keys))]
+    return [Receipt(0, base + i, stamp, 1) for i in range(len(keys))]
 
 
 async def log_keys(engine: JetStreamLogEngine, topic: str) -> list[str | None]:
@@ -261,3 +262,139 @@ class TestWhereShared:
             assert shared_idempotency(local, 60_000) is None
         finally:
             await local.close()
+
+
+class TestALinkCutMidAppend:
+    async def test_an_append_the_node_could_not_send_is_never_sent_after_the_retry_took_over(
+        self, lone_nats
+    ) -> None:
+        """Node a claims "k", then loses its link to NATS before its append goes out; the client's retry
+        on node b takes the stale claim over and appends "k". When a's link comes back, its append must
+        not go out then: it was answered 503 long before, and "k" would be stored twice (nats-py keeps
+        what is published while reconnecting and sends it on reconnecting, however late)."""
+        host, port = lone_nats.removeprefix("nats://").rsplit(":", 1)
+        link = LatencyProxy(host, int(port))
+        await link.start()
+        listen = link.port
+        cut_off = JetStreamLogEngine(
+            JetStreamConfig(
+                servers=(f"nats://127.0.0.1:{listen}",), default_replicas=1, request_timeout_seconds=1.0
+            )
+        )
+        direct = JetStreamLogEngine(JetStreamConfig(servers=(lone_nats,), default_replicas=1))
+        await cut_off.start()
+        await direct.start()
+        topic = f"top_{secrets.token_hex(6)}"
+        await direct.create_topic(topic, 1, TopicLogConfig(replicas=1))
+        try:
+            await store(cut_off, topic, [None])  # node a knows the topic's stream: its append is one request
+            a = Node(cut_off, topic)
+            b = Node(direct, topic, stale_after=1.0)
+            severed = False
+
+            async def write_behind_a_cut(indexes: list[int]) -> list[Receipt]:
+                nonlocal severed
+                await link.close()  # every connection through it ends; none is accepted
+                severed = True
+                while cut_off.nc is None or cut_off.nc.is_connected:
+                    await asyncio.sleep(0.01)
+                return await store(cut_off, topic, ["k"])
+
+            with pytest.raises(EngineUnavailable):
+                async with asyncio.timeout(HANG_GUARD):
+                    await a.shared.append(topic, 1, ["k"], write_behind_a_cut, Receipt, key_of)
+            assert severed
+            (placed,), replayed = await b.append(["k"])
+            assert replayed == [False]
+            link = LatencyProxy(host, int(port), listen_port=listen)
+            await link.start()
+            async with asyncio.timeout(HANG_GUARD):
+                while cut_off.nc is None or not cut_off.nc.is_connected:
+                    await asyncio.sleep(0.05)
+                await cut_off.nc.flush()
+            await asyncio.sleep(0.5)  # what it sent on reconnecting is stored by now
+            # Read by a node that starts now: the others' view of the log's end may be older than the write.
+            fresh = JetStreamLogEngine(JetStreamConfig(servers=(lone_nats,), default_replicas=1))
+            await fresh.start()
+            try:
+                assert await log_keys(fresh, topic) == [None, "k"]
+            finally:
+                await fresh.close()
+            assert placed.offset == 1
+        finally:
+            await direct.delete_topic(topic)
+            await cut_off.close()
+            await direct.close()
+            await link.close()
+
+
+async def store_deduped(engine: JetStreamLogEngine, topic: str, keys: Sequence[str]) -> list[Receipt]:
+    """``store``, each record carrying its key as its dedupe id (as the publisher's keyed records do)."""
+    stamp = now_ms()
+    records = [RecordIn(value=b"message", key=k.encode(), timestamp_ms=stamp, dedupe_id=k) for k in keys]
+    base = (await engine.append(topic, {0: records}))[0]
+    return [Receipt(0, base + i, stamp, 1) for i in range(len(keys))]
+
+
+class TestALateOriginal:
+    async def test_a_take_over_after_the_original_landed_late_is_refused_and_answered_from_the_log(
+        self, engines, topic
+    ) -> None:
+        """Node a claimed "k" and sent its append; it landed only after node b had found the claim stale,
+        looked in the log (nothing yet) and taken it over. b's append of "k" carries the same message id
+        as a's: JetStream refuses it (nothing of it stored), b answers 503, and the client's retry finds
+        a's message in the log."""
+        a = Node(engines[0], topic)
+        b = Node(engines[1], topic, stale_after=0.5)
+        await a.records.claim(topic, "k", now_ms())
+        landed: list[Receipt] = []
+
+        async def write_after_the_late_original(indexes: list[int]) -> list[Receipt]:
+            landed.extend(await store_deduped(a.engine, topic, ["k"]))  # a's append, landing now
+            return await store_deduped(b.engine, topic, ["k"])
+
+        with pytest.raises(EngineUnavailable, match="stored before"):
+            async with asyncio.timeout(HANG_GUARD):
+                await b.shared.append(topic, 1, ["k"], write_after_the_late_original, Receipt, key_of)
+        (answer,), replayed = await b.append(["k"])
+        assert replayed == [True] and b.writes == []
+        assert (answer.partition, answer.offset) == (0, landed[0].offset)
+        assert await log_keys(a.engine, topic) == ["k"]
+
+
+class TestDedupeIds:
+    async def test_a_record_sent_twice_is_stored_once_and_a_batch_holding_it_not_at_all(
+        self, engines, topic
+    ) -> None:
+        engine = engines[0]
+        await store_deduped(engine, topic, ["k1"])
+        with pytest.raises(EngineUnavailable, match="stored before"):
+            await store_deduped(engines[1], topic, ["k1"])
+        with pytest.raises(EngineUnavailable, match="stored before"):
+            await store_deduped(engine, topic, ["k2", "k1", "k3"])
+        await store_deduped(engine, topic, ["k2", "k3"])
+        await store(engine, topic, [None, None])  # records without ids are stored every time
+        assert await log_keys(engine, topic) == ["k1", "k2", "k3", None, None]
+
+
+class TestALostAck:
+    async def test_a_message_stored_long_before_its_append_failed_is_found_by_the_retry(
+        self, nodes, topic
+    ) -> None:
+        """Node a's append stored "k", but its ack was lost: the append failed seconds later (a NATS
+        restart: a request timeout, then a wait for the link). The retry on node b must find "k" in the
+        log, where it was stored, rather than look only from the failure's time on and store it again."""
+        a, b = nodes
+
+        async def stored_then_failed(indexes: list[int]) -> list[Receipt]:
+            await store(a.engine, topic, ["k"])
+            await asyncio.sleep(5.5)  # longer than the scan's allowance for clock skew (5 s)
+            raise EngineUnavailable("JetStream did not acknowledge an append: TimeoutError")
+
+        with pytest.raises(EngineUnavailable):
+            async with asyncio.timeout(HANG_GUARD):
+                await a.shared.append(topic, 1, ["k"], stored_then_failed, Receipt, key_of)
+        (answer,), replayed = await b.append(["k"])
+        assert replayed == [True] and b.writes == []
+        assert (answer.partition, answer.offset) == (0, 0)
+        assert await log_keys(a.engine, topic) == ["k"]

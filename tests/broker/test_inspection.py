@@ -18,7 +18,7 @@ from app.broker import inspection, tenancy
 from app.broker.delivery import membership
 from app.kit.clock import now_ms
 from app.stores.log.protocol import RecordIn, TopicLogConfig
-from app.stores.metadata.dlq_repositories import DeadLetterRepository
+from app.stores.metadata.dead_letter_repositories import DeadLetterRepository
 from app.stores.metadata.protocol import DeadLetterRow
 from tests.broker.conftest import ON_DATABASES, MakeTopic, TopicUnderTest
 from tests.conftest import Deployment
@@ -123,8 +123,8 @@ class TestGroupHealth:
         rows = [DeadLetterRow(0, i, i, "max retries", 5, now_ms()) for i in range(3)]
         async with services.metadata.session() as session:
             await DeadLetterRepository.from_session(session).add(await topic.group_id("g"), rows)
-        assert (await health(topic, "g")).dlq_depth == 3
-        assert (await health(topic, "other")).dlq_depth == 0
+        assert (await health(topic, "g")).dead_letter_depth == 3
+        assert (await health(topic, "other")).dead_letter_depth == 0
 
 
 @ON_DATABASES
@@ -140,7 +140,7 @@ class TestDlqDepths:
             await repo.add(ids["a"], [DeadLetterRow(0, i, i, "r", 1, now_ms()) for i in range(2)])
             await repo.add(ids["b"], [DeadLetterRow(0, 9, 0, "r", 1, now_ms())])
         async with services.metadata.unit(readonly=True) as uow:
-            depths = await inspection.dlq_depths(uow)
+            depths = await inspection.dead_letter_depths(uow)
         assert (depths[ids["a"]], depths[ids["b"]]) == (2, 1)
         assert ids["empty"] not in depths
 

@@ -18,9 +18,8 @@ from sqlalchemy import select, update
 
 from app.broker import keys
 from app.broker.errors import ApiKeyNotFound, InvalidRequest, KeyLimitReached, ProjectNotFound
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.models import ApiKey
-from app.stores.metadata.tenancy_repositories import ApiKeyRepository
 from tests.broker.conftest import ON_DATABASES
 from tests.conftest import Deployment
 from tests.fixtures.factories import GENEROUS_LIMITS
@@ -49,7 +48,7 @@ async def issue(deployment: Deployment, project_id: str, environment: str) -> ke
         return await keys.create_key(uow, deployment.secret, project_id, environment)
 
 
-async def revoke(store: MetadataStore, key_id: str) -> None:
+async def revoke(store: SqlMetadataStore, key_id: str) -> None:
     async with store.unit() as uow:
         await keys.revoke_key(uow, key_id)
 
@@ -217,7 +216,7 @@ class TestCache:
         secret = tenant.keys["development"]
         assert await auth.authenticate(secret) is not None
         # Revoked through another store handle, as the operator CLI or another API node would.
-        other = MetadataStore(deployment.settings.resolved_database_url, pool_size=1)
+        other = SqlMetadataStore(deployment.settings.resolved_database_url, pool_size=1)
         try:
             await revoke(other, tenant.key_ids["development"])
         finally:
@@ -267,7 +266,7 @@ class TestStanding:
         revoked = await issue(deployment, tenant.project_id, "staging")
         await revoke(deployment.store, revoked.id)
         asked = [*tenant.key_ids.values(), revoked.id, "key_nonexistent"]
-        async with deployment.store.session(readonly=True) as session:
-            standing = await ApiKeyRepository.from_session(session).standing_of(asked)
+        async with deployment.store.unit(readonly=True) as uow:
+            standing = await uow.keys.standing_of(asked)
         assert len(standing) == 3 and set(standing) == set(tenant.key_ids.values())
-        assert {plan[0] for plan in standing.values()} == {"enterprise"}
+        assert {plan.tier for plan in standing.values()} == {"enterprise"}

@@ -45,14 +45,14 @@ class TestPartitioner:
 
 class TestAssign:
     def test_batch_assignment_matches_one_by_one(self):
-        from app.broker.publishing import Outgoing
+        from app.broker.publishing import OutgoingMessage
 
         batch = [
-            Outgoing(b"1", None, None, None, None),
-            Outgoing(b"2", "user-42", None, None, None),
-            Outgoing(b"3", None, None, 5, None),
-            Outgoing(b"4", None, None, None, None),
-            Outgoing(b"5", None, None, None, None),
+            OutgoingMessage(b"1", None, None, None, None),
+            OutgoingMessage(b"2", "user-42", None, None, None),
+            OutgoingMessage(b"3", None, None, 5, None),
+            OutgoingMessage(b"4", None, None, None, None),
+            OutgoingMessage(b"5", None, None, None, None),
         ]
         one_by_one, batched = Partitioner(), Partitioner()
         for _ in range(3):  # across calls too: the round robin carries on where the last one stopped
@@ -62,10 +62,10 @@ class TestAssign:
         assert expected == [0, partition_for_key(b"user-42", 6), 5, 1, 2]
 
     def test_keyless_messages_spread_evenly_whatever_keyed_ones_mix_in(self):
-        from app.broker.publishing import Outgoing
+        from app.broker.publishing import OutgoingMessage
 
-        keyless = Outgoing(b"k", None, None, None, None)
-        keyed = Outgoing(b"x", "user-42", None, None, None)
+        keyless = OutgoingMessage(b"k", None, None, None, None)
+        keyed = OutgoingMessage(b"x", "user-42", None, None, None)
         counts = [0] * 4
         p = Partitioner()
         batch = [keyless, keyed, keyless]

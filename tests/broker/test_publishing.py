@@ -9,7 +9,7 @@ import pytest
 
 from app.broker import message_ids, publishing
 from app.broker.errors import InvalidRequest, PayloadTooLarge
-from app.broker.publishing import Outgoing, Publisher
+from app.broker.publishing import OutgoingMessage, Publisher
 from app.broker.topics import TopicRef
 from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.protocol import TopicLogConfig, UnknownLog
@@ -42,8 +42,8 @@ async def running(root, window_ms: int = 86_400_000):
         await engine.close()
 
 
-def message(data: bytes = b"1", key: str | None = None, idem: str | None = None) -> Outgoing:
-    return Outgoing(data, key, None, None, idem)
+def message(data: bytes = b"1", key: str | None = None, idem: str | None = None) -> OutgoingMessage:
+    return OutgoingMessage(data, key, None, None, idem)
 
 
 class TestIdempotency:

@@ -58,10 +58,10 @@ class TestMeasure:
         async with services.metadata.unit() as uow:
             group = await groups.upsert_config(uow, ref, "g", dead_letter={})
             group_id = group.id
-        dlq = dead_letter_logs.log_id(group_id)
-        await services.log.create_topic(dlq, 1, TopicLogConfig())  # as ``dlq.py`` makes it
-        await services.log.append(dlq, {0: [RecordIn(value=b"y" * 3000, timestamp_ms=0)]})
-        dlq_size = (await services.log.partition_info(dlq, 0)).size_bytes
+        dead_letters = dead_letter_logs.log_id(group_id)
+        await services.log.create_topic(dead_letters, 1, TopicLogConfig())  # as ``dlq.py`` makes it
+        await services.log.append(dead_letters, {0: [RecordIn(value=b"y" * 3000, timestamp_ms=0)]})
+        dlq_size = (await services.log.partition_info(dead_letters, 0)).size_bytes
         assert await meter.measure(project.project_id) == sum(sizes) + dlq_size
         # Another project's bytes are not.
         other = await deployment.project()

@@ -67,9 +67,9 @@ class Dashboard:
 async def _other_account(database_url: str, email: str, password: str) -> str:
     """Another account with a project of its own, made through the domain as the operator would."""
     from app.broker import tenancy
-    from app.stores.metadata.database import MetadataStore
+    from app.stores.metadata.database import SqlMetadataStore
 
-    store = MetadataStore(database_url, pool_size=1)
+    store = SqlMetadataStore(database_url, pool_size=1)
     try:
         async with store.unit() as uow:
             user = await tenancy.create_user(uow, email, password)

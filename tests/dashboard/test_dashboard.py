@@ -740,6 +740,8 @@ class TestQuotas:
             r = await api.post("/topics", json={"name": "quota.a", "partitions": 4})
             assert r.status_code == 201, r.text
             assert (await api.put("/topics/quota.a/groups/g", json={})).status_code == 200
+            push = {"push": {"url": "http://127.0.0.1:9/hook"}}  # a push group (nothing is published)
+            assert (await api.put("/topics/quota.a/groups/hooks", json=push)).status_code == 200
         await page.goto(dashboard.project_url("production") + "/usage")
         table = page.get_by_role("table", name="Quotas of the developer tier")
         await expect(table).to_be_visible()
@@ -750,9 +752,9 @@ class TestQuotas:
         expected = {
             "topics": ("1", "100"),
             "partitions": ("4", "500"),
-            "groups": ("1", "20"),
+            "groups": ("2", "20"),
             "schedules": ("0", "25"),
-            "pushGroups": ("0", "10"),
+            "pushGroups": ("1", "10"),
         }
         for quota, (used, limit) in expected.items():
             await expect(rows[quota].locator("[data-used]")).to_have_attribute("data-used", used)

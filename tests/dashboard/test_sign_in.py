@@ -5,6 +5,8 @@ the account before, and are counted against the socket's address unless a truste
 
 Each test here runs against servers of its own (module fixtures), so its failures never slow down the
 other dashboard tests; on the trusted-proxy server each test also signs in from an address of its own.
+They are served in this process (uvicorn with ``serve``'s config, on a real socket) so that a test waits
+out a backoff by advancing the server's clock: the delays are decided on the rate limiter's clock.
 """
 
 from __future__ import annotations
@@ -15,37 +17,31 @@ import secrets
 import httpx
 import pytest
 
-from tests.fixtures.server import ServerProcess, cli, free_port, server_env
-
-
-def _server(tmp_path_factory, name: str, **extra: str) -> ServerProcess:
-    data_dir = tmp_path_factory.mktemp(name)
-    env = server_env(data_dir, **extra)
-    cli(env, "migrate")
-    proc = ServerProcess(env=env, port=free_port(), data_dir=data_dir, log_path=data_dir / "server.log")
-    proc.start()
-    return proc
+from tests.fixtures.server import InProcessServer, cli, in_process_server
 
 
 @pytest.fixture(scope="module")
-def direct(tmp_path_factory):
+async def direct(tmp_path_factory):
     """The default: no proxy is trusted."""
-    proc = _server(tmp_path_factory, "direct")
-    yield proc
-    proc.stop()
+    server = await in_process_server(tmp_path_factory.mktemp("direct"))
+    yield server
+    await server.stop()
 
 
 @pytest.fixture(scope="module")
-def proxied(tmp_path_factory):
+async def proxied(tmp_path_factory):
     """Behind a proxy on 127.0.0.1, whose X-Forwarded-For is believed."""
-    proc = _server(tmp_path_factory, "proxied", QUEUECORE_TRUSTED_PROXIES="127.0.0.1")
-    yield proc
-    proc.stop()
+    server = await in_process_server(tmp_path_factory.mktemp("proxied"), trusted_proxies="127.0.0.1")
+    yield server
+    await server.stop()
 
 
-def new_user(server: ServerProcess) -> tuple[str, str]:
+async def new_user(server: InProcessServer) -> tuple[str, str]:
+    """A dashboard user made with the CLI, as an operator does. In a thread: the server runs on this event
+    loop, and a unit of work of its own (a background loop's) must be able to finish while the CLI waits
+    for the database."""
     email, password = f"u-{secrets.token_hex(4)}@example.com", secrets.token_urlsafe(12)
-    cli(server.env, "users", "create", "--email", email, f"--password={password}")
+    await asyncio.to_thread(cli, server.env, "users", "create", "--email", email, f"--password={password}")
     return email, password
 
 
@@ -57,7 +53,7 @@ def some_address() -> str:
 class Browser:
     """One browser (its cookies) signing in from one address."""
 
-    def __init__(self, server: ServerProcess, address: str | None = None) -> None:
+    def __init__(self, server: InProcessServer, address: str | None = None) -> None:
         headers = {"X-Forwarded-For": address} if address else {}
         self.http = httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30)
 
@@ -81,7 +77,7 @@ async def fail(browser: Browser, email: str, times: int) -> None:
 
 class TestBackoff:
     async def test_failures_slow_the_account_down_but_never_lock_the_password_out(self, proxied):
-        email, password = new_user(proxied)
+        email, password = await new_user(proxied)
         guesser = Browser(proxied, some_address())
         await fail(guesser, email, 5)
         # The owner, from elsewhere, right after: asked to wait a moment, not 15 minutes.
@@ -90,7 +86,7 @@ class TestBackoff:
         assert refused.status_code == 429 and "Too many sign-in attempts" in refused.text
         wait = int(refused.headers["Retry-After"])
         assert 1 <= wait <= 2
-        await asyncio.sleep(wait)
+        proxied.clock.advance(wait)
         assert (await owner.sign_in(email, password)).status_code == 303
         # The success cleared the account's failures: the next wrong guess is answered, not delayed.
         assert (await guesser.sign_in(email, "wrong-password-123")).status_code == 401
@@ -98,18 +94,18 @@ class TestBackoff:
         await owner.close()
 
     async def test_the_delay_doubles_and_refused_attempts_do_not_count(self, proxied):
-        email, _ = new_user(proxied)
+        email, _ = await new_user(proxied)
         guesser = Browser(proxied, some_address())
         await fail(guesser, email, 5)
         for expected in (1, 2):
             refused = await guesser.sign_in(email, "wrong-password-123")
             assert refused.status_code == 429 and int(refused.headers["Retry-After"]) == expected
-            await asyncio.sleep(expected)
+            proxied.clock.advance(expected)
             assert (await guesser.sign_in(email, "wrong-password-123")).status_code == 401
         await guesser.close()
 
     async def test_a_browser_that_signed_in_before_is_not_slowed_by_failures_elsewhere(self, proxied):
-        email, password = new_user(proxied)
+        email, password = await new_user(proxied)
         address = some_address()
         owner = Browser(proxied, address)
         assert (await owner.sign_in(email, password)).status_code == 303
@@ -131,7 +127,7 @@ class TestClientAddress:
         self, direct
     ):
         # Nobody is trusted: rotating X-Forwarded-For changes nothing, all 30 failures are 127.0.0.1's.
-        email, password = new_user(direct)
+        email, password = await new_user(direct)
         browser = Browser(direct)
         for _ in range(30):
             answer = await browser.sign_in(
@@ -141,7 +137,7 @@ class TestClientAddress:
         refused = await browser.sign_in(email, password, forwarded_for=some_address())
         assert refused.status_code == 429
         # A backoff, not a lockout: the right password gets in once the second has passed.
-        await asyncio.sleep(int(refused.headers["Retry-After"]))
+        direct.clock.advance(int(refused.headers["Retry-After"]))
         assert (await browser.sign_in(email, password)).status_code == 303
         await browser.close()
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from tests.fixtures.database import fresh_database
+from tests.spark.cluster import StandaloneCluster
 from tests.spark.support import Api, Server
 
 pyspark = pytest.importorskip("pyspark")
@@ -125,3 +126,14 @@ def reader(spark, qc_server: Server, key: str):  # type: ignore[no-untyped-def]
         )
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A standalone Spark cluster on loopback (a master, two 1-core 512 MB workers), once per session."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from queuecore_spark.jobs import archive, usage
 
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.protocol import Rollup
 from app.stores.metadata.usage_repositories import UsageRollupRepository
 from tests.spark.support import BIN, Api, Server
@@ -85,7 +85,7 @@ class TestArchive:
 
 def _rollups(server: Server, project_id: str, key_id: str, granularity: str) -> list[Rollup]:
     async def read() -> list[Rollup]:
-        store = MetadataStore(server.database_url, pool_size=1)
+        store = SqlMetadataStore(server.database_url, pool_size=1)
         try:
             async with store.sessions() as session:
                 now = datetime.now(UTC)

@@ -125,6 +125,30 @@ def _published_on(api_url: str) -> int:
     return int(total)
 
 
+async def test_nats_takes_only_the_deployments_credentials_over_tls(launched: Launched) -> None:
+    import ssl
+
+    import nats
+    import nats.errors
+
+    secrets_dir = launched.root / "secrets"
+    password = (secrets_dir / "nats.password").read_text().strip()
+    ca = secrets_dir / "tls" / "ca.pem"
+    seeds = [f"nats://127.0.0.1:{port}" for port in launched.nats_ports]
+    once = {"allow_reconnect": False, "max_reconnect_attempts": 0, "connect_timeout": 3}
+    # The banner says where the password is, never what it is; no process's log holds it either.
+    assert "nats.password" in launched.banner and password not in launched.banner
+    for log in [*launched.root.glob("api-*/server.log"), *launched.root.glob("nats/n*.log")]:
+        assert password not in log.read_text(), log
+    trusting = ssl.create_default_context(cafile=str(ca))
+    with pytest.raises(nats.errors.Error, match="Authorization"):
+        await nats.connect(seeds, tls=trusting, **once)
+    with pytest.raises((ssl.SSLError, nats.errors.Error)):
+        await nats.connect(seeds, user="queuecore", password=password, **once)
+    nc = await nats.connect(seeds, user="queuecore", password=password, tls=trusting, **once)
+    await nc.close()
+
+
 async def test_cluster_serves_through_one_address_and_stops_on_ctrl_c(launched: Launched) -> None:
     from websockets.asyncio.client import connect
 

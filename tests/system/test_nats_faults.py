@@ -104,10 +104,35 @@ class TestZoneLost:
         ``unique_tag``), the meta group four of six nodes; publishing and consuming go on."""
         down = [node.index for node in six_nodes.cluster.nodes if node.zone == "zone-a"]
         assert len(down) == 2
-        await _nothing_lost_while_down(six_nodes, down, "zone-a down")
+        await _nothing_lost_while_down(six_nodes, down, "zone-a down", lost_zone="zone-a")
 
 
-async def _nothing_lost_while_down(deployment: ScaleOut, down: list[int], what: str) -> None:
+async def _described(api: httpx.AsyncClient, topic: str) -> list[dict[str, Any]]:
+    """The topic's ``partitionDetails``, asked until answered (503 while a stream elects a leader; a
+    bounded number of tries)."""
+    for _ in range(60):
+        r = await api.get(f"/v1/topics/{topic}")
+        if r.status_code == 200:
+            details: list[dict[str, Any]] = r.json()["partitionDetails"]
+            return details
+        assert r.status_code == 503, r.text
+        await asyncio.sleep(0.5)
+    pytest.fail(f"describe of {topic} never answered")
+
+
+def _leaders(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each partition's one leader (asserting there is exactly one)."""
+    leaders = []
+    for p in details:
+        leading = [r for r in p["replicas"] if r["leader"]]
+        assert len(leading) == 1, p
+        leaders.append(leading[0])
+    return leaders
+
+
+async def _nothing_lost_while_down(
+    deployment: ScaleOut, down: list[int], what: str, lost_zone: str | None = None
+) -> None:
     cluster = deployment.cluster
     publisher, consumer = deployment.http(0), deployment.http(1)
     async with publisher, consumer:
@@ -177,6 +202,11 @@ async def _nothing_lost_while_down(deployment: ScaleOut, down: list[int], what: 
                 if stop.is_set() and not messages and all_in():
                     return
 
+        if lost_zone is not None:
+            # Before: each partition's three copies in three zones (unique_tag), one of them leading.
+            for p in await _described(publisher, topic):
+                assert len(p["replicas"]) == 3 and len({r["zone"] for r in p["replicas"]}) == 3, p
+            _leaders(await _described(publisher, topic))
         publishing = asyncio.create_task(publish())
         consuming = asyncio.create_task(consume())
         await asyncio.sleep(2)
@@ -185,6 +215,14 @@ async def _nothing_lost_while_down(deployment: ScaleOut, down: list[int], what: 
             cluster.kill(index)  # SIGKILL, with publishes and acks in flight
         # Streams whose leader was on it elect another: JetStream's election timeout is 4-9 s.
         await asyncio.sleep(15)
+        if lost_zone is not None:
+            # Describe shows every partition led from a zone that is up; the lost zone's copies still
+            # listed, in their zone (the API knew it from before), none of them leading.
+            details = await _described(publisher, topic)
+            assert all(leader["zone"] not in (lost_zone, None) for leader in _leaders(details)), details
+            for p in details:
+                assert [r["zone"] for r in p["replicas"]].count(lost_zone) == 1, p
+                assert not any(r["current"] for r in p["replicas"] if r["zone"] == lost_zone), p
         restarted_at = time.monotonic()
         for index in down:  # each rejoins on its own store; ready = caught up
             await asyncio.to_thread(cluster.restart, index)

@@ -5,81 +5,23 @@ again. Meanwhile the API answers 503 ``SERVICE_UNAVAILABLE`` (never a 500, never
 
 from __future__ import annotations
 
-import glob
+import asyncio
+import contextlib
 import json
 import os
-import shutil
+import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 
+from tests.fixtures.postgres import PrivatePostgres
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 
 pytestmark = pytest.mark.slow
-
-
-def _bin(name: str) -> str:
-    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
-    if found is None:
-        pytest.skip(f"{name} is not installed")
-    return found
-
-
-class PrivatePostgres:
-    """A throwaway cluster: trust auth on 127.0.0.1 at its own port, run as the postgres user when root."""
-
-    def __init__(self) -> None:
-        # Not under pytest's tmp dir: the postgres user cannot enter root's private directories.
-        self.root = Path(tempfile.mkdtemp(prefix="queuecore-pg-"))
-        self.dir = self.root / "pg"
-        self.port = free_port()
-        self.run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        if self.run_as:
-            shutil.chown(self.root, "postgres")
-        subprocess.run(
-            [*self.run_as, _bin("initdb"), "-D", str(self.dir), "-U", "postgres", "--auth=trust"],
-            check=True,
-            capture_output=True,
-        )
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k /tmp -c listen_addresses=127.0.0.1"
-        subprocess.run(
-            [
-                *self.run_as,
-                _bin("pg_ctl"),
-                "-D",
-                str(self.dir),
-                "-o",
-                options,
-                "-l",
-                str(self.dir / "log"),
-                "-w",
-                "start",
-            ],
-            check=True,
-            capture_output=True,
-        )
-
-    def stop(self) -> None:
-        subprocess.run(
-            [*self.run_as, _bin("pg_ctl"), "-D", str(self.dir), "-m", "immediate", "-w", "stop"],
-            check=False,
-            capture_output=True,
-        )
-
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -143,7 +85,6 @@ def test_a_stalled_postgres_is_503_within_a_bound_and_heals(outage):
     """SIGSTOP of every process of the cluster: connections stay open and silent, the fault a paused VM or
     a hung disk gives. Calls that need the database answer 503 within a bound (never hang), health says
     it is down, other calls keep working, and after SIGCONT everything works again by itself."""
-    import signal
 
     postgres, server = outage
     headers = {"Authorization": f"Bearer {server.keys['production']}"}
@@ -175,3 +116,60 @@ def test_a_stalled_postgres_is_503_within_a_bound_and_heals(outage):
         assert answer.status_code == 201, answer.text
     requests = [json.loads(x) for x in server.log_path.read_text().splitlines() if '"msg":"request"' in x]
     assert not [r for r in requests if r["status"] >= 500 and r["status"] != 503]
+
+
+async def test_a_push_member_rides_out_a_postgres_restart(outage):
+    """A restart of Postgres (a second or two: `pg_ctl restart -m fast`) under an open WebSocket member of an
+    exactly-once topic: the connection stays open, messages published meanwhile and after are delivered
+    on it once each, acks made meanwhile wait for Postgres instead of failing, and the member is still the
+    group's. Ending it instead would give its in-flight
+    messages to the group again, as first attempts (the rolling restart found that)."""
+    postgres, server = outage
+    headers = {"Authorization": f"Bearer {server.keys['production']}"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=15) as http:
+        created = await http.post("/v1/topics", json={"name": "ride.out", "partitions": 1})
+        assert created.status_code == 201, created.text
+        url = server.url.replace("http", "ws", 1) + "/v1/topics/ride.out/consume?group=g&startFrom=earliest"
+        async with websockets.connect(url, additional_headers=headers) as ws:
+            welcome = json.loads(await ws.recv())
+            assert welcome["type"] == "welcome", welcome
+            seen: list[int] = []
+            errors: list[dict[str, object]] = []
+
+            async def take(count: int) -> None:
+                while len(seen) < count:
+                    frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                    if frame["type"] == "error":  # an ack refused for the outage, say
+                        errors.append(frame)
+                    items = [frame] if frame["type"] == "message" else frame.get("messages", [])
+                    for item in items:
+                        seen.append(item["data"]["n"])
+                        await ws.send(json.dumps({"type": "ack", "ids": [item["id"]]}))
+
+            async def publish(n: int) -> None:
+                for _ in range(100):  # 503 while Postgres is down is allowed; the client tries again
+                    answer = await http.post("/v1/topics/ride.out/messages", json={"data": {"n": n}})
+                    if answer.status_code == 201:
+                        return
+                    assert answer.status_code == 503, answer.text
+                    await asyncio.sleep(0.2)
+                raise AssertionError("never published")
+
+            for n in range(5):
+                await publish(n)
+            await take(5)
+            restarting = asyncio.create_task(asyncio.to_thread(postgres.restart))
+            for n in range(5, 10):
+                await publish(n)
+            await restarting
+            for n in range(10, 15):
+                await publish(n)
+            await take(15)
+            await asyncio.sleep(1)  # a second copy of anything would come now
+            with contextlib.suppress(TimeoutError):
+                extra = await asyncio.wait_for(ws.recv(), 1)
+                assert json.loads(extra)["type"] != "message", extra
+            assert sorted(seen) == list(range(15)), seen
+            assert errors == []  # acks made while Postgres restarted waited for it, and were answered
+            group = (await http.get("/v1/topics/ride.out/groups/g")).json()
+            assert group["partitions"][0]["consumer"] == welcome["memberId"], group

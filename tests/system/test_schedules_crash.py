@@ -107,6 +107,18 @@ async def exercise(nodes: list[ServerProcess], key: str) -> None:
         await asyncio.sleep(4 if len(nodes) > 1 else 0)
         await asyncio.to_thread(victim.start)
         await asyncio.sleep(5)
+        # Then the schedule catches up: a node killed between claiming a run's idempotency key and placing
+        # its message holds that run until the key is stale (15 s, ``app/broker/idempotency.py``), after
+        # which the runs missed meanwhile are published in order (within the 30 s catch-up window). A
+        # deadline, not a speed claim; the history is checked for duplicates and gaps at every look.
+        deadline = time.monotonic() + 45
+        while True:
+            history = check_history(await read_all(http, topic), schedule["id"])
+            if history and history[-1] >= (time.time() - 3) * 1000:
+                break
+            if time.monotonic() > deadline:  # a hang guard: the catch-up never came
+                pytest.fail(f"the schedule did not catch up after the kill: {history}")
+            await asyncio.sleep(1)
         stopped_at = time.time()
         r = await http.post(f"/v1/schedules/{schedule['id']}/pause")
         assert r.status_code == 200, r.text
@@ -126,7 +138,7 @@ async def exercise(nodes: list[ServerProcess], key: str) -> None:
         assert recorded == history
         # It ran from its first due time until the pause, through the kill.
         assert history[0] == due_ms(schedule["nextRunAt"])
-        assert history[-1] >= (stopped_at - 20) * 1000
+        assert history[-1] >= (stopped_at - 4) * 1000
         assert len(history) >= 10
 
 

@@ -78,8 +78,18 @@ class Topic(ResponseBody):
 
 class ReplicaDetail(ResponseBody):
     server: str = Field(examples=["n1"], description="the server holding this copy")
+    zone: str | None = Field(
+        examples=["zone-b"],
+        description="the availability zone of that server (on JetStream its az:<zone> server tag; on the "
+        "local engine QUEUECORE_LOG__ZONE); null when not known",
+    )
     leader: bool = Field(description="this copy takes the partition's writes")
     current: bool = Field(description="this copy has everything the leader acknowledged")
+    lag: int | None = Field(
+        examples=[0],
+        description="operations this copy has yet to apply to catch up with the leader (0 for the leader "
+        "and a caught-up copy); null when the leader cannot reach it",
+    )
 
 
 class PartitionDetail(ResponseBody):
@@ -89,7 +99,8 @@ class PartitionDetail(ResponseBody):
     messages: int
     bytes: int
     replicas: Annotated[list[ReplicaDetail], at_most(5)] = Field(
-        description="where the partition's copies live, the leader first (one on the local engine)"
+        description="where the partition's copies live (server and zone), the leader first (one on the "
+        "local engine)"
     )
 
 

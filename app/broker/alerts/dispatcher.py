@@ -28,9 +28,7 @@ from app.broker.alerts.endpoint import breaker_state, check_url
 from app.broker.alerts.policy import AlertPolicy
 from app.broker.errors import CODED_ERRORS, InvalidRequest
 from app.kit.clock import now_ms, utcnow
-from app.stores.metadata.alert_repositories import AlertRepository
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import Claimed
+from app.stores.metadata.protocol import AlertStore, AttemptRow, MetadataStore, OutboxClaim
 
 logger = logging.getLogger("queuecore.alerts")
 
@@ -105,13 +103,14 @@ class AlertDispatcher:
     async def reseal(self) -> int:
         """Seal under the current key every signing secret kept in clear (from before sealing) or under
         the previous key (a rotation); how many were."""
-        async with self._metadata.session() as session:
-            repo = AlertRepository.from_session(session)
+        async with self._metadata.unit() as uow:
             done = 0
-            for project_id, environment, stored in await repo.secrets():
-                if self._sealer.stale(stored):
-                    fresh = self._sealer.seal(self._sealer.open(stored))
-                    await repo.replace_secret(project_id, environment, stored, fresh)
+            for stored in await uow.alerts.secrets():
+                if self._sealer.stale(stored.secret):
+                    fresh = self._sealer.seal(self._sealer.open(stored.secret))
+                    await uow.alerts.replace_secret(
+                        stored.project_id, stored.environment, stored.secret, fresh
+                    )
                     done += 1
         if done:
             logger.info("alert signing secrets sealed under the current key", extra={"count": done})
@@ -143,14 +142,13 @@ class AlertDispatcher:
         attempts started. With ``wait`` (tests), returns once they are all recorded."""
         policy = self.policy
         now = self._clock()
-        async with self._metadata.session(readonly=True) as session:
-            if not await AlertRepository.from_session(session).any_due(now):
+        async with self._metadata.unit(readonly=True) as uow:
+            if not await uow.alerts.any_due(now):
                 return 0
-        async with self._metadata.session() as session:
-            repo = AlertRepository.from_session(session)
-            claimed = await repo.claim_due(now, _CLAIM_LEASE_MS, _CLAIM)
+        async with self._metadata.unit() as uow:
+            claimed = await uow.alerts.claim_due(now, _CLAIM_LEASE_MS, _CLAIM)
             waiting: list[str] = []
-            sending: list[Claimed] = []
+            sending: list[OutboxClaim] = []
             probing: set[tuple[str, str]] = set()  # endpoints (project, environment) probed this pass
             for event in claimed:
                 state = breaker_state(event.failures, event.open_until_ms, policy.breaker_threshold, now)
@@ -166,8 +164,8 @@ class AlertDispatcher:
                     sending.append(event)
             cooldown = round(policy.breaker_cooldown_seconds * 1000)
             # The half-open probe holds the breaker open meanwhile: one probe per endpoint at a time.
-            await repo.hold_breaker(sorted(probing), now + cooldown)
-            await repo.release(waiting, now + min(cooldown, 1000))
+            await uow.alerts.hold_breaker(sorted(probing), now + cooldown)
+            await uow.alerts.release(waiting, now + min(cooldown, 1000))
         if not sending:
             return 0
         tasks = [asyncio.ensure_future(self._attempt(event)) for event in sending]
@@ -178,16 +176,16 @@ class AlertDispatcher:
             await asyncio.gather(*tasks)
         return len(sending)
 
-    async def _attempt(self, event: Claimed) -> None:
+    async def _attempt(self, event: OutboxClaim) -> None:
         """Send one event and record the outcome (its claim keeps other passes off it meanwhile)."""
         try:
             outcome = await self._deliver(event)
-            async with self._metadata.session() as session:
-                await self._record(AlertRepository.from_session(session), event, outcome, self._clock())
+            async with self._metadata.unit() as uow:
+                await self._record(uow.alerts, event, outcome, self._clock())
         except Exception:  # the claim runs out and the event is tried again
             logger.exception("alert %s: attempt not recorded", event.id)
 
-    async def _deliver(self, event: Claimed) -> Outcome:
+    async def _deliver(self, event: OutboxClaim) -> Outcome:
         started = time.monotonic()
 
         def took() -> int:
@@ -228,33 +226,33 @@ class AlertDispatcher:
         ok = 200 <= response.status_code < 300
         return Outcome(ok, response.status_code, None if ok else f"HTTP {response.status_code}", took())
 
-    async def _record(self, repo: AlertRepository, event: Claimed, outcome: Outcome, now: int) -> None:
+    async def _record(self, store: AlertStore, event: OutboxClaim, outcome: Outcome, now: int) -> None:
         policy = self.policy
         made = event.attempts + 1
-        await repo.add_attempt(
-            {
-                "id": f"att_{now:012x}{secrets.token_hex(5)}",
-                "project_id": event.project_id,
-                "environment": event.environment,
-                "event_id": event.id,
-                "event_type": event.type,
-                "attempt": made,
-                "ok": outcome.ok,
-                "status_code": outcome.status_code,
-                "error": outcome.error,
-                "duration_ms": outcome.duration_ms,
-                "at": utcnow(),
-            }
+        await store.add_attempt(
+            event.project_id,
+            event.environment,
+            AttemptRow(
+                id=f"att_{now:012x}{secrets.token_hex(5)}",
+                event_id=event.id,
+                event_type=event.type,
+                attempt=made,
+                ok=outcome.ok,
+                status_code=outcome.status_code,
+                error=outcome.error,
+                duration_ms=outcome.duration_ms,
+                at=utcnow(),
+            ),
         )
         if outcome.ok:
-            await repo.settle_event(event.id, "delivered", made, now)
+            await store.settle_event(event.id, "delivered", made, now)
         elif event.url is None or made >= policy.max_attempts:
-            await repo.settle_event(event.id, "failed", made, now)
+            await store.settle_event(event.id, "failed", made, now)
             logger.warning("alert %s given up after %d attempts", event.id, made)
         else:
-            await repo.settle_event(event.id, "pending", made, now + backoff_ms(policy, made))
+            await store.settle_event(event.id, "pending", made, now + backoff_ms(policy, made))
         if event.url is not None:
-            await repo.breaker_outcome(
+            await store.breaker_outcome(
                 event.project_id,
                 event.environment,
                 outcome.ok,

@@ -14,7 +14,7 @@ from app.broker.errors import AlertEndpointNotFound, InvalidRequest
 from app.broker.topics import decode_cursor, encode_cursor
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.ids import new_id
-from app.stores.metadata.protocol import MetadataUnit
+from app.stores.metadata.protocol import MetadataUnit, NewAlertEvent
 
 
 async def enqueue(
@@ -38,18 +38,7 @@ async def enqueue(
         }
     )
     await repo.add_event(
-        {
-            "id": event_id,
-            "project_id": project_id,
-            "environment": environment,
-            "type": event_type,
-            "body": body.decode(),
-            "status": "pending",
-            "attempts": 0,
-            "next_attempt_ms": now,
-            "claimed_until_ms": 0,
-            "created_at": utcnow(),
-        }
+        NewAlertEvent(event_id, project_id, environment, event_type, body.decode(), now, utcnow())
     )
     return event_id
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -36,6 +37,7 @@ from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import ids_of, parse_client_frame, server_frame
 from app.broker.delivery.holdings import Holdings
 from app.broker.delivery.membership import MemberRef
+from app.broker.delivery.outages import through_outages
 from app.broker.errors import (
     CODED_ERRORS,
     CodedError,
@@ -48,11 +50,14 @@ from app.broker.topics import TopicRef
 from app.kit import tracing
 from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.protocol import MetadataStore
 
 logger = logging.getLogger("queuecore.push")
 
 _SETTLE_ATTEMPTS = 50  # rejoins tolerated while a group churns (each waits for the rebalance in flight)
+# How long an exactly-once ack waits out a store outage before it is answered with the error (its offsets
+# stay acked in memory and go with the next checkpoint either way).
+ACK_OUTAGE_SECONDS = 5.0
 LAZY_ACK_SECONDS = 0.05  # at-least-once: acks answered at once are checkpointed this much later, together
 
 Send = Callable[[bytes], Awaitable[None]]
@@ -252,7 +257,9 @@ class AckSettlement:
                     async with self._holdings.writing:
                         done, failed, touched = self._ack_in_memory(ids, now_ms())
                         if touched:
-                            acked, fenced = await self._write_checkpoint()
+                            # A store blip (a database restart) delays the answer rather than failing it.
+                            until = time.monotonic() + ACK_OUTAGE_SECONDS
+                            acked, fenced = await through_outages(self._write_checkpoint, until=until)
                     lost = await self._lost(acked, fenced)
                     if not self._durable_acks and lost:
                         lost = set()  # at-least-once: redelivery is allowed

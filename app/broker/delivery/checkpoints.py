@@ -37,9 +37,13 @@ from dataclasses import dataclass, field
 
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.checkpoint_writer import PartitionCheckpoint
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import LeaseState, MetadataUnit, OwnedPartition
+from app.stores.metadata.protocol import (
+    LeaseState,
+    MetadataStore,
+    MetadataUnit,
+    OwnedPartition,
+    PartitionCheckpoint,
+)
 
 
 @dataclass(slots=True)

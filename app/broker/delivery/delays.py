@@ -1,7 +1,9 @@
 """Delays and TTL at delivery: the gate every delivery pass puts records through.
 
 A record carries its due time and expiry (``timing``). A delivery pass (a poll's ``_poll_once``, a push
-member's ``_deliver_new``) asks a ``TimeGate`` about each record it is about to deliver:
+member's ``_deliver_new``, both reading through ``reader.BudgetedReader``) asks a ``TimeGate`` about each
+record it is about to deliver (the reader reads on past what the gate keeps, up to ``reader.SCAN_LIMIT``
+records of a partition per pass: each is a lease row the pass writes):
 
 - **not due yet** (a first delivery before ``deliverAt``): it is not sent; it becomes a lease row with no
   holder, attempt 0, due at ``deliverAt``. The lease rows are already the due-time index of retries: the
@@ -10,7 +12,7 @@ member's ``_deliver_new``) asks a ``TimeGate`` about each record it is about to 
   at the lowest unacked lease row, so it never passes a message not yet delivered; a restart, a crash
   or a new owner finds the row where it was.
 - **expired** (``expiresAt`` passed before a delivery, first or retry): it is never delivered. With a
-  DLQ it moves there with reason ``"expired"`` (``dlq.dead_letter``); without one it counts as acked.
+  DLQ it moves there with reason ``"expired"`` (``dead_letters.dead_letter``); without one it counts as acked.
   Either way the partition's ``expired`` count grows, one ``UPDATE`` per pass, not per message.
 - anything else, including every record without a due time or an expiry (told apart without parsing):
   delivered as before.
@@ -24,16 +26,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.broker import dlq, timing
+from app.broker import dead_letters, timing
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine, Record
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import LeaseState, MetadataUnit
+from app.stores.metadata.protocol import LeaseState, MetadataStore, MetadataUnit
 
 EXPIRED_REASON = "expired"
-# Records a pull pass reads per partition past ones held back or expired, at most (each such record is a
-# lease row written in the pass's unit of work).
-MAX_SCAN = 10_000
 # A push member's beat scans for due lease rows at most this often (ms): rows falling due a millisecond
 # apart are delivered a few per metadata round trip, at the cost of up to this much lateness.
 COALESCE_MS = 20
@@ -116,22 +114,25 @@ class TimeGate:
         rows = [LeaseState(p, o, None, 0, due, False) for p, o, due in self.held]
         fresh = [x for x in self.expired if not x.has_row]
         if dead_letter is not None:
-            # A row to dead-letter (``dlq.dead_letter`` acks it, which lets the committed offset pass).
+            # A row to dead-letter (``dead_letters.dead_letter`` acks it, which lets the committed offset pass).
             rows += [LeaseState(x.partition, x.offset, None, 0, self.now, False) for x in fresh]
         else:
             rows += [LeaseState(x.partition, x.offset, None, 0, 0, True) for x in fresh]
         await uow.leases.put_leases(group_id, rows)
         if self.expired:
             if dead_letter is not None:
-                await dlq.dead_letter(
+                await dead_letters.dead_letter(
                     uow,
                     log,
                     topic,
                     group_id,
                     [
-                        dlq.Failure(x.partition, x.offset, x.record, EXPIRED_REASON, max(0, x.attempt - 1))
+                        dead_letters.Failure(
+                            x.partition, x.offset, x.record, EXPIRED_REASON, max(0, x.attempt - 1)
+                        )
                         for x in self.expired
                     ],
+                    now=self.now,
                 )
             else:
                 await uow.leases.mark_acked(

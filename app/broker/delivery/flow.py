@@ -21,33 +21,32 @@ A member whose room is 0 waits (never a refusal): a pull poll rechecks every ``R
 member at its beats. A change of ``maxInFlight`` takes effect at each member's next poll or beat.
 
 **rate** — messages per second delivered to the group, as a token bucket per group in the limits store
-(Redis across nodes, in-process when embedded; ``app/stores/limits/tokens.py``); burst: one second's worth
-(at least 1). A delivery pass takes tokens for what it is about to send, once per pass; what it could not
-take waits for the next token, held where it is in the partition (nothing skipped).
+(Redis across nodes, in-process when embedded: ``app/stores/limits/protocol.py::TokenBuckets``, given by
+the app's lifespan); burst: one second's worth (at least 1). A delivery pass takes tokens for what it is
+about to send (a poll once per pass, a WebSocket member once per partition it sends from); what it could
+not take waits for the next token, held where it is in the partition (nothing skipped).
 
 **filter** — non-matching records are never delivered to the group and count as acked: they get no
 lease, the group's position moves past them, and ``committed`` follows once nothing below is unacked.
+The delivery loops' ``reader.BudgetedReader`` passes them over without spending the pass's budget.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.broker import filters
-from app.stores.limits.tokens import MemoryTokenBuckets, Taken, TokenBuckets
-from app.stores.log.protocol import Record
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import MetadataUnit
+from app.stores.limits.protocol import Taken, TokenBuckets
+from app.stores.metadata.protocol import MetadataStore, MetadataUnit
 
 RECHECK_MS = 250  # how often a pull member with no room looks again (a push member: at its beats)
-SCAN_LIMIT = 10_000  # records a pass may read past non-matching ones before it answers what it has
 
 # The token buckets of group rates. Set once by the app's lifespan (``use_token_buckets``), here rather
 # than passed down: every kind of member (pull, WebSocket, and the server-side pull members of push groups
-# and SSE) reaches it through the same delivery loops. Until then, buckets of this process.
-_buckets: TokenBuckets = MemoryTokenBuckets()
+# and SSE) reaches it through the same delivery loops; the broker knows only their protocol. Nothing
+# delivers before the lifespan ran, so a rate asked of no buckets is a wiring error.
+_buckets: TokenBuckets | None = None
 
 
 def use_token_buckets(buckets: TokenBuckets) -> None:
@@ -69,17 +68,12 @@ class FlowConfig:
         return filters.predicate_of(self.filter)
 
 
-def matching(records: Sequence[Record], predicate: filters.Predicate | None) -> list[Record]:
-    """The records the group receives (all of them without a filter)."""
-    if predicate is None:
-        return list(records)
-    return [r for r in records if predicate(r.key, r.headers)]
-
-
 async def take(group_id: str, rate: float | None, want: int) -> Taken:
     """Tokens of the group's rate for ``want`` deliveries (all of them when it has no rate)."""
     if rate is None or want <= 0:
         return Taken(want, math.inf)
+    if _buckets is None:
+        raise RuntimeError("no token buckets: the app's lifespan gives them (flow.use_token_buckets)")
     return await _buckets.take(f"group:{group_id}", rate, max(1.0, rate), want)
 
 

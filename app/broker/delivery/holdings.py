@@ -36,8 +36,7 @@ from app.broker.delivery import checkpoints, delays
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.topics import TopicRef
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import OwnedPartition
+from app.stores.metadata.protocol import MetadataStore, OwnedPartition
 
 
 class Holdings:

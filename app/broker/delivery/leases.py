@@ -7,8 +7,8 @@ process can serve any member's next call, and a restarted one loses nothing.
 
 - **poll** locks the partitions the member owns, hands it the due leases first (a deadline passed: ack
   timeout, or a nack's delay) with ``attempt + 1``, then new records from ``position`` with ``attempt 1``,
-  in offset order per partition. A message waiting for its retry holds no one up: the ones after it are
-  read from ``position`` meanwhile. One ``UPDATE`` (executemany) renews, one multi-row ``INSERT`` leases,
+  in offset order per partition (read by ``reader.BudgetedReader``, the push members' reader too). A
+  message waiting for its retry holds no one up: the ones after it are read from ``position`` meanwhile. One ``UPDATE`` (executemany) renews, one multi-row ``INSERT`` leases,
   one ``UPDATE`` moves positions, whatever the number of messages. With nothing to deliver a long poll
   waits on ``LogEngine.wait_for`` (woken when data commits) or until the next lease falls due.
 - **ack** marks the caller's live leases acked in one guarded ``UPDATE … RETURNING``, then moves
@@ -27,29 +27,34 @@ primary key, so no offset is ever leased twice.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
-from app.broker import breaker, dlq, message_ids, pauses, topics
+from app.broker import breaker, dead_letters, message_ids, pauses, topics
 from app.broker.delivery import delays, flow, membership, retries, stream_wakeups
 from app.broker.delivery.membership import MemberRef, committing_fences, member_not_found, stale_generation
+from app.broker.delivery.reader import BudgetedReader, ReadCursor
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, TopicNotFound
 from app.broker.messages import render_message
 from app.broker.topics import TopicRef
-from app.kit.clock import isoformat_ms, now_ms
+from app.kit.clock import SYSTEM_CLOCK, Clock, isoformat_ms
 from app.stores.log.protocol import LogEngine, LogEngineError, Record
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import CallerView, MetadataUnit, PartitionState
+from app.stores.metadata.protocol import (
+    CallerView,
+    LeaseSettlement,
+    MetadataStore,
+    MetadataUnit,
+    PartitionState,
+)
 
 MAX_MESSAGES = 1000
 MAX_WAIT_SECONDS = 30
 MAX_IDS = 1000
 MAX_EXTEND_SECONDS = 12 * 3600
 PAUSE_RECHECK_SECONDS = 0.5  # a long poll of a paused group looks again this often (resumed within 1 s)
-_READ_BYTES = 8 << 20
 
 Key = tuple[int, int]
 # A step of an ack, nack or extend after the caller's leases were updated, in the same unit of work.
@@ -101,7 +106,7 @@ async def _caller(
         raise member_not_found(member_id, group_name)
     expired = view.soonest_expiry_ms is not None and view.soonest_expiry_ms <= now
     if maintain and (expired or view.partition_count < topic.partitions):
-        await membership.maintain(uow, topic, group_name)
+        await membership.maintain(uow, topic, group_name, now)
         view = await uow.groups.caller_view(topic.id, group_name, member_id)
         assert view is not None
     if view.member_expires_at_ms is None or view.member_expires_at_ms <= now:
@@ -131,23 +136,27 @@ async def poll(
     max_messages: int = 100,
     wait_seconds: float = 0,
     abandoned: asyncio.Event | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> list[bytes]:
     """Up to ``max_messages`` messages for the member, waiting up to ``wait_seconds`` for the first.
     Once ``abandoned`` is set (the caller went away) the wait ends and nothing more is leased: messages
-    leased to a poll nobody reads would wait out their ack timeout."""
+    leased to a poll nobody reads would wait out their ack timeout. Deadlines are compared with
+    ``clock``; the wait itself is real time."""
     _validate_poll(max_messages, wait_seconds)
     until = time.monotonic() + wait_seconds
     try:
         while True:
             remaining = max(0.0, until - time.monotonic())
 
-            polled = await poll_once(metadata, log, member, max_messages, round(remaining * 1000))
+            polled = await poll_once(
+                metadata, log, member, max_messages, round(remaining * 1000), clock=clock
+            )
             remaining = until - time.monotonic()
             if polled.messages or remaining <= 0:
                 return polled.messages
             timeout = remaining
             if polled.next_deadline_ms is not None:
-                timeout = min(timeout, max(0.0, (polled.next_deadline_ms - now_ms()) / 1000) + 0.005)
+                timeout = min(timeout, max(0.0, (polled.next_deadline_ms - clock.now_ms()) / 1000) + 0.005)
             if polled.paused:  # a resume is seen by reading the group again, not by a wake-up
                 timeout = min(timeout, PAUSE_RECHECK_SECONDS)
             await wait_for_data(log, member.topic, polled.positions, timeout, abandoned)
@@ -170,13 +179,15 @@ async def poll_once(
     *,
     heartbeat: bool = True,
     fresh: bool = True,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> PollResult:
     """One unit of work of a poll (no waiting): what is due or new for the member, leased to it. It counts
     as the member's heartbeat unless ``heartbeat`` is False. Without ``fresh`` only due leases are
-    delivered (a push member reads new records itself and keeps their leases in memory)."""
+    delivered (a push member reads new records itself and keeps their leases in memory). ``clock`` says
+    which leases are due (and when the new ones fall due)."""
 
     async def work(uow: MetadataUnit) -> PollResult:
-        return await _poll_once(uow, log, member, max_messages, wait_ms, heartbeat, fresh)
+        return await _poll_once(uow, log, member, max_messages, wait_ms, heartbeat, fresh, now=clock.now_ms())
 
     polled = await committing_fences(metadata, work)
     if polled.failed and polled.breaker:
@@ -231,8 +242,9 @@ async def _poll_once(
     wait_ms: int,
     heartbeat: bool = True,
     fresh: bool = True,
+    *,
+    now: int,
 ) -> PollResult:
-    now = now_ms()
     topic, member_id = member.topic, member.member_id
     view = await _caller(uow, member, now, extra_ms=wait_ms, maintain=True, touch=heartbeat)
     gates = flow.FlowConfig(view.max_in_flight, view.rate, view.filter)
@@ -271,10 +283,10 @@ async def _poll_once(
     delivered: list[tuple[int, int, int, Record]] = []  # partition, offset, attempt, record
 
     due = await uow.leases.due_leases(view.group_id, numbers, now, max_messages)
-    found = await dlq.records_for(
+    found = await dead_letters.records_for(
         log, topic, view.group_id, [(d.partition, d.offset, d.replay_offset) for d in due]
     )
-    retried = retries.Retries(dlq.Policy.of(view.dead_letter))  # timeouts: retry later, or the DLQ
+    retried = retries.Retries(dead_letters.Policy.of(view.dead_letter))  # timeouts: retry later, or the DLQ
     gate = delays.TimeGate(now)  # delays and TTL: what is not due yet, or no more
     renewed: list[Key] = []
     vanished: list[Key] = []
@@ -292,47 +304,31 @@ async def _poll_once(
         renewed.append(key)
         delivered.append((d.partition, d.offset, d.attempt + 1, record))
 
-    budget = max_messages - len(renewed) if fresh else 0
-    first: list[Key] = []
     fresh_records: list[tuple[int, Record]] = []
     moved: dict[int, int] = {}
     started: dict[int, int] = {}
     positions: dict[int, int] = {}
-    filtered: set[int] = set()  # partitions where records were passed over by the filter
-    # Leases past a partition's position (a push member's checkpoint): already acked, or due on their own.
-    ahead = await uow.leases.leases_from_position(view.group_id, numbers) if fresh else {}
-    start = random.randrange(len(owned))  # no partition starves another of the budget
-    for state in owned[start:] + owned[:start] if fresh else ():
-        position = positions[state.partition] = await _position_of(log, topic, state, started)
-        skip = ahead.get(state.partition, ())
-        scanned = 0
-        # Records passed over by the filter, held back (not due) or expired take no budget: read on past
-        # them, within a bound.
-        while budget > 0 and scanned < delays.MAX_SCAN:
-            asked = budget
-            records = await log.read(
-                topic.id, state.partition, position, max_records=budget, max_bytes=_READ_BYTES
-            )
-            if not records:
-                break
-            taken = 0
-            for record in records:
-                if record.offset in skip:
-                    continue
-                if predicate is not None and not predicate(record.key, record.headers):
-                    filtered.add(state.partition)  # never delivered: counts as acked
-                    continue
-                if not gate.admit(state.partition, record):
-                    continue  # not due yet (a lease row due then), or expired
-                fresh_records.append((state.partition, record))
-                taken += 1
-            position = moved[state.partition] = positions[state.partition] = records[-1].offset + 1
-            scanned += len(records)
-            budget -= taken
-            # The partition's end (a short read), or far enough past what was passed over: the rest waits
-            # for the next pass.
-            if len(records) < asked or scanned >= flow.SCAN_LIMIT:
-                break
+    reader: BudgetedReader[ReadCursor] | None = None
+    if fresh:
+        # Leases past a partition's position (a push member's checkpoint): already acked, or due on their own.
+        ahead = await uow.leases.leases_from_position(view.group_id, numbers)
+        cursors = [
+            ReadCursor(s.partition, await _position_of(log, topic, s, started), ahead.get(s.partition, ()))
+            for s in owned
+        ]
+        positions = {c.partition: c.position for c in cursors}
+
+        async def lease(cursor: ReadCursor, records: list[Record], end: int) -> int:
+            """Leased as rows below, in this unit of work (after the group's rate)."""
+            p = cursor.partition
+            fresh_records.extend(zip(repeat(p), records))
+            moved[p] = positions[p] = end
+            return len(records)
+
+        reader = BudgetedReader(log, topic.id, gate, predicate, lease)
+        await reader.read(cursors, max_messages - len(renewed))
+    first: list[Key] = []
+    filtered = reader.filtered if reader is not None else set()  # passed over by the filter: acked
 
     # The group's rate: tokens for what this pass would deliver; what gets none waits where it is.
     tokens = await flow.take(view.group_id, gates.rate, len(renewed) + len(fresh_records))
@@ -357,7 +353,7 @@ async def _poll_once(
     )
     await uow.leases.drop_leases(view.group_id, vanished)
     await uow.leases.reschedule_leases(view.group_id, retried.schedule, histories if histories else None)
-    await dlq.dead_letter(uow, log, topic, view.group_id, retried.failures)
+    await dead_letters.dead_letter(uow, log, topic, view.group_id, retried.failures, now=now)
     expired = gate.expired_partitions()
     await gate.write(uow, log, topic, view.group_id, view.dead_letter)
     await uow.leases.add_leases(view.group_id, member_id, deadline_ms, first)
@@ -441,19 +437,20 @@ async def _settle_ids(
     metadata: MetadataStore,
     member: MemberRef,
     ids: list[Any],
-    values_at: Any,
+    settlement_at: Callable[[int], LeaseSettlement],
     *,
     commit: bool,
     then: Then | None = None,
     heartbeat: bool = True,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Settlement:
-    """Apply ``values_at(now)`` to the caller's live leases named by ``ids``; classify the others."""
+    """Write ``settlement_at(now)`` on the caller's live leases named by ``ids``; classify the others."""
     where = [(str(message_id), *_locate(member.topic, message_id)) for message_id in ids]
     located = {key for _, key, _ in where if key is not None}
     group: list[tuple[str, bool]] = []
 
     async def work(uow: MetadataUnit) -> tuple[set[Key], dict[Key, str]]:
-        now = now_ms()
+        now = clock.now_ms()
         view = await _caller(uow, member, now, touch=heartbeat)
         group[:] = [(view.group_id, breaker.configured(view.dead_letter))]
         if not located:
@@ -462,7 +459,7 @@ async def _settle_ids(
         numbers = sorted({p for p, _ in keys})
         # Locks the partitions an ack may move the committed offset of (ordered: no deadlocks).
         state = {s.partition: s for s in await uow.partitions.lock_partitions(view.group_id, numbers=numbers)}
-        done = await uow.leases.settle(view.group_id, member.member_id, now, keys, values_at(now))
+        done = await uow.leases.settle(view.group_id, member.member_id, now, keys, settlement_at(now))
         rest = [k for k in keys if k not in done]
         known = await uow.leases.leases_among(view.group_id, rest)
         codes: dict[Key, str] = {}
@@ -500,15 +497,24 @@ async def _settle_ids(
     return Settlement(ok, failed, group_id, counted)
 
 
-async def ack(metadata: MetadataStore, member: MemberRef, ids: Any, *, heartbeat: bool = True) -> Settlement:
-    """Acknowledge messages; answered once the acks and the committed offset are durable."""
+async def ack(
+    metadata: MetadataStore,
+    member: MemberRef,
+    ids: Any,
+    *,
+    heartbeat: bool = True,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Settlement:
+    """Acknowledge messages; answered once the acks and the committed offset are durable. A lease whose
+    deadline has passed on ``clock`` is ``ACK_EXPIRED``."""
     settled = await _settle_ids(
         metadata,
         member,
         validate_ids(ids),
-        lambda now: {"acked": True},
+        lambda now: LeaseSettlement(acked=True),
         commit=True,
         heartbeat=heartbeat,
+        clock=clock,
     )
     if settled.ids and settled.breaker:
         breaker.outcomes(metadata).record(settled.group_id, acked=len(settled.ids))
@@ -524,6 +530,7 @@ async def nack(
     reason: str | None = None,
     *,
     dead_letter: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Settlement:
     """Give a message back: it is redelivered (to the partition's owner) after ``delay_ms`` — at once by
     default, or, when the group has a DLQ, after the retry schedule's wait; a nack of the last allowed
@@ -533,7 +540,7 @@ async def nack(
         raise InvalidRequest.field("reason", "may not contain the NUL character")
     if not isinstance(dead_letter, bool):
         raise InvalidRequest.field("deadLetter", "expected true or false")
-    why = (reason or dlq.NACK_REASON)[:1024]
+    why = (reason or dead_letters.NACK_REASON)[:1024]
     topic = member.topic
 
     async def then(uow: MetadataUnit, view: CallerView, done: set[Key], now: int) -> None:
@@ -545,16 +552,19 @@ async def nack(
         metadata,
         member,
         [message_id],
-        lambda now: {"member_id": None, "deadline_ms": now + (delay_ms or 0), "reason": why},
+        lambda now: LeaseSettlement(deadline_ms=now + (delay_ms or 0), released=True, reason=why),
         commit=False,
         then=then,
+        clock=clock,
     )
     if settled.ids and settled.breaker:
         breaker.outcomes(metadata).record(settled.group_id, failed=len(settled.ids))
     return settled
 
 
-async def extend(metadata: MetadataStore, member: MemberRef, ids: Any, seconds: float) -> Settlement:
+async def extend(
+    metadata: MetadataStore, member: MemberRef, ids: Any, seconds: float, *, clock: Clock = SYSTEM_CLOCK
+) -> Settlement:
     """Move the ack deadline of the caller's messages to ``seconds`` from now."""
     if (
         isinstance(seconds, bool)
@@ -566,6 +576,7 @@ async def extend(metadata: MetadataStore, member: MemberRef, ids: Any, seconds: 
         metadata,
         member,
         validate_ids(ids),
-        lambda now: {"deadline_ms": now + round(seconds * 1000)},
+        lambda now: LeaseSettlement(deadline_ms=now + round(seconds * 1000)),
         commit=False,
+        clock=clock,
     )

@@ -7,11 +7,14 @@ member changes nothing and answers the current generation and assignment.
 
 There is no background task: expiry is noticed by the next call that reads the group (a heartbeat, a
 poll, a join), which sweeps expired members and rebalances in the same unit of work. A rebalance locks
-the group row first, so two never interleave.
+the group row first, so two never interleave. Whether a session has expired is decided on the caller's
+clock: ``join``, ``heartbeat`` and ``leave`` take a ``Clock`` (the pull routes hand in ``Services.clock``),
+and ``maintain`` the ``now`` of the poll that noticed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,13 +25,10 @@ from app.broker.delivery import stream_wakeups
 from app.broker.delivery.assignment import assign
 from app.broker.errors import BrokerError, InvalidRequest, MemberNotFound, StaleGeneration
 from app.broker.topics import TopicRef
-from app.kit.clock import now_ms, utcnow
+from app.kit.clock import SYSTEM_CLOCK, Clock, utcnow
 from app.kit.ids import new_id
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.models import GroupMember
-from app.stores.metadata.protocol import GroupRow, MetadataUnit
-from app.stores.metadata.unit import session_of
+from app.stores.metadata.protocol import GroupRow, MemberRow, MetadataStore, MetadataUnit
 
 START_FROM = ("earliest", "latest")
 MEMBER_ID = re.compile(r"^csr_[A-Za-z0-9]{1,28}$")
@@ -184,10 +184,12 @@ async def join(
     session_timeout: str | None = None,
     push: bool = False,
     url_worker: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Membership:
     """Join (or rejoin with ``member_id``) a group, creating the group if needed. A ``push`` member
     keeps its first-delivery leases in memory (``push.PushMember``). Only a ``url_worker``
-    (``url_push.UrlWorker``) joins a push group (``push_groups.refuse_join``)."""
+    (``url_push.UrlWorker``) joins a push group (``push_groups.refuse_join``). Sessions start, and
+    expire, on ``clock``."""
     groups.validate_name(group_name)
     if start_from not in START_FROM:
         raise InvalidRequest.field("startFrom", "must be 'earliest' or 'latest'")
@@ -201,20 +203,20 @@ async def join(
 
     async def work(uow: MetadataUnit) -> Membership:
         group = await groups.ensure_group(uow, topic, group_name)
-        await push_groups.refuse_join(session_of(uow), group.id, member_id, url_worker)
-        now = now_ms()
+        await push_groups.refuse_join(uow, group.id, member_id, url_worker)
+        now = clock.now_ms()
         text = session_timeout if session_timeout is not None else group.session_timeout
         ms = timeout_ms if timeout_ms is not None else group.session_timeout_ms
         member = await uow.groups.get_member(group.id, member_id) if member_id else None
         if member is not None:
             # A rejoin: a live member changes nothing; one past its session comes back (a rebalance).
             changed = member.expires_at_ms <= now
-            member.session_timeout, member.session_timeout_ms = text, ms
-            member.expires_at_ms = now + ms
-            member.push = push
+            member = dataclasses.replace(
+                member, session_timeout=text, session_timeout_ms=ms, expires_at_ms=now + ms, push=push
+            )
             await uow.groups.save_member(member)
         else:
-            member = GroupMember(
+            member = MemberRow(
                 group_id=group.id,
                 id=member_id or new_id("csr"),
                 session_timeout=text,
@@ -241,15 +243,16 @@ async def join(
     return await committing_fences(metadata, work)
 
 
-async def heartbeat(metadata: MetadataStore, member: MemberRef) -> Heartbeat:
-    """Keep a member alive; says whether it must join again (the group rebalanced) and what it owns."""
+async def heartbeat(metadata: MetadataStore, member: MemberRef, *, clock: Clock = SYSTEM_CLOCK) -> Heartbeat:
+    """Keep a member alive; says whether it must join again (the group rebalanced) and what it owns.
+    Whose session has expired is decided on ``clock``."""
     topic, member_id = member.topic, member.member_id
 
     async def work(uow: MetadataUnit) -> Heartbeat:
         group = await uow.groups.get(topic.id, member.group_name, for_update=True)
         if group is None:
             raise member_not_found(member_id, member.group_name)
-        now = now_ms()
+        now = clock.now_ms()
         row = await uow.groups.get_member(group.id, member_id)
         alive = row is not None and row.expires_at_ms > now
         if alive:
@@ -264,21 +267,24 @@ async def heartbeat(metadata: MetadataStore, member: MemberRef) -> Heartbeat:
     return await committing_fences(metadata, work)
 
 
-async def leave(metadata: MetadataStore, topic: TopicRef, group_name: str, member_id: str) -> None:
-    """Leave a group: its partitions go to the others at once, its leases are redelivered at once."""
+async def leave(
+    metadata: MetadataStore, topic: TopicRef, group_name: str, member_id: str, *, clock: Clock = SYSTEM_CLOCK
+) -> None:
+    """Leave a group: its partitions go to the others at once, its leases are redelivered at once (the
+    other members' expired sessions swept on ``clock``)."""
 
     async def work(uow: MetadataUnit) -> None:
         group = await uow.groups.get(topic.id, group_name, for_update=True)
         if group is None or not await uow.groups.remove_member(group.id, member_id):
             raise member_not_found(member_id, group_name)
-        await settle(uow, group, topic.partitions, now_ms(), gone=[member_id])
+        await settle(uow, group, topic.partitions, clock.now_ms(), gone=[member_id])
 
     await committing_fences(metadata, work)
     stream_wakeups.left(member_id)  # its event stream here, if any, ends rather than join again
 
 
-async def maintain(uow: MetadataUnit, topic: TopicRef, group_name: str) -> None:
-    """Lock the group and sweep/rebalance if due (called by polls that noticed it is)."""
+async def maintain(uow: MetadataUnit, topic: TopicRef, group_name: str, now: int) -> None:
+    """Lock the group and sweep/rebalance if due (called by polls that noticed it is, at their ``now``)."""
     group = await uow.groups.get(topic.id, group_name, for_update=True)
     if group is not None:
-        await settle(uow, group, topic.partitions, now_ms())
+        await settle(uow, group, topic.partitions, now)

@@ -19,8 +19,9 @@ records of the partitions it owns itself and keeps their leases in memory (``che
 first delivery and its ack cost no metadata write per message:
 
 - **delivery** — each pass sends up to ``maxInFlight − in-flight`` new records (at most half the
-  window, and 500, per frame), read from the log at the member's positions, as one frame (``message``
-  for one, ``messages`` for several). With nothing
+  window, and 500, per frame), read from the log at the member's positions (``reader.py``, the pull
+  path's reader: budget, order, filter and delays are its), as one frame (``message`` for one,
+  ``messages`` for several). With nothing
   to send it waits, without polling, on ``LogEngine.watch`` at its positions, on a local wake-up,
   or on the next deadline.
 - **beat** — beside the delivery loop, in a task of its own (so its metadata round trips never hold
@@ -51,7 +52,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Collection
 
@@ -63,7 +63,9 @@ from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
 from app.broker.delivery.holdings import Holdings
 from app.broker.delivery.membership import MemberRef
+from app.broker.delivery.outages import through_outages
 from app.broker.delivery.push_flow import BEAT_EVERY, PushFlow
+from app.broker.delivery.reader import BudgetedReader
 from app.broker.delivery.roster import PushRoster
 from app.broker.delivery.wakeup import Wakeup
 from app.broker.errors import CODED_ERRORS, MemberNotFound, StaleGeneration, TopicNotFound
@@ -71,13 +73,13 @@ from app.broker.messages import render_message
 from app.broker.topics import TopicRef
 from app.kit import tracing
 from app.kit.clock import isoformat_ms, now_ms
-from app.stores.log.protocol import LogEngine, UnknownLog
-from app.stores.metadata.database import MetadataStore
+from app.stores.errors import StoreUnavailable
+from app.stores.log.protocol import LogEngine, Record, UnknownLog
+from app.stores.metadata.protocol import MetadataStore
 
 logger = logging.getLogger("queuecore.push")
 
 _BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
-_READ_BYTES = 8 << 20
 FRAME_MAX = 500  # messages per frame, at most (asyncapi.yaml says so)
 _NEVER = 1 << 62
 
@@ -209,11 +211,36 @@ class PushMember:
         leases go to the other members, and the ones connected to this process look at once."""
         self._roster.discard(self._group_key, self)
         if self.member_id:
-            with contextlib.suppress(*CODED_ERRORS):
+            await self._leave_through_outages()
+        self._wake_neighbours()
+
+    async def _leave_through_outages(self) -> None:
+        """Release and leave, waiting out a store outage (a database restart) for up to the group's
+        ``sessionTimeout``: the in-memory leases must become rows, or the next owner would send their
+        messages again, as first attempts, while their ack deadlines hold. Past that the member expires
+        and the next owner starts from its checkpoint, as after a crash."""
+
+        async def leave() -> None:
+            try:
                 await self._reconcile(leaving=True)
+            except StoreUnavailable:
+                raise
+            except CODED_ERRORS:
+                pass  # the topic is gone, say: nothing to hand over, but the member still leaves
             with contextlib.suppress(MemberNotFound):
                 await membership.leave(self._metadata, self._topic, self._group, self.member_id)
-        self._wake_neighbours()
+
+        until = time.monotonic() + max(self.session_timeout_ms, 1000) / 1000
+        try:
+            await through_outages(leave, until=until)
+        except StoreUnavailable:
+            logger.warning(
+                "a push member could not leave its group (the metadata store is unavailable); "
+                "it expires after the group's sessionTimeout",
+                extra={"memberId": self.member_id},
+            )
+        except CODED_ERRORS:
+            pass  # the group is gone with its topic: nothing to leave
 
     def _wake_neighbours(self, *, taken: Collection[int] = ()) -> None:
         """The group changed here (a join, a leave, a release): members on this server beat at once;
@@ -371,15 +398,21 @@ class PushMember:
     async def _beat_forever(self) -> None:
         """Heartbeats, rebalances and lease rows, beside the delivery loop: their metadata round trips
         (which may queue behind another writer for SQLite's lock) never hold up a delivery."""
+        # A store blip is ridden out for half the session timeout since the last beat that reached it
+        # (``outages``): new records still flow from the log and acks wait in memory for the next
+        # checkpoint. Ending the connection would hand its in-flight messages to the group again.
+        beat_ok_at = time.monotonic()  # the join just reached the store
         while not self._beats_stopped:
             self._beat_wakeup.clear()
             seen = self._pause_requests
+            until = beat_ok_at + self.session_timeout_ms / 2000
             try:
-                rejoined = await self._fenced(self._beat) is None
+                rejoined = await through_outages(lambda: self._fenced(self._beat), until=until) is None
             except Exception as error:  # noqa: BLE001 - ends the delivery loop, which raises it
                 self._beat_error = error
                 self._nudge()
                 return
+            beat_ok_at = time.monotonic()
             if self._paused and seen == self._pause_requests:  # begun after every pausing join
                 self._paused.clear()  # reconciled: what is lost is ``releasing`` or gone
                 self._nudge()
@@ -454,55 +487,50 @@ class PushMember:
         return True
 
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
-        """Read new records at the member's positions and send them, their leases kept in memory."""
-        ack_deadline = isoformat_ms(deadline)
-        extra = {"attempt": 1, "ackDeadline": ack_deadline}
-        topic = self._topic
+        """Read new records at the member's positions (``reader.BudgetedReader``) and send them, their
+        leases kept in memory."""
+        extra = {"attempt": 1, "ackDeadline": isoformat_ms(deadline)}
+        topic, holdings, paused = self._topic, self._holdings, self._paused
         rendered: list[bytes] = []
-        parts = list(self._holdings.parts.values())
-        start = random.randrange(len(parts))  # no partition starves another of the budget
-        paused = self._paused
         gate = delays.TimeGate(now_ms())  # delays and TTL: records not due yet, or no more
-        for part in parts[start:] + parts[:start]:
-            if budget <= 0:
-                break
-            if part.releasing or (paused and part.partition in paused):
-                continue
-            records = await self._log.read(
-                topic.id, part.partition, part.position, max_records=budget, max_bytes=_READ_BYTES
+
+        def readable(part: HeldPartition) -> bool:
+            # Not being handed over (the release has taken what was sent; what it did not take is the
+            # new owner's), not paused for a neighbour's join, not reconciled away while reading.
+            return (
+                not part.releasing
+                and part.partition not in paused
+                and holdings.parts.get(part.partition) is part
             )
-            if not records or part.releasing or self._holdings.parts.get(part.partition) is not part:
-                # Nothing new, or being handed over (the release has taken what was sent; what it
-                # did not take is the new owner's), or reconciled away while reading.
-                continue
-            records, position = await self._flow.admit(part, records, now_ms())  # the group's filter, rate
-            sending: list[tuple[int, str, bytes]] = []
-            for record in records:
-                offset = record.offset
-                if offset in part.skip:  # leased already (acked out of order, or a due row)
-                    part.skip.discard(offset)
-                    continue
-                if not gate.admit(part.partition, record):
-                    continue  # not due yet, or expired: a lease row (``delays``)
-                message_id = message_ids.encode(topic.id, part.partition, offset, head=part.head)
-                sending.append(
-                    (
-                        offset,
-                        message_id,
-                        render_message(
-                            topic.name, topic, topic.id, part.partition, record, extra, message_id=message_id
-                        ),
-                    )
-                )
+
+        async def hold(part: HeldPartition, records: list[Record], position: int) -> int:
+            """Send what the group's rate allows, its leases kept in memory, once the gate's rows are written."""
+            granted = await self._flow.take(len(records), now_ms()) if records else 0
+            if granted < len(records):  # the rest waits where it is
+                position = records[granted].offset
+                del records[granted:]
+                gate.forget_from(part.partition, position)
             if gate.pending and not await self._gate_rows(part, gate):
-                continue  # fenced: the partition changed hands; the reconcile that follows sorts it out
-            for offset, message_id, message in sending:
-                rendered.append(message)
-                part.in_flight[offset] = deadline
-                self._holdings.held[message_id] = (part.partition, offset)
-                self._holdings.in_flight[message_id] = deadline
+                return 0  # fenced: the partition changed hands; the reconcile that follows sorts it out
+            p = part.partition
+            for record in records:
+                message_id = message_ids.encode(topic.id, p, record.offset, head=part.head)
+                rendered.append(
+                    render_message(topic.name, topic, topic.id, p, record, extra, message_id=message_id)
+                )
+                part.in_flight[record.offset] = deadline
+                holdings.held[message_id] = (p, record.offset)
+                holdings.in_flight[message_id] = deadline
+            if part.skip:  # leased already (acked out of order, or a due row): passed now
+                part.skip.difference_update([o for o in part.skip if o < position])
             part.position = position
-            budget -= len(sending)
+            return len(records)
+
+        assert self._flow.config is not None  # ``_pass`` sends nothing before the first beat
+        reader = BudgetedReader(self._log, topic.id, gate, self._flow.config.predicate, hold, readable)
+        await reader.read(list(holdings.parts.values()), budget)
+        if reader.filtered:
+            self._flow.passed_over(reader.filtered)
         self._next_expiry = min(self._next_expiry, deadline)
         if rendered:
             await self._send_messages(rendered)

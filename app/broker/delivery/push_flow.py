@@ -1,8 +1,8 @@
 """The group's flow control and filter for a push member (composed into ``push.PushMember``, on its
 ``Holdings``; the rules are ``flow.py``'s): its claim of the group's ``maxInFlight``, renewed at each
-beat; the group's rate and filter on the records its delivery loop reads; and a checkpoint of partitions
-where the filter passed records over (so that the group's ``current`` moves past them with no ack to
-carry it).
+beat; the group's rate on the records its delivery loop sends (its filter is applied by the loop's
+``reader.BudgetedReader``); and a checkpoint of partitions where the filter passed records over (so that
+the group's ``current`` moves past them with no ack to carry it).
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from app.broker.delivery import checkpoints, flow
-from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.holdings import Holdings
-from app.stores.log.protocol import Record
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.protocol import MetadataStore
 
 BEAT_EVERY = 0.5  # heartbeat, rebalance check and due-lease scan; below the 2 s minimum sessionTimeout
 
@@ -50,26 +48,22 @@ class PushFlow:
             claim = 0  # the group's config (or this member's claim of it) is not known yet
         return self._max_in_flight if claim is None else min(self._max_in_flight, claim)
 
-    async def admit(self, part: HeldPartition, records: list[Record], now: int) -> tuple[list[Record], int]:
-        """The group's filter and rate on what was read: the records to send, and the position after
-        them (past non-matching ones; at the first record the rate had no token for)."""
-        position = records[-1].offset + 1
+    async def take(self, wanted: int, now: int) -> int:
+        """Tokens of the group's rate for ``wanted`` deliveries: how many may go now. Short of tokens, no
+        pass before the next one (``throttled_until``)."""
         gates = self.config
-        if gates is None or (gates.filter is None and gates.rate is None):
-            return records, position
-        predicate = gates.predicate
-        if predicate is not None:
-            kept = [r for r in records if r.offset in part.skip or predicate(r.key, r.headers)]
-            if len(kept) < len(records):
-                self._filtered.add(part.partition)  # counts as acked: its checkpoint follows at the beat
-            records = kept
-        tokens = await flow.take(self._holdings.group_id, gates.rate, len(records))
-        if tokens.granted < len(records):
-            position = records[tokens.granted].offset
-            records = records[: tokens.granted]
+        if gates is None or gates.rate is None:
+            return wanted
+        tokens = await flow.take(self._holdings.group_id, gates.rate, wanted)
+        if tokens.granted < wanted:
             # At most a beat: a changed rate (picked up by the beat) counts from then.
             self.throttled_until = now + min(tokens.wait_ms, round(BEAT_EVERY * 1000))
-        return records, position
+        return tokens.granted
+
+    def passed_over(self, partitions: set[int]) -> None:
+        """Partitions where the filter passed records over: they count as acked, so a checkpoint follows
+        at the beat (``current`` moves past them with no ack to carry it)."""
+        self._filtered |= partitions
 
     async def beat(self, now: int, passing: int) -> None:
         """The group's flow control at each beat: its claim of ``maxInFlight`` (lowered here before it

@@ -39,7 +39,7 @@ from app.broker.errors import MemberNotFound, StaleGeneration, TopicNotFound
 from app.broker.topics import TopicRef
 from app.kit.clock import now_ms
 from app.stores.log.protocol import LogEngine, UnknownLog
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.protocol import MetadataStore
 
 PASS_EVERY = 1.0  # seconds between passes at most: heartbeat, rebalance check, acks made on other nodes
 BATCH_MAX = 500  # messages leased per pass, at most

@@ -42,9 +42,7 @@ from app.broker.topics import TopicRef
 from app.kit import standard_webhooks
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.models import PushEndpoint
-from app.stores.metadata.protocol import PushTarget
+from app.stores.metadata.protocol import MetadataStore, PushEndpointRow, PushTarget
 
 logger = logging.getLogger("queuecore.push")
 
@@ -160,7 +158,7 @@ async def post(
 
 
 async def send_test_event(
-    client: DeliveryClient, policy: PushPolicy, endpoint: PushEndpoint, topic: str, group: str
+    client: DeliveryClient, policy: PushPolicy, endpoint: PushEndpointRow, topic: str, group: str
 ) -> Outcome:
     """POST a signed test event (``ce-type: queuecore.test``, no message behind it) to a push group's URL
     now, as a delivery would go; what came back. Nothing is recorded or retried."""

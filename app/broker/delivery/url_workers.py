@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 from datetime import datetime
-from typing import Any
 
 from app.broker import message_ids, push_groups
 from app.broker.delivery.url_client import DeliveryClient
@@ -25,8 +24,7 @@ from app.broker.push_groups import PushPolicy
 from app.broker.topics import TopicRef
 from app.kit.sealing import SealError
 from app.stores.log.protocol import LogEngine
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.unit import session_of
+from app.stores.metadata.protocol import MetadataStore, NewPushAttempt
 
 logger = logging.getLogger("queuecore.push")
 
@@ -40,22 +38,16 @@ class AttemptLog:
     def __init__(self, metadata: MetadataStore, keep: int) -> None:
         self._metadata = metadata
         self._keep = keep
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[NewPushAttempt] = []
         self._task: asyncio.Task[None] | None = None
 
     def add(self, group_id: str, message_id: str, attempt: int, outcome: Outcome, at: datetime) -> None:
         if len(self._rows) >= _MAX_BUFFERED:
             return  # the store is behind: the attempts API is a recent history, not an audit
         self._rows.append(
-            {
-                "group_id": group_id,
-                "message_id": message_id,
-                "attempt": attempt,
-                "at": at,
-                "status": outcome.status,
-                "latency_ms": outcome.latency_ms,
-                "error": outcome.error,
-            }
+            NewPushAttempt(
+                group_id, message_id, attempt, at, outcome.status, outcome.latency_ms, outcome.error
+            )
         )
 
     def start(self) -> None:
@@ -87,9 +79,9 @@ class AttemptLog:
             async with self._metadata.unit() as uow:
                 # A group deleted meanwhile takes its attempts with it (and would fail the insert).
                 live = {t.group_id for t in await uow.push.targets()}
-                rows = [r for r in rows if r["group_id"] in live]
+                rows = [r for r in rows if r.group_id in live]
                 await uow.push.add_attempts(rows)
-                await uow.push.trim_attempts(sorted({r["group_id"] for r in rows}), self._keep)
+                await uow.push.trim_attempts(sorted({r.group_id for r in rows}), self._keep)
         except BaseException:
             self._rows[:0] = rows
             raise
@@ -156,7 +148,7 @@ class UrlWorkers:
     async def _run(self) -> None:
         try:
             async with self._metadata.unit() as uow:
-                if resealed := await push_groups.reseal(session_of(uow), self.policy.sealer):
+                if resealed := await push_groups.reseal(uow, self.policy.sealer):
                     logger.info(
                         "push signing secrets sealed under the current key", extra={"count": resealed}
                     )

@@ -1,4 +1,5 @@
-"""The rate-limit store: one protocol, two implementations.
+"""The limits store: sliding-log rate limits (``RateLimiter``) and token buckets of group delivery rates
+(``TokenBuckets``, implemented in ``tokens.py``), each with two implementations.
 
 ``memory`` counts in this process (the embedded default); ``redis`` counts in Redis, shared by every API
 process, and falls back to per-process counting while Redis is unreachable.
@@ -83,3 +84,28 @@ def ceil_seconds(duration_us: int) -> int:
     if duration_us <= 0:
         return 0
     return -(-duration_us // 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What one ``TokenBuckets.take`` got: ``granted`` tokens (0 to the number asked), the whole
+    ``tokens`` left after it, and ``wait_ms``, when fewer than asked were granted, the time until the next
+    whole token."""
+
+    granted: int
+    tokens: float
+    wait_ms: int = 0
+
+
+@runtime_checkable
+class TokenBuckets(Protocol):
+    """Named token buckets, refilled continuously at a rate given with each call (a group's delivery
+    ``rate``); a bucket never seen starts full."""
+
+    async def take(self, bucket: str, rate: float, burst: float, want: int) -> Taken:
+        """Take up to ``want`` whole tokens from ``bucket`` (refilled at ``rate``/s, capped at ``burst``)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; the buckets are not used afterwards."""
+        ...

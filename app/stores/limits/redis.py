@@ -33,6 +33,15 @@ script on a probe key; the first success switches back (one info line), and the 
 dropped. Commands are never retried by the client: re-running a decision that may have executed would
 count a request twice. The socket timeout is measured on the event loop, so a loop blocked for longer
 than ``socket_timeout`` also reads as an outage (for about ``probe_interval``).
+
+Slow Redis: every call is bounded as a whole by ``socket_timeout`` - the wait for a slot, a new
+connection's handshake, the script (and its reload after ``NOSCRIPT``) - not each socket read alone. A
+call not done by then is an outage like any other (degraded, the fallback answers). Before, a Redis
+whose round trip stayed just under the socket timeout (0.2 s against 0.25 s) never degraded: callers
+queued for the 32 slots and a request waited 1.3 s at 80 concurrent decisions, more under more load
+(tests/stores/limits/test_redis_slow.py). While Redis stays slow the probe may succeed now and then and
+the limiter flip back until the next slow call: each such flip costs the calls then in flight at most
+``socket_timeout``.
 """
 
 from __future__ import annotations
@@ -94,9 +103,18 @@ return {take, count, now, tonumber(room[2]) + window_us, tonumber(newest[2]) + w
 _SHA = hashlib.sha1(_SCRIPT.encode()).hexdigest()
 
 # A dead or unreachable Redis surfaces as RedisError (ConnectionError, TimeoutError, BusyLoadingError,
-# READONLY…) or as a bare OSError from the socket layer.
-_OUTAGE = (RedisError, OSError)
+# READONLY…) or as a bare OSError from the socket layer; a slow one as the whole call's TimeoutError
+# (``asyncio.timeout``; the builtin TimeoutError is an OSError, named for clarity).
+_OUTAGE = (RedisError, OSError, TimeoutError)
 _PROBE_BUCKET = "__probe__"
+
+
+def tls_options(url: str, tls_ca: str) -> dict[str, Any]:
+    """redis-py's keyword arguments for a ``rediss://`` server's certificate to be checked against
+    ``tls_ca`` (nothing for a plain ``redis://`` URL, which has no TLS to configure)."""
+    if tls_ca and url.startswith("rediss://"):
+        return {"ssl_ca_certs": tls_ca, "ssl_cert_reqs": "required"}
+    return {}
 
 
 class RedisRateLimiter:
@@ -111,9 +129,13 @@ class RedisRateLimiter:
         probe_interval: float = 1.0,
         max_connections: int = 32,
         fallback: MemoryRateLimiter | None = None,
+        tls_ca: str = "",
     ) -> None:
+        # ``url`` carries AUTH (``redis://user:password@``) and TLS (``rediss://``); ``tls_ca`` is the CA
+        # a ``rediss://`` server's certificate is checked against (the system's when empty).
         self._client: Redis = Redis.from_url(
             url,
+            **tls_options(url, tls_ca),
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
             max_connections=max_connections,
@@ -126,6 +148,8 @@ class RedisRateLimiter:
         self._slots = asyncio.Semaphore(max_connections)
         self._prefix = key_prefix
         self._probe_interval = probe_interval
+        # The bound on a whole call (slot wait, connection handshake, script), not only on each read.
+        self._timeout = socket_timeout
         self._fallback = fallback or MemoryRateLimiter()
         # Members must be unique across every process sharing the bucket: a random instance id plus a
         # sequence number.
@@ -170,9 +194,9 @@ class RedisRateLimiter:
         """The decision ``acquire`` would take now, without counting anything (not group-committed: rare)."""
         check_arguments(limit, window_ms)
         if not self._degraded:
-            async with self._slots:
-                if not self._degraded:
-                    try:
+            try:
+                async with asyncio.timeout(self._timeout), self._slots:
+                    if not self._degraded:
                         accepted, count, now, room_at, empty_at = await self._eval(
                             self._prefix + bucket, limit, window_ms, 0
                         )
@@ -184,19 +208,19 @@ class RedisRateLimiter:
                             0 if accepted else max(1, ceil_seconds(room_at - now)),
                             now,
                         )
-                    except _OUTAGE as exc:
-                        self._enter_degraded(exc)
+            except _OUTAGE as exc:
+                self._enter_degraded(exc)
         return replace(self._fallback.decide(bucket, limit, window_ms, count=False), at_us=None)
 
     async def forget(self, bucket: str) -> None:
         """Drop every request counted in ``bucket`` (in the fallback too)."""
         await self._fallback.forget(bucket)
         if not self._degraded:
-            async with self._slots:
-                try:
+            try:
+                async with asyncio.timeout(self._timeout), self._slots:
                     await self._client.delete(self._prefix + bucket)
-                except _OUTAGE as exc:
-                    self._enter_degraded(exc)
+            except _OUTAGE as exc:
+                self._enter_degraded(exc)
 
     def _next_call(self, group: tuple[str, int, int]) -> None:
         """The bucket's call is answered: decide those that waited for it in one more, or close the group."""
@@ -226,13 +250,13 @@ class RedisRateLimiter:
     async def _decide_or_fall_back(self, group: tuple[str, int, int], n: int) -> list[Decision]:
         bucket, limit, window_ms = group
         if not self._degraded:
-            async with self._slots:
-                # Re-checked: Redis may have been found dead while this call waited for a slot.
-                if not self._degraded:
-                    try:
+            try:
+                async with asyncio.timeout(self._timeout), self._slots:
+                    # Re-checked: Redis may have been found dead while this call waited for a slot.
+                    if not self._degraded:
                         return await self._decide(self._prefix + bucket, limit, window_ms, n)
-                    except _OUTAGE as exc:
-                        self._enter_degraded(exc)
+            except _OUTAGE as exc:
+                self._enter_degraded(exc)
         return [self._fall_back(bucket, limit, window_ms) for _ in range(n)]
 
     def _fall_back(self, bucket: str, limit: int, window_ms: int) -> Decision:
@@ -244,7 +268,7 @@ class RedisRateLimiter:
         if self._degraded:
             return "degraded"
         try:
-            async with self._slots:
+            async with asyncio.timeout(self._timeout), self._slots:
                 await self._client.ping()
         except _OUTAGE as exc:
             self._enter_degraded(exc)
@@ -305,7 +329,7 @@ class RedisRateLimiter:
         while not self._closed:
             await asyncio.sleep(self._probe_interval)
             try:
-                async with self._slots:
+                async with asyncio.timeout(self._timeout), self._slots:
                     await self._decide(self._prefix + _PROBE_BUCKET, 1, 1)
             except _OUTAGE:
                 continue

@@ -5,48 +5,31 @@ want)`` removes up to ``want`` whole tokens at once and answers how many it took
 it took fewer than asked, how long until the next whole token. A delivery pass asks once for what it could
 send, so the cost is one call per pass, not per message. A bucket never seen starts full.
 
-Two implementations, one behaviour (``tests/stores/limits/test_tokens.py`` runs both):
+Two implementations of ``protocol.TokenBuckets``, one behaviour (``tests/stores/limits/test_tokens.py``
+runs both):
 
 - ``MemoryTokenBuckets`` counts in this process (the embedded default), on the monotonic clock;
 - ``RedisTokenBuckets`` counts in Redis (one hash per bucket: ``tokens`` and ``at`` in microseconds of
   Redis ``TIME``), one atomic script call per ``take``, so any number of processes share a bucket and no
   host clock is used. The key expires once the bucket would be full again. While Redis is unreachable it
-  falls back to per-process buckets (the rate then holds per process) and logs one warning.
+  falls back to per-process buckets (the rate then holds per process) and logs one warning. A call is
+  bounded as a whole by ``socket_timeout``; after a failed or timed-out call, takes go straight to the
+  fallback for ``retry_interval`` seconds, so a slow or dead Redis costs one timeout a second, not one a
+  delivery pass.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
+
+from app.stores.limits.protocol import Taken
 
 logger = logging.getLogger("queuecore.limits")
-
-
-@dataclass(frozen=True, slots=True)
-class Taken:
-    """What one ``take`` got: ``granted`` tokens (0 to the number asked), the whole ``tokens`` left after
-    it, and ``wait_ms``, when fewer than asked were granted, the time until the next whole token."""
-
-    granted: int
-    tokens: float
-    wait_ms: int = 0
-
-
-@runtime_checkable
-class TokenBuckets(Protocol):
-    """Named token buckets, refilled continuously at a rate given with each call."""
-
-    async def take(self, bucket: str, rate: float, burst: float, want: int) -> Taken:
-        """Take up to ``want`` whole tokens from ``bucket`` (refilled at ``rate``/s, capped at ``burst``)."""
-        ...
-
-    async def close(self) -> None:
-        """Release connections; the buckets are not used afterwards."""
-        ...
 
 
 def _check(rate: float, burst: float, want: int) -> None:
@@ -107,27 +90,46 @@ return {granted, string.format('%.17g', tokens)}
 class RedisTokenBuckets:
     """Token buckets in Redis, shared by every process; per-process buckets while it is unreachable."""
 
-    def __init__(self, url: str, *, key_prefix: str = "qc:tb:", socket_timeout: float = 0.25) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        key_prefix: str = "qc:tb:",
+        socket_timeout: float = 0.25,
+        retry_interval: float = 1.0,
+        tls_ca: str = "",
+    ) -> None:
         from redis.asyncio import Redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
+        from app.stores.limits.redis import tls_options
+
         # No client-side retries: a retried script whose first run executed would take twice.
         self._client: Any = Redis.from_url(
             url,
+            **tls_options(url, tls_ca),
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
             retry=Retry(NoBackoff(), 0),
         )
         self._script = self._client.register_script(_SCRIPT)
+        self._timeout = socket_timeout
         self._prefix = key_prefix
         self._fallback = MemoryTokenBuckets()
         self._warned = False
+        self._retry_interval = retry_interval
+        self._skip_until = 0.0  # monotonic: Redis failed; count in this process until then
 
     async def take(self, bucket: str, rate: float, burst: float, want: int) -> Taken:
         _check(rate, burst, want)
+        if time.monotonic() < self._skip_until:
+            return self._fallback.take_now(bucket, rate, burst, want)
         try:
-            granted, tokens = await self._script(keys=[self._prefix + bucket], args=[rate, burst, want])
+            # The whole call is bounded (a new connection's handshake and the script), not only each read:
+            # a slow Redis costs a delivery pass at most ``socket_timeout``.
+            async with asyncio.timeout(self._timeout):
+                granted, tokens = await self._script(keys=[self._prefix + bucket], args=[rate, burst, want])
         except Exception as error:  # noqa: BLE001 - any Redis failure: count in this process meanwhile
             if not self._warned:
                 self._warned = True
@@ -135,6 +137,7 @@ class RedisTokenBuckets:
                     "redis unreachable: group rates are counted per process until it answers again",
                     extra={"error": f"{type(error).__name__}: {error}"},
                 )
+            self._skip_until = time.monotonic() + self._retry_interval
             return self._fallback.take_now(bucket, rate, burst, want)
         self._warned = False
         left = float(tokens)
@@ -144,3 +147,12 @@ class RedisTokenBuckets:
     async def close(self) -> None:
         await self._client.aclose()
         await self._fallback.close()
+
+
+if TYPE_CHECKING:  # mypy holds both to the protocol
+
+    def _implementations(url: str) -> None:
+        from app.stores.limits.protocol import TokenBuckets
+
+        _memory: TokenBuckets = MemoryTokenBuckets()
+        _redis: TokenBuckets = RedisTokenBuckets(url)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, Protocol, overload, runtime_checkable
 
 from app.stores.errors import StoreUnavailable
@@ -40,6 +41,10 @@ class RecordIn(NamedTuple):
     key: bytes | None = None
     headers: bytes | None = None
     timestamp_ms: int = 0
+    # What makes the record one of a kind (a keyed publish's idempotency key): an engine that more than one
+    # process writes to may store it at most once however often it is sent within its window (a write one
+    # node sent, that lands after a retry elsewhere stored it). An engine one process owns ignores it.
+    dedupe_id: str | None = None
 
 
 class ValueRecords(Sequence[RecordIn]):
@@ -65,11 +70,11 @@ class ValueRecords(Sequence[RecordIn]):
     def __getitem__(self, index: int | slice) -> RecordIn | ValueRecords:
         if isinstance(index, slice):
             return ValueRecords(self.values[index], self.timestamp_ms)
-        return RecordIn(self.values[index], None, None, self.timestamp_ms)
+        return RecordIn(self.values[index], None, None, self.timestamp_ms, None)
 
     def __iter__(self) -> Iterator[RecordIn]:
         timestamp_ms = self.timestamp_ms
-        return (RecordIn(value, None, None, timestamp_ms) for value in self.values)
+        return (RecordIn(value, None, None, timestamp_ms, None) for value in self.values)
 
 
 class Record(NamedTuple):
@@ -84,12 +89,17 @@ class Record(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Replica:
-    """One copy of a partition: the server holding it, whether it leads (takes the writes), and whether it
-    is current (has everything the leader acknowledged; a lagging or unreachable one is not)."""
+    """One copy of a partition: the server holding it, the availability zone that server is in (None when
+    the engine cannot say), whether it leads (takes the writes), whether it is current (has everything the
+    leader acknowledged; a lagging or unreachable one is not), and how far behind the leader it is
+    (``lag``: operations not yet applied, 0 for the leader and a caught-up copy; None when unknown, as for
+    a copy the leader cannot reach)."""
 
     server: str
     leader: bool
     current: bool
+    zone: str | None = None
+    lag: int | None = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +112,17 @@ class PartitionInfo:
     latest_offset: int
     size_bytes: int
     replicas: tuple[Replica, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PartitionExtent:
+    """What a copy of one partition's log holds (``LogEngine.export_logs``): offsets ``first_offset`` up to
+    ``end_offset`` (exclusive), the next offset to be written."""
+
+    topic_id: str
+    partition: int
+    first_offset: int
+    end_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +172,16 @@ class ReplicasUnavailable(LogEngineError):
     """The engine cannot keep as many replicas as a topic asks for (answered as 400)."""
 
 
+class BackupUnsupported(LogEngineError):
+    """This engine cannot export or import its logs (``LogEngine.export_logs``) yet."""
+
+
 class EngineUnavailable(LogEngineError, StoreUnavailable):
     """The engine cannot meet its durability promise right now (answered as 503, as every store's outage)."""
 
 
 class Placement(Protocol):
-    """Where a message landed, and how long its append took to answer (the broker's ``publishing.Placed``;
+    """Where a message landed, and how long its append took to answer (the broker's ``publishing.Receipt``;
     what an idempotency record keeps for a replay)."""
 
     @property
@@ -283,7 +308,13 @@ class LogEngine(Protocol):
         ...
 
     async def partition_info(self, topic_id: str, partition: int) -> PartitionInfo:
-        """Earliest and latest offsets and the size on disk of one partition."""
+        """Earliest and latest offsets and the size on disk of one partition, and its copies (their zones
+        only as far as the engine knows them without asking: ``describe_partitions`` asks)."""
+        ...
+
+    async def describe_partitions(self, topic_id: str, partitions: int) -> list[PartitionInfo]:
+        """``partition_info`` of partitions ``0..partitions-1`` in order, at once (an engine that asks a
+        server per partition asks concurrently), each copy with the zone of its server."""
         ...
 
     async def wait_for(self, topic_id: str, partition: int, offset: int, timeout: float) -> bool:
@@ -334,4 +365,16 @@ class LogEngine(Protocol):
 
     async def health(self) -> str:
         """``"ok"``; ``"degraded"`` when it serves reads but cannot take appends now; ``"down"``."""
+        ...
+
+    async def export_logs(self, dest: Path) -> list[PartitionExtent]:
+        """Copy every partition's committed records, from its earliest retained offset up to its end at the
+        time of the copy or later, into the empty directory ``dest``, while other processes may serve from
+        the same logs; answers what each partition's copy holds. Called on an engine that was not started
+        (``app.backups``); ``BackupUnsupported`` where the engine cannot."""
+        ...
+
+    async def import_logs(self, src: Path) -> list[PartitionExtent]:
+        """Load what ``export_logs`` wrote in ``src`` into this engine, which must hold no logs yet (offsets
+        are kept); called on an engine that was not started. ``BackupUnsupported`` where it cannot."""
         ...

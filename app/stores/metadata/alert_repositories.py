@@ -12,7 +12,7 @@ from sqlalchemy import ColumnElement, Table, and_, delete, insert, or_, select, 
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import AlertAttempt, AlertEndpoint, AlertEvent
-from app.stores.metadata.protocol import AttemptRow, Claimed, EndpointRow
+from app.stores.metadata.protocol import AttemptRow, EndpointRow, EndpointSecret, NewAlertEvent, OutboxClaim
 
 endpoints = cast(Table, AlertEndpoint.__table__)
 events = cast(Table, AlertEvent.__table__)
@@ -87,12 +87,12 @@ class AlertRepository(Repository):
                 .values(open_until_ms=until_ms)
             )
 
-    async def secrets(self) -> list[tuple[str, str, str]]:
-        """``(project_id, environment, stored secret)`` of every endpoint."""
+    async def secrets(self) -> list[EndpointSecret]:
+        """The stored secret of every endpoint."""
         result = await self.session.execute(
             select(endpoints.c.project_id, endpoints.c.environment, endpoints.c.secret)
         )
-        return [(p, e, secret) for p, e, secret in result.all()]
+        return [EndpointSecret(p, e, secret) for p, e, secret in result.all()]
 
     async def replace_secret(self, project_id: str, environment: str, old: str, new: str) -> None:
         """Store ``new`` in place of ``old`` (not if the endpoint changed meanwhile)."""
@@ -104,8 +104,21 @@ class AlertRepository(Repository):
 
     # the outbox -----------------------------------------------------------------------------------
 
-    async def add_event(self, values: dict[str, Any]) -> None:
-        await self.session.execute(insert(events).values(**values))
+    async def add_event(self, event: NewAlertEvent) -> None:
+        await self.session.execute(
+            insert(events).values(
+                id=event.id,
+                project_id=event.project_id,
+                environment=event.environment,
+                type=event.type,
+                body=event.body,
+                status="pending",
+                attempts=0,
+                next_attempt_ms=event.due_ms,
+                claimed_until_ms=0,
+                created_at=event.created_at,
+            )
+        )
 
     async def any_due(self, now_ms: int) -> bool:
         """Whether an event is due and unclaimed (a plain read: an idle dispatcher takes no write lock)."""
@@ -120,7 +133,7 @@ class AlertRepository(Repository):
         )
         return result.first() is not None
 
-    async def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[Claimed]:
+    async def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[OutboxClaim]:
         """Due pending events not held by another dispatcher, taken for ``lease_ms``. On Postgres,
         ``SKIP LOCKED``: concurrent dispatchers take disjoint events."""
         stmt = (
@@ -163,7 +176,7 @@ class AlertRepository(Repository):
             .where(events.c.id.in_(ids))
             .order_by(events.c.next_attempt_ms)
         )
-        claimed = [Claimed(**row._asdict()) for row in rows.all()]
+        claimed = [OutboxClaim(**row._asdict()) for row in rows.all()]
         await self.session.execute(
             update(events).where(events.c.id.in_(ids)).values(claimed_until_ms=now_ms + lease_ms)
         )
@@ -191,8 +204,14 @@ class AlertRepository(Repository):
 
     # attempts -------------------------------------------------------------------------------------
 
-    async def add_attempt(self, values: dict[str, Any]) -> None:
-        await self.session.execute(insert(attempts).values(**values))
+    async def add_attempt(self, project_id: str, environment: str, attempt: AttemptRow) -> None:
+        await self.session.execute(
+            insert(attempts).values(
+                project_id=project_id,
+                environment=environment,
+                **{f: getattr(attempt, f) for f in AttemptRow.__dataclass_fields__},
+            )
+        )
 
     async def attempts_page(
         self, project_id: str, environment: str, before: str | None, limit: int

@@ -1,7 +1,7 @@
 """What every metadata repository shares: the caller's session and the few dialect differences.
 
 A repository holds the SQL of one aggregate and runs it on the session it is given; the caller (a unit
-of work from ``MetadataStore.session()``) owns the transaction. Postgres and SQLite differ in only three
+of work from ``SqlMetadataStore.session()``) owns the transaction. Postgres and SQLite differ in only three
 places the repositories need: ``INSERT … ON CONFLICT`` (each dialect's own ``insert``), ``greatest`` (SQLite's
 two-argument ``max``) and row locks (``FOR UPDATE`` is simply not rendered on SQLite, whose units of work
 run under ``BEGIN IMMEDIATE``).

@@ -1,7 +1,7 @@
 """How the metadata store writes a push member's checkpoint, and its dedicated commit connection.
 
 A push member (``app/broker/delivery/push.py``) asks the store to checkpoint the partitions it has acks
-for: per partition a ``PartitionCheckpoint`` (its new position, the offsets acked above it, whether acked
+for: per partition a ``protocol.PartitionCheckpoint`` (its new position, the offsets acked above it, whether acked
 rows written earlier may now lie below it). The store decides how:
 
 - **positions only** (acks in order, the common case): one ``UPDATE`` per partition, all in one
@@ -24,52 +24,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
 from app.stores.errors import StoreUnavailable
 from app.stores.metadata.lease_repositories import LeaseRepository
+from app.stores.metadata.outages import is_driver_outage
 from app.stores.metadata.partition_repositories import CHECKPOINT, PartitionRepository
-from app.stores.metadata.protocol import LeaseState
+from app.stores.metadata.protocol import LeaseState, PartitionCheckpoint
 
 if TYPE_CHECKING:
-    from app.stores.metadata.database import MetadataStore
-
-_OUTAGES = (OSError, ConnectionError, TimeoutError)
+    from app.stores.metadata.database import SqlMetadataStore
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionCheckpoint:
-    """What a push member's checkpoint writes of one partition it owns in ``epoch``."""
-
-    partition: int
-    epoch: int
-    position: int  # the member's floor: everything below is acked or has a lease row
-    acked_above: Sequence[int] = ()  # offsets acked at or above ``position``: written as acked lease rows
-    drop_acked_below: bool = False  # acked rows written earlier may lie below ``position`` now
-
-    @property
-    def positions_only(self) -> bool:
-        return not self.acked_above and not self.drop_acked_below
+def _positions_only(checkpoint: PartitionCheckpoint) -> bool:
+    """Only the position moves: no acked rows to write or to drop."""
+    return not checkpoint.acked_above and not checkpoint.drop_acked_below
 
 
 class CheckpointWriter:
-    """``write``: a push member's checkpoint of several partitions, in one unit of work."""
+    """``write``: a push member's checkpoint of several partitions, in one unit of work
+    (``protocol.CheckpointStore``)."""
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: SqlMetadataStore) -> None:
         self._store = store
-        self.connection = CommitConnection(store.url, store.engine.dialect)
+        self.connection = CommitConnection(store.url, store.engine.dialect, store.tls)
 
     async def write(
         self, group_id: str, member_id: str, checkpoints: Sequence[PartitionCheckpoint]
     ) -> set[int]:
         """Write ``checkpoints`` (all or none); answers the partitions fenced (another owner or epoch:
         nothing is written for those). Outages raise ``StoreUnavailable``."""
-        if all(c.positions_only for c in checkpoints):
+        if all(_positions_only(c) for c in checkpoints):
             counts = await self.connection.execute_each(
                 CHECKPOINT,
                 [
@@ -102,8 +93,9 @@ class CheckpointWriter:
 class CommitConnection:
     """``execute_each``: one statement, several parameter sets, one transaction, rowcounts back."""
 
-    def __init__(self, url: str, dialect: Dialect) -> None:
+    def __init__(self, url: str, dialect: Dialect, tls: ssl.SSLContext | None = None) -> None:
         self._url = url
+        self._tls = tls  # the pool's: the same server certificate checks
         self._dialect = dialect
         self._is_sqlite = url.startswith("sqlite")
         self._connection: Any = None
@@ -124,7 +116,7 @@ class CommitConnection:
                 return await self._postgres(connection, sql, rows)
             except Exception as error:
                 await self._drop()  # whatever it was, the next call starts on a fresh connection
-                if isinstance(error, _OUTAGES) or _is_outage(error):
+                if is_driver_outage(error):
                     raise StoreUnavailable("The metadata store is unavailable.") from error
                 raise
 
@@ -149,13 +141,19 @@ class CommitConnection:
             path = self._url.split("///", 1)[1].split("?", 1)[0]
             connection = await aiosqlite.connect(path, isolation_level=None)
             # The same pragmas as the pool's connections (``database._sqlite_pragmas``).
-            for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON", "busy_timeout=5000"):
+            for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON", "busy_timeout=5000"):
                 await connection.execute(f"PRAGMA {pragma}")
         else:
             import asyncpg  # type: ignore[import-untyped]
 
             dsn = "postgresql" + self._url[self._url.index("://") :]
-            connection = await asyncpg.connect(dsn)
+            if self._tls is None:
+                connection = await asyncpg.connect(dsn)
+            else:  # the context decides; asyncpg would take the URL's ``ssl`` for a server setting
+                parts = urlsplit(dsn)
+                kept = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("ssl", "sslmode")]
+                dsn = urlunsplit(parts._replace(query=urlencode(kept)))
+                connection = await asyncpg.connect(dsn, ssl=self._tls)
         self._connection = connection
         return connection
 
@@ -193,16 +191,3 @@ class CommitConnection:
                 status = await connection.execute(sql, *row)  # e.g. "UPDATE 1"
                 counts.append(int(status.rsplit(" ", 1)[-1]))
         return counts
-
-
-def _is_outage(error: Exception) -> bool:
-    """A driver error meaning the database is gone or refusing work (not a bad statement)."""
-    module = type(error).__module__
-    if module.startswith("asyncpg"):
-        # Client-side and connection errors carry no SQLSTATE; 08 connection exception, 53 insufficient
-        # resources, 57 operator intervention (an administrator's shutdown or termination).
-        state = getattr(error, "sqlstate", None)
-        return state is None or str(state)[:2] in ("08", "53", "57")
-    if module.startswith("sqlite3"):
-        return type(error).__name__ == "OperationalError"  # as the pool's: locked or unreadable
-    return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -19,11 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.stores.errors import StoreConflict, StoreUnavailable
 from app.stores.metadata.checkpoint_writer import CheckpointWriter
+from app.stores.metadata.outages import TRANSPORT, is_outage
 from app.stores.metadata.protocol import MetadataUnit
 from app.stores.metadata.unit import SqlMetadataUnit
 
-# What a lost or refused database connection looks like through the driver.
-_OUTAGES = (OSError, ConnectionError, TimeoutError, exc.OperationalError, exc.InterfaceError)
 # Postgres broke a lock conflict by failing one side: deadlock detected, serialization failure.
 _CONFLICTS = frozenset({"40P01", "40001"})
 TRANSACTION_ATTEMPTS = 4
@@ -45,7 +45,12 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets the CLI and the server share the file; busy_timeout waits out the other writer.
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    # FULL: every commit fsyncs the WAL before it returns, so what was answered survives a power loss.
+    # NORMAL (WAL's usual pairing) syncs only at checkpoints: a crash of the process loses nothing, but
+    # a power loss lost every commit since the last checkpoint - in the power-loss fault runs the topic
+    # itself, acks of an exactly-once topic (delivered again), API keys (docs/reliability.md, "Power
+    # loss"). The price is one fsync per metadata commit (group-committed acks share one).
+    cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.close()
@@ -68,7 +73,7 @@ async def _discard(session: AsyncSession) -> None:
         logger.debug("discarding a metadata connection failed", exc_info=True)
 
 
-class MetadataStore:
+class SqlMetadataStore:
     """Owns the async engine; hands out sessions; answers the health check."""
 
     def __init__(
@@ -78,8 +83,12 @@ class MetadataStore:
         pool_size: int = 10,
         statement_timeout: float = STATEMENT_TIMEOUT_SECONDS,
         connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: the context a Postgres server's certificate is checked with (its CA; it wins over the
+        URL's ``ssl`` mode, which asyncpg would otherwise follow)."""
         self.url = url
+        self.tls = tls
         self.is_sqlite = url.startswith("sqlite")
         kwargs: dict[str, Any] = {}
         if not self.is_sqlite:
@@ -87,6 +96,8 @@ class MetadataStore:
             # A stalled server (paused, its disk hung) keeps connections open and silent: every statement
             # and every new connection is bounded, so a caller gets 503 instead of waiting for ever.
             kwargs["connect_args"] = {"timeout": connect_timeout, "command_timeout": statement_timeout}
+            if tls is not None:
+                kwargs["connect_args"]["ssl"] = tls
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
@@ -113,12 +124,12 @@ class MetadataStore:
                 if _is_conflict(error):
                     await session.rollback()
                     raise StoreConflict("The metadata store was busy; try again.") from error
-                if isinstance(error, _OUTAGES):
+                if is_outage(error):
                     await _discard(session)
                     raise StoreUnavailable("The metadata store is unavailable.") from error
                 await session.rollback()
                 raise
-            except _OUTAGES as error:
+            except TRANSPORT as error:
                 await _discard(session)
                 raise StoreUnavailable("The metadata store is unavailable.") from error
             except BaseException:
@@ -140,12 +151,6 @@ class MetadataStore:
         writers of one group is the database's to detect, never the caller's to see. ``work`` must do
         nothing but database work (it may run more than once). Still failing: ``StoreConflict`` (503)."""
         return await self._retried(work, attempts)
-
-    async def transaction(
-        self, work: Callable[[AsyncSession], Awaitable[T]], *, attempts: int = TRANSACTION_ATTEMPTS
-    ) -> T:
-        """``run_unit`` for work that takes the session itself (code not on the port yet, #34)."""
-        return await self._retried(lambda unit: work(unit.session), attempts)
 
     async def _retried(self, work: Callable[[SqlMetadataUnit], Awaitable[T]], attempts: int) -> T:
         for attempt in range(1, attempts + 1):

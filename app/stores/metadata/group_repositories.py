@@ -20,14 +20,21 @@ from sqlalchemy import Table, and_, delete, func, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ConsumerGroup, GroupMember, Topic
-from app.stores.metadata.protocol import CallerView, GroupConfig, GroupRow
+from app.stores.metadata.protocol import CallerView, GroupConfig, GroupRow, MemberRow
 
 groups = cast(Table, ConsumerGroup.__table__)
 members = cast(Table, GroupMember.__table__)
 
 
+# A GroupRow's fields are the table's columns, but for the one whose column kept its first name.
+_COLUMN = {"dead_letter_alert_armed": "dlq_alert_armed"}
+
+
 def _group_row(group: ConsumerGroup) -> GroupRow:
     return GroupRow(**{f: getattr(group, f) for f in GroupRow.__dataclass_fields__})
+
+
+_MEMBER_FIELDS = tuple(MemberRow.__dataclass_fields__)
 
 
 class GroupRepository(Repository):
@@ -50,7 +57,7 @@ class GroupRepository(Repository):
 
     async def insert_if_absent(self, group: GroupRow) -> None:
         """Create a group unless one of that name exists (a concurrent create is not an error)."""
-        values = {f: getattr(group, f) for f in GroupRow.__dataclass_fields__}
+        values = {_COLUMN.get(f, f): getattr(group, f) for f in GroupRow.__dataclass_fields__}
         stmt = (
             self._insert(groups).values(**values).on_conflict_do_nothing(index_elements=["topic_id", "name"])
         )
@@ -201,20 +208,30 @@ class GroupRepository(Repository):
         )
         return list(result.scalars().all())
 
-    async def get_member(self, group_id: str, member_id: str) -> GroupMember | None:
-        result = await self.session.execute(
-            select(GroupMember)
-            .where(GroupMember.group_id == group_id, GroupMember.id == member_id)
-            .execution_options(populate_existing=True)
+    async def get_member(self, group_id: str, member_id: str) -> MemberRow | None:
+        stmt = select(*(members.c[f] for f in _MEMBER_FIELDS)).where(
+            members.c.group_id == group_id, members.c.id == member_id
         )
-        return result.scalar_one_or_none()
+        row = (await self.session.execute(stmt)).first()
+        return MemberRow(*row) if row else None
 
-    async def add_member(self, member: GroupMember) -> None:
-        self.session.add(member)
+    async def add_member(self, member: MemberRow) -> None:
+        self.session.add(GroupMember(**{f: getattr(member, f) for f in _MEMBER_FIELDS}))
         await self._flush()
 
-    async def save_member(self, member: GroupMember) -> None:
-        await self._flush()
+    async def save_member(self, member: MemberRow) -> None:
+        """Write a rejoined member's session timeout, expiry and push flag (its claim is the flow
+        store's)."""
+        await self.session.execute(
+            update(members)
+            .where(members.c.group_id == member.group_id, members.c.id == member.id)
+            .values(
+                session_timeout=member.session_timeout,
+                session_timeout_ms=member.session_timeout_ms,
+                expires_at_ms=member.expires_at_ms,
+                push=member.push,
+            )
+        )
 
     async def remove_member(self, group_id: str, member_id: str) -> bool:
         result = await self.session.execute(

@@ -18,7 +18,7 @@ from sqlalchemy import Table, and_, bindparam, delete, func, insert, select, tup
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import GroupLease, GroupPartition
-from app.stores.metadata.protocol import DueLease, LeaseState
+from app.stores.metadata.protocol import DueLease, LeaseSettlement, LeaseState
 
 partitions = cast(Table, GroupPartition.__table__)
 leases = cast(Table, GroupLease.__table__)
@@ -111,7 +111,7 @@ class LeaseRepository(Repository):
     async def add_replayed_leases(
         self, group_id: str, now_ms: int, replays: Sequence[tuple[int, int, int]]
     ) -> None:
-        """Replayed dead letters ``(partition, offset, dlq_offset)``: due at once, attempt back at 1, a
+        """Replayed dead letters ``(partition, offset, dead_letter_offset)``: due at once, attempt back at 1, a
         fresh retry budget. An acked lease left at that offset is replaced."""
         if not replays:
             return
@@ -128,9 +128,9 @@ class LeaseRepository(Repository):
                     "deadline_ms": now_ms,
                     "acked": False,
                     "reason": None,
-                    "replay_offset": dlq_offset,
+                    "replay_offset": dead_letter_offset,
                 }
-                for p, o, dlq_offset in replays
+                for p, o, dead_letter_offset in replays
             ],
         )
 
@@ -231,11 +231,21 @@ class LeaseRepository(Repository):
         member_id: str,
         now_ms: int,
         keys: Sequence[tuple[int, int]],
-        values: dict[str, Any],
+        settlement: LeaseSettlement,
     ) -> set[tuple[int, int]]:
-        """Update the member's live (unacked, deadline running) leases among ``keys``; which ones matched."""
+        """Write ``settlement`` on the member's live (unacked, deadline running) leases among ``keys``
+        (one ``UPDATE``); which ones matched."""
         if not keys:
             return set()
+        values: dict[str, Any] = {}
+        if settlement.acked:
+            values["acked"] = True
+        if settlement.released:
+            values["member_id"] = None
+        if settlement.deadline_ms is not None:
+            values["deadline_ms"] = settlement.deadline_ms
+        if settlement.reason is not None:
+            values["reason"] = settlement.reason
         result = await self.session.execute(
             update(leases)
             .where(

@@ -135,7 +135,9 @@ class ConsumerGroup(Base):
     dead_letter: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # Whether the DLQ depth alert may fire: cleared when it fires, set again once the depth falls below
     # the threshold (one alert per crossing).
-    dlq_alert_armed: Mapped[bool] = mapped_column(Boolean, default=True, server_default="1")
+    dead_letter_alert_armed: Mapped[bool] = mapped_column(
+        "dlq_alert_armed", Boolean, default=True, server_default="1"
+    )
     # Flow control and filter (app/broker/delivery/flow.py, app/broker/filters.py); None: none.
     max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rate: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -251,7 +253,7 @@ class DeadLetter(Base):
     failed_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
-class DlqAuditEntry(Base):
+class DeadLetterAuditEntry(Base):
     """Who replayed or deleted what in a group's DLQ, and when."""
 
     __tablename__ = "dlq_audit"

@@ -10,7 +10,7 @@ from sqlalchemy import delete, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import ApiKey, Project, User, UserSession
-from app.stores.metadata.protocol import Account, KeyRow, ProjectRow, UserRow, UserSessionRow
+from app.stores.metadata.protocol import Account, KeyRow, KeyStanding, ProjectRow, UserRow, UserSessionRow
 
 
 def _user_row(user: User) -> UserRow:
@@ -176,10 +176,10 @@ class ApiKeyRepository(Repository):
         row = result.first()
         return (_key_row(row[0]), _project_row(row[1])) if row else None
 
-    async def standing_of(self, key_ids: Collection[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
-        """Of ``key_ids``, those still active with their project: key id -> (tier, custom limits). A key
+    async def standing_of(self, key_ids: Collection[str]) -> dict[str, KeyStanding]:
+        """Of ``key_ids``, those still active with their project: key id -> its project's plan. A key
         revoked, deleted or whose project is gone is absent. One round trip per 500 ids."""
-        found: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        found: dict[str, KeyStanding] = {}
         ids = list(key_ids)
         for start in range(0, len(ids), 500):
             result = await self.session.execute(
@@ -188,7 +188,7 @@ class ApiKeyRepository(Repository):
                 .where(ApiKey.id.in_(ids[start : start + 500]), ApiKey.revoked_at.is_(None))
             )
             for key_id, tier, custom_limits in result.all():
-                found[key_id] = (tier, custom_limits)
+                found[key_id] = KeyStanding(tier, custom_limits)
         return found
 
     async def add(self, key: KeyRow) -> None:

@@ -17,7 +17,7 @@ from app.stores.metadata.models import (
     Project,
     Topic,
 )
-from app.stores.metadata.protocol import TopicRow
+from app.stores.metadata.protocol import ProjectRow, TopicRow
 
 
 def _row(topic: Topic) -> TopicRow:
@@ -84,7 +84,7 @@ class TopicRepository(Repository):
         )
         return [(topic_id, int(n)) for topic_id, n in result.all()]
 
-    async def lock_with_project(self, topic_id: str) -> tuple[Topic, Project] | None:
+    async def lock_with_project(self, topic_id: str) -> tuple[TopicRow, ProjectRow] | None:
         """The topic, its row locked for this unit of work (``FOR NO KEY UPDATE``), and its project."""
         stmt = (
             select(Topic, Project)
@@ -93,7 +93,10 @@ class TopicRepository(Repository):
             .with_for_update(key_share=True, of=Topic)
         )
         row = (await self.session.execute(stmt.execution_options(populate_existing=True))).first()
-        return (row[0], row[1]) if row else None
+        if not row:
+            return None
+        project: Project = row[1]
+        return _row(row[0]), ProjectRow(**{f: getattr(project, f) for f in ProjectRow.__dataclass_fields__})
 
     async def all_ids(self) -> set[str]:
         result = await self.session.execute(select(Topic.id))

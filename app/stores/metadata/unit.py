@@ -1,9 +1,9 @@
-"""The SQL unit of work: one session of ``MetadataStore``, and the repositories over it as the stores of
+"""The SQL unit of work: one session of ``SqlMetadataStore``, and the repositories over it as the stores of
 ``protocol.MetadataUnit``.
 
 Each repository is built on first use and kept for the unit's life, so a unit that touches two aggregates
-builds two. The unit neither opens nor commits its transaction: ``MetadataStore.session`` does, and
-``MetadataStore.unit`` hands this wrapper out. Code not yet moved onto the port (#34) that holds a session
+builds two. The unit neither opens nor commits its transaction: ``SqlMetadataStore.session`` does, and
+``SqlMetadataStore.unit`` hands this wrapper out. Code not yet moved onto the port (#34) that holds a session
 of its own wraps it here to call code that is: ``SqlMetadataUnit(session)`` shares that transaction.
 """
 
@@ -14,14 +14,13 @@ from functools import cached_property
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.stores.metadata.alert_repositories import AlertRepository
-from app.stores.metadata.dlq_repositories import DeadLetterRepository
+from app.stores.metadata.dead_letter_repositories import DeadLetterRepository
 from app.stores.metadata.expiry_repositories import ExpiryRepository
 from app.stores.metadata.flow_repositories import FlowRepository
 from app.stores.metadata.group_control_repositories import GroupControlRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import MetadataUnit
 from app.stores.metadata.push_repositories import PushRepository
 from app.stores.metadata.schedule_repositories import ScheduleRepository
 from app.stores.metadata.tenancy_repositories import (
@@ -103,11 +102,3 @@ class SqlMetadataUnit:
     @cached_property
     def group_controls(self) -> GroupControlRepository:
         return GroupControlRepository(self.session)
-
-
-def session_of(uow: MetadataUnit) -> AsyncSession:
-    """The SQL session under a unit of work, for converted code that still calls code on sessions (#34):
-    ``push_groups.refuse_join`` and ``reseal``. It shares the unit's transaction; it goes once push_groups
-    takes the unit."""
-    assert isinstance(uow, SqlMetadataUnit)
-    return uow.session

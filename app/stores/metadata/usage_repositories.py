@@ -16,9 +16,8 @@ from sqlalchemy import Table, case, select, update
 
 from app.stores.metadata.base import Repository
 from app.stores.metadata.models import UsageRollup, UsageRollupProgress
-from app.stores.metadata.protocol import Rollup
+from app.stores.metadata.protocol import GRANULARITIES, Rollup
 
-GRANULARITIES = ("minute", "hour", "day")
 COUNTS = ("requests", "messages", "bytes_in", "bytes_out", "rate_limited")  # added up across runs
 PEAK = "peak_requests_per_second"  # the larger of the runs' values
 

@@ -10,12 +10,17 @@ during a test).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from app.broker import groups, publishing
-from app.broker.delivery import leases, membership
+from app.broker.delivery import flow, leases, membership
 from app.broker.delivery.membership import MemberRef
+from app.stores.limits.protocol import Taken
+from app.stores.limits.tokens import MemoryTokenBuckets
 from tests.broker.delivery.conftest import HANG_GUARD, MakeTopic, PushConnection, TopicUnderTest
 
 Connect = Callable[..., Awaitable[PushConnection]]
@@ -214,3 +219,13 @@ class TestRate:
         await configure(topic, rate=1_000_000)
         await connection.delivered(5)
         assert [m["offset"] for m in connection.messages()] == [0, 1, 2, 3, 4]
+
+    async def test_tokens_come_from_the_buckets_the_lifespan_gave(self, monkeypatch: pytest.MonkeyPatch):
+        """The broker holds only the limits protocol: the app's lifespan hands it the buckets."""
+        monkeypatch.setattr(flow, "_buckets", None)
+        assert await flow.take("grp_x", None, 3) == Taken(3, math.inf)  # no rate: no buckets asked
+        with pytest.raises(RuntimeError, match="use_token_buckets"):
+            await flow.take("grp_x", 1.0, 3)
+        flow.use_token_buckets(MemoryTokenBuckets())  # undone by monkeypatch after the test
+        taken = await flow.take("grp_x", 0.001, 3)  # a burst of 1
+        assert (taken.granted, type(taken)) == (1, Taken)

@@ -7,13 +7,14 @@ sleeping through a session timeout.
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 import pytest
 
 from app.broker.delivery import leases, membership
 from app.broker.delivery.membership import MemberRef
 from app.broker.errors import InvalidRequest, MemberNotFound
-from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
 from tests.broker.delivery.conftest import MakeTopic, TopicUnderTest
 
@@ -34,10 +35,10 @@ async def heartbeat(topic: TopicUnderTest, member: MemberRef) -> membership.Hear
 async def expire(topic: TopicUnderTest, member_id: str, group: str = "g") -> None:
     """Move the member's expiry into the past, as the passing of its session timeout would."""
     group_id = await topic.group_id(group)
-    async with topic.services.metadata.session() as session:
-        row = await GroupRepository.from_session(session).get_member(group_id, member_id)
+    async with topic.services.metadata.unit() as uow:
+        row = await uow.groups.get_member(group_id, member_id)
         assert row is not None
-        row.expires_at_ms = 0
+        await uow.groups.save_member(dataclasses.replace(row, expires_at_ms=0))
 
 
 class TestJoin:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from app.broker.publishing import Outgoing
+from app.broker.publishing import OutgoingMessage
 from app.broker.schedules import service
 from app.broker.schedules.runner import ScheduleRunner, idempotency_key
 from app.broker.topics import Scope
@@ -94,7 +94,7 @@ class TestExactlyOnce:
         topic, placed, _ = await publisher.publish(
             Scope(tenant.project_id, "production"),
             "ticks",
-            Outgoing(b'{"v":1}', None, headers, None, None),
+            OutgoingMessage(b'{"v":1}', None, headers, None, None),
             idempotency_key(schedule["id"], due),
         )
         async with deployment.store.unit() as uow:
@@ -132,3 +132,57 @@ class TestCatchUp:
         assert [stamp_ms(r["at"]) for r in recorded] == [due]
         detail = (await client.get(f"/v1/schedules/{schedule['id']}", headers=prod)).json()
         assert stamp_ms(detail["nextRunAt"]) == due + 6 * 3_600_000  # the first due time after now
+
+
+class GatedPublisher:
+    """The deployment's publisher, except that publishes to one topic wait for ``gate``: a publish stuck as
+    one is behind a partition electing its leader, or a key a dead node held."""
+
+    def __init__(self, publisher, topic: str) -> None:
+        self._publisher = publisher
+        self.topic = topic
+        self.gate = asyncio.Event()
+        self.waiting = 0
+
+    async def publish(self, scope, topic_name, message, idempotency_key=None):
+        if topic_name == self.topic:
+            self.waiting += 1
+            await self.gate.wait()
+        return await self._publisher.publish(scope, topic_name, message, idempotency_key)
+
+    def message_id(self, topic, partition: int, offset: int) -> str:
+        return self._publisher.message_id(topic, partition, offset)
+
+
+class TestAStuckPublish:
+    async def test_holds_up_its_own_schedule_only(self, client, prod, deployment, tenant):
+        stuck = await setup(client, prod, "1d", name="stuck")
+        ticks = await setup(client, prod, "1d")
+        due = max(stamp_ms(stuck["nextRunAt"]), stamp_ms(ticks["nextRunAt"]))
+        clock = Clock(due)
+        gated = GatedPublisher(deployment.app.state.services.publisher, "stuck")
+        stalled = ScheduleRunner(
+            deployment.store, gated, clock=clock, project_id=tenant.project_id, claim_seconds=5
+        )
+        try:
+            assert await stalled.run_once(wait=False) == 2
+            deadline = asyncio.get_running_loop().time() + 30
+            while not await runs(client, prod, ticks["id"]):  # recorded while the other waits
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.05)
+            assert gated.waiting == 1 and await runs(client, prod, stuck["id"]) == []
+            # Its claim runs out: the run is due again, and left to the task still firing it.
+            clock.at = due + 6_000
+            assert await stalled.run_once(wait=False) == 0
+            gated.gate.set()
+            while not await runs(client, prod, stuck["id"]):
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.05)
+            assert gated.waiting == 1
+            assert [stamp_ms(r["at"]) for r in await runs(client, prod, stuck["id"])] == [
+                stamp_ms(stuck["nextRunAt"])
+            ]
+        finally:
+            await stalled.close()
+            for schedule in (stuck, ticks):
+                await client.delete(f"/v1/schedules/{schedule['id']}", headers=prod)

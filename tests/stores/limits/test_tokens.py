@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from app.stores.limits.tokens import MemoryTokenBuckets, RedisTokenBuckets, TokenBuckets
+from app.stores.limits.protocol import Taken, TokenBuckets
+from app.stores.limits.tokens import MemoryTokenBuckets, RedisTokenBuckets
 from tests.stores.limits.conftest import REDIS_URL
 
 
@@ -33,6 +34,10 @@ def name() -> str:
 
 
 class TestTake:
+    async def test_each_implements_the_protocol_and_answers_taken(self, buckets: TokenBuckets):
+        assert isinstance(buckets, TokenBuckets)
+        assert type(await buckets.take(name(), 1.0, 1, 1)) is Taken
+
     async def test_a_new_bucket_is_full_and_gives_at_most_its_burst(self, buckets: TokenBuckets):
         bucket = name()
         # 0.001 tokens per second: nothing refills during the test, whatever the load.

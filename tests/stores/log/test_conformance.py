@@ -95,6 +95,54 @@ class TestTopics:
 
 
 @every_engine
+class TestDescribePartitions:
+    async def test_every_partition_in_order_with_its_offsets(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 3, TopicLogConfig())
+        await engine.append(topic, {1: batch("a", 2), 2: batch("b", 1)})
+        described = await engine.describe_partitions(topic, 3)
+        assert [(d.partition, d.earliest_offset, d.latest_offset) for d in described] == [
+            (0, 0, 0),
+            (1, 0, 2),
+            (2, 0, 1),
+        ]
+        for d in described:
+            info = await engine.partition_info(topic, d.partition)
+            assert (info.earliest_offset, info.latest_offset) == (d.earliest_offset, d.latest_offset)
+
+    async def test_where_the_copies_live(self, engine, log_backend, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 2, TopicLogConfig())
+        for described in await engine.describe_partitions(topic, 2):
+            replicas = described.replicas
+            # As many copies as the topic keeps, on as many servers, the leader first and alone.
+            assert len(replicas) == engine.default_replicas
+            assert len({r.server for r in replicas}) == len(replicas)
+            assert replicas[0].leader and replicas[0].current and replicas[0].lag == 0
+            assert not any(r.leader for r in replicas[1:])
+            if log_backend.kind == "jetstream":
+                # The session cluster's three servers are tagged az:zone-a/-b/-c (infra/nats_cluster.py), and
+                # JetStream's unique_tag puts each copy in a zone of its own.
+                assert {r.server for r in replicas} == {"n0", "n1", "n2"}
+                assert sorted(r.zone or "" for r in replicas) == ["zone-a", "zone-b", "zone-c"]
+                assert {r.server: r.zone for r in replicas} == {
+                    "n0": "zone-a",
+                    "n1": "zone-b",
+                    "n2": "zone-c",
+                }
+            else:
+                # One copy, on this machine, in no zone unless one is configured (tests/stores/log/local).
+                assert replicas[0].zone is None
+
+    async def test_a_partition_info_after_a_describe_knows_the_zones(self, engine, topic_id):
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        [described] = await engine.describe_partitions(topic, 1)
+        info = await engine.partition_info(topic, 0)
+        assert {r.server: r.zone for r in info.replicas} == {r.server: r.zone for r in described.replicas}
+
+
+@every_engine
 class TestUnknownLog:
     async def test_every_call_on_an_unknown_topic_raises(self, engine, topic_id):
         topic = topic_id()
@@ -103,6 +151,7 @@ class TestUnknownLog:
             engine.read(topic, 0, 0),
             engine.offset_for_time(topic, 0, 0),
             engine.partition_info(topic, 0),
+            engine.describe_partitions(topic, 2),
             engine.wait_for(topic, 0, 0, 0.01),
             engine.add_partitions(topic, 2),
             engine.update_config(topic, TopicLogConfig(retention_ms=1)),

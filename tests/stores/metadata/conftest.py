@@ -1,6 +1,6 @@
 """Metadata store fixtures: a database per backend built by the migrations (never ``create_all``).
 
-``metadata`` is a ``MetadataStore`` over a migrated SQLite file or Postgres database, one per backend
+``metadata`` is a ``SqlMetadataStore`` over a migrated SQLite file or Postgres database, one per backend
 for the session; tests make their own project, topic and group (``Rows``), so they share it safely.
 """
 
@@ -18,7 +18,7 @@ from alembic import command
 from alembic.config import Config
 
 from app.kit.ids import new_id
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import GroupRow, ProjectRow, TopicRow
@@ -54,11 +54,11 @@ async def fresh_database(backend: str, directory: Path) -> tuple[str, str]:
 @pytest.fixture(scope="session", params=BACKENDS)
 async def metadata(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[MetadataStore]:
+) -> AsyncIterator[SqlMetadataStore]:
     """A metadata store over a migrated database of the backend named by the parameter."""
     url, name = await fresh_database(request.param, tmp_path_factory.mktemp(f"metadata-{request.param}"))
     await migrate(url)
-    store = MetadataStore(url)
+    store = SqlMetadataStore(url)
     try:
         yield store
     finally:
@@ -74,7 +74,7 @@ def now() -> datetime:
 class Rows:
     """Builds the rows a test stands on: a project, a topic in it, a group on the topic."""
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: SqlMetadataStore) -> None:
         self.store = store
 
     async def project(self) -> ProjectRow:
@@ -90,12 +90,19 @@ class Rows:
             await ProjectRepository.from_session(session).add(project)
         return project
 
-    async def topic(self, project_id: str | None = None, *, name: str = "", partitions: int = 2) -> TopicRow:
+    async def topic(
+        self,
+        project_id: str | None = None,
+        *,
+        name: str = "",
+        partitions: int = 2,
+        environment: str = "production",
+    ) -> TopicRow:
         project_id = project_id or (await self.project()).id
         topic = TopicRow(
             id=new_id("top"),
             project_id=project_id,
-            environment="production",
+            environment=environment,
             name=name or f"t-{secrets.token_hex(4)}",
             partitions=partitions,
             retention="7d",
@@ -147,5 +154,5 @@ class Rows:
 
 
 @pytest.fixture
-def rows(metadata: MetadataStore) -> Rows:
+def rows(metadata: SqlMetadataStore) -> Rows:
     return Rows(metadata)

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import Table, bindparam, select, text, update
 
 from app.stores.errors import StoreUnavailable
-from app.stores.metadata.checkpoint_writer import PartitionCheckpoint
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.lease_repositories import LeaseRepository
 from app.stores.metadata.models import User
 from app.stores.metadata.partition_repositories import PartitionRepository
+from app.stores.metadata.protocol import PartitionCheckpoint
 from tests.fixtures.database import drop_database
 from tests.stores.metadata.conftest import Rows, fresh_database, migrate, now
 
@@ -29,7 +29,7 @@ _SET = update(_users).where(_users.c.id == bindparam("i")).values(email=bindpara
 async def store(request, tmp_path):
     url, name = await fresh_database(request.param, tmp_path)
     await migrate(url)
-    metadata = MetadataStore(url)
+    metadata = SqlMetadataStore(url)
     async with metadata.engine.begin() as conn:
         await conn.execute(
             _users.insert(),
@@ -44,13 +44,13 @@ async def store(request, tmp_path):
         await drop_database(name)
 
 
-async def _values(metadata: MetadataStore) -> dict[int, int]:
+async def _values(metadata: SqlMetadataStore) -> dict[int, int]:
     async with metadata.session(readonly=True) as session:
         rows = (await session.execute(select(_users.c.id, _users.c.email))).all()
         return {int(r.id): int(r.email) for r in rows}
 
 
-async def test_rowcounts_per_parameter_set_and_committed(store: MetadataStore):
+async def test_rowcounts_per_parameter_set_and_committed(store: SqlMetadataStore):
     counts = await store.checkpoint_writer.connection.execute_each(
         _SET, [{"i": "1", "v": "11"}, {"i": "3", "v": "30"}, {"i": "2", "v": "21"}]
     )
@@ -58,7 +58,7 @@ async def test_rowcounts_per_parameter_set_and_committed(store: MetadataStore):
     assert await _values(store) == {1: 11, 2: 21}
 
 
-async def test_one_transaction_all_or_nothing(store: MetadataStore):
+async def test_one_transaction_all_or_nothing(store: SqlMetadataStore):
     # The driver's own unique-violation error (the commit connection runs below SQLAlchemy), each
     # database's own: not either one on both.
     clash = sqlite3.IntegrityError if store.is_sqlite else asyncpg.UniqueViolationError
@@ -73,7 +73,7 @@ async def test_one_transaction_all_or_nothing(store: MetadataStore):
     assert await _values(store) == {1: 13, 2: 20}
 
 
-async def test_a_lost_connection_is_unavailable_then_reopened(store: MetadataStore):
+async def test_a_lost_connection_is_unavailable_then_reopened(store: SqlMetadataStore):
     if store.is_sqlite:
         pytest.skip("an embedded database file cannot be taken away from a live connection")
     assert await store.checkpoint_writer.connection.execute_each(_SET, [{"i": "1", "v": "14"}]) == [1]
@@ -91,21 +91,21 @@ async def test_a_lost_connection_is_unavailable_then_reopened(store: MetadataSto
 
 
 class TestWrite:
-    async def _owned(self, metadata: MetadataStore, rows: Rows) -> str:
+    async def _owned(self, metadata: SqlMetadataStore, rows: Rows) -> str:
         group_id = await rows.group(partitions=2)
         async with metadata.session() as session:
             await PartitionRepository.from_session(session).set_owners(group_id, {0: "csr_a", 1: "csr_a"})
         return group_id
 
     async def _state(
-        self, metadata: MetadataStore, group_id: str
+        self, metadata: SqlMetadataStore, group_id: str
     ) -> dict[int, tuple[int | None, int | None]]:
         async with metadata.session(readonly=True) as session:
             states = await PartitionRepository.from_session(session).partitions(group_id)
         return {s.partition: (s.committed, s.position) for s in states}
 
     async def test_positions_only_take_one_round_trip_on_the_commit_connection(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         group_id = await self._owned(metadata, rows)
         connection = metadata.checkpoint_writer.connection
@@ -128,7 +128,7 @@ class TestWrite:
         assert await self._state(metadata, group_id) == {0: (5, 5), 1: (3, 3)}
 
     async def test_acks_above_the_position_are_acked_rows_and_committed_stops_below(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         group_id = await self._owned(metadata, rows)
         fenced = await metadata.checkpoint_writer.write(
@@ -149,7 +149,7 @@ class TestWrite:
 
     @pytest.mark.parametrize("acked_above", [(), (9,)], ids=["positions-only", "with-rows"])
     async def test_a_stale_epoch_or_another_owner_is_fenced_and_not_written(
-        self, metadata: MetadataStore, rows: Rows, acked_above: tuple[int, ...]
+        self, metadata: SqlMetadataStore, rows: Rows, acked_above: tuple[int, ...]
     ):
         group_id = await self._owned(metadata, rows)
         fenced = await metadata.checkpoint_writer.write(

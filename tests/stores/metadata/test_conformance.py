@@ -4,6 +4,7 @@ SQLite and on Postgres over a schema the migrations built: what the domain relie
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from datetime import UTC, datetime, timedelta
 
@@ -13,21 +14,27 @@ from app.kit.ids import new_id
 from app.stores.errors import AlreadyExists, StoreUnavailable
 from app.stores.metadata import protocol
 from app.stores.metadata.alert_repositories import AlertRepository
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.dlq_repositories import DeadLetterRepository
+from app.stores.metadata.database import SqlMetadataStore
+from app.stores.metadata.dead_letter_repositories import DeadLetterRepository
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.models import GroupMember
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import (
+    DeadLetterAuditRow,
     DeadLetterRow,
-    DlqAuditRow,
     EndpointRow,
+    EndpointSecret,
     KeyRow,
+    KeyStanding,
+    LeaseSettlement,
     LeaseState,
+    MemberRow,
+    NewAlertEvent,
+    ProjectRow,
     Rollup,
     UserRow,
 )
+from app.stores.metadata.push_repositories import PushRepository
 from app.stores.metadata.tenancy_repositories import (
     ApiKeyRepository,
     ProjectRepository,
@@ -54,22 +61,25 @@ class TestProtocols:
             (DeadLetterRepository, protocol.DeadLetterStore),
             (AlertRepository, protocol.AlertStore),
             (UsageRollupRepository, protocol.UsageStore),
+            (PushRepository, protocol.PushStore),
         ],
     )
-    async def test_each_repository_implements_its_protocol(self, metadata: MetadataStore, repository, store):
+    async def test_each_repository_implements_its_protocol(
+        self, metadata: SqlMetadataStore, repository, store
+    ):
         async with metadata.session(readonly=True) as session:
             assert isinstance(repository.from_session(session), store)
 
 
 class TestUnitOfWork:
-    async def test_an_unreachable_database_is_store_unavailable(self, metadata: MetadataStore, tmp_path):
+    async def test_an_unreachable_database_is_store_unavailable(self, metadata: SqlMetadataStore, tmp_path):
         # Nothing listens on this port (the range of this suite's servers); a directory is no database file.
         url = (
             f"sqlite+aiosqlite:///{tmp_path}"
             if metadata.is_sqlite
             else "postgresql+asyncpg://postgres@127.0.0.1:20199/postgres"
         )
-        down = MetadataStore(url)
+        down = SqlMetadataStore(url)
         try:
             assert await metadata.check() and not await down.check(timeout=2.0)
             with pytest.raises(StoreUnavailable) as raised:
@@ -79,7 +89,7 @@ class TestUnitOfWork:
         finally:
             await down.close()
 
-    async def test_an_error_rolls_the_whole_unit_back(self, metadata: MetadataStore):
+    async def test_an_error_rolls_the_whole_unit_back(self, metadata: SqlMetadataStore):
         email = f"u-{secrets.token_hex(4)}@example.com"
         with pytest.raises(RuntimeError):
             async with metadata.session() as session:
@@ -106,7 +116,7 @@ def _key(project_id: str, environment: str = "production", *, at: datetime | Non
 
 
 class TestTenancy:
-    async def test_users_by_email_and_an_email_is_taken_once(self, metadata: MetadataStore):
+    async def test_users_by_email_and_an_email_is_taken_once(self, metadata: SqlMetadataStore):
         email = f"u-{secrets.token_hex(4)}@example.com"
         async with metadata.session() as session:
             user = _user(email)
@@ -118,7 +128,9 @@ class TestTenancy:
             async with metadata.session() as session:
                 await UserRepository.from_session(session).add(_user(email))
 
-    async def test_projects_by_id_or_name_and_listed_oldest_first(self, metadata: MetadataStore, rows: Rows):
+    async def test_projects_by_id_or_name_and_listed_oldest_first(
+        self, metadata: SqlMetadataStore, rows: Rows
+    ):
         first, second = await rows.project(), await rows.project()
         async with metadata.session(readonly=True) as session:
             projects = ProjectRepository.from_session(session)
@@ -129,7 +141,7 @@ class TestTenancy:
         assert by_name is not None and by_name.id == second.id
         assert listed.index(first.id) < listed.index(second.id)
 
-    async def test_active_keys_leave_revoked_ones_out(self, metadata: MetadataStore, rows: Rows):
+    async def test_active_keys_leave_revoked_ones_out(self, metadata: SqlMetadataStore, rows: Rows):
         project = await rows.project()
         old, new, other = (
             _key(project.id, at=now() - timedelta(minutes=1)),
@@ -157,7 +169,28 @@ class TestTenancy:
             assert await keys.find_active_by_id(old.id) is None
             assert len(await keys.list_for_project(project.id)) == 3  # revoked ones are still listed
 
-    async def test_last_used_times_of_many_keys_in_one_call(self, metadata: MetadataStore, rows: Rows):
+    async def test_standing_answers_unrevoked_keys_with_their_plan(
+        self, metadata: SqlMetadataStore, rows: Rows
+    ):
+        project, other = await rows.project(), await rows.project()
+        kept, revoked, elsewhere = _key(project.id), _key(project.id, "sandbox"), _key(other.id)
+        async with metadata.session() as session:
+            keys = ApiKeyRepository.from_session(session)
+            for key in (kept, revoked, elsewhere):
+                await keys.add(key)
+            await keys.revoke(revoked.id, now())
+            await ProjectRepository.from_session(session).set_plan(other.id, "enterprise", {"connections": 7})
+        async with metadata.session(readonly=True) as session:
+            keys = ApiKeyRepository.from_session(session)
+            standing = await keys.standing_of([kept.id, revoked.id, elsewhere.id, "key_nothing"])
+            assert await keys.standing_of([]) == {}
+        assert standing == {
+            kept.id: KeyStanding("developer", None),
+            elsewhere.id: KeyStanding("enterprise", {"connections": 7}),
+        }
+        assert all(type(plan) is KeyStanding for plan in standing.values())
+
+    async def test_last_used_times_of_many_keys_in_one_call(self, metadata: SqlMetadataStore, rows: Rows):
         project = await rows.project()
         a, b = _key(project.id), _key(project.id, "sandbox")
         at = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -179,7 +212,7 @@ class TestTenancy:
 
 
 class TestTopics:
-    async def test_pages_by_name_count_and_environment_scope(self, metadata: MetadataStore, rows: Rows):
+    async def test_pages_by_name_count_and_environment_scope(self, metadata: SqlMetadataStore, rows: Rows):
         project = await rows.project()
         for name in ("c", "a", "b"):
             await rows.topic(project.id, name=name)
@@ -191,12 +224,12 @@ class TestTopics:
             assert await topics.count(project.id, "sandbox") == 0
             assert await topics.get_by_name(project.id, "sandbox", "a") is None
 
-    async def test_a_name_is_taken_once_per_environment(self, metadata: MetadataStore, rows: Rows):
+    async def test_a_name_is_taken_once_per_environment(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         with pytest.raises(AlreadyExists):
             await rows.topic(topic.project_id, name=topic.name)
 
-    async def test_removing_a_topic_removes_its_groups(self, metadata: MetadataStore, rows: Rows):
+    async def test_removing_a_topic_removes_its_groups(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         group_id = await rows.group(topic)
         async with metadata.session() as session:
@@ -217,7 +250,7 @@ class TestQuotaCounts:
     """What the quotas count and lock (``app/broker/quotas.py``)."""
 
     async def test_partitions_summed_per_environment_and_listed_per_project(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         project = await rows.project()
         a = await rows.topic(project.id, partitions=3)
@@ -229,18 +262,26 @@ class TestQuotaCounts:
             assert sorted(await topics.partitions_of_project(project.id)) == sorted([(a.id, 3), (b.id, 5)])
             assert await topics.partitions_of_project((await rows.project()).id) == []
 
-    async def test_locks_answer_the_rows_and_none_when_gone(self, metadata: MetadataStore, rows: Rows):
+    async def test_locks_answer_the_rows_and_none_when_gone(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         async with metadata.session() as session:
             project = await ProjectRepository.from_session(session).lock(topic.project_id)
             assert project is not None and project.tier == "developer"
             locked = await TopicRepository.from_session(session).lock_with_project(topic.id)
-            assert locked is not None and (locked[0].id, locked[1].id) == (topic.id, topic.project_id)
+            assert locked is not None
+            locked_topic, locked_project = locked  # frozen rows, as stored
+            assert (locked_topic.id, locked_topic.name, locked_topic.partitions) == (
+                topic.id,
+                topic.name,
+                topic.partitions,
+            )
+            assert isinstance(locked_project, ProjectRow)
+            assert (locked_project.id, locked_project.tier) == (topic.project_id, "developer")
             assert await ProjectRepository.from_session(session).lock("prj_nothing") is None
             assert await TopicRepository.from_session(session).lock_with_project("top_nothing") is None
 
     async def test_a_project_lock_makes_the_next_locker_wait_for_the_commit(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         """On Postgres the row lock holds until commit; SQLite serialises write units of work anyway."""
         project = await rows.project()
@@ -264,7 +305,7 @@ class TestQuotaCounts:
         assert order == ["first done", "second locked"]
 
     async def test_groups_counted_per_topic_busiest_topic_and_project_groups(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         project = await rows.project()
         one = await rows.topic(project.id, name="one")
@@ -278,8 +319,8 @@ class TestQuotaCounts:
             assert sorted(await groups.ids_of_project(project.id)) == sorted(ids)
 
 
-def _member(group_id: str, member_id: str, expires_at_ms: int, *, push: bool = False) -> GroupMember:
-    return GroupMember(
+def _member(group_id: str, member_id: str, expires_at_ms: int, *, push: bool = False) -> MemberRow:
+    return MemberRow(
         group_id=group_id,
         id=member_id,
         session_timeout="30s",
@@ -291,7 +332,7 @@ def _member(group_id: str, member_id: str, expires_at_ms: int, *, push: bool = F
 
 
 class TestGroups:
-    async def test_a_concurrent_create_is_not_an_error(self, metadata: MetadataStore, rows: Rows):
+    async def test_a_concurrent_create_is_not_an_error(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         group_id = await rows.group(topic, name="orders")
         await rows.group(topic, name="orders")  # the same name again: nothing happens
@@ -300,7 +341,7 @@ class TestGroups:
         assert [(g.id, g.name) for g in groups] == [(group_id, "orders")]
 
     async def test_the_caller_view_reads_group_member_and_soonest_expiry(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         topic = await rows.topic()
         group_id = await rows.group(topic, name="view")
@@ -320,7 +361,7 @@ class TestGroups:
         assert (stranger.member_expires_at_ms, stranger.member_session_timeout_ms) == (None, None)
 
     async def test_members_expire_and_a_touch_never_shortens_an_expiry(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         group_id = await rows.group()
         async with metadata.session() as session:
@@ -346,10 +387,53 @@ class TestGroups:
             assert await GroupRepository.from_session(session).remove_member(group_id, "csr_first")
             assert not await GroupRepository.from_session(session).remove_member(group_id, "csr_first")
 
+    async def test_a_member_reads_as_a_frozen_row_and_a_rejoin_is_written_back(
+        self, metadata: SqlMetadataStore, rows: Rows
+    ):
+        group_id = await rows.group()
+        async with metadata.unit() as uow:
+            await uow.groups.add_member(_member(group_id, "csr_back", 5_000))
+            await uow.flow.set_claim(group_id, "csr_back", 7)  # the flow store's, kept by a rejoin
+        async with metadata.unit() as uow:
+            member = await uow.groups.get_member(group_id, "csr_back")
+            assert await uow.groups.get_member(group_id, "csr_nobody") is None
+            assert member is not None
+            assert (member.id, member.session_timeout, member.expires_at_ms, member.push) == (
+                "csr_back",
+                "30s",
+                5_000,
+                False,
+            )
+            assert member.in_flight_claim == 7
+            rejoined = dataclasses.replace(
+                member, session_timeout="1m", session_timeout_ms=60_000, expires_at_ms=90_000, push=True
+            )
+            await uow.groups.save_member(dataclasses.replace(rejoined, in_flight_claim=None))
+        async with metadata.unit(readonly=True) as uow:
+            again = await uow.groups.get_member(group_id, "csr_back")
+        assert again is not None
+        assert (again.session_timeout, again.session_timeout_ms, again.expires_at_ms, again.push) == (
+            "1m",
+            60_000,
+            90_000,
+            True,
+        )
+        assert again.in_flight_claim == 7  # not the member's to write
+
+    async def test_a_member_id_is_taken_once_per_group(self, metadata: SqlMetadataStore, rows: Rows):
+        group_id = await rows.group()
+        async with metadata.unit() as uow:
+            await uow.groups.add_member(_member(group_id, "csr_twice", 5_000))
+        with pytest.raises(AlreadyExists):
+            async with metadata.unit() as uow:
+                await uow.groups.add_member(_member(group_id, "csr_twice", 6_000))
+        async with metadata.unit() as uow:  # another group may have a member of that id
+            await uow.groups.add_member(_member(await rows.group(), "csr_twice", 5_000))
+
 
 class TestPartitions:
     async def test_new_owners_bump_the_epoch_and_checkpoints_are_fenced_by_it(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         group_id = await rows.group(partitions=2)
         async with metadata.session() as session:
@@ -372,7 +456,7 @@ class TestPartitions:
             state = {s.partition: s for s in await partitions.lock_partitions(group_id, member_id="csr_b")}
         assert (state[0].member_id, state[0].position, state[0].committed) == ("csr_b", 8, 8)
 
-    async def test_committed_stops_at_the_lowest_unacked_lease(self, metadata: MetadataStore, rows: Rows):
+    async def test_committed_stops_at_the_lowest_unacked_lease(self, metadata: SqlMetadataStore, rows: Rows):
         group_id = await rows.group(partitions=1)
         async with metadata.session() as session:
             partitions, leases = (
@@ -382,14 +466,14 @@ class TestPartitions:
             await partitions.set_owners(group_id, {0: "csr_a"})
             await leases.add_leases(group_id, "csr_a", 60_000, [(0, 0), (0, 1), (0, 2)])
             await partitions.set_offsets(group_id, {0: 3}, position_only=True)
-            await leases.settle(group_id, "csr_a", 1_000, [(0, 0), (0, 2)], {"acked": True})
+            await leases.settle(group_id, "csr_a", 1_000, [(0, 0), (0, 2)], LeaseSettlement(acked=True))
             await partitions.advance_committed(group_id, [0])
             (state,) = await partitions.partitions(group_id)
             left = await leases.leases_among(group_id, [(0, 0), (0, 1), (0, 2)])
         assert (state.committed, state.position) == (1, 3)
         assert sorted(left) == [(0, 1), (0, 2)]  # the acked lease below committed is gone
 
-    async def test_offsets_and_epochs_move_together_on_a_seek(self, metadata: MetadataStore, rows: Rows):
+    async def test_offsets_and_epochs_move_together_on_a_seek(self, metadata: SqlMetadataStore, rows: Rows):
         group_id = await rows.group(partitions=2)
         async with metadata.session() as session:
             partitions = PartitionRepository.from_session(session)
@@ -403,20 +487,42 @@ class TestPartitions:
 
 
 class TestLeases:
-    async def test_settle_matches_only_the_members_live_leases(self, metadata: MetadataStore, rows: Rows):
+    async def test_settle_matches_only_the_members_live_leases(self, metadata: SqlMetadataStore, rows: Rows):
         group_id = await rows.group(partitions=1)
         async with metadata.session() as session:
             leases = LeaseRepository.from_session(session)
             await leases.add_leases(group_id, "csr_a", 10_000, [(0, 0), (0, 1)])
             await leases.put_leases(group_id, [LeaseState(0, 2, "csr_a", 1, 2_000, False)])  # deadline passed
-            done = await leases.settle(group_id, "csr_b", 5_000, [(0, 0)], {"acked": True})  # not its lease
+            ack = LeaseSettlement(acked=True)
+            done = await leases.settle(group_id, "csr_b", 5_000, [(0, 0)], ack)  # not its lease
             assert done == set()
-            done = await leases.settle(group_id, "csr_a", 5_000, [(0, 0), (0, 2), (0, 9)], {"acked": True})
+            done = await leases.settle(group_id, "csr_a", 5_000, [(0, 0), (0, 2), (0, 9)], ack)
             assert done == {(0, 0)}
             assert (await leases.unacked_counts())[group_id] == 2
 
+    async def test_settle_gives_back_or_extends_and_leaves_the_rest_as_it_was(
+        self, metadata: SqlMetadataStore, rows: Rows
+    ):
+        group_id = await rows.group(partitions=1)
+        async with metadata.session() as session:
+            leases = LeaseRepository.from_session(session)
+            await leases.add_leases(group_id, "csr_a", 10_000, [(0, 0), (0, 1), (0, 2)])
+            # A nack: no holder, due at 7_000, with its reason.
+            nack = LeaseSettlement(deadline_ms=7_000, released=True, reason="bad payload")
+            assert await leases.settle(group_id, "csr_a", 5_000, [(0, 0)], nack) == {(0, 0)}
+            # An extend: a later deadline, still the member's.
+            extend = LeaseSettlement(deadline_ms=30_000)
+            assert await leases.settle(group_id, "csr_a", 5_000, [(0, 1)], extend) == {(0, 1)}
+            got = await leases.leases_among(group_id, [(0, 0), (0, 1), (0, 2)])
+            (due,) = await leases.due_leases(group_id, [0], 7_000, 10)
+        assert (got[(0, 0)].member_id, got[(0, 0)].deadline_ms, got[(0, 0)].acked) == (None, 7_000, False)
+        assert (got[(0, 1)].member_id, got[(0, 1)].deadline_ms, got[(0, 1)].acked) == ("csr_a", 30_000, False)
+        assert (got[(0, 2)].member_id, got[(0, 2)].deadline_ms, got[(0, 2)].acked) == ("csr_a", 10_000, False)
+        assert (got[(0, 0)].attempt, got[(0, 1)].attempt) == (1, 1)  # a settlement counts no attempt
+        assert (due.offset, due.member_id, due.reason) == (0, None, "bad payload")
+
     async def test_due_leases_in_offset_order_renewed_and_rescheduled(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         group_id = await rows.group(partitions=2)
         async with metadata.session() as session:
@@ -437,7 +543,9 @@ class TestLeases:
         assert (got[(0, 3)].member_id, got[(0, 3)].deadline_ms) == (None, 15_000)
         assert (got[(1, 4)].member_id, got[(1, 4)].attempt, got[(1, 4)].deadline_ms) == ("csr_a", 1, 1_000)
 
-    async def test_a_clean_leave_gives_running_leases_back_unspent(self, metadata: MetadataStore, rows: Rows):
+    async def test_a_clean_leave_gives_running_leases_back_unspent(
+        self, metadata: SqlMetadataStore, rows: Rows
+    ):
         group_id = await rows.group(partitions=1)
         async with metadata.session() as session:
             leases = LeaseRepository.from_session(session)
@@ -453,7 +561,7 @@ class TestLeases:
         assert (got[(0, 2)].member_id, got[(0, 2)].attempt, got[(0, 2)].deadline_ms) == ("csr_a", 2, 1_000)
 
     async def test_failure_histories_are_written_with_the_reschedule(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         group_id = await rows.group(partitions=1)
         async with metadata.session() as session:
@@ -469,7 +577,7 @@ class TestLeases:
         assert [(d.offset, d.failures) for d in due] == [(1, '[[1000,"nack"]]'), (2, None)]
 
     async def test_replayed_dead_letters_come_back_due_with_their_dlq_offset(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         group_id = await rows.group(partitions=1)
         async with metadata.session() as session:
@@ -484,7 +592,7 @@ class TestLeases:
             assert await leases.leases_among(group_id, [(0, 5)]) == {}
 
     async def test_leases_past_the_position_are_found_for_a_read_to_skip(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         group_id = await rows.group(partitions=1)
         async with metadata.session() as session:
@@ -501,25 +609,27 @@ class TestLeases:
 
 
 class TestDeadLetters:
-    async def test_pages_take_depth_and_the_highest_dlq_offset(self, metadata: MetadataStore, rows: Rows):
+    async def test_pages_take_depth_and_the_highest_dlq_offset(self, metadata: SqlMetadataStore, rows: Rows):
         group_id = await rows.group(partitions=1)
         letters = [DeadLetterRow(0, o, 100 + o, "timeout", 3, 1_000 + o) for o in range(4)]
         async with metadata.session() as session:
-            dlq = DeadLetterRepository.from_session(session)
-            await dlq.add(group_id, letters)
-            assert [r.offset for r in await dlq.page(group_id, None, 2)] == [0, 1]
-            assert [r.offset for r in await dlq.page(group_id, 101, 10)] == [2, 3]
-            assert await dlq.take(group_id, [(0, 1), (0, 9)]) == [letters[1]]
-            assert await dlq.depth(group_id) == 3
-            assert (await dlq.depths())[group_id] == 3
-            assert await dlq.max_dlq_offset(group_id) == 103
+            dead_letters = DeadLetterRepository.from_session(session)
+            await dead_letters.add(group_id, letters)
+            assert [r.offset for r in await dead_letters.page(group_id, None, 2)] == [0, 1]
+            assert [r.offset for r in await dead_letters.page(group_id, 101, 10)] == [2, 3]
+            assert await dead_letters.take(group_id, [(0, 1), (0, 9)]) == [letters[1]]
+            assert await dead_letters.depth(group_id) == 3
+            assert (await dead_letters.depths())[group_id] == 3
+            assert await dead_letters.max_dead_letter_offset(group_id) == 103
 
-    async def test_the_alert_is_armed_until_disarmed(self, metadata: MetadataStore, rows: Rows):
+    async def test_the_alert_is_armed_until_disarmed(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         group_id = await rows.group(topic, name="alerting")
         async with metadata.session() as session:
-            dlq = DeadLetterRepository.from_session(session)
-            armed, config, project_id, environment, topic_name, group_name = await dlq.alert_state(group_id)
+            dead_letters = DeadLetterRepository.from_session(session)
+            armed, config, project_id, environment, topic_name, group_name = await dead_letters.alert_state(
+                group_id
+            )
             assert (armed, config, project_id, environment, topic_name, group_name) == (
                 True,
                 None,
@@ -528,38 +638,29 @@ class TestDeadLetters:
                 topic.name,
                 "alerting",
             )
-            await dlq.set_alert_armed(group_id, False)
-            assert (await dlq.alert_state(group_id))[0] is False
+            await dead_letters.set_alert_armed(group_id, False)
+            assert (await dead_letters.alert_state(group_id))[0] is False
 
-    async def test_the_audit_trail_is_newest_first(self, metadata: MetadataStore, rows: Rows):
+    async def test_the_audit_trail_is_newest_first(self, metadata: SqlMetadataStore, rows: Rows):
         group_id = await rows.group()
         ids = [f"aud_{i:04d}{secrets.token_hex(4)}" for i in range(3)]
         async with metadata.session() as session:
-            dlq = DeadLetterRepository.from_session(session)
+            dead_letters = DeadLetterRepository.from_session(session)
             for audit_id in ids:
-                await dlq.record(DlqAuditRow(audit_id, group_id, "replay", None, 1, "key", "key_x", now()))
-            page = await dlq.audit_page(group_id, None, 2)
+                await dead_letters.record(
+                    DeadLetterAuditRow(audit_id, group_id, "replay", None, 1, "key", "key_x", now())
+                )
+            page = await dead_letters.audit_page(group_id, None, 2)
             assert [e.id for e in page] == [ids[2], ids[1]]
-            assert all(type(e) is DlqAuditRow for e in page)
+            assert all(type(e) is DeadLetterAuditRow for e in page)
             newest = page[0]
             assert (newest.action, newest.message_id, newest.count) == ("replay", None, 1)
             assert (newest.actor_type, newest.actor_id) == ("key", "key_x")
-            assert [e.id for e in await dlq.audit_page(group_id, ids[1], 10)] == [ids[0]]
+            assert [e.id for e in await dead_letters.audit_page(group_id, ids[1], 10)] == [ids[0]]
 
 
-def _event(project_id: str, *, due_ms: int) -> dict[str, object]:
-    return {
-        "id": new_id("evt"),
-        "project_id": project_id,
-        "environment": "production",
-        "type": "dlq.depth",
-        "body": "{}",
-        "status": "pending",
-        "attempts": 0,
-        "next_attempt_ms": due_ms,
-        "claimed_until_ms": 0,
-        "created_at": now(),
-    }
+def _event(project_id: str, *, due_ms: int) -> NewAlertEvent:
+    return NewAlertEvent(new_id("evt"), project_id, "production", "dlq.depth", "{}", due_ms, now())
 
 
 def _endpoint(project_id: str, environment: str, *, secret: str = "s", url: str = "") -> EndpointRow:
@@ -570,7 +671,9 @@ def _endpoint(project_id: str, environment: str, *, secret: str = "s", url: str 
 
 
 class TestAlerts:
-    async def test_due_events_are_claimed_once_with_their_endpoint(self, metadata: MetadataStore, rows: Rows):
+    async def test_due_events_are_claimed_once_with_their_endpoint(
+        self, metadata: SqlMetadataStore, rows: Rows
+    ):
         project = await rows.project()
         event, later = _event(project.id, due_ms=1_000), _event(project.id, due_ms=50_000)
         async with metadata.session() as session:
@@ -583,18 +686,18 @@ class TestAlerts:
             assert await alerts.any_due(2_000)
             claimed = [c for c in await alerts.claim_due(2_000, 30_000, 100) if c.project_id == project.id]
         assert [(c.id, c.url, c.secret) for c in claimed] == [
-            (event["id"], "https://hooks.example.com/qc", "s3cret")
+            (event.id, "https://hooks.example.com/qc", "s3cret")
         ]
         async with metadata.session() as session:  # held by its claim: no one else takes it meanwhile
             alerts = AlertRepository.from_session(session)
-            assert event["id"] not in {c.id for c in await alerts.claim_due(3_000, 30_000, 100)}
-            await alerts.settle_event(str(event["id"]), "delivered", 1, 3_000)
+            assert event.id not in {c.id for c in await alerts.claim_due(3_000, 30_000, 100)}
+            await alerts.settle_event(event.id, "delivered", 1, 3_000)
         async with metadata.session() as session:
             alerts = AlertRepository.from_session(session)
-            assert event["id"] not in {c.id for c in await alerts.claim_due(60_000, 30_000, 100)}
+            assert event.id not in {c.id for c in await alerts.claim_due(60_000, 30_000, 100)}
 
     async def test_the_breaker_opens_at_the_threshold_and_a_success_closes_it(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         project = await rows.project()
         async with metadata.session() as session:
@@ -613,9 +716,56 @@ class TestAlerts:
             assert await AlertRepository.from_session(session).remove_endpoint(project.id, "sandbox")
             assert await AlertRepository.from_session(session).endpoint(project.id, "sandbox") is None
 
+    async def test_stored_secrets_are_listed_and_replaced_only_if_unchanged(
+        self, metadata: SqlMetadataStore, rows: Rows
+    ):
+        project = await rows.project()
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            await alerts.save_endpoint(_endpoint(project.id, "production", secret="old"))
+            await alerts.save_endpoint(_endpoint(project.id, "sandbox", secret="other"))
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            listed = [s for s in await alerts.secrets() if s.project_id == project.id]
+            assert all(type(s) is EndpointSecret for s in listed)
+            assert sorted(listed, key=lambda s: s.environment) == [
+                EndpointSecret(project.id, "production", "old"),
+                EndpointSecret(project.id, "sandbox", "other"),
+            ]
+            await alerts.replace_secret(project.id, "production", "old", "sealed")
+            await alerts.replace_secret(project.id, "sandbox", "not-what-is-stored", "lost")
+        async with metadata.session(readonly=True) as session:
+            alerts = AlertRepository.from_session(session)
+            production = await alerts.endpoint(project.id, "production")
+            sandbox = await alerts.endpoint(project.id, "sandbox")
+        assert production is not None and production.secret == "sealed"
+        assert sandbox is not None and sandbox.secret == "other"
+
+    async def test_a_held_breaker_and_released_events_wait(self, metadata: SqlMetadataStore, rows: Rows):
+        project = await rows.project()
+        event = _event(project.id, due_ms=1_000)
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            await alerts.save_endpoint(_endpoint(project.id, "production"))
+            await alerts.add_event(event)
+            await alerts.hold_breaker([(project.id, "production")], 70_000)
+            await alerts.hold_breaker([], 1)  # nothing held: nothing written
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            endpoint = await alerts.endpoint(project.id, "production")
+            assert endpoint is not None and endpoint.open_until_ms == 70_000
+            claimed = [c.id for c in await alerts.claim_due(2_000, 30_000, 100)]
+            assert event.id in claimed
+            await alerts.release([event.id], 9_000)  # claimed, not tried: due again at 9 s
+            await alerts.release([], 1)
+        async with metadata.session() as session:
+            alerts = AlertRepository.from_session(session)
+            assert event.id not in {c.id for c in await alerts.claim_due(8_999, 30_000, 100)}
+            assert event.id in {c.id for c in await alerts.claim_due(9_000, 30_000, 100)}
+
 
 class TestUsage:
-    async def test_a_rollup_is_added_once_from_the_offset_it_started_at(self, metadata: MetadataStore):
+    async def test_a_rollup_is_added_once_from_the_offset_it_started_at(self, metadata: SqlMetadataStore):
         source = f"usage-{secrets.token_hex(4)}"
         bucket = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
         row = Rollup(

@@ -3,7 +3,7 @@ judges by, a locked group's counts as a frozen value, the counts written back; o
 
 from __future__ import annotations
 
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.protocol import BreakerState
 from tests.stores.metadata.conftest import Rows, now
 
@@ -11,7 +11,7 @@ CONFIG = {"maxRetries": 3, "retryDelay": "1s", "alertThreshold": 10}
 
 
 class TestBreakerCounts:
-    async def test_configs_of_the_groups_that_exist(self, metadata: MetadataStore, rows: Rows):
+    async def test_configs_of_the_groups_that_exist(self, metadata: SqlMetadataStore, rows: Rows):
         with_dlq = await rows.group(dead_letter=CONFIG)
         without = await rows.group()
         async with metadata.unit(readonly=True) as uow:
@@ -20,7 +20,7 @@ class TestBreakerCounts:
         assert found == {with_dlq: CONFIG, without: None}
 
     async def test_a_locked_group_reads_as_a_frozen_state_and_its_counts_are_written_back(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         topic = await rows.topic()
         group_id = await rows.group(topic, name="counted")

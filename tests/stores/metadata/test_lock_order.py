@@ -17,17 +17,16 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.lease_repositories import LeaseRepository
-from app.stores.metadata.models import GroupMember
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import LeaseState
+from app.stores.metadata.protocol import LeaseState, MemberRow
 from app.stores.metadata.topic_repositories import TopicRepository
 from tests.stores.metadata.conftest import Rows
 
 
-async def test_a_release_and_a_leave_of_one_group_both_commit(metadata: MetadataStore, rows: Rows) -> None:
+async def test_a_release_and_a_leave_of_one_group_both_commit(metadata: SqlMetadataStore, rows: Rows) -> None:
     if metadata.engine.dialect.name != "postgresql":
         pytest.skip("SQLite serialises every write unit of work (BEGIN IMMEDIATE): no row locks to order")
     topic = await rows.topic(partitions=1)
@@ -62,10 +61,10 @@ async def test_a_release_and_a_leave_of_one_group_both_commit(metadata: Metadata
 
 
 async def test_a_deadlock_the_database_breaks_is_run_again_not_raised(
-    metadata: MetadataStore, rows: Rows
+    metadata: SqlMetadataStore, rows: Rows
 ) -> None:
     """Two units of work locking two partition rows in opposite orders: Postgres fails one with
-    ``deadlock detected``; ``transaction`` runs that one again, and both end written. A plain ``session``
+    ``deadlock detected``; ``run_unit`` runs that one again, and both end written. A plain ``session``
     answers the same conflict as ``StoreConflict`` (a 503 at the edge), never as an unknown error."""
     if metadata.engine.dialect.name != "postgresql":
         pytest.skip("SQLite serialises every write unit of work (BEGIN IMMEDIATE): no row locks to order")
@@ -75,9 +74,9 @@ async def test_a_deadlock_the_database_breaks_is_run_again_not_raised(
     runs = {"a": 0, "b": 0}
 
     def crossing(name: str, mine: int, other: int, offset: int):
-        async def work(session) -> None:
+        async def work(uow) -> None:
             runs[name] += 1
-            partition_rows = PartitionRepository.from_session(session)
+            partition_rows = uow.partitions
             await partition_rows.lock_partitions(group_id, numbers=[mine])
             if runs[name] == 1:  # only the first run waits for the other: the retry goes straight through
                 first_locked[name].set()
@@ -89,7 +88,7 @@ async def test_a_deadlock_the_database_breaks_is_run_again_not_raised(
 
     await asyncio.wait_for(
         asyncio.gather(
-            metadata.transaction(crossing("a", 0, 1, 10)), metadata.transaction(crossing("b", 1, 0, 20))
+            metadata.run_unit(crossing("a", 0, 1, 10)), metadata.run_unit(crossing("b", 1, 0, 20))
         ),
         30,
     )
@@ -108,8 +107,8 @@ async def test_a_deadlock_the_database_breaks_is_run_again_not_raised(
     runs.update(a=0, b=0)
 
     async def once(work) -> None:
-        async with metadata.session() as session:
-            await work(session)
+        async with metadata.unit() as uow:
+            await work(uow)
 
     outcomes = await asyncio.wait_for(
         asyncio.gather(once(crossing("a", 0, 1, 30)), once(crossing("b", 1, 0, 40)), return_exceptions=True),
@@ -118,7 +117,9 @@ async def test_a_deadlock_the_database_breaks_is_run_again_not_raised(
     assert [type(o) for o in outcomes if o is not None] == [StoreConflict]
 
 
-async def test_a_poll_and_the_deletion_of_its_topic_both_commit(metadata: MetadataStore, rows: Rows) -> None:
+async def test_a_poll_and_the_deletion_of_its_topic_both_commit(
+    metadata: SqlMetadataStore, rows: Rows
+) -> None:
     """A poll locks its member row (its heartbeat), then inserts lease rows, whose foreign key takes
     ``FOR KEY SHARE`` on the group row. The topic's deletion used to lock the group row for delete (the
     cascade) and then wait for the member row: the two deadlocked and the DELETE answered 500."""
@@ -128,7 +129,7 @@ async def test_a_poll_and_the_deletion_of_its_topic_both_commit(metadata: Metada
     group_id = await rows.group(topic, partitions=1, name="deleted-under-a-poll")
     async with metadata.session() as session:
         await GroupRepository.from_session(session).add_member(
-            GroupMember(
+            MemberRow(
                 group_id=group_id,
                 id="csr_polling",
                 session_timeout="30s",

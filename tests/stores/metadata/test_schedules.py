@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from app.kit.ids import new_id
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.protocol import ScheduleRow, ScheduleRunRow, TopicRow
 from tests.stores.metadata.conftest import Rows, now
 
@@ -42,7 +42,7 @@ def _fields(row: ScheduleRow) -> tuple[object, ...]:
 
 class TestSchedules:
     async def test_added_schedule_reads_back_as_a_frozen_row_with_its_topic(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         topic = await rows.topic()
         schedule = _schedule(topic)
@@ -56,7 +56,7 @@ class TestSchedules:
         assert type(found[0]) is ScheduleRow and _fields(found[0]) == _fields(schedule)
         assert found[1] == topic.name
 
-    async def test_pages_by_id_after_the_cursor(self, metadata: MetadataStore, rows: Rows):
+    async def test_pages_by_id_after_the_cursor(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         made = sorted((_schedule(topic) for _ in range(3)), key=lambda s: s.id)
         async with metadata.unit() as uow:
@@ -68,7 +68,7 @@ class TestSchedules:
         assert [s.id for s, _ in first + rest] == [s.id for s in made]
         assert {name for _, name in first + rest} == {topic.name}
 
-    async def test_pause_and_resume(self, metadata: MetadataStore, rows: Rows):
+    async def test_pause_and_resume(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         schedule = _schedule(topic, next_run_ms=1_000)
         async with metadata.unit() as uow:
@@ -92,7 +92,7 @@ class TestSchedules:
         )
         assert [(d.schedule_id, d.due_ms, d.topic_name) for d in due] == [(schedule.id, 9_000, topic.name)]
 
-    async def test_claim_and_advance_are_fenced_on_the_due_time(self, metadata: MetadataStore, rows: Rows):
+    async def test_claim_and_advance_are_fenced_on_the_due_time(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         schedule = _schedule(topic, next_run_ms=1_000)
         async with metadata.unit() as uow:
@@ -104,7 +104,7 @@ class TestSchedules:
             assert await uow.schedules.advance(schedule.id, 1_000, 61_000)
             assert not await uow.schedules.advance(schedule.id, 1_000, 61_000)  # recorded already
 
-    async def test_runs_newest_first_and_only_the_newest_kept(self, metadata: MetadataStore, rows: Rows):
+    async def test_runs_newest_first_and_only_the_newest_kept(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         schedule = _schedule(topic)
         async with metadata.unit() as uow:

@@ -1,4 +1,4 @@
-"""The metadata port as the broker calls it: ``MetadataStore.unit()`` hands out a unit of work
+"""The metadata port as the broker calls it: ``SqlMetadataStore.unit()`` hands out a unit of work
 (``protocol.MetadataUnit``) whose stores take and answer frozen values, commit with the unit, and raise
 the store's ``AlreadyExists`` (never the driver's error) for a name or key taken twice; on SQLite and
 Postgres alike."""
@@ -13,12 +13,13 @@ import pytest
 from app.kit.ids import new_id
 from app.stores.errors import AlreadyExists
 from app.stores.metadata import protocol
-from app.stores.metadata.database import MetadataStore
+from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.protocol import (
     EndpointRow,
     GroupConfig,
     GroupRow,
     MetadataUnit,
+    NewAlertEvent,
     ProjectRow,
     TopicRow,
     UserRow,
@@ -69,14 +70,14 @@ def _fields(row: TopicRow) -> tuple[object, ...]:
 
 
 class TestTheUnit:
-    async def test_holds_every_store_of_the_port_each_built_once(self, metadata: MetadataStore):
+    async def test_holds_every_store_of_the_port_each_built_once(self, metadata: SqlMetadataStore):
         async with metadata.unit(readonly=True) as uow:
             assert isinstance(uow, MetadataUnit)
             for name, store in STORES.items():
                 assert isinstance(getattr(uow, name), store), name
                 assert getattr(uow, name) is getattr(uow, name)
 
-    async def test_commits_when_the_block_ends(self, metadata: MetadataStore, rows: Rows):
+    async def test_commits_when_the_block_ends(self, metadata: SqlMetadataStore, rows: Rows):
         project = await rows.project()
         topic = _topic(project.id)
         async with metadata.unit() as uow:
@@ -86,7 +87,7 @@ class TestTheUnit:
             assert await uow.topics.exists(topic.id)
         assert type(found) is TopicRow and _fields(found) == _fields(topic)
 
-    async def test_an_error_rolls_the_whole_unit_back(self, metadata: MetadataStore, rows: Rows):
+    async def test_an_error_rolls_the_whole_unit_back(self, metadata: SqlMetadataStore, rows: Rows):
         project = await rows.project()
         topic = _topic(project.id)
         with pytest.raises(RuntimeError):
@@ -96,13 +97,13 @@ class TestTheUnit:
         async with metadata.unit(readonly=True) as uow:
             assert not await uow.topics.exists(topic.id)
 
-    async def test_run_unit_answers_what_the_work_answered(self, metadata: MetadataStore, rows: Rows):
+    async def test_run_unit_answers_what_the_work_answered(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         assert await metadata.run_unit(lambda uow: uow.topics.count(topic.project_id, "production")) == 1
 
 
 class TestAlreadyExists:
-    async def test_a_topic_name_taken_in_its_environment(self, metadata: MetadataStore, rows: Rows):
+    async def test_a_topic_name_taken_in_its_environment(self, metadata: SqlMetadataStore, rows: Rows):
         taken = await rows.topic()
         again = _topic(taken.project_id, taken.name)
         with pytest.raises(AlreadyExists):
@@ -112,14 +113,14 @@ class TestAlreadyExists:
             assert not await uow.topics.exists(again.id)  # nothing of it stands
             assert await uow.topics.count(taken.project_id, "production") == 1
 
-    async def test_a_topic_id_taken(self, metadata: MetadataStore, rows: Rows):
+    async def test_a_topic_id_taken(self, metadata: SqlMetadataStore, rows: Rows):
         taken = await rows.topic()
         with pytest.raises(AlreadyExists):
             async with metadata.unit() as uow:
                 await uow.topics.add(_topic(taken.project_id, topic_id=taken.id))
 
     async def test_raised_in_the_unit_where_the_caller_can_answer_it(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         """The domain turns it into its own error (``TopicAlreadyExists``) before the unit ends, which then
         rolls back: a unit that met it is spoilt and commits nothing."""
@@ -135,7 +136,7 @@ class TestAlreadyExists:
                 except AlreadyExists:
                     raise Taken from None
 
-    async def test_a_user_email_taken(self, metadata: MetadataStore):
+    async def test_a_user_email_taken(self, metadata: SqlMetadataStore):
         email = f"u-{secrets.token_hex(4)}@example.com"
 
         def user() -> UserRow:
@@ -149,7 +150,7 @@ class TestAlreadyExists:
 
 
 class TestTopics:
-    async def test_update_stores_partitions_and_retention(self, metadata: MetadataStore, rows: Rows):
+    async def test_update_stores_partitions_and_retention(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic(partitions=2)
         async with metadata.unit() as uow:
             await uow.topics.update(topic.id, updated_at=now(), partitions=5)
@@ -170,7 +171,7 @@ class TestTopics:
         with pytest.raises(dataclasses.FrozenInstanceError):
             found.partitions = 9  # type: ignore[misc]
 
-    async def test_exists_until_removed(self, metadata: MetadataStore, rows: Rows):
+    async def test_exists_until_removed(self, metadata: SqlMetadataStore, rows: Rows):
         topic = await rows.topic()
         async with metadata.unit() as uow:
             assert await uow.topics.exists(topic.id)
@@ -182,7 +183,7 @@ class TestTopics:
 
 class TestPauses:
     async def test_a_pause_is_stored_and_a_clear_restarts_the_breaker_count(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         topic = await rows.topic()
         group_id = await rows.group(topic, name="paused", breaker_acked=4, breaker_failed=6)
@@ -204,7 +205,7 @@ class TestPauses:
 
 
 class TestTenancy:
-    async def test_users_are_frozen_values_and_a_password_hash_is_replaced(self, metadata: MetadataStore):
+    async def test_users_are_frozen_values_and_a_password_hash_is_replaced(self, metadata: SqlMetadataStore):
         email = f"u-{secrets.token_hex(4)}@example.com"
         user = UserRow(id=new_id("usr"), email=email, password_hash="old", created_at=now())
         async with metadata.unit() as uow:
@@ -224,7 +225,7 @@ class TestTenancy:
         with pytest.raises(dataclasses.FrozenInstanceError):
             found.email = "x"  # type: ignore[misc]
 
-    async def test_a_project_plan_and_owner_are_stored(self, metadata: MetadataStore, rows: Rows):
+    async def test_a_project_plan_and_owner_are_stored(self, metadata: SqlMetadataStore, rows: Rows):
         project = await rows.project()
         owner = UserRow(
             id=new_id("usr"),
@@ -256,7 +257,7 @@ class TestTenancy:
             found = await uow.projects.get(project.id)
         assert found is not None and (found.tier, found.custom_limits) == ("pro", None)
 
-    async def test_a_project_name_is_taken_once(self, metadata: MetadataStore, rows: Rows):
+    async def test_a_project_name_is_taken_once(self, metadata: SqlMetadataStore, rows: Rows):
         taken = await rows.project()
         with pytest.raises(AlreadyExists):
             async with metadata.unit() as uow:
@@ -265,7 +266,7 @@ class TestTenancy:
 
 class TestGroups:
     async def test_inserted_and_read_back_as_frozen_values_and_a_second_insert_is_no_error(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         topic = await rows.topic(partitions=3)
         at = now()
@@ -286,7 +287,7 @@ class TestGroups:
             found.generation = 1  # type: ignore[misc]
 
     async def test_set_config_stores_the_whole_config_and_nothing_else(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         topic = await rows.topic()
         group_id = await rows.group(topic, name="configured", breaker_acked=4)
@@ -308,7 +309,7 @@ class TestGroups:
 
 
 class TestExpiry:
-    async def test_expired_counts_per_group_and_in_all(self, metadata: MetadataStore, rows: Rows):
+    async def test_expired_counts_per_group_and_in_all(self, metadata: SqlMetadataStore, rows: Rows):
         group_id = await rows.group(partitions=2)
         async with metadata.unit() as uow:
             await uow.expiry.add_expired(group_id, {0: 2, 1: 3})
@@ -319,7 +320,7 @@ class TestExpiry:
 
 class TestAlertEndpoints:
     async def test_saved_then_replaced_and_read_back_as_frozen_values(
-        self, metadata: MetadataStore, rows: Rows
+        self, metadata: SqlMetadataStore, rows: Rows
     ):
         project = await rows.project()
         at = now()
@@ -349,7 +350,7 @@ class TestAlertEndpoints:
             None,
         )
 
-    async def test_attempts_are_read_newest_first(self, metadata: MetadataStore, rows: Rows):
+    async def test_attempts_are_read_newest_first(self, metadata: SqlMetadataStore, rows: Rows):
         project = await rows.project()
         at = now()
         async with metadata.unit() as uow:
@@ -357,45 +358,38 @@ class TestAlertEndpoints:
                 EndpointRow(project.id, "production", "https://e.com/h", "s", 0, None, at, at)
             )
             event_id = new_id("evt")
-            await uow.alerts.add_event(
-                {
-                    "id": event_id,
-                    "project_id": project.id,
-                    "environment": "production",
-                    "type": "test",
-                    "body": "{}",
-                    "status": "pending",
-                    "attempts": 0,
-                    "next_attempt_ms": 0,
-                    "claimed_until_ms": 0,
-                    "created_at": at,
-                }
-            )
+            await uow.alerts.add_event(NewAlertEvent(event_id, project.id, "production", "test", "{}", 0, at))
             for n, attempt_id in enumerate(("att_1", "att_2"), start=1):
                 await uow.alerts.add_attempt(
-                    {
-                        "id": f"{attempt_id}_{secrets.token_hex(4)}",
-                        "project_id": project.id,
-                        "environment": "production",
-                        "event_id": event_id,
-                        "event_type": "test",
-                        "attempt": n,
-                        "ok": n == 2,
-                        "status_code": 500 if n == 1 else 200,
-                        "error": None,
-                        "duration_ms": 5,
-                        "at": at,
-                    }
+                    project.id,
+                    "production",
+                    protocol.AttemptRow(
+                        f"{attempt_id}_{secrets.token_hex(4)}",
+                        event_id,
+                        "test",
+                        n,
+                        n == 2,
+                        500 if n == 1 else 200,
+                        None if n == 2 else "HTTP 500",
+                        5,
+                        at,
+                    ),
                 )
         async with metadata.unit(readonly=True) as uow:
             page = await uow.alerts.attempts_page(project.id, "production", None, 10)
         assert all(type(a) is protocol.AttemptRow for a in page)
-        assert [(a.attempt, a.ok, a.status_code) for a in page] == [(2, True, 200), (1, False, 500)]
+        assert [(a.attempt, a.ok, a.status_code, a.error) for a in page] == [
+            (2, True, 200, None),
+            (1, False, 500, "HTTP 500"),
+        ]
+        assert all(a.event_id == event_id and a.event_type == "test" and a.duration_ms == 5 for a in page)
+        async with metadata.unit(readonly=True) as uow:  # another environment sees none of them
+            assert await uow.alerts.attempts_page(project.id, "sandbox", None, 10) == []
 
 
 class TestDashboardSessions:
     async def test_a_session_is_read_back_with_its_account_and_ends_with_a_disable(
-        self, metadata: MetadataStore
+        self, metadata: SqlMetadataStore
     ):
         email = f"s-{secrets.token_hex(4)}@example.com"
         user = UserRow(id=new_id("usr"), email=email, password_hash="x", created_at=now())

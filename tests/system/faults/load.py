@@ -27,6 +27,8 @@ from infra.nats_cluster import NatsCluster
 from tests.fixtures.redis import RedisServer
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, set_tier
 from tests.system.faults.history import Recorder, Report, check
+from tests.system.faults.latency_proxy import ProxyThread
+from tests.system.faults.lazyfs import LazyFS
 from tests.system.faults.network import Links, Party
 
 TOPIC = "history"
@@ -41,14 +43,18 @@ SESSION_TIMEOUT_S = 2.0
 class Target:
     """What a fault acts on: the API process and, on the JetStream deployment, the NATS cluster and the
     parties whose links can be cut (tests/system/faults/network.py): the API process and each NATS node; on a
-    deployment with limits in Redis, its own ``redis-server`` (tests/system/faults/redis_faults.py)."""
+    deployment with limits in Redis, its own ``redis-server`` (tests/system/faults/redis_faults.py); under a
+    power loss, the lazy file systems its processes store data on (tests/system/faults/power_faults.py)."""
 
     server: ServerProcess | None = None  # set once the API process is made (it starts in ``api``'s cgroup)
     redis: RedisServer | None = None
+    # Between the API process and ``redis`` when a fault slows Redis down (latency_proxy.py).
+    redis_proxy: ProxyThread | None = None
     cluster: NatsCluster | None = None
     links: Links | None = None
     api: Party | None = None
     nodes: list[Party] = field(default_factory=list)
+    disks: list[LazyFS] = field(default_factory=list)
 
     @property
     def api_server(self) -> ServerProcess:
@@ -289,6 +295,11 @@ class Load:
                     ident = await self._poll_once(http, base, client, ident)
                 except httpx.TransportError:
                     self.count("pull transport errors")
+                    if ident is not None:
+                        # A poll whose answer was lost (the server killed or paused mid-answer) may
+                        # have leased records this member never saw; they come back as retries. The
+                        # checker's poll-skip looks within one unbroken run of answers: a new one begins.
+                        self._session(client, "pull", ident)
                     await asyncio.sleep(0.2)
             if member is not None:
                 with contextlib.suppress(httpx.HTTPError):
@@ -372,6 +383,9 @@ class Load:
                         f"/v1/topics/{TOPIC}/partitions/{p}/messages",
                         params={"fromOffset": offset, "limit": 1000},
                     )
+                    if r.status_code == 404:  # the topic's log is gone (a power loss took it): nothing
+                        self.notes.append(f"final read of partition {p}: 404 {r.json()['error']['code']}")
+                        break  # stored, so every acknowledged publish to it is a lost write
                     assert r.status_code == 200, r.text
                     page = r.json()
                     rows += [

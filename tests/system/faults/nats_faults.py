@@ -38,11 +38,15 @@ ADDRESSES = ("127.0.0.21", "127.0.0.22", "127.0.0.23")
 API_ADDRESS = "127.0.0.1"
 
 
-def start_cluster(root: Path, links: Links) -> tuple[NatsCluster, list[Party], Party]:
+def start_cluster(
+    root: Path, links: Links, sync_interval: str = "always"
+) -> tuple[NatsCluster, list[Party], Party]:
     """A started 3-node cluster, each node on its own address and in its own cgroup; the nodes' parties,
     and a party for the API process to start in (``ServerProcess(cgroup=api.cgroup)``)."""
     nodes = [links.party(f"n{i}", [address]) for i, address in enumerate(ADDRESSES)]
-    cluster = NatsCluster(root, base_port=free_base_port(ADDRESSES), hosts=ADDRESSES)
+    cluster = NatsCluster(
+        root, base_port=free_base_port(ADDRESSES), hosts=ADDRESSES, sync_interval=sync_interval
+    )
     for node, party in zip(cluster.nodes, nodes, strict=True):
         node.cgroup = party.cgroup
     cluster.start()

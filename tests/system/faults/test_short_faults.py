@@ -6,7 +6,11 @@ read of every partition: no anomaly of any kind the checker knows (tests/system/
   longer than the groups' sessionTimeout;
 - JetStream (Postgres metadata, a 3-node NATS cluster, each node on its own address and in its own cgroup):
   the leading node cut from the other two, the API process cut from every node, the leading node paused
-  past an election (tests/system/faults/nats_faults.py).
+  past an election (tests/system/faults/nats_faults.py);
+- Postgres metadata with limits in a Redis of the test's own, reached through a latency proxy: Redis slowed
+  down (a round trip of 0.2 s, then 2 s) and made fast again (tests/system/faults/redis_faults.py);
+- embedded, its data directory (SQLite and the log) on a lazy file system: a coordinated power loss, every
+  write not fsync'd dropped while the process is down (tests/system/faults/power_faults.py).
 
 bench/faults.py runs the same longer, with more faults.
 """
@@ -20,9 +24,11 @@ import secrets
 import pytest
 
 from tests.fixtures.database import create_database, database_url, drop_database
-from tests.fixtures.server import server_env
-from tests.system.faults import nats_faults
+from tests.fixtures.redis import RedisServer
+from tests.fixtures.server import free_port, server_env
+from tests.system.faults import lazyfs, nats_faults, power_faults, redis_faults
 from tests.system.faults.history import Recorder, check
+from tests.system.faults.latency_proxy import ProxyThread
 from tests.system.faults.load import SIGKILL, SIGSTOP, Target, prepare_server, run
 from tests.system.faults.network import Links, unavailable
 
@@ -106,3 +112,78 @@ async def test_no_anomalies_under_nats_partitions_cuts_and_pauses(tmp_path):
     failed = sum(n for what, n in counts.items() if what.startswith(("publish fail", "publish unknown")))
     failed += sum(n for what, n in counts.items() if what.startswith(("pull poll 5", "pull join 5")))
     assert failed > 0, counts
+
+
+@pytest.mark.slow
+async def test_no_anomalies_and_no_hang_under_a_slow_redis(tmp_path):
+    name = f"qc_faults_{secrets.token_hex(4)}"
+    await create_database(name)
+    redis = RedisServer(free_port(), tmp_path)
+    redis.start()
+    proxy = ProxyThread("127.0.0.1", redis.port)
+    try:
+        env = server_env(
+            tmp_path / "data",
+            database_url(name),
+            QUEUECORE_REDIS_URL=proxy.url,
+            QUEUECORE_RATE_LIMIT_PREFIX=f"qc:faults:{name}:",
+        )
+        server, key = prepare_server(env, tmp_path)
+        target = Target(server=server, redis=redis, redis_proxy=proxy)
+        server.start()
+        recorder = Recorder(tmp_path / "history.jsonl")
+        try:
+            outcome = await run(target, key, recorder, [redis_faults.REDIS_SLOW], between=3.0)
+        finally:
+            server.stop()
+    finally:
+        proxy.close()
+        redis.kill()
+        await drop_database(name)
+    counts = outcome.counts
+    assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts, outcome.notes)
+    assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
+    assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
+    assert counts.get("delivered pull", 0) > 100, counts
+    # Answered, not hung: every publish, ack and nack sent while Redis was slow got an answer (none lost
+    # to the load's client timeout: outcome "unknown"). How long they took is printed, not asserted.
+    took = redis_faults.latencies_during(outcome.history, redis_faults.REDIS_SLOW.name)
+    print(
+        f"while Redis was slow: {len(took)} requests, p99 {redis_faults.p99(took):.3f} s, "
+        f"max {max(took):.3f} s; {outcome.notes}"
+    )
+    assert len(took) > 50, len(took)
+    unanswered = redis_faults.unanswered_during(outcome.history, redis_faults.REDIS_SLOW.name)
+    assert not unanswered, unanswered[:5]
+    # The fault was seen (health degraded while slow), healed, and limits are counted in Redis again.
+    note = outcome.notes[0]
+    assert "degraded" in note and "ok again after" in note, note
+    counted = int(note.rsplit("; ", 1)[1].split()[0])
+    assert counted > 0, note
+
+
+@pytest.mark.slow
+async def test_no_anomalies_after_power_losses(tmp_path):
+    reason = lazyfs.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with power_faults.lazy_disks(tmp_path / "data") as disks:
+        server, key = prepare_server(server_env(tmp_path / "data"), tmp_path)
+        target = Target(server=server, disks=disks)
+        server.start()
+        recorder = Recorder(tmp_path / "history.jsonl")
+        faults = [power_faults.POWER_LOSS, power_faults.POWER_LOSS]
+        try:
+            outcome = await run(target, key, recorder, faults, between=3.0)
+        finally:
+            server.stop()
+    counts = outcome.counts
+    assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts, outcome.notes)
+    assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
+    assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
+    assert counts.get("delivered pull", 0) > 100, counts
+    # The losses were real: each dropped writes the processes had made and not synced (the -shm index
+    # SQLite never syncs, at least), and nothing was left unsynced to drop twice.
+    assert len(outcome.notes) == 2, outcome.notes
+    for note in outcome.notes:
+        assert "0 files cut back (0 bytes), 0 never" not in note, note

@@ -79,7 +79,12 @@ class Appends:
             if codec.stream_name(topic_id, partition) not in self._streams.known:
                 await self._streams.lookup(topic_id, partition)
         stamp = now_ms()
-        frames = {p: [codec.encode(r, stamp) for r in rs] for p, rs in parts.items()}
+        # One partition: a record with a dedupe id goes as a DedupedFrame, with its Nats-Msg-Id: sent twice (a
+        # node's append that lands after a retry elsewhere stored it), JetStream refuses the second (its
+        # whole batch: a 503, nothing of that batch stored). A transaction's parts carry its id instead.
+        # One pass over the records either way: no second walk of a large batch on the publish path.
+        encode = codec.encode if len(parts) > 1 else codec.encode_deduped
+        frames = {p: [encode(r, stamp) for r in rs] for p, rs in parts.items()}
         # Refused here, before a writer coalesces it with others' records, which NATS would refuse with it.
         limit = self._max_record_bytes()
         for p, part in frames.items():
@@ -141,6 +146,11 @@ class Appends:
         except AlreadyApplied:
             if recovering:
                 return StoredAt(0, 0)
+            if msg_id is None:  # a record's own id, seen: a copy of it is stored, this write is not
+                raise EngineUnavailable(
+                    "a message of this write was stored before (its idempotency key's message id): "
+                    "nothing of the write was stored"
+                ) from None
             # Recovery applied this part first (only after recover_after seconds): the batch is committed,
             # but where it landed is not known here.
             raise EngineUnavailable("the append was committed, but its offsets are unknown") from None

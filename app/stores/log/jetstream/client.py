@@ -22,6 +22,10 @@ import nats.errors
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js.api import KeyValueConfig
+from nats.js.client import JetStreamContext
+from nats.js.errors import BucketNotFoundError, NoStreamResponseError
+from nats.js.kv import KeyValue
 
 from app.stores.log.protocol import EngineUnavailable, LogEngineError, UnknownLog
 
@@ -30,6 +34,12 @@ NO_LEADER_RETRIES = 8  # about 1.8 s of waiting in all
 BATCH_DUPLICATE_ID = 10201  # an atomic batch whose Nats-Msg-Id was seen: applied already
 _NOT_FOUND_STATUS = "404"
 _END_OF_BATCH_STATUS = "204"
+# A key-value call (nats-py's) that nothing stored: the bucket has no leader yet, or the link is down and the
+# request was not sent (the engine's connection buffers nothing meanwhile: ``JetStreamClient._sent``).
+KV_UNSETTLED = (NoStreamResponseError, nats.errors.OutboundBufferLimitError)
+_RELINK_POLL = 0.02  # how often a request not sent (the link down) looks for it back
+
+T = TypeVar("T")
 _UNAVAILABLE = (
     nats.errors.TimeoutError,
     nats.errors.NoRespondersError,
@@ -49,7 +59,8 @@ class NoStream(EngineUnavailable):
 
 
 class AlreadyApplied(LogEngineError):
-    """An atomic batch carrying a message id the stream has seen: a roll-forward that was done before."""
+    """A message id the stream has seen: a transaction's roll-forward done before, or a record's own id
+    (``codec.DedupedFrame``) sent again; nothing of the write was stored."""
 
 
 class JetStreamError(LogEngineError):
@@ -99,11 +110,10 @@ class JetStreamClient:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """One ``$JS.API`` call; its JSON answer, or the matching engine error."""
+        payload = orjson.dumps(body) if body is not None else b""
         try:
-            reply = await self.nc.request(
-                "$JS.API." + subject,
-                orjson.dumps(body) if body is not None else b"",
-                timeout=timeout or self.timeout,
+            reply = await self._sent(
+                lambda: self.nc.request("$JS.API." + subject, payload, timeout=timeout or self.timeout)
             )
         except _UNAVAILABLE as exc:
             raise EngineUnavailable(f"JetStream did not answer {subject}: {type(exc).__name__}") from exc
@@ -117,29 +127,28 @@ class JetStreamClient:
         self, subject: str, payloads: Sequence[bytes], *, msg_id: str | None = None, stream: str = ""
     ) -> StoredAt:
         """Store ``payloads`` in the stream of ``subject``, all or nothing, in this order, contiguously."""
-        try:
+
+        async def send() -> Msg:
             if len(payloads) == 1:
-                headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-                reply = await self.nc.request(subject, payloads[0], timeout=self.timeout, headers=headers)
-            else:
-                batch = f"{self._batch_prefix}{next(self._batch_ids)}"
-                last = len(payloads) - 1
-                publish = self.nc.publish
-                for i in range(last):
-                    headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
-                    if i == 0 and msg_id:
-                        headers["Nats-Msg-Id"] = msg_id
-                    await publish(subject, payloads[i], headers=headers)
-                reply = await self.nc.request(
-                    subject,
-                    payloads[last],
-                    timeout=self.timeout,
-                    headers={
-                        "Nats-Batch-Id": batch,
-                        "Nats-Batch-Sequence": str(last + 1),
-                        "Nats-Batch-Commit": "1",
-                    },
-                )
+                own = msg_id or getattr(payloads[0], "msg_id", None)
+                headers = {"Nats-Msg-Id": own} if own else None
+                return await self.nc.request(subject, payloads[0], timeout=self.timeout, headers=headers)
+            batch = f"{self._batch_prefix}{next(self._batch_ids)}"
+            last = len(payloads) - 1
+            publish = self.nc.publish
+            for i in range(last):
+                headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
+                own = msg_id if i == 0 and msg_id else getattr(payloads[i], "msg_id", None)
+                if own:
+                    headers["Nats-Msg-Id"] = own
+                await publish(subject, payloads[i], headers=headers)
+            headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(last + 1), "Nats-Batch-Commit": "1"}
+            if own := getattr(payloads[last], "msg_id", None):
+                headers["Nats-Msg-Id"] = own
+            return await self.nc.request(subject, payloads[last], timeout=self.timeout, headers=headers)
+
+        try:
+            reply = await self._sent(send)
         except nats.errors.NoRespondersError:
             raise NoStream(f"nothing stores {subject}") from None
         except _UNAVAILABLE as exc:
@@ -150,25 +159,46 @@ class JetStreamClient:
         """Store ``messages`` (each ``(subject, payload, headers)``, subjects of one stream) all or nothing,
         in this order, contiguously: one message, or an atomic batch. A message's own headers (an expected
         last sequence, say) are checked for the whole batch: one that fails refuses all of it."""
-        try:
+
+        async def send() -> Msg:
             if len(messages) == 1:
                 subject, payload, headers = messages[0]
-                reply = await self.nc.request(subject, payload, timeout=self.timeout, headers=headers)
-            else:
-                batch = f"{self._batch_prefix}{next(self._batch_ids)}"
-                last = len(messages) - 1
-                for i, (subject, payload, headers) in enumerate(messages):
-                    marks = {**(headers or {}), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
-                    if i < last:
-                        await self.nc.publish(subject, payload, headers=marks)
-                    else:
-                        marks["Nats-Batch-Commit"] = "1"
-                        reply = await self.nc.request(subject, payload, timeout=self.timeout, headers=marks)
+                return await self.nc.request(subject, payload, timeout=self.timeout, headers=headers)
+            batch = f"{self._batch_prefix}{next(self._batch_ids)}"
+            last = len(messages) - 1
+            for i, (subject, payload, headers) in enumerate(messages[:last]):
+                marks = {**(headers or {}), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
+                await self.nc.publish(subject, payload, headers=marks)
+            subject, payload, headers = messages[last]
+            marks = {**(headers or {}), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(last + 1)}
+            marks["Nats-Batch-Commit"] = "1"
+            return await self.nc.request(subject, payload, timeout=self.timeout, headers=marks)
+
+        try:
+            reply = await self._sent(send)
         except nats.errors.NoRespondersError:
             raise NoStream(f"nothing stores {messages[0][0]}") from None
         except _UNAVAILABLE as exc:
             raise EngineUnavailable(f"JetStream did not acknowledge a write: {type(exc).__name__}") from exc
         return self._stored(reply, len(messages), None, messages[0][0], stream)
+
+    async def _sent(self, send: Callable[[], Awaitable[T]]) -> T:
+        """``send()``, made again once the link is back when it could not be sent, within the call's timeout.
+
+        The engine's connection buffers nothing while it reconnects (``pending_size=0``): nats-py would
+        keep a request then and send it on reconnecting, however late — after its caller was answered 503
+        and a retry on another node stored the message (``test_idempotency``'s link cut stored a keyed
+        message twice). A publish refused that way was not sent, so nothing was stored: sending it again
+        is safe, and a short reconnect (a NATS server restarting) costs a wait, not an error. A batch is
+        sent again whole, under a new batch id; the part sent before never committed."""
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        while True:
+            try:
+                return await send()
+            except nats.errors.OutboundBufferLimitError:
+                if asyncio.get_running_loop().time() >= deadline or self.nc.is_closed:
+                    raise
+                await asyncio.sleep(_RELINK_POLL)
 
     def _stored(self, reply: Msg, count: int, msg_id: str | None, subject: str, stream: str) -> StoredAt:
         """Where an append landed, from its (last message's) ack; the matching error otherwise."""
@@ -216,8 +246,10 @@ class JetStreamClient:
         found: list[tuple[int, bytes, Msg]] = []
         records: list[Msg] = []  # bare replies, in order
         try:
-            await self.nc.publish(
-                f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=f"{self._inbox}.{token}"
+            await self._sent(
+                lambda: self.nc.publish(
+                    f"$JS.API.DIRECT.GET.{stream}", orjson.dumps(body), reply=f"{self._inbox}.{token}"
+                )
             )
             while True:
                 # A batch get answers up to ``batch`` messages in a burst: take what is already queued
@@ -266,14 +298,30 @@ def _error(error: dict[str, Any], stream: str) -> LogEngineError:
     return JetStreamError(code, err_code, description)
 
 
-T = TypeVar("T")
 # One message of ``JetStreamClient.publish``: its subject, payload and headers.
 Message = tuple[str, bytes, dict[str, str] | None]
 
 
+def drop_unsent_publishes(nc: Client) -> int:
+    """Forget the publishes nats-py queued and had not written when its link dropped; how many.
+
+    nats-py writes them on reconnecting, however late: by then each one's request has timed out and its
+    caller answered 503, and a retry may have stored the message elsewhere. A publish the server never got
+    stored nothing, so its caller's retry is safe. Subscriptions and pings in the queue are kept (nats-py
+    renews subscriptions on reconnecting; a ping's flush waits for its pong). nats-py has no call for this:
+    its outgoing queue (``_pending``) is private, read here under the version ``constraints.txt`` pins."""
+    queued: list[bytes] = nc._pending
+    kept = [command for command in queued if not bytes(command[:5]).startswith((b"PUB ", b"HPUB "))]
+    dropped = len(queued) - len(kept)
+    if dropped:
+        nc._pending = kept
+        nc._pending_data_size = sum(len(command) for command in kept)
+    return dropped
+
+
 async def while_unsettled(
     call: Callable[[], Awaitable[T]],
-    unsettled: type[BaseException],
+    unsettled: type[BaseException] | tuple[type[BaseException], ...],
     *,
     between: Callable[[], Awaitable[Any]] | None = None,
     tries: int = NO_LEADER_RETRIES,
@@ -291,3 +339,12 @@ async def while_unsettled(
                 await between()
             await asyncio.sleep(0.05 * (attempt + 1))
     return await call()
+
+
+async def open_bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    """The key-value bucket ``config.bucket``, created with ``config`` when it does not exist yet. Two
+    processes creating it at once both succeed: JetStream answers the same config with the same bucket."""
+    try:
+        return await js.key_value(config.bucket)
+    except BucketNotFoundError:
+        return await js.create_key_value(config)

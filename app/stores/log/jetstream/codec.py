@@ -13,6 +13,7 @@ A commit record (see ``transactions``) is an atomic batch of chunks; a chunk hol
 
 from __future__ import annotations
 
+import hashlib
 import re
 import struct
 from collections.abc import Iterator, Sequence
@@ -103,6 +104,26 @@ def encode(record: RecordIn, timestamp_ms: int) -> bytes:
         -1 if headers is None else len(headers),
     )
     return b"".join((head, key or b"", headers or b"", record.value))
+
+
+class DedupedFrame(bytes):
+    """A frame JetStream stores at most once per ``msg_id`` within the stream's duplicate window: sent with
+    that ``Nats-Msg-Id`` (``client.JetStreamClient.append``)."""
+
+    msg_id: str
+
+
+def deduped(frame: bytes, dedupe_id: str) -> DedupedFrame:
+    """``frame`` carrying the message id of ``dedupe_id`` (hashed: ids are any string, headers are not)."""
+    out = DedupedFrame(frame)
+    out.msg_id = "qc-key." + hashlib.sha256(dedupe_id.encode()).hexdigest()[:40]
+    return out
+
+
+def encode_deduped(record: RecordIn, timestamp_ms: int) -> bytes:
+    """``encode``, carrying the record's dedupe id when it has one (``deduped``)."""
+    frame = encode(record, timestamp_ms)
+    return deduped(frame, record.dedupe_id) if record.dedupe_id else frame
 
 
 def decode(offset: int, frame: bytes) -> Record:

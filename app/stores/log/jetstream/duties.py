@@ -22,14 +22,12 @@ import orjson
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NoStreamResponseError,
 )
 from nats.js.kv import KeyValue
 
-from app.stores.log.jetstream.client import while_unsettled
+from app.stores.log.jetstream.client import KV_UNSETTLED, open_bucket, while_unsettled
 from app.stores.log.protocol import EngineUnavailable
 
 BUCKET = "QC_DUTIES"
@@ -51,9 +49,9 @@ class JetStreamDuties:
         try:
             kv = await self._bucket()
             try:
-                entry = await while_unsettled(lambda: kv.get(duty), NoStreamResponseError)
+                entry = await while_unsettled(lambda: kv.get(duty), KV_UNSETTLED)
             except KeyNotFoundError:
-                await while_unsettled(lambda: kv.create(duty, value), NoStreamResponseError)
+                await while_unsettled(lambda: kv.create(duty, value), KV_UNSETTLED)
                 return True
             current: dict[str, Any] = orjson.loads(entry.value or b"{}")
             until = int(current.get("until", 0))
@@ -62,7 +60,7 @@ class JetStreamDuties:
             if current.get("h") != holder and now_ms < until <= now_ms + ttl_ms:
                 return False
             revision = entry.revision
-            await while_unsettled(lambda: kv.update(duty, value, last=revision), NoStreamResponseError)
+            await while_unsettled(lambda: kv.update(duty, value, last=revision), KV_UNSETTLED)
             return True
         except (KeyWrongLastSequenceError, KeyNotFoundError):
             return False  # another process took it between the read and the write
@@ -73,16 +71,8 @@ class JetStreamDuties:
         if self._kv is None:
             async with self._opening:
                 if self._kv is None:
-                    js = self._js()
-                    try:
-                        self._kv = await js.key_value(self._bucket_name)
-                    except BucketNotFoundError:
-                        self._kv = await js.create_key_value(
-                            KeyValueConfig(
-                                bucket=self._bucket_name,
-                                history=1,
-                                replicas=self._replicas,
-                                storage=StorageType.FILE,
-                            )
-                        )
+                    config = KeyValueConfig(
+                        bucket=self._bucket_name, history=1, replicas=self._replicas, storage=StorageType.FILE
+                    )
+                    self._kv = await open_bucket(self._js(), config)
         return self._kv

@@ -34,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,9 +46,10 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
-from app.stores.log.jetstream import codec
+from app.kit.urls import masked
+from app.stores.log.jetstream import codec, snapshot
 from app.stores.log.jetstream.appends import Appends
-from app.stores.log.jetstream.client import JetStreamClient
+from app.stores.log.jetstream.client import JetStreamClient, drop_unsent_publishes
 from app.stores.log.jetstream.config import JetStreamConfig
 from app.stores.log.jetstream.duties import JetStreamDuties
 from app.stores.log.jetstream.idempotency import JetStreamIdempotency
@@ -54,9 +57,11 @@ from app.stores.log.jetstream.reads import Reads
 from app.stores.log.jetstream.streams import Streams
 from app.stores.log.jetstream.transactions import Transactions
 from app.stores.log.jetstream.watermarks import Watermarks
+from app.stores.log.jetstream.zones import Zones
 from app.stores.log.protocol import (
     EngineUnavailable,
     LogEngineError,
+    PartitionExtent,
     PartitionInfo,
     Record,
     RecordIn,
@@ -93,11 +98,16 @@ class JetStreamLogEngine:
             self.watermarks,
             lambda: self.max_record_bytes,
         )
-        self.reads = Reads(lambda: self.client, self.streams, self.watermarks)
+        # Zones are asked for no longer than a JetStream call waits, and 2 s at most: the wait is spent only
+        # when a server a describe names does not answer (a zone down), once per zones.REFRESH_SECONDS.
+        self.zones = Zones(self._connection, config.zone_tag, min(config.request_timeout_seconds, 2.0))
+        self.reads = Reads(lambda: self.client, self.streams, self.watermarks, self.zones)
         self._duties = JetStreamDuties(self._jetstream, replicas=config.default_replicas)
         self._recovery: asyncio.Task[None] | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._closing = False
+        self._refused: set[str] = set()  # kinds of refusal logged already (``_connection_error``)
+        self._refusal: asyncio.Event | None = None  # set on a refusal during a first connection
 
     # -- protocol: properties -----------------------------------------------------------------------------
 
@@ -139,20 +149,33 @@ class JetStreamLogEngine:
         self._recovery = asyncio.create_task(self._recover_forever(), name="jetstream-txn-recovery")
 
     async def _connect(self) -> None:
+        # A creds file that cannot sign in will not heal by dialling: said once, like a refusal, and
+        # checked again at each try (a secret mounted late, or replaced, is then picked up).
+        problem = self.config.link.creds_problem()
+        if problem is not None:
+            if "creds" not in self._refused:
+                self._refused.add("creds")
+                logger.error("%s: calls answer 503 until it is fixed", problem)
+            raise ConnectionRefusedError("refused: the creds file, see the error logged before")
         # nats-py retries its first connection as long as later ones (forever, here): only try it once some
         # seed accepts a TCP connection, so a start without NATS does not hang the server's startup.
         await self._reach_a_seed()
-        nc = await nats.connect(
+        nc = await self._first_connection(
             servers=list(self.config.servers),
             name="queuecore",
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.25,
             connect_timeout=self.config.request_timeout_seconds,
             reconnected_cb=self._reconnected,
+            disconnected_cb=self._disconnected,
             error_cb=self._connection_error,
-            pending_size=64 * 1024 * 1024,
+            # Nothing is kept to send on reconnecting, however late (client.JetStreamClient._sent): a request
+            # made while the link is down waits for it within its own timeout, or fails unsent.
+            pending_size=0,
             # Our own commit notices need not come back: ``announce`` advances this node's watermark itself.
             no_echo=True,
+            # Credentials and TLS (the deployment's CA), when the cluster asks for them.
+            **self.config.link.connect_options(),
         )
         client = JetStreamClient(nc, self.config.request_timeout_seconds)
         await client.start()
@@ -168,6 +191,31 @@ class JetStreamLogEngine:
             # A cluster without quorum at start: serve 503s and health "degraded" until it has one.
             logger.warning("JetStream unavailable at start; the transaction stream is checked again later")
 
+    async def _first_connection(self, **options: Any) -> Client:
+        """``nats.connect``, except that a refusal (credentials or TLS) ends the try at once: nats-py would
+        retry it for ever, holding the server's startup (and its SIGTERM) behind it. A refusal raises
+        ``ConnectionRefusedError``; ``start`` then serves 503s and keeps trying every second, as it does
+        when no seed answers."""
+        nc = Client()
+        refused = asyncio.Event()
+        self._refusal = refused
+        connecting = asyncio.ensure_future(nc.connect(**options))
+        waiting = asyncio.ensure_future(refused.wait())
+        try:
+            await asyncio.wait({connecting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            self._refusal = None
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await connecting
+            with contextlib.suppress(Exception):
+                await nc.close()
+            raise ConnectionRefusedError("refused: credentials or TLS, see the error logged before")
+        connecting.result()
+        return nc
+
     async def _reach_a_seed(self) -> None:
         for seed in self.config.servers:
             url = urlsplit(seed if "://" in seed else "nats://" + seed)
@@ -179,7 +227,7 @@ class JetStreamLogEngine:
                 continue
             writer.close()
             return
-        raise OSError(f"no NATS server answers at {', '.join(self.config.servers)}")
+        raise OSError(f"no NATS server answers at {masked(','.join(self.config.servers))}")
 
     async def _connect_forever(self) -> None:
         while not self._closing:
@@ -208,12 +256,33 @@ class JetStreamLogEngine:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
 
+    async def _disconnected(self) -> None:
+        if self.nc is not None and (dropped := drop_unsent_publishes(self.nc)):
+            logger.warning("NATS link lost: %d publishes not sent are dropped, not sent later", dropped)
+
     async def _reconnected(self) -> None:
         # Notices sent while we were away are lost: every waiter looks again.
         logger.info("reconnected to NATS")
         self.watermarks.wake_all()
 
     async def _connection_error(self, error: Exception) -> None:
+        # Refused credentials or a certificate not trusted will not heal by retrying: say so loudly, once
+        # per kind (nats-py keeps retrying, and the engine answers 503 meanwhile).
+        if isinstance(error, nats.errors.AuthorizationError | ssl.SSLError) or "authorization violation" in (
+            str(error).lower()
+        ):
+            kind = type(error).__name__
+            if self._refusal is not None:
+                self._refusal.set()
+            if kind not in self._refused:
+                self._refused.add(kind)
+                logger.error(
+                    "NATS refused this process's credentials or TLS (%s: %s): check QUEUECORE_NATS_USER, "
+                    "_PASSWORD, _CREDS and _TLS_CA",
+                    kind,
+                    error,
+                )
+            return
         logger.info("NATS connection: %s", error)
 
     async def _recover_forever(self) -> None:
@@ -242,6 +311,11 @@ class JetStreamLogEngine:
             replicas=self.config.default_replicas,
             timeout=self.config.request_timeout_seconds,
         )
+
+    def _connection(self) -> Client:
+        if self.nc is None:
+            raise EngineUnavailable("not connected to NATS")
+        return self.nc
 
     def _jetstream(self) -> JetStreamContext:
         if self.nc is None:
@@ -287,6 +361,32 @@ class JetStreamLogEngine:
         # Its watchers wake and meet UnknownLog when they look again.
         self.watermarks.forget_prefix(prefix)
 
+    async def export_logs(self, dest: Path) -> list[PartitionExtent]:
+        # Every partition stream, read from first_seq to last_seq (``snapshot``).
+        async with self._connected() as client:
+            names = await self.streams.names(codec.SUBJECT_PREFIX + ">")
+            return await snapshot.export_streams(client, names, dest)
+
+    async def import_logs(self, src: Path) -> list[PartitionExtent]:
+        # Each stream created with its first_seq and its messages published at their sequences (``snapshot``).
+        async with self._connected() as client:
+            return await snapshot.import_streams(client, src)
+
+    @contextlib.asynccontextmanager
+    async def _connected(self) -> AsyncIterator[JetStreamClient]:
+        """The engine's connection; one of its own, closed afterwards, when the engine was not started."""
+        if self._client is not None:
+            yield self._client
+            return
+        await self._connect()
+        try:
+            yield self.client
+        finally:
+            nc, self.nc, self._client, self._txns = self.nc, None, None, None
+            if nc is not None:
+                with contextlib.suppress(Exception):
+                    await nc.drain()
+
     async def topic_ids(self) -> set[str]:
         names = await self.streams.names(codec.SUBJECT_PREFIX + ">")
         return {parsed[0] for name in names if (parsed := codec.parse_stream_name(name)) is not None}
@@ -311,6 +411,9 @@ class JetStreamLogEngine:
 
     async def partition_info(self, topic_id: str, partition: int) -> PartitionInfo:
         return await self.reads.partition_info(topic_id, partition)
+
+    async def describe_partitions(self, topic_id: str, partitions: int) -> list[PartitionInfo]:
+        return await self.reads.describe_partitions(topic_id, partitions)
 
     # -- waits ---------------------------------------------------------------------------------------------
 

@@ -38,19 +38,19 @@ import orjson
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
-    NoStreamResponseError,
 )
 from nats.js.kv import KeyValue
 
 from app.stores.log.jetstream.client import (
+    KV_UNSETTLED,
     JetStreamClient,
     JetStreamError,
     Message,
     NoStream,
     StoredAt,
+    open_bucket,
     while_unsettled,
 )
 from app.stores.log.jetstream.writer import StreamWriter
@@ -123,19 +123,14 @@ class JetStreamIdempotency:
 
     async def _open_bucket(self) -> KeyValue:
         try:
-            js = self._js()
-            try:
-                return await js.key_value(self._bucket_name)
-            except BucketNotFoundError:
-                return await js.create_key_value(
-                    KeyValueConfig(
-                        bucket=self._bucket_name,
-                        history=1,
-                        ttl=self._window_seconds,
-                        replicas=self._replicas,
-                        storage=StorageType.FILE,
-                    )
-                )
+            config = KeyValueConfig(
+                bucket=self._bucket_name,
+                history=1,
+                ttl=self._window_seconds,
+                replicas=self._replicas,
+                storage=StorageType.FILE,
+            )
+            return await open_bucket(self._js(), config)
         except (nats.errors.Error, TimeoutError) as exc:
             raise EngineUnavailable(f"idempotency records unavailable: {type(exc).__name__}") from exc
 
@@ -232,9 +227,9 @@ class JetStreamIdempotency:
 
 
 async def _answered(call: Callable[[], Awaitable[T]]) -> T:
-    """``call()``, again while the bucket has no leader to answer it; the last try's
-    ``NoStreamResponseError`` is the caller's ``EngineUnavailable``."""
-    return await while_unsettled(call, NoStreamResponseError)
+    """``call()``, again while the bucket has no leader to answer it, or the link is down (nothing was sent);
+    the last try's error is the caller's ``EngineUnavailable``."""
+    return await while_unsettled(call, KV_UNSETTLED)
 
 
 def _message_size(message: Message) -> int:

@@ -1,4 +1,5 @@
-"""Reads on JetStream: records by offset, the offset for a time, and a partition's extent and copies.
+"""Reads on JetStream: records by offset, the offset for a time, and a partition's extent and copies
+(where they live: server and zone).
 
 A read is a batch direct get (``$JS.API.DIRECT.GET``, ``client.direct_get``) from sequence ``offset + 1``,
 answered by any replica of the stream (``allow_direct``), so reads spread over the cluster and go on while
@@ -12,6 +13,9 @@ a stream elects a leader. Two consequences, both handled here:
 Every record read advances this node's watermark of its stream, as does a ``partition_info``: what one node
 has read, its watchers may wake for. A stream missing when it is read is told apart from a deleted topic by
 ``Streams.lookup`` (``UnknownLog`` for a deleted one; an outage stays ``EngineUnavailable``).
+
+``describe_partitions`` asks for every partition's stream info at once and names each copy's zone
+(``zones``: from the servers' tags).
 
 ``offset_for_time`` bisects the partition by record timestamp, one single-record read per step (the
 timestamps are inside the records' frames, which JetStream does not index).
@@ -27,10 +31,14 @@ from app.stores.log.jetstream import codec
 from app.stores.log.jetstream.client import JetStreamClient, NoStream
 from app.stores.log.jetstream.streams import Streams
 from app.stores.log.jetstream.watermarks import Watermarks
+from app.stores.log.jetstream.zones import Zones
 from app.stores.log.protocol import EngineUnavailable, LogEngineError, PartitionInfo, Record, Replica
 
 _MESSAGE_OVERHEAD = 256  # subject, batch headers and framing JetStream counts in a read's max_bytes
 _LAG_RETRIES = 20
+# A describe of a topic of 256 partitions asks 256 streams: this many at a time (a STREAM.INFO is answered
+# by the stream's leader, so they spread over the cluster).
+_DESCRIBE_CONCURRENCY = 32
 
 
 class Reads:
@@ -38,11 +46,16 @@ class Reads:
     ``EngineUnavailable`` before the engine is started."""
 
     def __init__(
-        self, client: Callable[[], JetStreamClient], streams: Streams, watermarks: Watermarks
+        self,
+        client: Callable[[], JetStreamClient],
+        streams: Streams,
+        watermarks: Watermarks,
+        zones: Zones,
     ) -> None:
         self._client = client
         self._streams = streams
         self._watermarks = watermarks
+        self._zones = zones
 
     async def read(
         self, topic_id: str, partition: int, offset: int, max_records: int = 100, max_bytes: int = 1 << 20
@@ -109,22 +122,61 @@ class Reads:
         return low
 
     async def partition_info(self, topic_id: str, partition: int) -> PartitionInfo:
-        """``LogEngine.partition_info``, from the stream's ``STREAM.INFO``."""
+        """``LogEngine.partition_info``, from the stream's ``STREAM.INFO`` (zones as ``zones`` knows them)."""
         info = await self._streams.lookup(topic_id, partition)
+        return self._partition_info(topic_id, partition, info, self._zones.known)
+
+    async def describe_partitions(self, topic_id: str, partitions: int) -> list[PartitionInfo]:
+        """``LogEngine.describe_partitions``: the ``STREAM.INFO`` of every partition's stream at once (at
+        most ``_DESCRIBE_CONCURRENCY`` in flight), then the zones of the servers they name (one request to
+        the servers, when they are not known yet: ``zones``)."""
+        gate = asyncio.Semaphore(_DESCRIBE_CONCURRENCY)
+
+        async def lookup(partition: int) -> dict[str, Any]:
+            async with gate:
+                return await self._streams.lookup(topic_id, partition)
+
+        infos = await asyncio.gather(*(lookup(p) for p in range(partitions)))
+        zones = await self._zones.of(name for info in infos for name in _servers(info))
+        return [self._partition_info(topic_id, p, info, zones.get) for p, info in enumerate(infos)]
+
+    def _partition_info(
+        self, topic_id: str, partition: int, info: dict[str, Any], zone: Callable[[str], str | None]
+    ) -> PartitionInfo:
         state = info.get("state", {})
         first, last = int(state.get("first_seq", 0)), int(state.get("last_seq", 0))
         self._watermarks.advance(codec.stream_name(topic_id, partition), last)
         earliest = max(0, first - 1) if state.get("messages") else last
-        return PartitionInfo(partition, earliest, last, int(state.get("bytes", 0)), _replicas(info))
+        return PartitionInfo(partition, earliest, last, int(state.get("bytes", 0)), _replicas(info, zone))
 
 
-def _replicas(info: dict[str, Any]) -> tuple[Replica, ...]:
-    """A stream's copies from its info's ``cluster``: the leader (current by definition), then the followers
-    as the leader sees them (``current``: caught up and heard from lately). With no leader, followers only."""
+def _servers(info: dict[str, Any]) -> list[str]:
+    """The names of the servers holding a stream, from its info's ``cluster``."""
+    cluster = info.get("cluster") or {}
+    names = [str(cluster["leader"])] if cluster.get("leader") else []
+    return names + [str(peer["name"]) for peer in cluster.get("replicas") or [] if peer.get("name")]
+
+
+def _replicas(info: dict[str, Any], zone: Callable[[str], str | None]) -> tuple[Replica, ...]:
+    """A stream's copies from its info's ``cluster``: the leader (current by definition, lag 0), then the
+    followers as the leader sees them (``current``: caught up and heard from lately; ``lag``: operations
+    behind, which JetStream leaves out when 0; unknown for one the leader reports ``offline``). With no
+    leader, followers only. ``zone`` names each server's zone."""
     cluster = info.get("cluster") or {}
     leader = cluster.get("leader")
-    found = [Replica(server=str(leader), leader=True, current=True)] if leader else []
+    found = []
+    if leader:
+        found.append(Replica(server=str(leader), leader=True, current=True, zone=zone(str(leader)), lag=0))
     for peer in cluster.get("replicas") or []:
         if peer.get("name"):
-            found.append(Replica(server=str(peer["name"]), leader=False, current=bool(peer.get("current"))))
+            name = str(peer["name"])
+            found.append(
+                Replica(
+                    server=name,
+                    leader=False,
+                    current=bool(peer.get("current")),
+                    zone=zone(name),
+                    lag=None if peer.get("offline") else int(peer.get("lag") or 0),
+                )
+            )
     return tuple(found)

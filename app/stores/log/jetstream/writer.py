@@ -27,6 +27,10 @@ partition's thousandth concurrent publish cheap.
 
 Appends carrying a message id (a transaction's parts, their roll-forward) are not written here: JetStream
 deduplicates a batch by the id on its first message, which a shared batch would give to other callers too.
+Records with ids of their own (``codec.DedupedFrame``: keyed publishes) are: each message carries its id.
+A batch holding one JetStream has seen is refused whole, so every caller in it hears the error (a 503,
+nothing of the batch stored) and retries, as after an outage; that happens only when a keyed message is
+sent twice, which the shared idempotency records make rare.
 """
 
 from __future__ import annotations

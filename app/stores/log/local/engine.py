@@ -37,19 +37,28 @@ Record timestamps: a record given ``timestamp_ms=0`` is stamped with the append 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import platform
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from app.stores.log.local import snapshot
 from app.stores.log.local.config import LocalLogConfig
 from app.stores.log.local.manager import LogManager
 from app.stores.log.local.partition_log import OffsetOutOfRange
 from app.stores.log.local.records import MAX_RECORD_BYTES
 from app.stores.log.protocol import (
+    PartitionExtent,
     PartitionInfo,
     Record,
     RecordIn,
+    Replica,
     TopicLogConfig,
 )
+
+# The one copy of every partition is on this machine's disk: describe names the machine.
+SERVER = platform.node() or "local"
 
 
 class LocalLogEngine:
@@ -59,6 +68,10 @@ class LocalLogEngine:
         self.root = Path(root)
         self.config = config or LocalLogConfig()
         self.manager = LogManager(self.root, self.config)
+        # Every partition's one copy: here, leading, current, in the configured zone (None: not said).
+        self._replicas = (
+            Replica(server=SERVER, leader=True, current=True, zone=self.config.zone or None, lag=0),
+        )
 
     @property
     def durability(self) -> str:
@@ -126,7 +139,12 @@ class LocalLogEngine:
         return await self.manager.log(topic_id, partition).offset_for_time(timestamp_ms)
 
     async def partition_info(self, topic_id: str, partition: int) -> PartitionInfo:
-        return self.manager.log(topic_id, partition).info()
+        info = self.manager.log(topic_id, partition).info()
+        return dataclasses.replace(info, replicas=self._replicas)
+
+    async def describe_partitions(self, topic_id: str, partitions: int) -> list[PartitionInfo]:
+        # In memory: no round trips to spread.
+        return [await self.partition_info(topic_id, p) for p in range(partitions)]
 
     async def wait_for(self, topic_id: str, partition: int, offset: int, timeout: float) -> bool:
         if offset < 0:
@@ -151,6 +169,15 @@ class LocalLogEngine:
         # descriptors it is degraded: the partitions it holds open go on serving.
         return await self.manager.health()
 
+    async def export_logs(self, dest: Path) -> list[PartitionExtent]:
+        # From the files, in the order ``snapshot`` explains; then the copy is recovered as a root of its own.
+        await asyncio.to_thread(snapshot.copy_root, self.root, dest)
+        return await _extents(dest, self.config)
+
+    async def import_logs(self, src: Path) -> list[PartitionExtent]:
+        await asyncio.to_thread(snapshot.restore_root, src, self.root)
+        return await _extents(self.root, self.config)
+
     # -- beyond the protocol --------------------------------------------------------------------------------
 
     async def topic_ids(self) -> set[str]:
@@ -160,6 +187,19 @@ class LocalLogEngine:
     async def checkpoint(self) -> None:
         """Write the recovery-point checkpoint now (normally done after rolls and every few seconds)."""
         await self.manager.checkpoint()
+
+
+async def _extents(root: Path, config: LocalLogConfig) -> list[PartitionExtent]:
+    """Open ``root`` as an engine (recovering it) and close it cleanly; what each partition holds."""
+    manager = LogManager(root, config)
+    await manager.start()
+    try:
+        return sorted(
+            PartitionExtent(log.tp.topic_id, log.tp.partition, log.earliest_offset, log.high_watermark)
+            for log in manager.logs()
+        )
+    finally:
+        await manager.close()
 
 
 def _check_topic_id(topic_id: str) -> None:

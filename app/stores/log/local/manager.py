@@ -53,9 +53,9 @@ from pathlib import Path
 from app.kit.clock import now_ms
 from app.stores.log.local import files, log_dir, retention
 from app.stores.log.local.committer import Transaction, TransactionLog
-from app.stores.log.local.config import LocalLogConfig
+from app.stores.log.local.config import LocalLogConfig, LogConfig
 from app.stores.log.local.loader import load_partition
-from app.stores.log.local.partition_log import LogConfig, LogOffline, PartitionLog
+from app.stores.log.local.partition_log import LogOffline, PartitionLog
 from app.stores.log.local.segments import LogSegments, OpenSegments, segments_for, soft_file_limit
 from app.stores.log.protocol import (
     EngineUnavailable,

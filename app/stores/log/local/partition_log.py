@@ -40,11 +40,9 @@ import asyncio
 import itertools
 import logging
 import os
-import platform
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +50,7 @@ from app.kit.clock import now_ms
 from app.stores.errors import StoreUnavailable
 from app.stores.log.local import files, reads, writes
 from app.stores.log.local.committer import GroupCommitter, Transaction
-from app.stores.log.local.config import LocalLogConfig
+from app.stores.log.local.config import LogConfig
 from app.stores.log.local.records import (
     MAX_RECORD_BYTES,
     BatchHeader,
@@ -69,16 +67,12 @@ from app.stores.log.protocol import (
     PartitionInfo,
     Record,
     RecordIn,
-    Replica,
-    TopicLogConfig,
     TopicPartition,
     UnknownLog,
     check_record_sizes,
 )
 
 logger = logging.getLogger("queuecore.log")
-# The one copy of every partition is on this machine's disk: describe names the machine.
-SERVER = platform.node() or "local"
 
 
 def _nothing() -> None:
@@ -104,28 +98,6 @@ class LogOffline(EngineUnavailable, StoreUnavailable):
 
     def __str__(self) -> str:
         return self.detail
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """A partition's knobs, with Kafka's names (``TopicConfig``)."""
-
-    segment_bytes: int = 256 * 1024 * 1024
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    index_interval_bytes: int = 4096
-    retention_ms: int | None = None
-    retention_bytes: int | None = None
-
-    @classmethod
-    def of(cls, engine: LocalLogConfig, topic: TopicLogConfig) -> LogConfig:
-        """The engine's knobs with the topic's retention."""
-        return cls(
-            segment_bytes=engine.segment_bytes,
-            segment_ms=engine.segment_ms,
-            index_interval_bytes=engine.index_interval_bytes,
-            retention_ms=topic.retention_ms,
-            retention_bytes=topic.retention_bytes,
-        )
 
 
 class PendingBatch:
@@ -570,7 +542,6 @@ class PartitionLog:
             earliest_offset=self.earliest_offset,
             latest_offset=self.high_watermark,
             size_bytes=self.segments.size_bytes(),
-            replicas=(Replica(server=SERVER, leader=True, current=True),),
         )
 
     async def close(self, error: BaseException | None = None) -> None:

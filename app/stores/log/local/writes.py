@@ -23,7 +23,7 @@ from app.stores.log.local.segment import Segment, SegmentState
 from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentHandle
 
 if TYPE_CHECKING:
-    from app.stores.log.local.partition_log import LogConfig
+    from app.stores.log.local.config import LogConfig
 
 # Relative offsets are uint32 in the indexes; a segment stays well inside them.
 _MAX_RELATIVE = (1 << 31) - 1

@@ -2,7 +2,7 @@
 
 The broker asks ``MetadataStore.unit()`` for one transaction and reaches every aggregate through it:
 ``async with metadata.unit() as uow: await uow.topics.get_by_name(...)``. The unit commits when the
-block ends without an error and rolls back otherwise (``MetadataStore.session`` is the one place that
+block ends without an error and rolls back otherwise (``SqlMetadataStore.session`` is the one place that
 opens and commits a transaction; ``MetadataStore.run_unit`` runs one again after a lock conflict).
 
 A protocol names what the domain asks of one aggregate's rows: tenancy and keys, topics, groups with
@@ -22,7 +22,7 @@ of work and re-exports them all: ``from app.stores.metadata.protocol import Topi
 
 Implementations, one module per aggregate on one base (``base.py``): ``tenancy_repositories.py`` (users,
 projects, keys), ``topic_repositories.py``, ``group_repositories.py``, ``partition_repositories.py``,
-``lease_repositories.py``, ``dlq_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py``,
+``lease_repositories.py``, ``dead_letter_repositories.py``, ``alert_repositories.py``, ``usage_repositories.py``,
 ``schedule_repositories.py``, ``flow_repositories.py``, ``expiry_repositories.py``,
 ``push_repositories.py``, ``group_control_repositories.py`` — on Postgres and SQLite alike. The
 conformance suite (``tests/stores/metadata/test_conformance.py``) runs every protocol on both databases
@@ -30,35 +30,54 @@ conformance suite (``tests/stores/metadata/test_conformance.py``) runs every pro
 check at the end of this module has mypy hold each repository to its protocol, and the SQL unit of work
 (``unit.py::SqlMetadataUnit``) to ``MetadataUnit``.
 
-Not every value is frozen yet: users, projects and keys (``UserRow``, ``ProjectRow``, ``KeyRow``), topics
-(``TopicRow``), groups (``GroupRow``, ``GroupConfig``), dashboard sessions (``UserSessionRow``,
-``Account``), alert endpoints and attempts (``EndpointRow``, ``AttemptRow``), schedules and their runs
-(``ScheduleRow``, ``ScheduleRunRow``, ``DueRun``), the DLQ audit (``DlqAuditRow``) and the breaker's counts
-(``BreakerState``) are; other stores still answer the ORM rows of ``models.py`` (#34).
+Every value is frozen: users, projects and keys (``UserRow``, ``ProjectRow``, ``KeyRow``), topics
+(``TopicRow``), groups and their members (``GroupRow``, ``GroupConfig``, ``MemberRow``), dashboard
+sessions (``UserSessionRow``, ``Account``), alert endpoints and attempts (``EndpointRow``, ``AttemptRow``),
+push endpoints and attempts (``PushEndpointRow``, ``PushConfig``, ``NewPushAttempt``, ``PushAttemptRow``),
+leases settled (``LeaseSettlement``), schedules and their
+runs (``ScheduleRow``, ``ScheduleRunRow``, ``DueRun``), the DLQ audit (``DeadLetterAuditRow``) and the breaker's
+counts (``BreakerState``); no store answers an ORM row of ``models.py``.
 
-A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``MetadataStore.session``).
+A store that cannot serve raises ``app.stores.errors.StoreUnavailable`` (from ``SqlMetadataStore.session``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from app.stores.metadata.protocol.alerts import (
+    GRANULARITIES,
     AlertStore,
     AttemptRow,
-    Claimed,
     EndpointRow,
+    EndpointSecret,
+    NewAlertEvent,
+    OutboxClaim,
     Rollup,
     UsageStore,
 )
-from app.stores.metadata.protocol.controls import ExpiryStore, FlowStore, PushStore, PushTarget
+from app.stores.metadata.protocol.controls import (
+    ExpiryStore,
+    FlowStore,
+    NewPushAttempt,
+    PushAttemptRow,
+    PushConfig,
+    PushEndpointRow,
+    PushStore,
+    PushTarget,
+)
 from app.stores.metadata.protocol.delivery import (
+    CheckpointStore,
+    DeadLetterAuditRow,
     DeadLetterRow,
     DeadLetterStore,
-    DlqAuditRow,
     DueLease,
+    LeaseSettlement,
     LeaseState,
     LeaseStore,
+    PartitionCheckpoint,
 )
 from app.stores.metadata.protocol.group_controls import BreakerState, GroupControlStore
 from app.stores.metadata.protocol.schedules import DueRun, ScheduleRow, ScheduleRunRow, ScheduleStore
@@ -66,6 +85,7 @@ from app.stores.metadata.protocol.tenancy import (
     Account,
     ApiKeyStore,
     KeyRow,
+    KeyStanding,
     ProjectRow,
     ProjectStore,
     UserRow,
@@ -78,6 +98,7 @@ from app.stores.metadata.protocol.topics import (
     GroupConfig,
     GroupRow,
     GroupStore,
+    MemberRow,
     OwnedPartition,
     PartitionState,
     PartitionStore,
@@ -86,19 +107,21 @@ from app.stores.metadata.protocol.topics import (
 )
 
 __all__ = [
+    "GRANULARITIES",
     "Account",
     "AlertStore",
     "ApiKeyStore",
     "AttemptRow",
     "BreakerState",
     "CallerView",
-    "Claimed",
+    "CheckpointStore",
+    "DeadLetterAuditRow",
     "DeadLetterRow",
     "DeadLetterStore",
-    "DlqAuditRow",
     "DueLease",
     "DueRun",
     "EndpointRow",
+    "EndpointSecret",
     "ExpiryStore",
     "FlowStore",
     "GroupConfig",
@@ -106,14 +129,25 @@ __all__ = [
     "GroupRow",
     "GroupStore",
     "KeyRow",
+    "KeyStanding",
+    "LeaseSettlement",
     "LeaseState",
     "LeaseStore",
+    "MemberRow",
+    "MetadataStore",
     "MetadataUnit",
+    "NewAlertEvent",
+    "NewPushAttempt",
+    "OutboxClaim",
     "OwnedPartition",
+    "PartitionCheckpoint",
     "PartitionState",
     "PartitionStore",
     "ProjectRow",
     "ProjectStore",
+    "PushAttemptRow",
+    "PushConfig",
+    "PushEndpointRow",
     "PushStore",
     "PushTarget",
     "Rollup",
@@ -205,11 +239,41 @@ class MetadataUnit(Protocol):
         """Push groups' endpoints and attempts."""
 
 
+T = TypeVar("T")
+
+
+class MetadataStore(Protocol):
+    """The metadata store as the domain sees it: units of work, its health, and its end.
+
+    Which database, and how a transaction is opened and committed, is the implementation's
+    (``database.py::SqlMetadataStore``, the one place it is decided)."""
+
+    @property
+    def checkpoint_writer(self) -> CheckpointStore:
+        """How a push member's checkpoint is written (fenced, off the unit of work when it can be)."""
+
+    def unit(self, *, readonly: bool = False) -> AbstractAsyncContextManager[MetadataUnit]:
+        """One unit of work: committed when the block ends without an error, rolled back otherwise.
+        ``readonly`` units (lookups on hot paths) never wait for a writer's lock."""
+
+    async def run_unit(self, work: Callable[[MetadataUnit], Awaitable[T]], *, attempts: int = ...) -> T:
+        """``work`` in a unit of work, run again (up to ``attempts`` times) when the database broke a lock
+        conflict by failing it; ``work`` must do nothing but metadata work. Still failing:
+        ``app.stores.errors.StoreConflict``."""
+
+    async def check(self, timeout: float = 2.0) -> bool:
+        """Whether the store answers a trivial query within ``timeout`` seconds."""
+
+    async def close(self) -> None:
+        """Write what is pending and let go of the connections."""
+
+
 if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime import cycle)
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from app.stores.metadata.alert_repositories import AlertRepository
-    from app.stores.metadata.dlq_repositories import DeadLetterRepository
+    from app.stores.metadata.database import SqlMetadataStore
+    from app.stores.metadata.dead_letter_repositories import DeadLetterRepository
     from app.stores.metadata.expiry_repositories import ExpiryRepository
     from app.stores.metadata.flow_repositories import FlowRepository
     from app.stores.metadata.group_control_repositories import GroupControlRepository
@@ -240,3 +304,6 @@ if TYPE_CHECKING:  # mypy holds each SQL repository to its protocol (no runtime 
         _flow: FlowStore = FlowRepository(session)
         _push: PushStore = PushRepository(session)
         _unit: MetadataUnit = SqlMetadataUnit(session)
+
+    def _store(store: SqlMetadataStore) -> None:
+        _store: MetadataStore = store

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+GRANULARITIES = ("minute", "hour", "day")
+"""The buckets usage rollups come in."""
 
 # values -------------------------------------------------------------------------------------------
 
@@ -30,6 +33,16 @@ class EndpointRow:
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointSecret:
+    """The stored (sealed, or from before sealing in clear) signing secret of a project environment's
+    endpoint."""
+
+    project_id: str
+    environment: str
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptRow:
     """One try at delivering an alert event."""
 
@@ -45,7 +58,20 @@ class AttemptRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Claimed:
+class NewAlertEvent:
+    """An event entering the outbox: pending, never tried, due at ``due_ms``."""
+
+    id: str
+    project_id: str
+    environment: str
+    type: str
+    body: str
+    due_ms: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxClaim:
     """An outbox event taken for one delivery attempt, with where it goes."""
 
     id: str
@@ -103,20 +129,20 @@ class AlertStore(Protocol):
     async def hold_breaker(self, held: Sequence[tuple[str, str]], until_ms: int) -> None:
         """A half-open endpoint lets one probe go: the others wait until it answered."""
 
-    async def secrets(self) -> list[tuple[str, str, str]]:
-        """``(project_id, environment, stored secret)`` of every endpoint."""
+    async def secrets(self) -> list[EndpointSecret]:
+        """The stored secret of every endpoint."""
 
     async def replace_secret(self, project_id: str, environment: str, old: str, new: str) -> None:
         """Store ``new`` in place of ``old`` (not if the endpoint changed meanwhile)."""
 
-    async def add_event(self, values: dict[str, Any]) -> None:
-        """Append an event to the outbox."""
+    async def add_event(self, event: NewAlertEvent) -> None:
+        """Append an event to the outbox (pending, no attempt yet, unclaimed)."""
 
     async def any_due(self, now_ms: int) -> bool:
         """Whether an event is due and unclaimed (a plain read: an idle dispatcher takes no write
         lock)."""
 
-    async def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[Claimed]:
+    async def claim_due(self, now_ms: int, lease_ms: int, limit: int) -> list[OutboxClaim]:
         """Due pending events not held by another dispatcher, taken for ``lease_ms``. On Postgres,
         ``SKIP LOCKED``: concurrent dispatchers take disjoint events."""
 
@@ -128,8 +154,8 @@ class AlertStore(Protocol):
     ) -> None:
         """Record an attempt's outcome on its event and free its claim."""
 
-    async def add_attempt(self, values: dict[str, Any]) -> None:
-        """Record a delivery attempt."""
+    async def add_attempt(self, project_id: str, environment: str, attempt: AttemptRow) -> None:
+        """Record a delivery attempt of an event of a project environment."""
 
     async def attempts_page(
         self, project_id: str, environment: str, before: str | None, limit: int

@@ -1,6 +1,8 @@
-"""The port's delivery-state stores: leases (the last step of the lock order) and dead letters.
+"""The port's delivery-state stores: leases (the last step of the lock order), push members'
+checkpoints, and dead letters.
 
-Implemented by ``lease_repositories.py`` and ``dlq_repositories.py``.
+Implemented by ``lease_repositories.py``, ``checkpoint_writer.py`` (``MetadataStore.checkpoint_writer``:
+a checkpoint is written outside a unit of work when it can be) and ``dead_letter_repositories.py``.
 """
 
 from __future__ import annotations
@@ -41,19 +43,42 @@ class LeaseState:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseSettlement:
+    """What ``LeaseStore.settle`` writes on each live lease it matches (fields left unset: unchanged). An
+    ack sets ``acked``; a nack gives the lease back (``released``: no holder) due at ``deadline_ms`` with
+    its ``reason``; an extend moves ``deadline_ms``."""
+
+    acked: bool = False
+    deadline_ms: int | None = None
+    released: bool = False
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCheckpoint:
+    """What a push member's checkpoint writes of one partition it owns in ``epoch``."""
+
+    partition: int
+    epoch: int
+    position: int  # the member's floor: everything below is acked or has a lease row
+    acked_above: Sequence[int] = ()  # offsets acked at or above ``position``: written as acked lease rows
+    drop_acked_below: bool = False  # acked rows written earlier may lie below ``position`` now
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetterRow:
     """A dead letter: the message's place, its copy's offset in the DLQ log, and why."""
 
     partition: int
     offset: int
-    dlq_offset: int
+    dead_letter_offset: int
     reason: str
     retry_count: int
     failed_at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
-class DlqAuditRow:
+class DeadLetterAuditRow:
     """Who replayed or deleted what in a group's DLQ (one message, or ``count`` of them), and when."""
 
     id: str
@@ -96,7 +121,7 @@ class LeaseStore(Protocol):
     async def add_replayed_leases(
         self, group_id: str, now_ms: int, replays: Sequence[tuple[int, int, int]]
     ) -> None:
-        """Replayed dead letters ``(partition, offset, dlq_offset)``: due at once, attempt back at
+        """Replayed dead letters ``(partition, offset, dead_letter_offset)``: due at once, attempt back at
         1, a fresh retry budget. An acked lease left at that offset is replaced."""
 
     async def next_deadline(self, group_id: str, numbers: Sequence[int]) -> int | None:
@@ -136,10 +161,10 @@ class LeaseStore(Protocol):
         member_id: str,
         now_ms: int,
         keys: Sequence[tuple[int, int]],
-        values: dict[str, Any],
+        settlement: LeaseSettlement,
     ) -> set[tuple[int, int]]:
-        """Update the member's live (unacked, deadline running) leases among ``keys``; which ones
-        matched."""
+        """Write ``settlement`` on the member's live (unacked, deadline running) leases among ``keys``
+        (one ``UPDATE``); which ones matched."""
 
     async def replay_offsets(
         self, group_id: str, keys: Sequence[tuple[int, int]]
@@ -168,6 +193,20 @@ class LeaseStore(Protocol):
         the driver layer); a literal multi-row ``VALUES`` would be compiled anew for every call."""
 
 
+# checkpoints --------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Push members' checkpoints, written in a transaction of their own (how is the store's choice)."""
+
+    async def write(
+        self, group_id: str, member_id: str, checkpoints: Sequence[PartitionCheckpoint]
+    ) -> set[int]:
+        """Write ``checkpoints`` of a member (all or none), each fenced by its partition's owner and
+        epoch; the partitions fenced (nothing is written for those)."""
+
+
 # dead letters -------------------------------------------------------------------------------------
 
 
@@ -190,7 +229,7 @@ class DeadLetterStore(Protocol):
     async def take(self, group_id: str, keys: Sequence[tuple[int, int]]) -> list[DeadLetterRow]:
         """Remove these messages from the DLQ; the rows that were there."""
 
-    async def max_dlq_offset(self, group_id: str) -> int | None:
+    async def max_dead_letter_offset(self, group_id: str) -> int | None:
         """The highest DLQ offset a group's dead letters have."""
 
     async def alert_state(self, group_id: str) -> tuple[bool, dict[str, Any] | None, str, str, str, str]:
@@ -200,10 +239,10 @@ class DeadLetterStore(Protocol):
     async def set_alert_armed(self, group_id: str, armed: bool) -> None:
         """Arm or disarm a group's DLQ alert."""
 
-    async def record(self, entry: DlqAuditRow) -> None:
+    async def record(self, entry: DeadLetterAuditRow) -> None:
         """Append an audit entry."""
 
-    async def audit_page(self, group_id: str, before: str | None, limit: int) -> list[DlqAuditRow]:
+    async def audit_page(self, group_id: str, before: str | None, limit: int) -> list[DeadLetterAuditRow]:
         """Newest first: ids grow with time."""
 
 

@@ -1,7 +1,7 @@
 """The port's tenancy stores: users and their dashboard sessions, projects, and API keys.
 
-Everything here crosses as frozen values: ``UserRow``, ``ProjectRow``, ``KeyRow``, ``UserSessionRow`` and
-``Account``. Implemented by ``tenancy_repositories.py``.
+Everything here crosses as frozen values: ``UserRow``, ``ProjectRow``, ``KeyRow``, ``KeyStanding``,
+``UserSessionRow`` and ``Account``. Implemented by ``tenancy_repositories.py``.
 """
 
 from __future__ import annotations
@@ -73,6 +73,14 @@ class KeyRow:
     created_at: datetime
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStanding:
+    """What an unrevoked key of an existing project is held to: its project's tier and custom limits."""
+
+    tier: str
+    custom_limits: dict[str, Any] | None
 
 
 # stores -------------------------------------------------------------------------------------------
@@ -147,8 +155,8 @@ class ApiKeyStore(Protocol):
     async def touch_last_used(self, last_used: dict[str, datetime]) -> None:
         """Record last-used times for many keys in one round trip."""
 
-    async def standing_of(self, key_ids: Collection[str]) -> dict[str, tuple[str, dict[str, Any] | None]]:
-        """Of ``key_ids``, the unrevoked ones whose project exists: id -> (tier, custom limits)."""
+    async def standing_of(self, key_ids: Collection[str]) -> dict[str, KeyStanding]:
+        """Of ``key_ids``, the unrevoked ones whose project exists, with their project's plan."""
 
 
 @runtime_checkable

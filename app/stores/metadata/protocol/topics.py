@@ -2,9 +2,8 @@
 partitions and offsets (the first three steps of the lock order: group → members → partitions).
 
 Frozen values: ``TopicRow``, ``GroupRow`` (and ``GroupConfig``, what a config ``PUT`` stores),
-``CallerView``, ``PartitionState``, ``OwnedPartition``; members and ``lock_with_project``'s pair still
-cross as ORM rows (#34). Implemented by ``topic_repositories.py``, ``group_repositories.py`` and
-``partition_repositories.py``.
+``MemberRow``, ``CallerView``, ``PartitionState``, ``OwnedPartition``. Implemented by
+``topic_repositories.py``, ``group_repositories.py`` and ``partition_repositories.py``.
 """
 
 from __future__ import annotations
@@ -14,11 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from app.stores.metadata.models import (
-    GroupMember,
-    Project,
-    Topic,
-)
+from app.stores.metadata.protocol.tenancy import ProjectRow
 
 # values -------------------------------------------------------------------------------------------
 
@@ -116,12 +111,28 @@ class GroupRow:
     max_in_flight: int | None = None
     rate: float | None = None
     filter: str | None = None
-    dlq_alert_armed: bool = True
+    dead_letter_alert_armed: bool = True
     paused_reason: str | None = None
     paused_until_ms: int | None = None
     breaker_window_ms: int = 0
     breaker_acked: int = 0
     breaker_failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRow:
+    """A member of a group (``csr_…``) as stored: its session, when it expires without a heartbeat,
+    whether it is a push member (it keeps first-delivery leases in memory), and its share of the group's
+    ``maxInFlight`` (``in_flight_claim``: written by ``FlowStore.set_claim`` only)."""
+
+    group_id: str
+    id: str
+    session_timeout: str
+    session_timeout_ms: int
+    expires_at_ms: int
+    joined_at: datetime
+    push: bool = False
+    in_flight_claim: int | None = None
 
 
 # topics -------------------------------------------------------------------------------------------
@@ -149,7 +160,7 @@ class TopicStore(Protocol):
     async def partitions_of_project(self, project_id: str) -> list[tuple[str, int]]:
         """``(topic id, partitions)`` of every topic of a project, in all its environments."""
 
-    async def lock_with_project(self, topic_id: str) -> tuple[Topic, Project] | None:
+    async def lock_with_project(self, topic_id: str) -> tuple[TopicRow, ProjectRow] | None:
         """The topic, its row locked for this unit of work (group creators serialise on it), and its project."""
 
     async def all_ids(self) -> set[str]:
@@ -230,14 +241,15 @@ class GroupStore(Protocol):
     async def remove_expired_members(self, group_id: str, now_ms: int) -> list[str]:
         """Delete the members whose session expired; their ids."""
 
-    async def get_member(self, group_id: str, member_id: str) -> GroupMember | None:
+    async def get_member(self, group_id: str, member_id: str) -> MemberRow | None:
         """One member of a group, if present."""
 
-    async def add_member(self, member: GroupMember) -> None:
-        """Insert a member (flushed)."""
+    async def add_member(self, member: MemberRow) -> None:
+        """Insert a member (flushed); ``AlreadyExists`` if the group has a member of that id."""
 
-    async def save_member(self, member: GroupMember) -> None:
-        """Write the changed fields of a member read from this unit (flushed)."""
+    async def save_member(self, member: MemberRow) -> None:
+        """Write a member's session timeout, expiry and push flag (a rejoin); its claim is
+        ``FlowStore.set_claim``'s."""
 
     async def remove_member(self, group_id: str, member_id: str) -> bool:
         """Delete a member; False if it was not there."""

@@ -18,6 +18,7 @@ class TestBuiltFromSettings:
             recover_after_seconds=7.0,
             recovery_interval_seconds=0.25,
             duplicate_window_seconds=120.0,
+            zone_tag="rack",
         )
         settings = Settings(
             data_dir=tmp_path,
@@ -34,10 +35,11 @@ class TestBuiltFromSettings:
 
     def test_the_config_and_the_settings_name_the_same_knobs(self) -> None:
         # A knob added to one and not the other would be refused at start (or never settable).
-        config = {f.name for f in dataclasses.fields(JetStreamConfig)} - {"servers"}
+        # ``servers`` and ``link`` come from top-level settings (QUEUECORE_NATS_URL, QUEUECORE_NATS_*).
+        config = {f.name for f in dataclasses.fields(JetStreamConfig)} - {"servers", "link"}
         assert config == set(JetStreamSettings.model_fields)
 
     def test_defaults_agree(self) -> None:
         defaults = dataclasses.asdict(JetStreamConfig(servers=()))
-        del defaults["servers"]
+        del defaults["servers"], defaults["link"]
         assert defaults == JetStreamSettings().model_dump()

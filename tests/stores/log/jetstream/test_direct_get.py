@@ -7,7 +7,7 @@ import secrets
 
 import nats
 
-from app.stores.log.jetstream.client import JetStreamClient
+from app.stores.log.jetstream.client import JetStreamClient, NoStream, while_unsettled
 
 
 async def test_bare_reads_match_reads_with_headers_across_gaps(nats_cluster):
@@ -23,7 +23,11 @@ async def test_bare_reads_match_reads_with_headers_across_gaps(nats_cluster):
             timeout=30,
         )
         for i in range(10):
-            await client.append(subject, [f"m{i}".encode()], stream=stream)
+            # A stream just created may have no responder for a moment (its leader not yet elected): the
+            # engine tries again then (appends.py), and so does this test.
+            await while_unsettled(
+                lambda i=i: client.append(subject, [f"m{i}".encode()], stream=stream), NoStream
+            )
 
         async def both(seq: int, batch: int, max_bytes: int = 1 << 20) -> list[tuple[int, bytes]]:
             bare = [(s, p) for s, p, _ in await client.direct_get(stream, seq, batch, max_bytes)]

@@ -10,6 +10,7 @@ from app.main import build_log_engine
 from app.settings import LogSettings, Settings
 from app.stores.log.local import LocalLogConfig, LocalLogEngine
 from app.stores.log.local.config import MAX_DERIVED_OPEN_FILES
+from app.stores.log.protocol import TopicLogConfig
 
 
 class TestBuiltFromSettings:
@@ -19,6 +20,7 @@ class TestBuiltFromSettings:
             segment_ms=654_321,
             index_interval_bytes=777,
             open_files=27,
+            zone="zone-b",
         )
         engine = build_log_engine(Settings(data_dir=tmp_path, log=knobs))
         assert isinstance(engine, LocalLogEngine)
@@ -55,3 +57,29 @@ class TestOpenFilesBudget:
         expected = LocalLogConfig().open_files_budget(None if soft == resource.RLIM_INFINITY else soft)
         assert engine.manager.open_files == expected
         assert engine.manager.open_segments.capacity == expected // 3
+
+
+class TestZone:
+    """``zone``: where describe says the one copy of every partition is (Kafka's ``broker.rack``)."""
+
+    async def test_the_configured_zone_is_the_copys(self, tmp_path: Path) -> None:
+        engine = LocalLogEngine(tmp_path, LocalLogConfig(zone="zone-b"))
+        await engine.start()
+        try:
+            await engine.create_topic("top_zoned", 2, TopicLogConfig())
+            for info in await engine.describe_partitions("top_zoned", 2):
+                assert [(r.zone, r.leader, r.current, r.lag) for r in info.replicas] == [
+                    ("zone-b", True, True, 0)
+                ]
+        finally:
+            await engine.close()
+
+    async def test_an_empty_zone_is_none(self, tmp_path: Path) -> None:
+        # QUEUECORE_LOG__ZONE set to nothing says no zone, as unset does.
+        engine = build_log_engine(Settings(data_dir=tmp_path, log=LogSettings(zone="")))
+        await engine.start()
+        try:
+            await engine.create_topic("top_unzoned", 1, TopicLogConfig())
+            assert (await engine.partition_info("top_unzoned", 0)).replicas[0].zone is None
+        finally:
+            await engine.close()

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from app.stores.log.local.committer import Transaction
+from app.stores.log.local.config import LogConfig
 from app.stores.log.local.files import BlockFile
 from app.stores.log.local.loader import load_partition
-from app.stores.log.local.partition_log import LogConfig, LogOffline, OffsetOutOfRange, PartitionLog
+from app.stores.log.local.partition_log import LogOffline, OffsetOutOfRange, PartitionLog
 from app.stores.log.local.segments import OpenSegments
 from app.stores.log.protocol import EngineUnavailable, RecordIn, TopicPartition, UnknownLog
 from tests.stores.log.local.test_recovery import break_fsync

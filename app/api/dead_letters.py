@@ -11,8 +11,15 @@ from starlette.responses import Response
 from app.api.deps import AdminKey, AdminTopics, ServicesDep, UnitDep
 from app.api.routing import JsonRoute
 from app.api.schemas.constraints import GroupNamePath, MessageIdPath, TopicNamePath
-from app.api.schemas.dlq import AuditPage, DeadLetterPage, ReplayAllIn, Replayed, ReplayedAll, ReplayIn
-from app.broker import dlq
+from app.api.schemas.dead_letters import (
+    AuditPage,
+    DeadLetterPage,
+    ReplayAllIn,
+    Replayed,
+    ReplayedAll,
+    ReplayIn,
+)
+from app.broker import dead_letters
 from app.broker.keys import Principal
 from app.errors import ApiError, responses
 
@@ -22,8 +29,8 @@ _AUTH = ("INVALID_API_KEY", "RATE_LIMIT_EXCEEDED")
 _FOUND = ("TOPIC_NOT_FOUND", "GROUP_NOT_FOUND")
 
 
-def _actor(key: Principal) -> dlq.Actor:
-    return dlq.Actor("key", key.key_id)
+def _actor(key: Principal) -> dead_letters.Actor:
+    return dead_letters.Actor("key", key.key_id)
 
 
 @router.get("", response_model=DeadLetterPage, responses=responses("INVALID_REQUEST", *_AUTH, *_FOUND))
@@ -33,13 +40,13 @@ async def inspect(
     topics: AdminTopics,
     services: ServicesDep,
     uow: UnitDep,
-    limit: Annotated[int, Query(ge=1, le=dlq.MAX_PAGE)] = 50,
+    limit: Annotated[int, Query(ge=1, le=dead_letters.MAX_PAGE)] = 50,
     cursor: str | None = None,
 ) -> Response:
     """The group's dead letters, oldest first, with the original message and why it failed; ``total``
     is the DLQ's depth. A group without a DLQ lists an empty one."""
     topic = await topics.get(name)
-    page = await dlq.inspect(uow, services.log, topic, group, limit=limit, cursor=cursor)
+    page = await dead_letters.inspect(uow, services.log, topic, group, limit=limit, cursor=cursor)
     return Response(page.render(), media_type="application/json")
 
 
@@ -59,7 +66,7 @@ async def replay(
     """Send one dead letter back to this group (only), under its original id, partition and offset, with
     ``attempt`` back at 1 and a fresh retry budget."""
     topic = await topics.get(name)
-    message_id = await dlq.replay(services.metadata, topic, group, body.messageId, _actor(key))
+    message_id = await dead_letters.replay(services.metadata, topic, group, body.messageId, _actor(key))
     return Replayed(messageId=message_id, replayed=True)
 
 
@@ -77,8 +84,8 @@ async def replay_all(
     """Send every dead letter back to this group, streamed in chunks, at most ``rate`` per second when
     given; answers the count once done."""
     topic = await topics.get(name)
-    rate = dlq.validate_rate(body.rate if body else None)
-    count = await dlq.replay_all(services.metadata, topic, group, _actor(key), rate=rate)
+    rate = dead_letters.validate_rate(body.rate if body else None)
+    count = await dead_letters.replay_all(services.metadata, topic, group, _actor(key), rate=rate)
     return ReplayedAll(replayed=count)
 
 
@@ -89,12 +96,12 @@ async def audit(
     topics: AdminTopics,
     services: ServicesDep,
     uow: UnitDep,
-    limit: Annotated[int, Query(ge=1, le=dlq.MAX_PAGE)] = 50,
+    limit: Annotated[int, Query(ge=1, le=dead_letters.MAX_PAGE)] = 50,
     cursor: str | None = None,
 ) -> Response:
     """Every replay and delete of this DLQ: who (key or dashboard user), what, when; newest first."""
     topic = await topics.get(name)
-    page = await dlq.audit(uow, topic, group, limit=limit, cursor=cursor)
+    page = await dead_letters.audit(uow, topic, group, limit=limit, cursor=cursor)
     # Rendered as is: ``messageId`` and ``count`` are left out where they do not apply.
     return Response(
         orjson.dumps({"data": page.entries, "nextCursor": page.next_cursor}), media_type="application/json"
@@ -127,5 +134,5 @@ async def delete(
             headers={"Allow": _SIBLINGS[message_id]},
         )
     topic = await topics.get(name)
-    await dlq.delete(services.metadata, topic, group, message_id, _actor(key))
+    await dead_letters.delete(services.metadata, topic, group, message_id, _actor(key))
     return Response(status_code=204)

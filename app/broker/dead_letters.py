@@ -40,8 +40,7 @@ from app.broker.topics import TopicRef, decode_cursor, encode_cursor
 from app.kit.clock import isoformat_ms, now_ms, utcnow
 from app.kit.digits import is_ascii_digits
 from app.stores.log.protocol import LogEngine, Record, RecordIn, TopicLogConfig
-from app.stores.metadata.database import MetadataStore
-from app.stores.metadata.protocol import DeadLetterRow, DlqAuditRow, MetadataUnit
+from app.stores.metadata.protocol import DeadLetterAuditRow, DeadLetterRow, MetadataStore, MetadataUnit
 
 TIMEOUT_REASON = "ack timeout"
 NACK_REASON = "nack"
@@ -176,13 +175,20 @@ def _copy_of(
 
 
 async def dead_letter(
-    uow: MetadataUnit, log: LogEngine, topic: TopicRef, group_id: str, failures: Sequence[Failure]
+    uow: MetadataUnit,
+    log: LogEngine,
+    topic: TopicRef,
+    group_id: str,
+    failures: Sequence[Failure],
+    *,
+    now: int | None = None,
 ) -> None:
-    """Move messages to the group's DLQ, in the caller's unit of work (see the module docstring)."""
+    """Move messages to the group's DLQ, in the caller's unit of work (see the module docstring).
+    ``now`` is when they failed: the caller's time of the decision (default: the system clock)."""
     if not failures:
         return
-    now = now_ms()
-    dlq_topic = log_id(group_id)
+    now = now_ms() if now is None else now
+    dead_letter_log = log_id(group_id)
     # One read for the batch (dead-lettering is no hot path): the failed attempts the lease rows kept.
     kept = await uow.leases.failures_of(group_id, [(f.partition, f.offset) for f in failures])
     copies = [
@@ -191,8 +197,8 @@ async def dead_letter(
         )
         for f in failures
     ]
-    await log.create_topic(dlq_topic, 1, TopicLogConfig())
-    first = (await log.append(dlq_topic, {0: copies}))[0]
+    await log.create_topic(dead_letter_log, 1, TopicLogConfig())
+    first = (await log.append(dead_letter_log, {0: copies}))[0]
     await uow.dead_letters.add(
         group_id,
         [
@@ -241,7 +247,7 @@ async def _raise_alert(uow: MetadataUnit, project_id: str, environment: str, dat
 
 
 @dataclass(frozen=True, slots=True)
-class DlqPage:
+class DeadLetterPage:
     entries: list[bytes]
     total: int
     next_cursor: str | None
@@ -312,7 +318,7 @@ async def inspect(
     *,
     limit: int = 50,
     cursor: str | None = None,
-) -> DlqPage:
+) -> DeadLetterPage:
     """One page of the DLQ, oldest dead letter first, with the DLQ's depth."""
     _check_limit(limit)
     after = _after(cursor)
@@ -324,12 +330,12 @@ async def inspect(
     copies: dict[int, Record] = {}
     if rows:
         try:
-            copies = await read_offsets(log, log_id(group.id), 0, [r.dlq_offset for r in rows])
+            copies = await read_offsets(log, log_id(group.id), 0, [r.dead_letter_offset for r in rows])
         except Exception:  # noqa: BLE001 - a DLQ log lost with the disk: list what the rows know
             copies = {}
-    entries = [_entry(topic, row, copies.get(row.dlq_offset)) for row in rows]
-    next_cursor = encode_cursor(str(rows[-1].dlq_offset)) if more and rows else None
-    return DlqPage(entries, total, next_cursor)
+    entries = [_entry(topic, row, copies.get(row.dead_letter_offset)) for row in rows]
+    next_cursor = encode_cursor(str(rows[-1].dead_letter_offset)) if more and rows else None
+    return DeadLetterPage(entries, total, next_cursor)
 
 
 def _key_of(topic: TopicRef, message_id: str) -> Key:
@@ -356,7 +362,7 @@ async def _record(
     count: int | None = None,
 ) -> None:
     await uow.dead_letters.record(
-        DlqAuditRow(
+        DeadLetterAuditRow(
             id=_audit_id(),
             group_id=group_id,
             action=action,
@@ -372,7 +378,7 @@ async def _record(
 async def _requeue(uow: MetadataUnit, group_id: str, rows: Sequence[DeadLetterRow]) -> None:
     """Dead letters taken out of the DLQ go back to the group: a fresh lease, due now, attempt 1 next."""
     await uow.leases.add_replayed_leases(
-        group_id, now_ms(), [(r.partition, r.offset, r.dlq_offset) for r in rows]
+        group_id, now_ms(), [(r.partition, r.offset, r.dead_letter_offset) for r in rows]
     )
     await uow.partitions.advance_committed(group_id, sorted({r.partition for r in rows}))
 
@@ -431,21 +437,23 @@ async def replay_all(
     async with metadata.unit(readonly=True) as uow:
         group = await get_group(uow, topic, group_name)
         group_id = group.id
-        last = await uow.dead_letters.max_dlq_offset(group_id)
+        last = await uow.dead_letters.max_dead_letter_offset(group_id)
     replayed = 0
     chunk = REPLAY_CHUNK if rate is None else max(1, min(REPLAY_CHUNK, int(rate)))
     started = time.monotonic()
     after: int | None = None
     while last is not None:
         async with metadata.unit() as uow:
-            rows = [r for r in await uow.dead_letters.page(group_id, after, chunk) if r.dlq_offset <= last]
+            rows = [
+                r for r in await uow.dead_letters.page(group_id, after, chunk) if r.dead_letter_offset <= last
+            ]
             if not rows:
                 break
             taken = await uow.dead_letters.take(group_id, [(r.partition, r.offset) for r in rows])
             await _requeue(uow, group_id, taken)
             await _check_alert(uow, group_id)
         replayed += len(taken)
-        after = rows[-1].dlq_offset
+        after = rows[-1].dead_letter_offset
         if rate is not None:  # throttle: never ahead of ``rate`` messages per second
             ahead = replayed / rate - (time.monotonic() - started)
             if ahead > 0:

@@ -1,37 +1,30 @@
 """Dead-letter queues through the real app, on SQLite and Postgres: retries with backoff, dead-lettering,
-inspect, replay, replay-all, delete, audit. Time is injected (``now_ms`` of the delivery modules), so the
-backoff schedule is checked without sleeping through it."""
+inspect, replay, replay-all, delete, audit. Time is injected (the app's clock, which the leases compare
+with, and ``now_ms`` of the DLQ module), so the backoff schedule is checked without sleeping through it."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.broker import dlq
-from app.broker.delivery import leases
+from app.broker import dead_letters
 from app.kit import clock
 from tests.api.test_errors import assert_envelope
 from tests.api.test_pull import configure, join, make_topic
+from tests.fixtures.clock import ManualClock
 
 
-class FakeClock:
-    """Wall-clock milliseconds that move only when told."""
-
-    def __init__(self) -> None:
-        self.now = clock.now_ms()
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += round(seconds * 1000)
+def frozen_clock(monkeypatch: pytest.MonkeyPatch, deployment) -> ManualClock:
+    """A clock frozen at now, moved only when told, as the app's (``Services.clock``: pull leases and their
+    deadlines) and the DLQ module's."""
+    fake = ManualClock(start_ms=clock.now_ms())
+    monkeypatch.setattr(deployment.app.state.services, "clock", fake)
+    monkeypatch.setattr(dead_letters, "now_ms", fake.now_ms)
+    return fake
 
 
 @pytest.fixture
-def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(leases, "now_ms", fake)
-    monkeypatch.setattr(dlq, "now_ms", fake)
-    return fake
+def fake_clock(monkeypatch: pytest.MonkeyPatch, deployment) -> ManualClock:
+    return frozen_clock(monkeypatch, deployment)
 
 
 async def publish(client, headers, topic, items):
@@ -49,7 +42,7 @@ async def nack(member, message_id, reason="boom", delay=None):
     assert r.json() == {"ids": [message_id], "failed": []}
 
 
-async def dlq_page(client, headers, base, **params):
+async def group_dead_letters_page(client, headers, base, **params):
     r = await client.get(f"{base}/dlq", params=params, headers=headers)
     assert r.status_code == 200, r.text
     return r.json()
@@ -82,7 +75,7 @@ class TestDeadLettering:
     async def test_after_max_retries_the_message_moves_to_the_dlq(self, client, prod):
         member, message_id = await dead_letter_one(client, prod, retries=2)
         assert await member.poll() == []
-        page = await dlq_page(client, prod, member.base)
+        page = await group_dead_letters_page(client, prod, member.base)
         assert page["total"] == 1 and page["nextCursor"] is None
         [entry] = page["data"]
         failed_at = entry.pop("failedAt")
@@ -108,7 +101,7 @@ class TestDeadLettering:
 
     async def test_max_retries_zero_dead_letters_at_the_first_failure(self, client, prod):
         member, message_id = await dead_letter_one(client, prod, retries=0)
-        [entry] = (await dlq_page(client, prod, member.base))["data"]
+        [entry] = (await group_dead_letters_page(client, prod, member.base))["data"]
         assert (entry["messageId"], entry["retryCount"], entry["reason"]) == (message_id, 0, "failed #1")
 
     async def test_without_a_dlq_a_nacked_message_comes_back_without_limit(self, client, prod):
@@ -119,7 +112,11 @@ class TestDeadLettering:
             [message] = await member.poll()
             assert message["attempt"] == attempt
             await nack(member, message_id)
-        assert await dlq_page(client, prod, member.base) == {"data": [], "total": 0, "nextCursor": None}
+        assert await group_dead_letters_page(client, prod, member.base) == {
+            "data": [],
+            "total": 0,
+            "nextCursor": None,
+        }
 
     async def test_a_poison_message_does_not_hold_up_the_healthy_ones(self, client, prod):
         await make_topic(client, prod, partitions=1)
@@ -139,7 +136,7 @@ class TestDeadLettering:
             if good:
                 assert (await member.ack(good))["failed"] == []
         assert sorted(healthy) == [n for n in range(10) if n != 2]
-        page = await dlq_page(client, prod, member.base)
+        page = await group_dead_letters_page(client, prod, member.base)
         assert [(e["messageId"], e["retryCount"]) for e in page["data"]] == [(ids[2], 3)]
         assert await current(client, prod, "orders", "workers") == 10
 
@@ -160,7 +157,7 @@ class TestDeadLettering:
             assert message["attempt"] == attempt
             fake_clock.advance(1.5)  # the ack deadline passes
         assert await member.poll() == []
-        [entry] = (await dlq_page(client, prod, member.base))["data"]
+        [entry] = (await group_dead_letters_page(client, prod, member.base))["data"]
         assert (entry["messageId"], entry["reason"], entry["retryCount"]) == (message_id, "ack timeout", 1)
 
 
@@ -182,7 +179,7 @@ class TestBackoff:
             [message] = await member.poll()
             assert (message["id"], message["attempt"]) == (message_id, retry + 1)
         await nack(member, message_id)
-        assert (await dlq_page(client, prod, member.base))["total"] == 1
+        assert (await group_dead_letters_page(client, prod, member.base))["total"] == 1
 
     async def test_an_ack_timeout_waits_its_backoff_from_the_deadline(self, client, prod, fake_clock):
         await make_topic(client, prod, partitions=1)
@@ -215,13 +212,13 @@ class TestBackoff:
         assert message["attempt"] == 2
 
     def test_delays_double_with_jitter_and_stop_at_an_hour(self):
-        policy = dlq.Policy(max_retries=20, retry_delay_ms=30_000, alert_threshold=100)
-        assert dlq.retry_delay_ms(policy, 1, rng=lambda: 0.5) == 30_000
-        assert dlq.retry_delay_ms(policy, 3, rng=lambda: 0.5) == 120_000
-        assert dlq.retry_delay_ms(policy, 3, rng=lambda: 0.0) == 108_000
-        assert dlq.retry_delay_ms(policy, 3, rng=lambda: 0.999999) == 132_000
-        assert dlq.retry_delay_ms(policy, 10, rng=lambda: 0.999999) == 3_600_000
-        assert dlq.retry_delay_ms(policy, 100, rng=lambda: 0.0) == 3_600_000
+        policy = dead_letters.Policy(max_retries=20, retry_delay_ms=30_000, alert_threshold=100)
+        assert dead_letters.retry_delay_ms(policy, 1, rng=lambda: 0.5) == 30_000
+        assert dead_letters.retry_delay_ms(policy, 3, rng=lambda: 0.5) == 120_000
+        assert dead_letters.retry_delay_ms(policy, 3, rng=lambda: 0.0) == 108_000
+        assert dead_letters.retry_delay_ms(policy, 3, rng=lambda: 0.999999) == 132_000
+        assert dead_letters.retry_delay_ms(policy, 10, rng=lambda: 0.999999) == 3_600_000
+        assert dead_letters.retry_delay_ms(policy, 100, rng=lambda: 0.0) == 3_600_000
 
 
 class TestReplay:
@@ -230,7 +227,7 @@ class TestReplay:
         r = await client.post(f"{member.base}/dlq/replay", json={"messageId": message_id}, headers=prod)
         assert r.status_code == 200, r.text
         assert r.json() == {"messageId": message_id, "replayed": True}
-        assert (await dlq_page(client, prod, member.base))["total"] == 0
+        assert (await group_dead_letters_page(client, prod, member.base))["total"] == 0
         # A fresh budget: one more retry before it is dead-lettered again.
         [message] = await member.poll()
         assert (message["id"], message["attempt"], message["offset"]) == (message_id, 1, 0)
@@ -239,7 +236,7 @@ class TestReplay:
         [message] = await member.poll()
         assert message["attempt"] == 2
         await nack(member, message_id, reason="again")
-        [entry] = (await dlq_page(client, prod, member.base))["data"]
+        [entry] = (await group_dead_letters_page(client, prod, member.base))["data"]
         assert (entry["reason"], entry["retryCount"]) == ("again", 1)
 
     async def test_replay_goes_to_the_failing_group_only(self, client, prod):
@@ -260,11 +257,13 @@ class TestReplay:
         member = await join(client, prod, startFrom="earliest")
         for m in await member.poll(max_messages=100):
             await nack(member, m["id"])
-        page = await dlq_page(client, prod, member.base, limit=7)
+        page = await group_dead_letters_page(client, prod, member.base, limit=7)
         assert page["total"] == 30 and len(page["data"]) == 7
         seen = [e["messageId"] for e in page["data"]]
         while page["nextCursor"]:
-            page = await dlq_page(client, prod, member.base, limit=7, cursor=page["nextCursor"])
+            page = await group_dead_letters_page(
+                client, prod, member.base, limit=7, cursor=page["nextCursor"]
+            )
             seen += [e["messageId"] for e in page["data"]]
         assert sorted(seen) == sorted(ids)
 
@@ -274,7 +273,11 @@ class TestReplay:
         again = await member.poll(max_messages=100)
         assert sorted(m["id"] for m in again) == sorted(ids) and {m["attempt"] for m in again} == {1}
         assert (await member.ack([m["id"] for m in again]))["failed"] == []
-        assert await dlq_page(client, prod, member.base) == {"data": [], "total": 0, "nextCursor": None}
+        assert await group_dead_letters_page(client, prod, member.base) == {
+            "data": [],
+            "total": 0,
+            "nextCursor": None,
+        }
         r = await client.post(f"{member.base}/dlq/replay-all", headers=prod)
         assert r.json() == {"replayed": 0}
 
@@ -293,7 +296,7 @@ class TestReplay:
         assert r.status_code == 200
         r = await client.post(f"{member.base}/dlq/replay-all", json={}, headers=prod)
         assert r.json() == {"replayed": 1}
-        assert (await dlq_page(client, prod, member.base))["total"] == 0
+        assert (await group_dead_letters_page(client, prod, member.base))["total"] == 0
 
         r = await client.get(f"{member.base}/dlq/audit", headers=prod)
         assert r.status_code == 200, r.text
@@ -342,7 +345,7 @@ class TestErrors:
     async def test_a_group_without_a_dlq_lists_an_empty_one(self, client, prod):
         await make_topic(client, prod, partitions=1)
         await configure(client, prod, "orders", "workers", ackTimeout="30s")
-        assert await dlq_page(client, prod, "/v1/topics/orders/groups/workers") == {
+        assert await group_dead_letters_page(client, prod, "/v1/topics/orders/groups/workers") == {
             "data": [],
             "total": 0,
             "nextCursor": None,

@@ -2,8 +2,9 @@
 (PRODUCT.md "Time and flow"), through the real app on every deployment (SQLite, Postgres, JetStream).
 
 Pull members here; WebSocket members and the SDK in ``test_pause_ws.py``, two API processes in
-``tests/system/test_pause_nodes.py``. Waits are real (a 1 s ack timeout, a 1 s pause); the bounds are
-correctness bounds, not speed claims."""
+``tests/system/test_pause_nodes.py``. Waits are real (a pause's end, a session's expiry, the breaker's
+flushes) but for an ack timeout, passed by advancing the deployment's clock; the bounds are correctness
+bounds, not speed claims."""
 
 from __future__ import annotations
 
@@ -174,7 +175,7 @@ class TestNackToTheDlq:
 
 
 class TestDeadLetterHistory:
-    async def test_timeouts_and_nacks_oldest_first(self, client, prod):
+    async def test_timeouts_and_nacks_oldest_first(self, client, prod, clock):
         await make_topic(client, prod, partitions=1)
         await configure(
             client,
@@ -188,7 +189,9 @@ class TestDeadLetterHistory:
         [message_id] = await publish(client, prod, count=1)
         [first] = await member.poll()
         assert first["attempt"] == 1
-        [second] = await member.poll(wait=5)  # after the 1 s ack timeout
+        assert await member.poll() == []  # its deadline holds
+        clock.advance(1.1)
+        [second] = await member.poll()  # after the 1 s ack timeout
         assert second["attempt"] == 2
         await nack(member, message_id, reason="bad")
         [third] = await member.poll(wait=5)
@@ -307,7 +310,7 @@ class TestWhatCountsAsAFailedAttempt:
         [entry] = await dlq_entries(client, prod)
         assert entry["retryCount"] == 1 and len(entry["attempts"]) == 2
 
-    async def test_a_session_expiry_is_an_ack_timeout(self, client, prod):
+    async def test_a_session_expiry_is_an_ack_timeout(self, client, prod, clock):
         await make_topic(client, prod, partitions=1)
         await configure(client, prod, "orders", "workers", deadLetter={"maxRetries": 0})
         a = await join(client, prod, startFrom="earliest", sessionTimeout="2s")
@@ -315,7 +318,7 @@ class TestWhatCountsAsAFailedAttempt:
         [held] = await a.poll()
         assert held["attempt"] == 1
         b = await join(client, prod, startFrom="earliest", sessionTimeout="30s")
-        await asyncio.sleep(2.2)  # A stops heartbeating: its session ends, its lease is a timeout
+        clock.advance(2.2)  # A stops heartbeating: its session ends, its lease is a timeout
         assert (await b.poll(expect=409)).json()["error"]["code"] == "STALE_GENERATION"  # A expired
         await b.rejoin()
         assert b.assignments == [0]

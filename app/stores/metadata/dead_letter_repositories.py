@@ -8,11 +8,11 @@ from typing import Any, cast
 from sqlalchemy import Table, delete, func, insert, select, tuple_, update
 
 from app.stores.metadata.base import Repository
-from app.stores.metadata.models import ConsumerGroup, DeadLetter, DlqAuditEntry, Topic
-from app.stores.metadata.protocol import DeadLetterRow, DlqAuditRow
+from app.stores.metadata.models import ConsumerGroup, DeadLetter, DeadLetterAuditEntry, Topic
+from app.stores.metadata.protocol import DeadLetterAuditRow, DeadLetterRow
 
 dead_letters = cast(Table, DeadLetter.__table__)
-audit = cast(Table, DlqAuditEntry.__table__)
+audit = cast(Table, DeadLetterAuditEntry.__table__)
 groups = cast(Table, ConsumerGroup.__table__)
 
 
@@ -49,7 +49,7 @@ class DeadLetterRepository(Repository):
                         "group_id": group_id,
                         "partition": r.partition,
                         "offset": r.offset,
-                        "dlq_offset": r.dlq_offset,
+                        "dlq_offset": r.dead_letter_offset,
                         "reason": r.reason,
                         "retry_count": r.retry_count,
                         "failed_at_ms": r.failed_at_ms,
@@ -93,7 +93,7 @@ class DeadLetterRepository(Repository):
         )
         return [DeadLetterRow(*row) for row in result.all()]
 
-    async def max_dlq_offset(self, group_id: str) -> int | None:
+    async def max_dead_letter_offset(self, group_id: str) -> int | None:
         result = await self.session.execute(
             select(func.max(dead_letters.c.dlq_offset)).where(dead_letters.c.group_id == group_id)
         )
@@ -126,7 +126,7 @@ class DeadLetterRepository(Repository):
 
     # audit ----------------------------------------------------------------------------------------
 
-    async def record(self, entry: DlqAuditRow) -> None:
+    async def record(self, entry: DeadLetterAuditRow) -> None:
         await self.session.execute(
             insert(audit).values(
                 id=entry.id,
@@ -140,10 +140,10 @@ class DeadLetterRepository(Repository):
             )
         )
 
-    async def audit_page(self, group_id: str, before: str | None, limit: int) -> list[DlqAuditRow]:
+    async def audit_page(self, group_id: str, before: str | None, limit: int) -> list[DeadLetterAuditRow]:
         """Newest first: ids grow with time."""
         stmt = select(*_AUDIT_COLUMNS).where(audit.c.group_id == group_id)
         if before is not None:
             stmt = stmt.where(audit.c.id < before)
         result = await self.session.execute(stmt.order_by(audit.c.id.desc()).limit(limit))
-        return [DlqAuditRow(*row) for row in result.all()]
+        return [DeadLetterAuditRow(*row) for row in result.all()]

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from app.api.schemas.common import RequestBody, ResponseBody
 from app.api.schemas.constraints import Instant, MessageId, Partition, at_most
-from app.broker import dlq
+from app.broker import dead_letters
 
 
 class FailedAttempt(ResponseBody):
@@ -33,7 +33,7 @@ class DeadLetterEntry(ResponseBody):
 
 
 class DeadLetterPage(ResponseBody):
-    data: Annotated[list[DeadLetterEntry], at_most(dlq.MAX_PAGE)]
+    data: Annotated[list[DeadLetterEntry], at_most(dead_letters.MAX_PAGE)]
     total: int = Field(description="the DLQ's depth")
     nextCursor: str | None
 
@@ -70,5 +70,5 @@ class AuditEntry(ResponseBody):
 
 
 class AuditPage(ResponseBody):
-    data: Annotated[list[AuditEntry], at_most(dlq.MAX_PAGE)]
+    data: Annotated[list[AuditEntry], at_most(dead_letters.MAX_PAGE)]
     nextCursor: str | None

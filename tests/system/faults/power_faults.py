@@ -1,0 +1,99 @@
+"""Coordinated power loss: every process that stores data loses, at once, what it had not fsync'd.
+
+SIGKILL alone cannot show this (the OS page cache outlives a killed process). Here every data directory
+of the deployment - the API process's (the local log engine's segments, and SQLite on the embedded
+deployment) and, on the JetStream deployment, every NATS node's store - is a lazy file system
+(tests/system/faults/lazyfs.py). ``POWER_LOSS`` SIGKILLs every such process at once, drops every write
+not synced on every one of those file systems, then starts them all again on what is left: the NATS nodes
+first (each recovers its store and the cluster elects leaders), then the API process. The run's checker
+(history.py) then judges: nothing acknowledged lost, no acked message of the exactly-once topic delivered
+again, order per partition, batches whole. Postgres (metadata) and Redis (limits) stay outside the loss:
+the Postgres deployment puts only the local log on a lazy file system.
+
+This is what Jepsen's NATS 2.12.1 analysis did with lazyfs ("coordinated power loss"), in small: the loss
+is whole (every unsynced write gone, nothing torn), and directory operations other than creates are durable
+at once (lazyfs.py says what is and is not modelled).
+
+``POWER_LOSS_NODE`` is the common case beside it: one machine of the JetStream cluster loses power (the
+node leading the most streams, SIGKILLed and its unsynced writes dropped) while the other nodes and the API
+process run on; it starts again on what its disk kept and catches up from the others. A quorum kept every
+acknowledged write, so nothing acknowledged may be lost even where the nodes do not fsync every write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.system.faults.lazyfs import LazyFS
+from tests.system.faults.load import Fault, Target
+from tests.system.faults.nats_faults import leading_node
+
+NODE_READY_S = 90.0  # a hang guard on the nodes' recovery, not a speed claim
+
+
+@contextlib.contextmanager
+def lazy_disks(*mountpoints: Path) -> Iterator[list[LazyFS]]:
+    """A lazy file system mounted at each of ``mountpoints`` (backed by ``<mountpoint>.disk`` beside it),
+    unmounted afterwards: mount before anything writes there (the CLI's migrate, a node's first start)."""
+    disks: list[LazyFS] = []
+    try:
+        for mountpoint in mountpoints:
+            disks.append(LazyFS(mountpoint).mount())
+        yield disks
+    finally:
+        for disk in reversed(disks):
+            disk.unmount()
+
+
+async def _power_loss(target: Target) -> str:
+    if not target.disks:
+        raise RuntimeError("a power loss needs the deployment's data on lazy file systems (lazy_disks)")
+    server = target.api_server
+    processes = [server.process] + [n.process for n in (target.cluster.nodes if target.cluster else [])]
+    for process in processes:  # at once: no process outlives another's loss
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+    for process in processes:
+        if process is not None:
+            await asyncio.to_thread(process.wait)
+    server.process = None
+    lost = [await asyncio.to_thread(disk.lose_unsynced) for disk in target.disks]
+    if target.cluster is not None:
+        cluster = target.cluster
+        for index in range(len(cluster.nodes)):
+            cluster.restart(index, wait=False)
+        await asyncio.to_thread(cluster.wait_ready, NODE_READY_S)
+    await asyncio.to_thread(server.start)
+    files = sum(d["files"] for d in lost)
+    removed = sum(d["removed"] for d in lost)
+    cut = sum(d["bytes"] for d in lost)
+    names = sorted({name for d in lost for name in d["names"]})
+    return (
+        f"{len(lost)} disks: {files} files cut back ({cut} bytes), {removed} never-synced files gone "
+        f"[{', '.join(names)}]"
+    )
+
+
+async def _power_loss_node(target: Target) -> str:
+    cluster = target.cluster
+    if cluster is None or not target.disks:
+        raise RuntimeError("a node's power loss needs the JetStream nodes' stores on lazy file systems")
+    index = await asyncio.to_thread(leading_node, cluster)
+    store = cluster.nodes[index].store
+    (disk,) = [d for d in target.disks if d.mountpoint == store]
+    await asyncio.to_thread(cluster.kill, index)
+    lost = await asyncio.to_thread(disk.lose_unsynced)
+    await asyncio.to_thread(cluster.restart, index, False)
+    await asyncio.to_thread(cluster.wait_ready, NODE_READY_S, [index])
+    return (
+        f"n{index} (leading most streams): {lost['files']} files cut back ({lost['bytes']} bytes), "
+        f"{lost['removed']} never-synced files gone [{', '.join(sorted(lost['names']))}]"
+    )
+
+
+POWER_LOSS = Fault("power-loss", _power_loss)
+POWER_LOSS_NODE = Fault("power-loss-node", _power_loss_node)
