@@ -136,6 +136,9 @@ class PushMember:
         self._due_polled = 0  # when the beat last scanned lease rows (ms)
         self._held_due = _NEVER  # the first due time of rows held back since the beat's last poll began
         self._rejoining = asyncio.Lock()
+        # Held by a delivery pass; a rejoin waits for it (taken after ``_rejoining``), so nothing a pass
+        # read under the old generation is sent after the ``rebalance`` frame of the new one.
+        self._delivering = asyncio.Lock()
         self._stopped = False
         self._last_beat = 0.0
         self._group_key = (topic.id, group)
@@ -261,7 +264,7 @@ class PushMember:
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
         """After a stale generation or an eviction: join again under the same id, push ``rebalance``,
         reconcile what the member holds with what it owns now."""
-        async with self._rejoining:
+        async with self._rejoining, self._delivering:
             if self.generation != seen_generation:
                 return  # the other task rejoined meanwhile
             if evicted:  # others may own its partitions already: what it held in memory is void
@@ -374,7 +377,16 @@ class PushMember:
         return None
 
     async def _pass(self) -> bool:
-        """One delivery pass: timeouts, then new records. True if it sent."""
+        """One delivery pass: timeouts, then new records. True if it sent. A rejoin waits for a pass in
+        progress (``_delivering``): otherwise records read before it, from partitions it has just
+        forgotten or handed over, would reach the client after its ``rebalance`` frame, and the member
+        would then send them again from its checkpoint as new first deliveries of the same session."""
+        async with self._delivering:
+            if self._rejoining.locked():
+                return False  # a rejoin waits: nothing before its ``rebalance`` frame (it nudges when done)
+            return await self._pass_held()
+
+    async def _pass_held(self) -> bool:
         now = now_ms()
         if now >= self._next_expiry:
             await self._expire(now)
@@ -383,8 +395,6 @@ class PushMember:
             return False
         if self._group_paused:
             return False  # nothing new until a beat sees the group resumed
-        if self._rejoining.locked():
-            return False  # a rejoin: nothing before its ``rebalance`` frame (it nudges when done)
         if budget > 0 and self._holdings.parts and self._ack_timeout_ms is not None:
             # The beat, running beside this pass, counts its budget as held: neither its lease-row
             # poll nor its claim of the group's maxInFlight may give that room away meanwhile.

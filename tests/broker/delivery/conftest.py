@@ -19,6 +19,7 @@ import pytest
 from app.broker import publishing, topics
 from app.broker.delivery.push import PushMember
 from app.broker.topics import Scope, TopicRef
+from app.stores.log.protocol import LogEngine
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
 from app.stores.metadata.protocol import PartitionState
@@ -82,13 +83,21 @@ def make_topic(deployment: Any) -> MakeTopic:
 class PushConnection:
     """A push member with the frames it sent, as the WebSocket edge would run it."""
 
-    def __init__(self, services: Any, topic: TopicRef, group: str = "g", *, max_in_flight: int = 100) -> None:
+    def __init__(
+        self,
+        services: Any,
+        topic: TopicRef,
+        group: str = "g",
+        *,
+        max_in_flight: int = 100,
+        log: LogEngine | None = None,
+    ) -> None:
         self.frames: list[dict[str, Any]] = []
         self.arrived = asyncio.Event()
         self.services = services
         self.member = PushMember(
             services.metadata,
-            services.log,
+            services.log if log is None else log,
             topic,
             group,
             start_from="earliest",

@@ -7,12 +7,15 @@ contract over a real WebSocket is ``tests/api/test_ws.py``.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import pytest
 
 from app.broker import topics
+from app.broker.delivery import membership
 from app.broker.errors import TopicNotFound
+from app.stores.log.protocol import LogEngine, Record
 from tests.broker.delivery.conftest import HANG_GUARD, MakeTopic, PushConnection
 
 Connect = Callable[..., Awaitable[PushConnection]]
@@ -160,6 +163,72 @@ class TestRebalance:
         assert sorted(again) == sorted(ids[2:])
         # A clean leave spends no retry: the same attempt again.
         assert {m["attempt"] for m in staying.messages()} == {1}
+
+
+class OnePartitionHeld:
+    """The deployment's log engine, except that one read is held at a gate: the first of a partition
+    other than the first one found records in. So a delivery pass has taken one partition's records
+    and waits on the next one's, for as long as the test likes."""
+
+    def __init__(self, log: LogEngine) -> None:
+        self._log = log
+        self.gate = asyncio.Event()
+        self.holding = asyncio.Event()
+        self._first: int | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._log, name)
+
+    async def read(self, topic_id: str, partition: int, *args: int, **kwargs: int) -> list[Record]:
+        if self._first is not None and partition != self._first and not self.holding.is_set():
+            self.holding.set()
+            await self.gate.wait()
+        records = await self._log.read(topic_id, partition, *args, **kwargs)
+        if records and self._first is None:
+            self._first = partition
+        return records
+
+
+class TestEvictedMidPass:
+    async def test_nothing_read_before_the_rejoin_follows_its_rebalance_frame(
+        self, make_topic: MakeTopic, push_connections: Connect
+    ):
+        # The member's session ends (a pause past sessionTimeout, say) while a delivery pass is between
+        # two partitions. It rejoins under its own id and starts again from the checkpoint, which is
+        # a new session for its client: what the pass read before must not be sent after the
+        # ``rebalance`` frame, or the client sees offsets go back within one session (the short faults
+        # run saw exactly that: tests/system/faults/test_short_faults.py).
+        topic = await make_topic(partitions=2)
+        for partition in (0, 1):
+            await topic.publish(4, partition=partition)
+        log = OnePartitionHeld(topic.services.log)
+        connection = await push_connections(topic, log=log)
+        async with asyncio.timeout(HANG_GUARD):
+            await log.holding.wait()
+        await membership.leave(topic.services.metadata, topic.ref, "g", connection.member.member_id)
+        connection.member.look_again(())  # its beat finds it gone and rejoins
+        # Give a rejoin that does not wait for the pass the time to send its frame.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(connection.wait_for("rebalance"), 2.0)
+        log.gate.set()
+        await connection.wait_for("rebalance")
+        after = connection.frames.index(next(f for f in connection.frames if f["type"] == "rebalance"))
+        await wait_until(lambda: len(session_messages(connection.frames[after:])) >= 8)
+        by_partition: dict[int, list[int]] = {0: [], 1: []}
+        for message in session_messages(connection.frames[after:]):
+            by_partition[message["partition"]].append(message["offset"])
+        assert by_partition == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]}
+
+
+def session_messages(frames: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The messages of ``frames``, in the order sent."""
+    found: list[dict[str, object]] = []
+    for frame in frames:
+        if frame["type"] == "message":
+            found.append(frame)
+        elif frame["type"] == "messages":
+            found.extend(frame["messages"])  # type: ignore[arg-type]
+    return found
 
 
 class TestStop:
