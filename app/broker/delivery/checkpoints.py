@@ -61,6 +61,10 @@ class HeldPartition:
     acked_row_max: int = -1  # the highest acked lease row written (-1: none left above committed)
     released: bool = False  # let go with its leases and acks written (``release``)
     releasing: bool = False  # being let go: nothing more is delivered from it
+    # Claimed or kept at a (re)join: lease rows given back meanwhile (a member that left) may be due
+    # below ``position``. Nothing new is read from it until the beat's poll has taken the due ones, so
+    # the client sees them in offset order before what follows (``PushMember._beat``).
+    rows_first: bool = False
 
     @property
     def floor(self) -> int:

@@ -191,6 +191,7 @@ class Holdings:
                     await checkpoints.start_position(log, topic, owned),
                     message_ids.partition_prefix(topic.id, p, prefix=topic.id_prefix),
                     skip=claim.ahead.get(p, set()),
+                    rows_first=True,
                 )
                 rows_due()  # an earlier owner's lease rows may be due
         for p in list(self.parts):

@@ -201,6 +201,7 @@ class PushMember:
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
         await self._reconcile(confirmed=True)
+        self._rows_first()
         # A rebalance: they look at once rather than at their next beat, and send nothing more from
         # what this member was given (only a join takes partitions away: the assignment is sticky).
         self._wake_neighbours(taken=self.assignments)
@@ -281,6 +282,7 @@ class PushMember:
             )
             self.generation, self.assignments = joined.generation, joined.assignments
             await self._reconcile(confirmed=True)
+            self._rows_first()
             # The delivery loop sends nothing while this runs (``_pass``): the member's client learns
             # of the new generation before any message of it.
             await self._send(
@@ -303,6 +305,15 @@ class PushMember:
         if released and not leaving:
             self._wake_neighbours()
         return released
+
+    def _rows_first(self) -> None:
+        """A (re)join: a member that left meanwhile gave back its unacked leases as lease rows, due at
+        once with the attempt counted back, below the positions this member reads on from. Every
+        partition held sends those first: nothing new is read from it until the beat's poll has taken
+        them, so its client sees offsets go up within the session that begins here."""
+        for part in self._holdings.parts.values():
+            part.rows_first = True
+        self._rows_may_be_due()
 
     def _beat_now(self) -> None:
         """Run a full beat now (heartbeat, reconcile), not at its next turn."""
@@ -452,6 +463,7 @@ class PushMember:
         if self._flow.config is None:  # the first beat learns the group's config before anything is sent
             budget = max(0, budget)
         if budget > 0 or self._flow.config is None:
+            waiting = [part for part in self._holdings.parts.values() if part.rows_first]
             self._reserved += budget  # the delivery loop leaves room for what the poll brings
             self._held_due = _NEVER  # rows held back from now on may be missing from the poll's answer
             try:
@@ -474,6 +486,9 @@ class PushMember:
             self._rows_due = self._due_at  # what the store said: rows due then
             if self._held_due < self._due_at:  # delayed messages held back while it ran
                 self._due_at = self._rows_due = self._held_due
+            if waiting and not polled.paused and (polled.next_deadline_ms or _NEVER) > now:
+                for part in waiting:  # no row of theirs is due any more: new records may follow
+                    part.rows_first = False
             if polled.messages:
                 for message_id in polled.ids:
                     self._holdings.in_flight[message_id] = polled.deadline_ms
@@ -506,9 +521,11 @@ class PushMember:
 
         def readable(part: HeldPartition) -> bool:
             # Not being handed over (the release has taken what was sent; what it did not take is the
-            # new owner's), not paused for a neighbour's join, not reconciled away while reading.
+            # new owner's), not waiting for rows given back to it (``rows_first``), not paused for a
+            # neighbour's join, not reconciled away while reading.
             return (
                 not part.releasing
+                and not part.rows_first
                 and part.partition not in paused
                 and holdings.parts.get(part.partition) is part
             )
@@ -592,14 +609,14 @@ class PushMember:
         if throttled:  # the group's rate: the next token, not a commit, is what to wait for
             timeout = min(timeout, (self._flow.throttled_until - now) / 1000 + 0.001)
         # Watch only where a pass could send now: with no room (the beat's reservation counts), or
-        # from a partition paused or being released, records already there would wake it again and
-        # again (the beat wakes it when those end).
+        # from a partition paused, being released or waiting for its given-back rows, records already
+        # there would wake it again and again (the beat wakes it when those end).
         room = self._flow.cap - len(self._holdings.in_flight) - self._reserved
         if room > 0 and not throttled and not self._group_paused:
             topic_id = self._topic.id
             paused = self._paused
             for part in self._holdings.parts.values():
-                if not part.releasing and part.partition not in paused:
+                if not (part.releasing or part.rows_first) and part.partition not in paused:
                     cancels.append(self._log.watch(topic_id, part.partition, part.position, self._nudge))
         try:
             if self._delivery_wakeup.is_set:

@@ -22,7 +22,7 @@ from app.broker.topics import Scope, TopicRef
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.group_repositories import GroupRepository
 from app.stores.metadata.partition_repositories import PartitionRepository
-from app.stores.metadata.protocol import PartitionState
+from app.stores.metadata.protocol import MetadataStore, PartitionState
 
 # How long a test may wait for a frame before it fails instead of hanging (not a speed requirement).
 HANG_GUARD = 20.0
@@ -91,12 +91,13 @@ class PushConnection:
         *,
         max_in_flight: int = 100,
         log: LogEngine | None = None,
+        metadata: MetadataStore | None = None,
     ) -> None:
         self.frames: list[dict[str, Any]] = []
         self.arrived = asyncio.Event()
         self.services = services
         self.member = PushMember(
-            services.metadata,
+            services.metadata if metadata is None else metadata,
             services.log if log is None else log,
             topic,
             group,
