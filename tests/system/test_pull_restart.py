@@ -93,24 +93,27 @@ def test_exactly_once_after_sigkill(running):
     acked: set[str] = set()
     for chunk in (ids[0:7], ids[11:20], ids[25:26], ids[30:38]):
         answer = api.ok("POST", f"{api.base}/ack", {**ident, "ids": chunk})
-        assert answer["failed"] == []
+        # On a loaded machine an ack may land after its deadline: refused, so that message comes again.
+        assert {f["code"] for f in answer["failed"]} <= {"ACK_EXPIRED"}, answer
         acked.update(answer["ids"])
     running.stop(signal.SIGKILL)
     running.start()
-    redelivered: dict[str, int] = {}
-    deadline = time.monotonic() + 20
-    while len(redelivered) < len(ids) - len(acked) and time.monotonic() < deadline:
+    first_attempts: dict[str, int] = {}
+    settled: set[str] = set()
+    deadline = time.monotonic() + 30
+    while settled != set(ids) - acked and time.monotonic() < deadline:
         polled = api.ok("POST", f"{api.base}/poll", {**ident, "maxMessages": 100, "waitSeconds": 2})[
             "messages"
         ]
         for m in polled:
-            assert m["id"] not in acked, f"acked message delivered again: {m}"
-            redelivered[m["id"]] = m["attempt"]
-        if polled:  # acked as they come, each well within its ack timeout
+            assert m["id"] not in acked | settled, f"acked message delivered again: {m}"
+            first_attempts.setdefault(m["id"], m["attempt"])
+        if polled:  # acked as they come
             answer = api.ok("POST", f"{api.base}/ack", {**ident, "ids": [m["id"] for m in polled]})
-            assert answer["failed"] == []
-    assert set(redelivered) == set(ids) - acked
-    assert set(redelivered.values()) == {2}
+            assert {f["code"] for f in answer["failed"]} <= {"ACK_EXPIRED"}, answer
+            settled.update(answer["ids"])
+    assert settled == set(ids) - acked
+    assert set(first_attempts.values()) == {2}  # each unacked message once more, its attempt kept
     running.stop(signal.SIGKILL)
     running.start()
     time.sleep(3.2)  # past the ack timeout: anything not acked would be due again
