@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import BACKENDS
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
 from tests.fixtures.webhooks import Receiver
 
@@ -20,7 +21,8 @@ ENV = "production"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# The deployments of this run (tests/conftest.py: Postgres with the local log engine is make test-matrix's).
+@pytest.fixture(params=[b for b in ("sqlite", "postgres") if b in BACKENDS])
 def running(request, tmp_path, postgres_database):
     url = postgres_database if request.param == "postgres" else ""
     env = server_env(

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from infra.nats_cluster import NatsCluster
+from tests.conftest import BACKENDS
 from tests.fixtures.database import create_database, database_url, drop_database
 from tests.fixtures.nats import free_base_port
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, server_env
@@ -42,7 +43,8 @@ class Deployment:
     settings: dict[str, str] = field(default_factory=dict)
 
 
-@pytest.fixture(params=["sqlite", "postgres", "jetstream"])
+# The deployments of this run (tests/conftest.py: Postgres with the local log engine is make test-matrix's).
+@pytest.fixture(params=[b for b in ("sqlite", "postgres", "jetstream") if b in BACKENDS])
 def deployments(request, tmp_path: Path) -> Iterator[tuple[Deployment, Deployment]]:
     """The source deployment and the fresh one the backup is restored into: SQLite + local engine,
     Postgres + local engine, or Postgres + JetStream (a 3-node cluster of each one's own)."""
