@@ -213,27 +213,8 @@ class TestArchiveOnJetStream:
 
 
 class TestCommandLine:
-    """The jobs as operators start them: the console script, and spark-submit (each its own JVM)."""
-
-    def test_console_script_archive(
-        self, api: Api, qc_server: Server, key: str, tmp_path: Path, spark
-    ) -> None:  # type: ignore[no-untyped-def]
-        topic = api.create_topic(partitions=1)
-        api.publish(topic, [{"data": {"n": i}} for i in range(20)])
-        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
-        env.update(
-            {"QUEUECORE_API_KEY": key, "QUEUECORE_BASE_URL": qc_server.url, "PYSPARK_PYTHON": sys.executable}
-        )
-        out = tmp_path / "archive"
-        result = subprocess.run(
-            [str(BIN / "queuecore-spark"), "--master", "local[1]", "archive", "--out", str(out), "--project", "p1", "--topics", topic],
-            env=env, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert json.loads(result.stdout.strip().splitlines()[-1]) == {
-            "archived": {f"project=p1/environment=development/topic={topic}": 20}
-        }
-        assert spark.read.parquet(str(out)).count() == 20
+    """The jobs as operators start them: the console script, and spark-submit (each its own JVM). The
+    console script's archive run is on a standalone cluster (``test_cluster.py``)."""
 
     def test_console_script_reports_service_errors(self, qc_server: Server, tmp_path: Path) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
