@@ -77,6 +77,16 @@ class TestLimits:
         assert (await client.get("/v1/topics", headers=dev)).status_code == 200
 
     async def test_refused_requests_do_not_count(self, client, deployment, clock):
+        # On Redis the window is real time: a loaded machine may not fit the requests below in one second
+        # (CI-like load took longer for its first ten). Such a run shows nothing either way; it is made
+        # again, with a fresh key, a bounded number of times.
+        for _ in range(5):
+            if await self._refused_requests_do_not_count(client, deployment, clock):
+                return
+        pytest.fail("the requests never fit in one second of the limiter's window: nothing was checked")
+
+    async def _refused_requests_do_not_count(self, client, deployment, clock) -> bool:
+        """One run of the check; False if it did not fit in the window (inconclusive)."""
         project = await developer(deployment)
         headers = project.headers("staging")
         statuses = [(await client.get("/v1/topics", headers=headers)).status_code]
@@ -86,13 +96,16 @@ class TestLimits:
         first_answered = clock.monotonic_ns() / 1e9
         statuses += [(await client.get("/v1/topics", headers=headers)).status_code for _ in range(9)]
         assert statuses == [200] * 10
-        # Refused half a second later: were they counted, they would fill the window until then + 1 s.
-        await wait_out(deployment, clock, 0.5)
+        # Refused a little later: were they counted, they would fill the window until then + 1 s.
+        await wait_out(deployment, clock, 0.3)
         statuses += [(await client.get("/v1/topics", headers=headers)).status_code for _ in range(20)]
+        if clock.monotonic_ns() / 1e9 - first_answered >= 0.95:
+            return False  # some may have come after the first one left the window: no conclusion
         assert statuses.count(200) == 10
         # A second after the first accepted request the window has room again, however many were refused.
         await wait_out(deployment, clock, max(0.0, first_answered + 1.05 - clock.monotonic_ns() / 1e9))
         assert (await client.get("/v1/topics", headers=headers)).status_code == 200
+        return True
 
     async def test_tier_change_applies_without_a_restart(self, client, deployment):
         project = await developer(deployment)
