@@ -4,18 +4,38 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 
 from tests.fixtures.server import bootstrap, cli, server_env, set_tier
 
 
+@pytest.fixture(scope="module")
+def migrated_sqlite(tmp_path_factory) -> Path:
+    """An embedded deployment's data directory migrated once for the module (``migrate`` is a process
+    of ~2 s)."""
+    data = tmp_path_factory.mktemp("migrated")
+    cli(server_env(data), "migrate")
+    return data
+
+
+@pytest.fixture(scope="module")
+def migrated_postgres(postgres_database, tmp_path_factory) -> str:
+    """The session's Postgres database, migrated once for the module."""
+    cli(server_env(tmp_path_factory.mktemp("migrate"), postgres_database), "migrate")
+    return postgres_database
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
-def env(request, tmp_path, postgres_database):
-    url = postgres_database if request.param == "postgres" else ""
-    env = server_env(tmp_path, url)
-    cli(env, "migrate")
-    return env
+def env(request, tmp_path):
+    """A migrated deployment's environment: its own copy of the embedded database, or the session's
+    Postgres one (the tests name their projects apart)."""
+    if request.param == "postgres":
+        return server_env(tmp_path, request.getfixturevalue("migrated_postgres"))
+    shutil.copytree(request.getfixturevalue("migrated_sqlite"), tmp_path, dirs_exist_ok=True)
+    return server_env(tmp_path)
 
 
 class TestBootstrap:
