@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+import pytest
+
 from app.broker.publishing import OutgoingMessage
 from app.broker.schedules import service
 from app.broker.schedules.runner import ScheduleRunner, idempotency_key
@@ -134,6 +136,15 @@ class TestCatchUp:
         assert stamp_ms(detail["nextRunAt"]) == due + 6 * 3_600_000  # the first due time after now
 
 
+async def until(check, what: str, seconds: float = 30) -> None:
+    """Until ``await check()`` holds; failing, not hanging, after ``seconds`` (a hang guard)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"{what} did not come within {seconds} s")
+        await asyncio.sleep(0.05)
+
+
 class GatedPublisher:
     """The deployment's publisher, except that publishes to one topic wait for ``gate``: a publish stuck as
     one is behind a partition electing its leader, or a key a dead node held."""
@@ -166,18 +177,22 @@ class TestAStuckPublish:
         )
         try:
             assert await stalled.run_once(wait=False) == 2
-            deadline = asyncio.get_running_loop().time() + 30
-            while not await runs(client, prod, ticks["id"]):  # recorded while the other waits
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.05)
-            assert gated.waiting == 1 and await runs(client, prod, stuck["id"]) == []
+
+            async def ticked_while_stuck_waits() -> bool:
+                # Either task may get there first: the tick recorded, and the stuck one at the gate.
+                return gated.waiting == 1 and bool(await runs(client, prod, ticks["id"]))
+
+            await until(ticked_while_stuck_waits, "the other schedule's run")
+            assert await runs(client, prod, stuck["id"]) == []
             # Its claim runs out: the run is due again, and left to the task still firing it.
             clock.at = due + 6_000
             assert await stalled.run_once(wait=False) == 0
             gated.gate.set()
-            while not await runs(client, prod, stuck["id"]):
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.05)
+
+            async def stuck_ran() -> bool:
+                return bool(await runs(client, prod, stuck["id"]))
+
+            await until(stuck_ran, "the stuck schedule's run, once let through")
             assert gated.waiting == 1
             assert [stamp_ms(r["at"]) for r in await runs(client, prod, stuck["id"])] == [
                 stamp_ms(stuck["nextRunAt"])
