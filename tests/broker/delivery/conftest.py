@@ -131,10 +131,11 @@ class PushConnection:
                 await self.arrived.wait()
         return found
 
-    def messages(self) -> list[dict[str, Any]]:
-        """Every message delivered so far, in the order sent (``message`` and ``messages`` frames)."""
+    def messages(self, since: int = 0) -> list[dict[str, Any]]:
+        """Every message delivered so far (in frames from index ``since`` on), in the order sent
+        (``message`` and ``messages`` frames)."""
         found: list[dict[str, Any]] = []
-        for frame in self.frames:
+        for frame in self.frames[since:]:
             if frame["type"] == "message":
                 found.append(frame)
             elif frame["type"] == "messages":

@@ -251,22 +251,11 @@ class TestEvictedMidPass:
         log.gate.set()
         await connection.wait_for("rebalance")
         after = connection.frames.index(next(f for f in connection.frames if f["type"] == "rebalance"))
-        await wait_until(lambda: len(session_messages(connection.frames[after:])) >= 8)
+        await wait_until(lambda: len(connection.messages(after)) >= 8)
         by_partition: dict[int, list[int]] = {0: [], 1: []}
-        for message in session_messages(connection.frames[after:]):
+        for message in connection.messages(after):
             by_partition[message["partition"]].append(message["offset"])
         assert by_partition == {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]}
-
-
-def session_messages(frames: list[dict[str, object]]) -> list[dict[str, object]]:
-    """The messages of ``frames``, in the order sent."""
-    found: list[dict[str, object]] = []
-    for frame in frames:
-        if frame["type"] == "message":
-            found.append(frame)
-        elif frame["type"] == "messages":
-            found.extend(frame["messages"])  # type: ignore[arg-type]
-    return found
 
 
 class TestStop:
