@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pyarrow.dataset as ds
-from queuecore_spark.jobs import archive
 
 from tests.spark.cluster import StandaloneCluster
 from tests.spark.support import BIN, Api, Server
@@ -50,18 +49,22 @@ class TestOnAStandaloneCluster:
         assert {m["key"] for m in copied} == {f"k{i}" for i in range(5)}
         assert sum(summary["stream_batches"]) == 3000 and max(summary["stream_batches"]) <= 1000
 
-    def test_archive_job_with_spark_submit(
+    def test_archive_job_from_the_console_script(
         self, spark_cluster: StandaloneCluster, api: Api, qc_server: Server, key: str, tmp_path: Path
     ) -> None:
+        # The archive job as an operator starts it (docs/spark.md): the console script, its key and URL
+        # from the environment, its driver on this cluster. (spark-submit is the test above's launcher.)
         topic = api.create_topic(partitions=2)
         published = api.publish(topic, [{"data": {"n": i}} for i in range(400)])
         out = tmp_path / "archive"
-        stdout = submit(
-            spark_cluster, str(Path(archive.__file__).with_name("cli.py")), "archive",
-            "--out", str(out), "--project", "shop", "--api-key", key, "--base-url", qc_server.url,
-            "--topics", topic,
+        env = {**spark_cluster.env(), "QUEUECORE_API_KEY": key, "QUEUECORE_BASE_URL": qc_server.url}
+        result = subprocess.run(
+            [str(BIN / "queuecore-spark"), "--master", spark_cluster.master_url, "archive", "--out", str(out),
+             "--project", "shop", "--topics", topic],
+            env=env, capture_output=True, text=True, timeout=900, check=False,
         )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-4000:] + spark_cluster.log_tail()
         label = f"project=shop/environment=development/topic={topic}"
-        assert json.loads(stdout.strip().splitlines()[-1]) == {"archived": {label: 400}}
+        assert json.loads(result.stdout.strip().splitlines()[-1]) == {"archived": {label: 400}}
         table = ds.dataset(out / label, format="parquet", partitioning="hive").to_table()
         assert sorted(table.column("id").to_pylist()) == sorted(str(m["id"]) for m in published)

@@ -7,12 +7,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-from queuecore_spark.jobs import archive, cli, usage
+from queuecore_spark.jobs import archive, usage
 
 from app.stores.metadata.database import SqlMetadataStore
 from app.stores.metadata.protocol import Rollup
@@ -212,34 +213,28 @@ class TestArchiveOnJetStream:
 
 
 class TestCommandLine:
-    """The jobs' command line (``queuecore_spark.jobs.cli.main``: arguments, the environment, the answer
-    and the exit code), run in this process on the session's Spark: a launcher starts a JVM of its own
-    (tens of seconds each). ``spark-submit …/cli.py archive`` runs on a standalone cluster in
-    ``test_cluster.py``; the console script is run below up to where it would start Spark."""
+    """The jobs as operators start them: the console script, and spark-submit (each its own JVM). The
+    console script's archive run is on a standalone cluster (``test_cluster.py``)."""
 
-    def test_the_console_script_refuses_a_run_without_credentials_before_starting_spark(
-        self, qc_server: Server
-    ) -> None:
+    def test_console_script_reports_service_errors(self, qc_server: Server, tmp_path: Path) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
-        env["QUEUECORE_BASE_URL"] = qc_server.url
+        env.update({"QUEUECORE_API_KEY": "pq_test_sk_" + "x" * 32, "QUEUECORE_BASE_URL": qc_server.url})
         result = subprocess.run(
-            [str(BIN / "queuecore-spark"), "usage"], env=env, capture_output=True, text=True, timeout=120,
-            check=False,
+            [str(BIN / "queuecore-spark"), "--master", "local[1]", "archive", "--out", str(tmp_path / "a")],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
-        assert result.returncode == 2
-        assert "no admin token (--admin-token or $QUEUECORE_ADMIN_TOKEN)" in result.stderr
+        assert result.returncode == 1
+        assert "queuecore-spark: INVALID_API_KEY:" in result.stderr
 
-    def test_a_service_error_is_reported_with_exit_code_1(
-        self, qc_server: Server, tmp_path: Path, spark, monkeypatch, capsys
-    ) -> None:  # type: ignore[no-untyped-def]
-        monkeypatch.setenv("QUEUECORE_API_KEY", "pq_test_sk_" + "x" * 32)
-        monkeypatch.setenv("QUEUECORE_BASE_URL", qc_server.url)
-        assert cli.main(["archive", "--out", str(tmp_path / "a")]) == 1
-        assert "queuecore-spark: INVALID_API_KEY:" in capsys.readouterr().err
-
-    def test_usage_adds_up_what_no_run_has(self, qc_server: Server, spark, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-        monkeypatch.setenv("QUEUECORE_ADMIN_TOKEN", qc_server.admin_token)
-        monkeypatch.setenv("QUEUECORE_BASE_URL", qc_server.url)
+    def test_spark_submit_usage(self, qc_server: Server) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUECORE_")}
+        env.update(
+            {
+                "QUEUECORE_ADMIN_TOKEN": qc_server.admin_token,
+                "QUEUECORE_BASE_URL": qc_server.url,
+                "PYSPARK_PYTHON": sys.executable,
+            }
+        )
         # One request that no run has added up yet.
         key = qc_server.keys["development"]
         assert (
@@ -247,8 +242,11 @@ class TestCommandLine:
             == 200
         )
         _events_of(qc_server, qc_server.projects["spark-test"], 1)
-        assert cli.main(["usage"]) == 0
-        answer = json.loads(
-            [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")][-1]
-        )
+        script = Path(usage.__file__).with_name("cli.py")
+        result = subprocess.run(
+            [str(BIN / "spark-submit"), "--master", "local[1]", "--driver-memory", "1g", str(script), "usage"],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        answer = json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])
         assert answer["next_offset"] > answer["from_offset"] >= 0 and answer["events"] >= 1
