@@ -36,9 +36,17 @@ async def limit_seen(client, headers: dict[str, str], limit: str, tries: int = 1
 
 class TestLimits:
     async def test_admin_limit_headers_and_retry_after(self, client, deployment, clock):
-        project = await developer(deployment)
-        headers = project.headers("development")
-        answers = [await client.get("/v1/topics", headers=headers) for _ in range(12)]
+        # Twelve calls must fall in one window; on Redis (real time) a loaded machine may spread them
+        # over two, which shows nothing: made again with a fresh key, a bounded number of times.
+        for _ in range(5):
+            project = await developer(deployment)
+            headers = project.headers("development")
+            began = clock.monotonic_ns() / 1e9
+            answers = [await client.get("/v1/topics", headers=headers) for _ in range(12)]
+            if clock.monotonic_ns() / 1e9 - began < 0.95:
+                break
+        else:
+            pytest.fail("twelve calls never fit in one second of the limiter's window")
         statuses = [a.status_code for a in answers]
         assert statuses.count(200) == 10 and statuses[10:] == [429, 429], statuses
         for a in answers:
