@@ -115,11 +115,15 @@ class AckSettlement:
         self._reconcile = reconcile
         self._rejoin = rejoin
         self._nudge = wake
-        self.counts_outcomes = False  # the group has a DLQ breaker (acks are counted), as of the last beat
+        self._counts_outcomes = False  # the group has a DLQ breaker (acks are counted), as of the last beat
         self._stopped = False
         self._acks: list[list[Any]] = []  # ack frames read and not yet settled: their ids
         self._acking: asyncio.Task[None] | None = None
         self._lazy_task: asyncio.Task[None] | None = None
+
+    def count_outcomes(self, breaker: bool) -> None:
+        """Whether the group has a DLQ breaker, as the beat's last poll found: if so, acks are counted."""
+        self._counts_outcomes = breaker
 
     def stop(self) -> None:
         """The connection is closing: lazy checkpoints end, and answers that can no longer be sent are
@@ -186,7 +190,7 @@ class AckSettlement:
             done[message_id] = p
         if done and len(self._holdings.in_flight) + len(done) >= self._max_in_flight:
             self._nudge()  # it was full: room to deliver again (otherwise it is not waiting on acks)
-        if done and self.counts_outcomes:
+        if done and self._counts_outcomes:
             breaker.outcomes(self._metadata).record(self._holdings.group_id, acked=len(done))
         return done, failed, touched
 

@@ -63,7 +63,7 @@ class HeldPartition:
     releasing: bool = False  # being let go: nothing more is delivered from it
     # Claimed or kept at a (re)join: lease rows given back meanwhile (a member that left) may be due
     # below ``position``. Nothing new is read from it until the beat's poll has taken the due ones, so
-    # the client sees them in offset order before what follows (``PushMember._beat``).
+    # the client sees them in offset order before what follows (``beat.Beat``).
     rows_first: bool = False
 
     @property

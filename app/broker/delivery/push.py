@@ -1,11 +1,13 @@
 """Push delivery: one WebSocket connection as one group member, fed by a server-side delivery loop.
 
-This module owns the member's loops: joining and rebalancing, the delivery loop, the beat and the
-waits between passes. The rest of a push member lives beside it, composed into ``PushMember`` (each
-part gets the member's ``Holdings`` and the few calls back it needs, never the member itself):
+This module owns the member's joining and rebalancing, its delivery loop and the waits between passes.
+The rest of a push member lives beside it, composed into ``PushMember`` (each part gets the member's
+``Holdings`` and the few calls back it needs, never the member itself):
 
 - ``holdings.py`` — what the member holds: its partitions with their in-memory leases, the ids it holds
   and its write lock, one object all the parts share; their hand-over (``reconcile``) and timeouts;
+- ``beat.py`` — the beat, in a task of its own: heartbeats, rebalances seen, lease rows due, the group
+  as of its last poll (ack timeout, paused), partitions paused for a neighbour's join;
 - ``acks.py`` — ack settlement: the client's ``ack`` / ``nack`` / ``extend`` frames (in memory, lazy,
   durable checkpoint, lease-row fallback);
 - ``push_flow.py`` — flow control: the claim of the group's ``maxInFlight``, its rate and filter;
@@ -24,8 +26,8 @@ first delivery and its ack cost no metadata write per message:
   ``messages`` for several). With nothing
   to send it waits, without polling, on ``LogEngine.watch`` at its positions, on a local wake-up,
   or on the next deadline.
-- **beat** — beside the delivery loop, in a task of its own (so its metadata round trips never hold
-  up a delivery): every ``BEAT_EVERY`` seconds, and whenever a lease row may be due, it runs
+- **beat** — ``beat.py``, beside the delivery loop in a task of its own (so its metadata round trips
+  never hold up a delivery): every ``BEAT_EVERY`` seconds, and whenever a lease row may be due, it runs
   ``leases.poll_once(fresh=False)``: the member's heartbeat (and how a rebalance made anywhere is
   noticed), and the redeliveries of lease rows (retries, replays, timeouts, an earlier owner's leases),
   which then follow the pull path's rules; then it reconciles.
@@ -59,6 +61,7 @@ from app.broker import durations, message_ids, topics
 from app.broker import tracing as spans
 from app.broker.delivery import delays, leases, membership
 from app.broker.delivery.acks import AckSettlement, RenderError, Send
+from app.broker.delivery.beat import NEVER, Beat
 from app.broker.delivery.checkpoints import HeldPartition
 from app.broker.delivery.frames import messages_frame, server_frame
 from app.broker.delivery.holdings import Holdings
@@ -79,9 +82,7 @@ from app.stores.metadata.protocol import MetadataStore
 
 logger = logging.getLogger("queuecore.push")
 
-_BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
 FRAME_MAX = 500  # messages per frame, at most (asyncapi.yaml says so)
-_NEVER = 1 << 62
 
 
 class PushMember:
@@ -117,30 +118,14 @@ class PushMember:
         self.session_timeout_ms = 0
         # Its partitions, in-memory leases and write lock, shared with the parts composed below.
         self._holdings = Holdings(topic.id)
-        self._ack_timeout_ms: int | None = None  # the group's, as of the last beat
-        self._due_at = 0  # when a lease row may fall due (ms)
-        self._next_expiry = _NEVER  # no deadline of ``in_flight`` is earlier (extends only move them later)
+        self._next_expiry = NEVER  # no deadline of ``in_flight`` is earlier (extends only move them later)
         self._delivery_wakeup = Wakeup()
-        # A neighbour's join pauses new deliveries from the partitions it was given until a beat begun
-        # after it is done: the old owner stops sending from a partition it must hand over before more
-        # records reach it (the beat then marks it ``releasing``). The others go on.
-        self._paused: set[int] = set()
-        self._pause_requests = 0  # joins that paused something: a beat that saw them all clears it
-        self._group_paused = False  # the group is paused (``pauses.py``), as of the last beat's poll
-        self._beat_wakeup = Wakeup()
-        self._beats_stopped = False
-        self._beat_error: Exception | None = None
-        self._reserved = 0  # in-flight room a lease-row poll in progress may fill
         self._passing = 0  # in-flight room a delivery pass in progress may fill (its budget)
-        self._rows_due = _NEVER  # when lease rows are known to be due (``_due_at`` may be a guess)
-        self._due_polled = 0  # when the beat last scanned lease rows (ms)
-        self._held_due = _NEVER  # the first due time of rows held back since the beat's last poll began
         self._rejoining = asyncio.Lock()
         # Held by a delivery pass; a rejoin waits for it (taken after ``_rejoining``), so nothing a pass
         # read under the old generation is sent after the ``rebalance`` frame of the new one.
         self._delivering = asyncio.Lock()
         self._stopped = False
-        self._last_beat = 0.0
         self._group_key = (topic.id, group)
         self._flow = PushFlow(
             self._holdings, metadata, max_in_flight, reconcile=self._reconcile, wake=self._nudge
@@ -158,6 +143,19 @@ class PushMember:
             ref=lambda: self.ref,
             reconcile=self._reconcile,
             rejoin=self._rejoin,
+            wake=self._nudge,
+        )
+        self._beat = Beat(
+            self._holdings,
+            metadata,
+            log,
+            self._flow,
+            ref=lambda: self.ref,
+            fenced=self._fenced,
+            reconcile=lambda: self._reconcile(confirmed=True),
+            passing=lambda: self._passing,
+            leased=self._send_leased,
+            counts_outcomes=self._settlement.count_outcomes,
             wake=self._nudge,
         )
 
@@ -195,13 +193,13 @@ class PushMember:
             joined.assignments,
         )
         self._holdings.group_id = joined.group_id
-        self._ack_timeout_ms = joined.ack_timeout_ms  # delivery starts before the first beat's poll
-        self._group_paused = joined.paused  # so a member joining a paused group sends nothing
+        self._beat.ack_timeout_ms = joined.ack_timeout_ms  # delivery starts before the first beat's poll
+        self._beat.group_paused = joined.paused  # so a member joining a paused group sends nothing
         self.session_timeout_ms = durations.parse(
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
         await self._reconcile(confirmed=True)
-        self._rows_first()
+        self._beat.rows_first()
         # A rebalance: they look at once rather than at their next beat, and send nothing more from
         # what this member was given (only a join takes partitions away: the assignment is sticky).
         self._wake_neighbours(taken=self.assignments)
@@ -255,12 +253,7 @@ class PushMember:
     def look_again(self, taken: Collection[int]) -> None:
         """A neighbour changed the group: beat now; send nothing more from the partitions of ``taken``
         this member holds until a beat begun after this is done."""
-        self._last_beat = 0.0
-        losing = self._holdings.parts.keys() & taken
-        if losing:
-            self._paused |= losing
-            self._pause_requests += 1
-        self._nudge_beat()
+        self._beat.pause(taken)
 
     async def _rejoin(self, seen_generation: int, *, evicted: bool = False) -> None:
         """After a stale generation or an eviction: join again under the same id, push ``rebalance``,
@@ -282,7 +275,7 @@ class PushMember:
             )
             self.generation, self.assignments = joined.generation, joined.assignments
             await self._reconcile(confirmed=True)
-            self._rows_first()
+            self._beat.rows_first()
             # The delivery loop sends nothing while this runs (``_pass``): the member's client learns
             # of the new generation before any message of it.
             await self._send(
@@ -299,31 +292,12 @@ class PushMember:
             self._topic,
             leaving=leaving,
             confirmed=confirmed,
-            beat_now=self._beat_now,
-            rows_due=self._rows_may_be_due,
+            beat_now=self._beat.now,
+            rows_due=self._beat.rows_may_be_due,
         )
         if released and not leaving:
             self._wake_neighbours()
         return released
-
-    def _rows_first(self) -> None:
-        """A (re)join: a member that left meanwhile gave back its unacked leases as lease rows, due at
-        once with the attempt counted back, below the positions this member reads on from. Every
-        partition held sends those first: nothing new is read from it until the beat's poll has taken
-        them, so its client sees offsets go up within the session that begins here."""
-        for part in self._holdings.parts.values():
-            part.rows_first = True
-        self._rows_may_be_due()
-
-    def _beat_now(self) -> None:
-        """Run a full beat now (heartbeat, reconcile), not at its next turn."""
-        self._last_beat = 0.0
-        self._nudge_beat()
-
-    def _rows_may_be_due(self) -> None:
-        """Lease rows may be due (an earlier owner's): the beat scans them now."""
-        self._due_at = 0
-        self._nudge_beat()
 
     @property
     def stopped(self) -> bool:
@@ -343,12 +317,12 @@ class PushMember:
     # delivery -------------------------------------------------------------------------------------
 
     async def deliver(self) -> None:
-        """The delivery loop; runs until ``stop()``. The beat (``_beat_forever``) runs beside it."""
-        beats = asyncio.create_task(self._beat_forever(), name=f"beat-{self.member_id}")
+        """The delivery loop; runs until ``stop()``. The beat (``beat.Beat.run``) runs beside it."""
+        beats = asyncio.create_task(self._beat.run(self.session_timeout_ms), name=f"beat-{self.member_id}")
         try:
             while not self._stopped:
-                if self._beat_error is not None:
-                    raise self._beat_error
+                if self._beat.error is not None:
+                    raise self._beat.error
                 self._delivery_wakeup.clear()  # before the pass: a wake-up during it is not lost
                 sent = await self._fenced(self._pass)
                 if sent is None:
@@ -366,8 +340,7 @@ class PushMember:
                 raise TopicNotFound(self._topic.name) from None
             raise
         finally:
-            self._beats_stopped = True
-            self._beat_wakeup.set()
+            self._beat.stop()
             await asyncio.gather(beats, return_exceptions=True)
 
     async def _topic_exists(self) -> bool:
@@ -401,121 +374,34 @@ class PushMember:
         now = now_ms()
         if now >= self._next_expiry:
             await self._expire(now)
-        budget = min(self._flow.cap - len(self._holdings.in_flight) - self._reserved, self._frame_max)
+        budget = min(self._flow.cap - len(self._holdings.in_flight) - self._beat.reserved, self._frame_max)
         if now < self._flow.throttled_until or self._flow.config is None:
             return False
-        if self._group_paused:
+        if self._beat.group_paused:
             return False  # nothing new until a beat sees the group resumed
-        if budget > 0 and self._holdings.parts and self._ack_timeout_ms is not None:
+        ack_timeout_ms = self._beat.ack_timeout_ms
+        if budget > 0 and self._holdings.parts and ack_timeout_ms is not None:
             # The beat, running beside this pass, counts its budget as held: neither its lease-row
             # poll nor its claim of the group's maxInFlight may give that room away meanwhile.
             self._passing = budget
             try:
-                return await self._deliver_new(budget, now + self._ack_timeout_ms)
+                return await self._deliver_new(budget, now + ack_timeout_ms)
             finally:
                 self._passing = 0
         return False
 
-    async def _beat_forever(self) -> None:
-        """Heartbeats, rebalances and lease rows, beside the delivery loop: their metadata round trips
-        (which may queue behind another writer for SQLite's lock) never hold up a delivery."""
-        # A store blip is ridden out for half the session timeout since the last beat that reached it
-        # (``outages``): new records still flow from the log and acks wait in memory for the next
-        # checkpoint. Ending the connection would hand its in-flight messages to the group again.
-        beat_ok_at = time.monotonic()  # the join just reached the store
-        while not self._beats_stopped:
-            self._beat_wakeup.clear()
-            seen = self._pause_requests
-            until = beat_ok_at + self.session_timeout_ms / 2000
-            try:
-                rejoined = await through_outages(lambda: self._fenced(self._beat), until=until) is None
-            except Exception as error:  # noqa: BLE001 - ends the delivery loop, which raises it
-                self._beat_error = error
-                self._nudge()
-                return
-            beat_ok_at = time.monotonic()
-            if self._paused and seen == self._pause_requests:  # begun after every pausing join
-                self._paused.clear()  # reconciled: what is lost is ``releasing`` or gone
-                self._nudge()
-            if rejoined:
-                continue
-            if self._beats_stopped:
-                return
-            timeout = max(0.0, BEAT_EVERY - (time.monotonic() - self._last_beat))
-            # Rows falling due one after another (delayed messages) are taken a few at a time, not one
-            # metadata round trip each: at most one due-row scan per ``delays.COALESCE_MS``.
-            due = max(self._due_at, self._due_polled + delays.COALESCE_MS)
-            await self._beat_wakeup.wait(min(timeout, max(0.0, (due - now_ms()) / 1000) + 0.005))
-
-    async def _beat(self) -> bool:
-        """Every ``BEAT_EVERY``: heartbeat and reconcile; and whenever a lease row may be due: deliver
-        the due ones (retries, replays, timeouts, an earlier owner's leases). True once done."""
-        now = now_ms()
-        started = time.monotonic()
-        beat = started - self._last_beat >= BEAT_EVERY
-        if not beat and self._due_at > now:
-            return True
-        budget = self._flow.cap - len(self._holdings.in_flight) - self._reserved - self._passing
-        if not self._rows_due <= now:
-            # Rows are not known to be due (a plain beat, or a scan after a rebalance or a timeout):
-            # the poll takes a slice, so that the delivery loop keeps its room meanwhile.
-            budget = min(budget, _BEAT_ROWS)
-        if self._flow.config is None:  # the first beat learns the group's config before anything is sent
-            budget = max(0, budget)
-        if budget > 0 or self._flow.config is None:
-            waiting = [part for part in self._holdings.parts.values() if part.rows_first]
-            self._reserved += budget  # the delivery loop leaves room for what the poll brings
-            self._held_due = _NEVER  # rows held back from now on may be missing from the poll's answer
-            try:
-                self._due_polled = now
-                polled = await leases.poll_once(
-                    self._metadata, self._log, self.ref, budget, heartbeat=beat, fresh=False
-                )
-            finally:
-                self._reserved -= budget
-                self._nudge()  # the room it held back is the delivery loop's again
-            first = self._ack_timeout_ms is None
-            self._ack_timeout_ms = polled.ack_timeout_ms
-            self._flow.config = polled.flow
-            self._nudge()
-            self._settlement.counts_outcomes = polled.breaker
-            if self._group_paused != polled.paused:
-                self._group_paused = polled.paused
-                self._nudge()  # resumed: deliver now rather than at the next wait's end
-            self._due_at = polled.next_deadline_ms if polled.next_deadline_ms is not None else _NEVER
-            self._rows_due = self._due_at  # what the store said: rows due then
-            if self._held_due < self._due_at:  # delayed messages held back while it ran
-                self._due_at = self._rows_due = self._held_due
-            if waiting and not polled.paused and (polled.next_deadline_ms or _NEVER) > now:
-                for part in waiting:  # no row of theirs is due any more: new records may follow
-                    part.rows_first = False
-            if polled.messages:
-                for message_id in polled.ids:
-                    self._holdings.in_flight[message_id] = polled.deadline_ms
-                self._next_expiry = min(self._next_expiry, polled.deadline_ms)
-                await self._send_messages(polled.messages)
-            if first:
-                self._nudge()  # the delivery loop starts once the group's ack timeout is known
-        elif beat and self._flow.config is not None and self._flow.config.max_in_flight is not None:
-            # Full: a heartbeat that also reads the group's config (a raised maxInFlight makes room).
-            polled = await leases.poll_once(self._metadata, self._log, self.ref, 0, fresh=False)
-            self._flow.config = polled.flow
-            self._nudge()
-        elif beat:
-            answer = await membership.heartbeat(self._metadata, self.ref)
-            if answer.should_rejoin:
-                raise StaleGeneration("rebalanced")
-        if beat:
-            self._last_beat = started
-            await self._reconcile(confirmed=True)
-            await self._flow.beat(now, self._passing)
-        return True
+    async def _send_leased(self, polled: leases.PollResult) -> None:
+        """Send the lease rows a beat's poll took, counted as held until their deadline."""
+        for message_id in polled.ids:
+            self._holdings.in_flight[message_id] = polled.deadline_ms
+        self._next_expiry = min(self._next_expiry, polled.deadline_ms)
+        await self._send_messages(polled.messages)
 
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
         """Read new records at the member's positions (``reader.BudgetedReader``) and send them, their
         leases kept in memory."""
         extra = {"attempt": 1, "ackDeadline": isoformat_ms(deadline)}
-        topic, holdings, paused = self._topic, self._holdings, self._paused
+        topic, holdings, paused = self._topic, self._holdings, self._beat.paused
         rendered: list[bytes] = []
         gate = delays.TimeGate(now_ms())  # delays and TTL: records not due yet, or no more
 
@@ -568,15 +454,12 @@ class PushMember:
         position moves past them; the beat then wakes when the first held one falls due."""
         next_due = gate.next_due
         written = await self._holdings.write_gated(
-            self._metadata, self._log, self._topic, part, gate, fenced=self._beat_now
+            self._metadata, self._log, self._topic, part, gate, fenced=self._beat.now
         )
         if not written:
             return False
         if next_due is not None:
-            self._held_due = min(self._held_due, next_due)
-            self._due_at = min(self._due_at, next_due)
-            self._rows_due = min(self._rows_due, next_due)
-            self._nudge_beat()
+            self._beat.held_until(next_due)
         return True
 
     async def _send_messages(self, rendered: list[bytes]) -> None:
@@ -592,9 +475,9 @@ class PushMember:
         """Deliveries past their deadline stop counting as held; in-memory leases among them become
         lease rows (``Holdings.expire``), which the beat then scans for."""
         await self._holdings.expire(
-            self._metadata, now, fenced=self._reconcile, rows_due=self._rows_may_be_due
+            self._metadata, now, fenced=self._reconcile, rows_due=self._beat.rows_may_be_due
         )
-        self._next_expiry = min(self._holdings.in_flight.values(), default=_NEVER)
+        self._next_expiry = min(self._holdings.in_flight.values(), default=NEVER)
 
     async def _wait(self) -> None:
         """Until a wake-up, a commit at one of the member's positions (while it has room), or the
@@ -611,10 +494,10 @@ class PushMember:
         # Watch only where a pass could send now: with no room (the beat's reservation counts), or
         # from a partition paused, being released or waiting for its given-back rows, records already
         # there would wake it again and again (the beat wakes it when those end).
-        room = self._flow.cap - len(self._holdings.in_flight) - self._reserved
-        if room > 0 and not throttled and not self._group_paused:
+        room = self._flow.cap - len(self._holdings.in_flight) - self._beat.reserved
+        if room > 0 and not throttled and not self._beat.group_paused:
             topic_id = self._topic.id
-            paused = self._paused
+            paused = self._beat.paused
             for part in self._holdings.parts.values():
                 if not (part.releasing or part.rows_first) and part.partition not in paused:
                     cancels.append(self._log.watch(topic_id, part.partition, part.position, self._nudge))
@@ -632,7 +515,3 @@ class PushMember:
     def _nudge(self) -> None:
         """Wake the delivery loop (now, or before its next wait if it is in a pass)."""
         self._delivery_wakeup.set()
-
-    def _nudge_beat(self) -> None:
-        """Run the beat now (a rebalance nearby, a lease row that may be due)."""
-        self._beat_wakeup.set()

@@ -1,7 +1,7 @@
 """A push member's loops (``app/broker/delivery/push.py``): join and ``welcome``, the delivery loop and
 its flow control, rebalances between members, leaving, stopping, and a topic deleted underneath, on the
-real metadata store and log engine of each deployment. (Ack settlement is ``test_acks.py``; the wire
-contract over a real WebSocket is ``tests/api/test_ws.py``.)
+real metadata store and log engine of each deployment. (Its beat is ``test_beat.py``, ack settlement
+``test_acks.py``; the wire contract over a real WebSocket is ``tests/api/test_ws.py``.)
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 
@@ -17,7 +16,6 @@ from app.broker import topics
 from app.broker.delivery import membership
 from app.broker.errors import TopicNotFound
 from app.stores.log.protocol import LogEngine, Record
-from app.stores.metadata.protocol import MetadataStore
 from tests.broker.delivery.conftest import HANG_GUARD, MakeTopic, PushConnection
 
 Connect = Callable[..., Awaitable[PushConnection]]
@@ -165,42 +163,6 @@ class TestRebalance:
         assert sorted(again) == sorted(ids[2:])
         # A clean leave spends no retry: the same attempt again.
         assert {m["attempt"] for m in staying.messages()} == {1}
-
-
-class SlowUnits:
-    """The deployment's metadata store with every unit of work run through ``run_unit`` (joins, beats,
-    polls) 0.2 s slower, as on a loaded database: a beat's poll then lands well after a log read."""
-
-    def __init__(self, metadata: MetadataStore) -> None:
-        self._metadata = metadata
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._metadata, name)
-
-    async def run_unit(self, *args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.2)
-        return await self._metadata.run_unit(*args, **kwargs)
-
-
-class TestHandOverOrder:
-    async def test_a_new_owner_sends_the_leases_given_back_before_reading_on(
-        self, make_topic: MakeTopic, push_connections: Connect
-    ):
-        # A member that leaves gives back the leases it held unacked, as lease rows due at once with the
-        # attempt counted back (its client may never have had them: the tests/system/faults short run
-        # saw such a hand-over after a pause). The next owner reads on from where the first one had
-        # read to; unless it sends those rows first, its client sees offsets go back within a session.
-        topic = await make_topic(partitions=1)
-        await topic.publish(3)
-        leaving = await push_connections(topic, max_in_flight=3)
-        await leaving.delivered(3)
-        await topic.publish(5)
-        staying = await push_connections(topic, metadata=SlowUnits(topic.services.metadata))
-        await staying.wait_for("welcome")
-        await leaving.close()
-        await staying.wait_for("rebalance")
-        await wait_until(lambda: len(staying.messages()) >= 8)
-        assert [(m["offset"], m["attempt"]) for m in staying.messages()] == [(o, 1) for o in range(8)]
 
 
 class OnePartitionHeld:
