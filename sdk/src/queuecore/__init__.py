@@ -13,7 +13,7 @@
 from . import pagination, resources, types, webhooks
 from ._client import AsyncQueueCore, QueueCore
 from ._constants import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
-from ._consumer import AsyncConsumer, Consumer, RebalanceEvent
+from ._consumer import AsyncConsumer, RebalanceEvent
 from ._exceptions import (
     AckError,
     APIConnectionError,
@@ -34,6 +34,7 @@ from ._exceptions import (
 )
 from ._ratelimit import RateLimit
 from ._raw_response import APIResponse
+from ._sync_consumer import Consumer
 from ._version import __version__
 from .pagination import AsyncCursorPage, AsyncPaginator, SyncCursorPage
 from .types import (

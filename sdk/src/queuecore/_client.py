@@ -20,9 +20,10 @@ from typing_extensions import Self
 
 from ._base_client import AsyncAPIClient, RequestOptions, SyncAPIClient, TimeoutTypes, parse_model
 from ._constants import DEFAULT_BASE_URL, DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
-from ._consumer import AsyncConsumer, Consumer, StartFrom, Transport
+from ._consumer import AsyncConsumer, StartFrom, Transport
 from ._exceptions import APIError, QueueCoreError
 from ._raw_response import AsyncRawResponse, RawResponse
+from ._sync_consumer import Consumer
 from .resources.alerts import Alerts, AsyncAlerts
 from .resources.consumer_groups import AsyncConsumerGroups, ConsumerGroups, DeadLetterParam
 from .resources.dlq import AsyncDlq, Dlq

@@ -20,8 +20,8 @@ import time
 from typing import Any
 
 from .._client import QueueCore
-from .._consumer import Consumer
 from .._exceptions import APIError, APIStatusError
+from .._sync_consumer import Consumer
 from ._args import OUTPUT_FORMATS, Subcommands, add_command, add_output_option, default_format, positive
 from ._errors import EXIT_OK, UsageError
 from ._output import MessagePrinter, Progress, error
