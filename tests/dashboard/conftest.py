@@ -3,10 +3,12 @@ dashboard tests; a signed-in browser context shared by the scenarios that need o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from tests.fixtures.server import ServerProcess, cli, free_port, server_env
 
 playwright_async = pytest.importorskip("playwright.async_api")
+expect = playwright_async.expect
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -161,3 +164,39 @@ async def shot(page, name: str) -> None:
     await page.screenshot(
         path=str(SHOTS / f"{name}.png"), full_page=True, mask=[page.locator(".secret-value")]
     )
+
+
+# Helpers of the scenarios.
+
+
+async def until(check, timeout: float = 10.0):
+    """Await ``check()`` until it answers something truthy (a deadline, not a speed claim)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.2)
+
+
+async def confirm(page) -> None:
+    """Press Confirm in the dashboard's own confirmation dialog."""
+    dialog = page.get_by_role("dialog")
+    await expect(dialog).to_be_visible()
+    await dialog.get_by_role("button", name="Confirm").click()
+
+
+async def join_member(api: httpx.AsyncClient, topic: str, group: str) -> dict:
+    """Join ``group`` of ``topic`` through the dashboard's API as a pull member (from the earliest)."""
+    joined = await api.post(f"/topics/{topic}/groups/{group}/members", json={"startFrom": "earliest"})
+    assert joined.status_code in (200, 201), joined.text
+    return joined.json()
+
+
+# Page checks run in the browser: unlabelled form controls, assets not served by the dashboard.
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea')]
+    .filter(el => el.type !== 'hidden' && el.labels.length === 0 && !el.getAttribute('aria-label'))
+    .map(el => el.outerHTML)"""
+EXTERNAL = """() => [...document.querySelectorAll('script[src], link[href], img[src]')]
+    .map(el => el.getAttribute('src') || el.getAttribute('href'))
+    .filter(url => !url.startsWith('/dashboard/'))"""

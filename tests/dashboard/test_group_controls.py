@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from playwright.async_api import expect
 
-from tests.dashboard.test_dashboard import _member, _until
+from tests.dashboard.conftest import join_member, until
 
 
 class TestPauseOnTheGroupPage:
@@ -56,7 +56,7 @@ class TestDeadLetterHistory:
             config = {"deadLetter": {"maxRetries": 1, "retryDelay": "0s"}}
             assert (await api.put("/topics/history.demo/groups/workers", json=config)).status_code == 200
             assert (await api.post("/topics/history.demo/messages", json={"data": 1})).status_code == 201
-            member = await _member(api, "history.demo", "workers")
+            member = await join_member(api, "history.demo", "workers")
             ids = {"memberId": member["memberId"], "generationId": member["generationId"]}
             for reason in ("first try failed", "second try failed"):
                 (message,) = (
@@ -74,7 +74,7 @@ class TestDeadLetterHistory:
             async def dead_lettered() -> bool:
                 return (await api.get("/topics/history.demo/groups/workers/dlq")).json()["total"] == 1
 
-            assert await _until(dead_lettered)
+            assert await until(dead_lettered)
             await page.goto(dashboard.project_url() + "/dead-letters/history.demo/workers")
             attempts = page.get_by_test_id("attempts").locator("li")
             await expect(attempts).to_have_count(2)

@@ -3,24 +3,13 @@ recent attempts (status, latency), and "send a test event" reaching a real recei
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 
 from playwright.async_api import expect
 from queuecore import webhooks
 
-from tests.dashboard.conftest import shot
+from tests.dashboard.conftest import shot, until
 from tests.fixtures.push_receivers import Answer, PushReceiver
-
-
-async def _until(check, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.2)
 
 
 class TestPushPage:
@@ -37,7 +26,7 @@ class TestPushPage:
                 rows = (await api.get("/topics/push.page/groups/hooks/push/attempts")).json()["data"]
                 return len(rows) >= 2
 
-            assert await _until(two_attempts)
+            assert await until(two_attempts, timeout=20.0)
 
         await page.goto(dashboard.project_url() + "/groups/push.page/hooks")
         await page.get_by_role("link", name="push to URL").click()

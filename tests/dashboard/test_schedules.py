@@ -8,8 +8,7 @@ import secrets
 
 from playwright.async_api import expect
 
-from tests.dashboard.conftest import shot
-from tests.dashboard.test_dashboard import EXTERNAL, UNLABELLED
+from tests.dashboard.conftest import EXTERNAL, UNLABELLED, shot
 
 
 class TestSchedules:
