@@ -154,20 +154,24 @@ image:
 image-smoke: image
 	IMAGE=$(IMAGE) PODMAN="$(PODMAN)" PODMAN_RUN_ARGS="$(PODMAN_RUN_ARGS)" bash infra/image/smoke.sh
 
-# Lint and types, then five suites two at a time, one per core (make -j2; each starts servers of its own on
-# free ports and keeps its output apart): the server suite in one pytest process, and beside it the
-# system tests (tests/system: crashes, outages, faults, several processes each, mostly waiting on them) in
-# another, followed by the three SDKs: the Python SDK built as a wheel and tested from a clean virtualenv,
-# the Go SDK, the Node.js SDK. One after another they took about 50 minutes on two cores; the system tests
-# and the SDKs together take about as long as the rest of the server suite. All three SDKs at once made the
-# Node suite's 30 s waits fail under load. PYTEST_SYSTEM_ARGS come after PYTEST_ARGS for the second process
-# (e.g. its own --junitxml).
+# Lint and types, then six suites three at a time (make -j3; each starts servers of its own on free ports
+# and keeps its output apart): the server suite in two pytest processes (the HTTP edge and the domain,
+# tests/api and tests/broker; the rest: stores, dashboard, Spark, CLI, packaging), and beside them the
+# system tests (tests/system: crashes, outages, faults, several processes each), followed by the three
+# SDKs: the Python SDK built as a wheel and tested from a clean virtualenv, the Go SDK, the Node.js SDK.
+# The suites mostly wait (on servers, timeouts, other processes): tests/api and tests/broker used about a
+# third of one core over their run (bench/results/make_test_durations.md), so three at a time on two
+# cores finish sooner than two. PYTEST_API_ARGS and PYTEST_SYSTEM_ARGS come after PYTEST_ARGS for the
+# second and third processes (e.g. their own --junitxml).
 test: install services lint typecheck audit go-deps checkers install-js $(CHROMIUM) $(HAPROXY) $(ASYNCAPI_STAMP) $(PROMTOOL) $(NFT) $(LIBFUSE)
-	$(MAKE) -j2 --keep-going --output-sync=target test-server test-system test-sdk-wheel test-go test-js
+	$(MAKE) -j3 --keep-going --output-sync=target test-server test-api test-system test-sdk-wheel test-go test-js
 
-.PHONY: test-server test-system
+.PHONY: test-server test-api test-system
 test-server: install
-	$(BIN)/python -m pytest -q --ignore=tests/system $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --ignore=tests/system --ignore=tests/api --ignore=tests/broker $(PYTEST_ARGS)
+
+test-api: install
+	$(BIN)/python -m pytest -q tests/api tests/broker $(PYTEST_ARGS) $(PYTEST_API_ARGS)
 
 test-system: install
 	$(BIN)/python -m pytest -q tests/system $(PYTEST_ARGS) $(PYTEST_SYSTEM_ARGS)
@@ -178,8 +182,9 @@ test-matrix: install services go-deps checkers install-js $(CHROMIUM) $(HAPROXY)
 	QC_TEST_BACKENDS=sqlite,postgres,jetstream $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The bounded versions of the long runs that make test leaves out (pytest -m long): the contract fuzz, a
-# rolling restart of every API process under the three SDKs' load and the crash soak. make fuzz, make
-# rolling-restart and make soak are the long ones.
+# rolling restart of every API process under the three SDKs' load and the crash soak; and the Spark
+# connector on a standalone cluster (four JVMs). make fuzz, make rolling-restart and make soak are the
+# long ones.
 test-long: install services go-deps install-js $(HAPROXY) $(NFT)
 	$(BIN)/python -m pytest -q -m long $(PYTEST_ARGS)
 
