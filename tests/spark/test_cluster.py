@@ -1,6 +1,11 @@
 """The connector and the archive job on a standalone Spark cluster (a master and two workers on loopback,
 ``tests/spark/cluster.py``): drivers started with ``spark-submit --master spark://…``, as docs/spark.md says,
-and readers and writers running in executors, not in the driver."""
+and readers and writers running in executors, not in the driver.
+
+In ``make test-long`` (``-m long``), not ``make test``: four JVMs for two tests, about 90 s of CPU-bound
+time on two cores. ``make test`` runs the same connector and jobs on a local master, where the readers and
+writers also run in Python workers of their own (``tests/spark/test_source.py``, ``test_write.py``,
+``test_jobs.py``)."""
 
 from __future__ import annotations
 
@@ -9,11 +14,14 @@ import subprocess
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 from tests.spark.cluster import StandaloneCluster
 from tests.spark.support import BIN, Api, Server
 
 APP = Path(__file__).with_name("cluster_app.py")
+
+pytestmark = pytest.mark.long
 
 
 def submit(cluster: StandaloneCluster, *args: str) -> str:
