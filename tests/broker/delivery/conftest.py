@@ -28,6 +28,19 @@ from app.stores.metadata.protocol import MetadataStore, PartitionState
 HANG_GUARD = 20.0
 
 
+async def settle(times: int = 20) -> None:
+    """Let the member's loops run a while (a bounded number of turns, for checks that nothing happens)."""
+    for _ in range(times):
+        await asyncio.sleep(0.005)
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    """Until ``condition()`` holds, failing (not hanging) after ``HANG_GUARD``."""
+    async with asyncio.timeout(HANG_GUARD):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
 @dataclass
 class TopicUnderTest:
     """A topic of a fresh project on the deployment, with what tests need around it."""

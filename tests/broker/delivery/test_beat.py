@@ -12,8 +12,7 @@ from typing import Any
 
 from app.broker import pauses
 from app.stores.metadata.protocol import MetadataStore
-from tests.broker.delivery.conftest import MakeTopic, PushConnection
-from tests.broker.delivery.test_push import settle, wait_until
+from tests.broker.delivery.conftest import MakeTopic, PushConnection, settle, wait_until
 
 Connect = Callable[..., Awaitable[PushConnection]]
 

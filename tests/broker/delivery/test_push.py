@@ -16,15 +16,9 @@ from app.broker import topics
 from app.broker.delivery import membership
 from app.broker.errors import TopicNotFound
 from app.stores.log.protocol import LogEngine, Record
-from tests.broker.delivery.conftest import HANG_GUARD, MakeTopic, PushConnection
+from tests.broker.delivery.conftest import HANG_GUARD, MakeTopic, PushConnection, settle, wait_until
 
 Connect = Callable[..., Awaitable[PushConnection]]
-
-
-async def settle(times: int = 20) -> None:
-    """Let the member's loops run a while (a bounded number of turns, for checks that nothing happens)."""
-    for _ in range(times):
-        await asyncio.sleep(0.005)
 
 
 async def acked(connection: PushConnection, ids: list[str]) -> None:
@@ -246,10 +240,3 @@ class TestStop:
             async with asyncio.timeout(HANG_GUARD):
                 await connection.delivery
         await connection.close()  # leaving a group that is gone with its topic: nothing to answer
-
-
-async def wait_until(condition: Callable[[], bool]) -> None:
-    """Until ``condition()`` holds, failing (not hanging) after ``HANG_GUARD``."""
-    async with asyncio.timeout(HANG_GUARD):
-        while not condition():
-            await asyncio.sleep(0.01)
