@@ -19,7 +19,9 @@ deployments with limits in Redis (each run starts a ``redis-server`` of its own,
 answer the publishes, acks and nacks sent meanwhile); on every deployment: ``power-loss`` (every data
 directory on a lazy file system, tests/system/faults/lazyfs.py - the API process's, and on JetStream each NATS
 node's store; Postgres and Redis stay outside it - then every such process SIGKILLed at once, every write
-not fsync'd dropped, all restarted: tests/system/faults/power_faults.py; the run's line says what was dropped);
+not fsync'd dropped, all restarted: tests/system/faults/power_faults.py; the run's line says what was dropped),
+``power-loss-torn`` (the same loss torn: part of the unsynced writes kept sector by sector, files at one of
+the sizes they had, renames and unlinks not yet durable undone past a random point; the line gives the seed);
 on JetStream only: ``power-loss-node`` (one NATS node, the one leading the most streams, loses power - SIGKILL
 and its unsynced writes dropped - while the rest run on; it restarts and catches up).
 
@@ -89,6 +91,8 @@ FAULTS = {
     "redis-slow": [redis_faults.REDIS_SLOW],
     # Every deployment: its data directories (not Postgres's, not Redis's) on lazy file systems.
     "power-loss": [power_faults.POWER_LOSS],
+    # The same, torn: part of the unsynced writes kept sector by sector, renames and unlinks undone.
+    "power-loss-torn": [power_faults.POWER_LOSS_TORN],
     # JetStream only: one NATS node (the busiest leader) loses power while the rest run on.
     "power-loss-node": [power_faults.POWER_LOSS_NODE],
 }
@@ -163,13 +167,15 @@ def one_run(fault: str, kind: str, repeat: int, between: float, nats_sync: str =
     settle = 14.0 if kind == "jetstream" else 0.0
     tmp = Path(tempfile.mkdtemp(prefix="qc-faults-"))
     power = fault.startswith("power-loss")
-    lazy_api = fault == "power-loss"  # a node's loss leaves the API process's disk alone
+    lazy_api = fault in ("power-loss", "power-loss-torn")  # a node's loss leaves the API process's disk
     try:
         with (
             deployment(kind, fault == "redis-slow", lazy_nodes=power, nats_sync=nats_sync) as (extra, target),
             power_faults.lazy_disks(*([tmp / "data"] if lazy_api else [])) as api_disks,
         ):
             target.disks = api_disks + target.disks
+            if fault == "power-loss-torn":  # small segments: rolls (new files, sealed indexes) under the load
+                extra = {**extra, "QUEUECORE_LOG__SEGMENT_BYTES": str(64 * 1024)}
             env = server_env(tmp / "data", **extra)
             server, key = prepare_server(env, tmp, target.api.cgroup if target.api is not None else None)
             target.server = server
@@ -321,6 +327,7 @@ def main() -> int:
                 if fault in (
                     "redis-slow",
                     "power-loss",
+                    "power-loss-torn",
                     "power-loss-node",
                 ):  # what the fault saw: kept with the row
                     row.setdefault("notes", []).append(f"run {n + 1}: " + " | ".join(result["notes"]))

@@ -25,16 +25,23 @@ journal that holds its directory entry); ``fsync`` of a directory makes the name
 files' unsynced data is still lost). A sync is bookkeeping only: ``backing`` is never fsync'd for real (this
 machine does not lose power, so that would cost time and prove nothing).
 
-Not modelled (said so, not hidden): renames, unlinks, ``mkdir`` and links are durable at once (a rename of
-an unsynced file keeps the name and loses the data, ext4's old zero-length-file case); the loss is whole
-(every unsynced write is dropped, never a random subset nor a torn page, which lazyfs can also do); writes
-through a shared ``mmap`` reach the file system when the kernel writes the pages back (``lose_unsynced``
-forces that first with ``syncfs``, so they count as unsynced and are dropped: SQLite's ``-shm`` index, the
-one such file here, is rebuilt from the WAL after a crash anyway).
+Two kinds of loss. ``lose_unsynced()`` is whole: every unsynced write is dropped, and renames and unlinks
+are durable at once (a rename of an unsynced file keeps the name and loses the data, ext4's old
+zero-length-file case). ``lose_unsynced(torn=True, seed=...)`` is what a disk's write-back can leave
+instead (lazyfs's torn faults, and more): renames and unlinks not yet made durable - by an ``fsync`` of
+their directories, or of the renamed file itself - form a journal of which only a random prefix survives
+(the rest are undone: the old name back, a replaced or unlinked file restored from a trash directory
+beside ``backing``); each unsynced file then ends at one of the sizes it had since its last sync, each
+512-byte sector an unsynced write touched holds either the new bytes or what was there before (a sector
+in the file's new tail may read as zeros: written back out of order), and a file never synced is removed
+or kept with such a torn content. What was synced is never touched. ``mkdir``, ``rmdir`` and links stay
+durable at once; writes through a shared ``mmap`` reach the file system when the kernel writes the pages
+back (``lose_unsynced`` forces that first with ``syncfs``, so they count as unsynced and are dropped:
+SQLite's ``-shm`` index, the one such file here, is rebuilt from the WAL after a crash anyway).
 
 Run as a script it is the file system process itself (``python lazyfs.py BACKING MOUNTPOINT CONTROL``):
-FUSE in the main thread, and a Unix socket at ``CONTROL`` taking one command a connection - ``lose``
-(answered with what was dropped, as JSON) and ``stats``.
+FUSE in the main thread, and a Unix socket at ``CONTROL`` taking one command a connection - ``lose``,
+``lose torn SEED [JOURNAL]`` (answered with what was dropped, as JSON) and ``stats``.
 """
 
 from __future__ import annotations
@@ -44,7 +51,9 @@ import ctypes
 import errno
 import json
 import os
+import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -127,9 +136,11 @@ class LazyFS:
             raise RuntimeError(f"lazyfs {command}: {result['error']}")
         return result
 
-    def lose_unsynced(self) -> dict[str, Any]:
-        """The power goes: every write not synced is dropped from the backing directory. Returns what was
-        dropped: ``files`` cut back, ``removed`` (made and never synced), ``bytes`` cut off the ends, and
+    def lose_unsynced(self, torn: bool = False, seed: int = 0, journal: int | None = None) -> dict[str, Any]:
+        """The power goes: every write not synced is dropped from the backing directory (``torn``: torn as
+        the module's docstring says, drawn from ``seed``; ``journal``: how many of the pending renames and
+        unlinks survive, drawn when None). Returns what was dropped: ``files`` cut back, ``removed`` (made
+        and never synced), ``bytes`` cut off the ends, ``undone`` (renames and unlinks taken back), and
         ``names``: their paths with every word holding a digit as ``#``, one of each pattern."""
         # Dirty pages of a shared mmap (SQLite's -shm) are written back now, not after the loss.
         fd = os.open(self.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
@@ -137,7 +148,9 @@ class LazyFS:
             ctypes.CDLL(None, use_errno=True).syncfs(fd)
         finally:
             os.close(fd)
-        return self._ask("lose")
+        if not torn:
+            return self._ask("lose")
+        return self._ask(f"lose torn {seed}" + ("" if journal is None else f" {journal}"))
 
     def stats(self) -> dict[str, Any]:
         """Files with unsynced writes now, and how many syncs and losses there were."""
@@ -173,13 +186,70 @@ class _Unsynced:
 
     synced_size: int
     created: bool = False  # made since its directory (or itself) was last synced: gone at the loss
-    undo: list[tuple[int, bytes]] = field(default_factory=list)  # (offset, bytes it replaced), in order
+    # (offset, bytes it replaced, a truncation?), in order
+    undo: list[tuple[int, bytes, bool]] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # its size after each write or truncation, in order
+
+
+@dataclass
+class _Pending:
+    """A rename or unlink not yet durable: undone at a torn loss unless the journal's kept part holds it."""
+
+    kind: str  # "rename" or "unlink"
+    old: str  # the path renamed or unlinked
+    new: str | None  # the rename's new path
+    dirs: set[str]  # directories whose fsync makes it durable
+    trash: str | None = None  # where the file it replaced (rename) or removed (unlink) waits
+    trash_state: _Unsynced | None = None  # that file's unsynced writes
+    moved: list[tuple[str, str, bool]] = field(default_factory=list)  # (old, new, created) states moved
+
+
+SECTOR = 512  # what a disk writes whole (or not at all) in a torn loss
+_TRASH_LIMIT = 10_000  # pending operations kept undoable; older ones count as durable
 
 
 def _pattern(path: str) -> str:
     """A path in the mount with every run of letters and digits that holds a digit as ``#``, so that one
     pattern stands for a kind of file: ``/log/t_3/00000000000000000042.log`` -> ``log/t_#/#.log``."""
     return re.sub(r"[A-Za-z0-9]*[0-9][A-Za-z0-9]*", "#", path.lstrip("/"))
+
+
+def _remove(full: str) -> None:
+    if os.path.isdir(full) and not os.path.islink(full):
+        shutil.rmtree(full)
+    else:
+        os.unlink(full)
+
+
+def _drop(fd: int, state: _Unsynced) -> int:
+    """A whole loss of a file's unsynced writes: every one undone. Returns the size left."""
+    for offset, data, _ in reversed(state.undo):
+        os.pwrite(fd, data, offset)
+    os.ftruncate(fd, state.synced_size)
+    return state.synced_size
+
+
+def _tear(fd: int, state: _Unsynced, rng: random.Random) -> int:
+    """A torn loss of a file's unsynced writes: it ends at one of the sizes it had since its sync; each
+    sector a write replaced below the synced size keeps the new bytes or gets the old back (a truncation's
+    bytes come back all or none); a sector past the synced size may read as zeros. Returns the size."""
+    size = rng.choice([state.synced_size, *state.sizes])
+    for offset, data, truncation in reversed(state.undo):
+        if truncation:
+            if rng.random() < 0.5:
+                os.pwrite(fd, data, offset)
+            continue
+        first = offset - offset % SECTOR
+        for start in range(first, offset + len(data), SECTOR):
+            lo, hi = max(start, offset), min(start + SECTOR, offset + len(data))
+            if rng.random() < 0.5:
+                os.pwrite(fd, data[lo - offset : hi - offset], lo)
+    os.ftruncate(fd, size)
+    first = -(-state.synced_size // SECTOR) * SECTOR  # the first sector wholly past the synced size
+    for start in range(first, size, SECTOR):
+        if rng.random() < 0.1:
+            os.pwrite(fd, bytes(min(SECTOR, size - start)), start)
+    return size
 
 
 def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
@@ -192,6 +262,11 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
             self.root = str(backing)
             self.mutex = threading.Lock()  # not "lock": that name is a FUSE operation
             self.unsynced: dict[str, _Unsynced] = {}  # by path in the mount ("/a/b")
+            self.pending: list[_Pending] = []  # renames and unlinks not yet durable, in order
+            self.trash = str(backing) + ".trash"  # beside the backing directory: same file system
+            shutil.rmtree(self.trash, ignore_errors=True)
+            os.makedirs(self.trash)
+            self.trashed = 0
             self.syncs = 0
             self.losses = 0
 
@@ -209,7 +284,7 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
             """Keep the bytes [start, end) replace below the synced size, to put back at the loss."""
             end = min(end, state.synced_size)
             if start < end:
-                state.undo.append((start, os.pread(fd, end - start, start)))
+                state.undo.append((start, os.pread(fd, end - start, start), False))
 
         # files
 
@@ -256,12 +331,17 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
             with self.mutex:
                 state = self._file(path, fi.fh)
                 self._save(state, fi.fh, offset, offset + len(data))
-                return os.pwrite(fi.fh, data, offset)
+                written = os.pwrite(fi.fh, data, offset)
+                state.sizes.append(os.fstat(fi.fh).st_size)
+                return written
 
         def _truncate(self, path: str, fd: int, length: int) -> None:
             state = self._file(path, fd)
-            self._save(state, fd, length, os.fstat(fd).st_size)
+            end = min(os.fstat(fd).st_size, state.synced_size)
+            if length < end:
+                state.undo.append((length, os.pread(fd, end - length, length), True))
             os.ftruncate(fd, length)
+            state.sizes.append(length)
 
         def truncate(self, path: str, length: int, fh: Any = None) -> None:
             with self.mutex:
@@ -277,6 +357,7 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
         def fsync(self, path: str, datasync: int, fi: Any) -> None:
             with self.mutex:
                 self.unsynced.pop(path, None)  # all of it durable now, its name too
+                self._durable(lambda op: op.kind == "rename" and op.new == path)
                 self.syncs += 1
 
         def flush(self, path: str, fi: Any) -> None:
@@ -293,21 +374,56 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
                 for name, state in self.unsynced.items():
                     if name.startswith(prefix) and "/" not in name[len(prefix) :]:
                         state.created = False
+                directory = path.rstrip("/") or "/"
+                for op in self.pending:
+                    op.dirs.discard(directory)
+                self._durable(lambda op: not op.dirs)
                 self.syncs += 1
+
+        def _to_trash(self, full: str) -> str:
+            self.trashed += 1
+            place = os.path.join(self.trash, str(self.trashed))
+            os.rename(full, place)
+            return place
+
+        def _durable(self, which: Any) -> None:
+            """The pending operations ``which`` picks are durable now: their trash goes."""
+            kept = []
+            for op in self.pending:
+                if which(op):
+                    if op.trash is not None:
+                        os.unlink(op.trash)
+                else:
+                    kept.append(op)
+            self.pending = kept
+            if len(self.pending) > _TRASH_LIMIT:
+                self._durable(lambda op: op is self.pending[0])
 
         def rename(self, old: str, new: str) -> None:
             with self.mutex:
-                os.rename(self._full(old), self._full(new))
+                full_new = self._full(new)
+                op = _Pending("rename", old, new, {os.path.dirname(old), os.path.dirname(new)})
+                if os.path.lexists(full_new) and not os.path.isdir(full_new):
+                    op.trash = self._to_trash(full_new)  # the file it replaces, back at a torn loss
+                    op.trash_state = self.unsynced.pop(new, None)
+                os.rename(self._full(old), full_new)
                 self.unsynced.pop(new, None)
                 for name in [n for n in self.unsynced if n == old or n.startswith(old + "/")]:
                     state = self.unsynced.pop(name)
-                    state.created = False  # renames are durable at once (not modelled)
+                    op.moved.append((name, new + name[len(old) :], state.created))
+                    state.created = False  # durable with the rename (a whole loss keeps every rename)
                     self.unsynced[new + name[len(old) :]] = state
+                self.pending.append(op)
 
         def unlink(self, path: str) -> None:
             with self.mutex:
-                os.unlink(self._full(path))
-                self.unsynced.pop(path, None)
+                state = self.unsynced.pop(path, None)
+                if state is not None and state.created:  # its name was never durable: nothing to undo
+                    os.unlink(self._full(path))
+                    return
+                op = _Pending("unlink", path, None, {os.path.dirname(path)})
+                op.trash, op.trash_state = self._to_trash(self._full(path)), state
+                self.pending.append(op)
 
         def rmdir(self, path: str) -> None:
             with self.mutex:
@@ -349,32 +465,70 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
 
         # the power
 
-        def lose(self) -> dict[str, Any]:
+        def _undo(self, op: _Pending) -> None:
+            """Take a rename or unlink back, as a journal that never held it would."""
+            if op.kind == "rename" and op.new is not None and os.path.lexists(self._full(op.new)):
+                # (gone: removed by an rmdir since, which is durable at once)
+                if os.path.lexists(self._full(op.old)):  # made there since: its name was not durable
+                    _remove(self._full(op.old))
+                    self.unsynced.pop(op.old, None)
+                os.makedirs(os.path.dirname(self._full(op.old)), exist_ok=True)
+                os.rename(self._full(op.new), self._full(op.old))
+                for old, new, created in op.moved:
+                    state = self.unsynced.pop(new, None)
+                    if state is not None:
+                        state.created = created
+                        self.unsynced[old] = state
+            if op.trash is not None:
+                if os.path.lexists(self._full(op.new or op.old)):
+                    _remove(self._full(op.new or op.old))
+                os.makedirs(os.path.dirname(self._full(op.new or op.old)), exist_ok=True)
+                os.rename(op.trash, self._full(op.new or op.old))
+                self.unsynced.pop(op.new or op.old, None)
+                if op.trash_state is not None:
+                    self.unsynced[op.new or op.old] = op.trash_state
+
+        def lose(self, torn: bool = False, seed: int = 0, journal: int | None = None) -> dict[str, Any]:
             files = removed = cut = 0
             kinds: set[str] = set()  # what was lost, as path patterns (_pattern)
+            rng = random.Random(seed)
             with self.mutex:
+                kept = len(self.pending) if not torn else journal
+                if kept is None:
+                    kept = rng.randint(0, len(self.pending))
+                undone = self.pending[kept:]
+                for op in reversed(undone):
+                    self._undo(op)
+                    kinds.add(_pattern(op.new or op.old) + f" ({op.kind} undone)")
+                self.pending = self.pending[:kept]
+                self._durable(lambda op: True)
                 for path, state in self.unsynced.items():
                     full = self._full(path)
                     if not os.path.lexists(full):
                         continue
-                    if state.created:
+                    if state.created and not (torn and rng.random() < 0.5):
                         os.unlink(full)
                         removed += 1
                         kinds.add(_pattern(path) + " (gone)")
                         continue
                     fd = os.open(full, os.O_RDWR)
                     try:
-                        cut += max(0, os.fstat(fd).st_size - state.synced_size)
-                        for offset, data in reversed(state.undo):
-                            os.pwrite(fd, data, offset)
-                        os.ftruncate(fd, state.synced_size)
+                        size = os.fstat(fd).st_size
+                        end = _tear(fd, state, rng) if torn else _drop(fd, state)
+                        cut += max(0, size - end)
                     finally:
                         os.close(fd)
                     files += 1
-                    kinds.add(_pattern(path))
+                    kinds.add(_pattern(path) + (" (torn)" if torn else ""))
                 self.unsynced.clear()
                 self.losses += 1
-            return {"files": files, "removed": removed, "bytes": cut, "names": sorted(kinds)}
+            return {
+                "files": files,
+                "removed": removed,
+                "bytes": cut,
+                "undone": len(undone),
+                "names": sorted(kinds),
+            }
 
         def stats(self) -> dict[str, Any]:
             with self.mutex:
@@ -386,7 +540,14 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
         with conn:
             command = conn.makefile("rb").readline().decode().strip()
             try:
-                result = fs.lose() if command == "lose" else fs.stats() if command == "stats" else None
+                words = command.split()
+                result = (
+                    fs.lose() if words == ["lose"]
+                    else fs.lose(True, int(words[2]), int(words[3]) if len(words) > 3 else None)
+                    if words[:2] == ["lose", "torn"] and len(words) in (3, 4)
+                    else fs.stats() if words == ["stats"]
+                    else None
+                )  # fmt: skip
                 reply = result if result is not None else {"error": f"unknown command {command!r}"}
             except OSError as exc:
                 reply = {"error": repr(exc)}

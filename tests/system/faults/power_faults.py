@@ -12,7 +12,9 @@ the Postgres deployment puts only the local log on a lazy file system.
 
 This is what Jepsen's NATS 2.12.1 analysis did with lazyfs ("coordinated power loss"), in small: the loss
 is whole (every unsynced write gone, nothing torn), and directory operations other than creates are durable
-at once (lazyfs.py says what is and is not modelled).
+at once (lazyfs.py says what is and is not modelled). ``POWER_LOSS_TORN`` is the same loss as a disk's
+write-back can leave it: a random part of the unsynced writes kept, sector by sector, files at one of the
+sizes they had, renames and unlinks not yet made durable undone past a random point of their journal.
 
 ``POWER_LOSS_NODE`` is the common case beside it: one machine of the JetStream cluster loses power (the
 node leading the most streams, SIGKILLed and its unsynced writes dropped) while the other nodes and the API
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,7 +52,7 @@ def lazy_disks(*mountpoints: Path) -> Iterator[list[LazyFS]]:
             disk.unmount()
 
 
-async def _power_loss(target: Target) -> str:
+async def _power_loss(target: Target, torn: bool = False) -> str:
     if not target.disks:
         raise RuntimeError("a power loss needs the deployment's data on lazy file systems (lazy_disks)")
     server = target.api_server
@@ -61,7 +64,10 @@ async def _power_loss(target: Target) -> str:
         if process is not None:
             await asyncio.to_thread(process.wait)
     server.process = None
-    lost = [await asyncio.to_thread(disk.lose_unsynced) for disk in target.disks]
+    seed = secrets.randbits(32)
+    lost = [
+        await asyncio.to_thread(disk.lose_unsynced, torn, seed + i) for i, disk in enumerate(target.disks)
+    ]
     if target.cluster is not None:
         cluster = target.cluster
         for index in range(len(cluster.nodes)):
@@ -71,11 +77,18 @@ async def _power_loss(target: Target) -> str:
     files = sum(d["files"] for d in lost)
     removed = sum(d["removed"] for d in lost)
     cut = sum(d["bytes"] for d in lost)
+    undone = sum(d["undone"] for d in lost)
     names = sorted({name for d in lost for name in d["names"]})
     return (
-        f"{len(lost)} disks: {files} files cut back ({cut} bytes), {removed} never-synced files gone "
-        f"[{', '.join(names)}]"
+        f"{len(lost)} disks: {files} files {'torn' if torn else 'cut back'} ({cut} bytes), "
+        f"{removed} never-synced files gone"
+        + (f", {undone} renames/unlinks undone, seed {seed}" if torn else "")
+        + f" [{', '.join(names)}]"
     )
+
+
+async def _power_loss_torn(target: Target) -> str:
+    return await _power_loss(target, torn=True)
 
 
 async def _power_loss_node(target: Target) -> str:
@@ -96,4 +109,5 @@ async def _power_loss_node(target: Target) -> str:
 
 
 POWER_LOSS = Fault("power-loss", _power_loss)
+POWER_LOSS_TORN = Fault("power-loss-torn", _power_loss_torn)
 POWER_LOSS_NODE = Fault("power-loss-node", _power_loss_node)

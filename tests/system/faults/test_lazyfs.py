@@ -67,7 +67,7 @@ class TestPowerLoss:
         lost = disk.lose_unsynced()
         assert path.read_bytes() == b"durable"
         assert (disk.backing / "f").read_bytes() == b"durable"
-        assert lost == {"files": 1, "removed": 0, "bytes": 5, "names": ["f"]}
+        assert lost == {"files": 1, "removed": 0, "bytes": 5, "undone": 0, "names": ["f"]}
 
     def test_an_overwrite_not_synced_is_put_back(self, disk):
         path = disk.mountpoint / "f"
@@ -141,5 +141,91 @@ class TestPowerLoss:
         path = disk.mountpoint / "f"
         _write(path, b"one", sync=True)
         disk.lose_unsynced()
-        assert disk.lose_unsynced() == {"files": 0, "removed": 0, "bytes": 0, "names": []}
+        assert disk.lose_unsynced() == {"files": 0, "removed": 0, "bytes": 0, "undone": 0, "names": []}
         assert path.read_bytes() == b"one"
+
+
+class TestTornPowerLoss:
+    """``lose_unsynced(torn=True)``: what a disk's write-back can leave - never touching what was synced."""
+
+    def test_a_torn_tail_is_sectors_of_the_write_or_zeros_and_the_synced_part_stays(self, disk):
+        synced = bytes(range(256)) * 3  # 768 bytes: the tail starts inside a sector
+        tails = {}
+        for seed in range(12):
+            path = disk.mountpoint / f"f{seed}"
+            _write(path, synced, sync=True)
+            tails[seed] = bytes([1 + seed]) * 5000
+            _write(path, tails[seed][:2000])
+            _write(path, tails[seed][2000:])
+        disk.lose_unsynced(torn=True, seed=7)
+        sizes = set()
+        for seed, tail in tails.items():
+            data = (disk.mountpoint / f"f{seed}").read_bytes()
+            assert data[: len(synced)] == synced
+            sizes.add(len(data))
+            assert len(data) in (768, 768 + 2000, 768 + 5000)  # one of the sizes the file had
+            for start in range(1024, len(data), 512):  # sectors wholly past the synced size
+                sector = data[start : start + 512]
+                assert sector in (tail[start - 768 : start - 768 + len(sector)], bytes(len(sector)))
+        assert len(sizes) > 1  # twelve files, one draw each: not all the same
+
+    def test_an_overwrite_comes_back_sector_by_sector(self, disk):
+        path = disk.mountpoint / "f"
+        _write(path, b"a" * 4096, sync=True)
+        _write(path, b"b" * 4096, offset=0)
+        disk.lose_unsynced(torn=True, seed=3)
+        data = path.read_bytes()
+        assert len(data) == 4096
+        sectors = {data[i : i + 512] for i in range(0, 4096, 512)}
+        assert sectors <= {b"a" * 512, b"b" * 512}
+
+    def test_a_rename_not_made_durable_is_undone_with_the_file_it_replaced(self, disk):
+        # write-then-rename, as files.write_atomic does, without the directory's fsync at the end
+        (disk.mountpoint / "d").mkdir()
+        target, temp = disk.mountpoint / "d" / "checkpoint", disk.mountpoint / "d" / "checkpoint.tmp"
+        _write(target, b"old", sync=True)
+        _fsync(disk.mountpoint / "d")
+        _write(temp, b"new", sync=True)
+        os.rename(temp, target)
+        assert target.read_bytes() == b"new"
+        lost = disk.lose_unsynced(torn=True, seed=1, journal=0)
+        assert target.read_bytes() == b"old" and temp.read_bytes() == b"new"
+        assert lost["undone"] == 1 and "d/checkpoint (rename undone)" in lost["names"]
+
+    def test_a_rename_whose_directory_was_synced_stays(self, disk):
+        (disk.mountpoint / "d").mkdir()
+        target, temp = disk.mountpoint / "d" / "checkpoint", disk.mountpoint / "d" / "checkpoint.tmp"
+        _write(target, b"old", sync=True)
+        _write(temp, b"new", sync=True)
+        os.rename(temp, target)
+        _fsync(disk.mountpoint / "d")
+        assert disk.lose_unsynced(torn=True, seed=1, journal=0)["undone"] == 0
+        assert target.read_bytes() == b"new" and not temp.exists()
+
+    def test_an_unlink_not_made_durable_is_undone(self, disk):
+        path = disk.mountpoint / "segment"
+        _write(path, b"records", sync=True)
+        _fsync(disk.mountpoint)
+        path.unlink()
+        assert not path.exists()
+        disk.lose_unsynced(torn=True, seed=1, journal=0)
+        assert path.read_bytes() == b"records"
+
+    def test_the_journal_keeps_a_prefix_of_the_operations(self, disk):
+        for name in ("a", "b", "c"):
+            _write(disk.mountpoint / name, name.encode(), sync=True)
+        _fsync(disk.mountpoint)
+        for name in ("a", "b", "c"):
+            (disk.mountpoint / name).unlink()
+        assert disk.lose_unsynced(torn=True, seed=1, journal=1)["undone"] == 2
+        assert sorted(os.listdir(disk.mountpoint)) == ["b", "c"]
+
+    def test_a_whole_loss_keeps_every_rename_and_unlink(self, disk):
+        _write(disk.mountpoint / "gone", b"x", sync=True)
+        _write(disk.mountpoint / "from", b"y", sync=True)
+        _fsync(disk.mountpoint)
+        (disk.mountpoint / "gone").unlink()
+        os.rename(disk.mountpoint / "from", disk.mountpoint / "to")
+        assert disk.lose_unsynced()["undone"] == 0
+        assert sorted(os.listdir(disk.mountpoint)) == ["to"]
+        assert sorted(os.listdir(str(disk.backing) + ".trash")) == []
