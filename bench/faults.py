@@ -107,34 +107,47 @@ DEPLOYMENTS = ("embedded", "postgres", "jetstream")
 
 @contextlib.contextmanager
 def deployment(
-    kind: str, slow_redis: bool = False, lazy_nodes: bool = False, nats_sync: str = "always"
+    kind: str,
+    slow_redis: bool = False,
+    lazy_nodes: bool = False,
+    nats_sync: str = "always",
+    lazy_postgres: bool = False,
 ) -> Iterator[tuple[dict[str, str], Target]]:
     """The env of a fresh deployment of ``kind`` (its database and NATS cluster removed afterwards), and
     the fault target without its server (the JetStream one: its cluster on addresses and cgroups of its own,
     and the links between them; with ``slow_redis``, Redis reached through a latency proxy; with
-    ``lazy_nodes``, each NATS node's store on a lazy file system, in ``target.disks``)."""
+    ``lazy_nodes``, each NATS node's store on a lazy file system, in ``target.disks``; with ``lazy_postgres``,
+    the metadata in a Postgres of its own on a lazy file system, in ``target.postgres`` and its disk first in
+    ``target.disks``)."""
     if kind == "embedded":
         yield {}, Target()
         return
+    disks = contextlib.ExitStack()
     name = f"qc_faults_{secrets.token_hex(4)}"
-    asyncio.run(create_database(name))
+    postgres, pg_disks = None, []
+    if lazy_postgres:
+        postgres, pg_disk = disks.enter_context(power_faults.lazy_postgres())
+        pg_disks = [pg_disk]
+        metadata_url = postgres.url
+    else:
+        asyncio.run(create_database(name))
+        metadata_url = database_url(name)
     root = Path(tempfile.mkdtemp(prefix="qc-faults-nats-"))
     redis = RedisServer(free_port(), root)  # its own: a Redis fault touches nothing else on the machine
     redis.start()
     proxy = ProxyThread("127.0.0.1", redis.port) if slow_redis else None
     env = {
-        "QUEUECORE_DATABASE_URL": database_url(name),
+        "QUEUECORE_DATABASE_URL": metadata_url,
         "QUEUECORE_REDIS_URL": proxy.url if proxy is not None else redis.url,
         "QUEUECORE_RATE_LIMIT_PREFIX": f"qc:faults:{name}:",
     }
     links = Links() if kind == "jetstream" else None
     cluster = None
-    target = Target(redis=redis, redis_proxy=proxy)
-    disks = contextlib.ExitStack()
+    target = Target(redis=redis, redis_proxy=proxy, postgres=postgres, disks=pg_disks)
     try:
         if links is not None:
             stores = [root / f"n{i}" for i in range(3)] if lazy_nodes else []  # NatsCluster's store dirs
-            target.disks = disks.enter_context(power_faults.lazy_disks(*stores))
+            target.disks = pg_disks + disks.enter_context(power_faults.lazy_disks(*stores))
             cluster, nodes, api = nats_faults.start_cluster(root, links, sync_interval=nats_sync)
             target = Target(
                 redis=redis,
@@ -144,6 +157,7 @@ def deployment(
                 api=api,
                 nodes=nodes,
                 disks=target.disks,
+                postgres=postgres,
             )
             env |= {"QUEUECORE_LOG_ENGINE": "jetstream", "QUEUECORE_NATS_URL": cluster.url}
         yield env, target
@@ -157,7 +171,8 @@ def deployment(
             proxy.close()
         redis.kill()
         shutil.rmtree(root, ignore_errors=True)
-        asyncio.run(drop_database(name))
+        if postgres is None:
+            asyncio.run(drop_database(name))
 
 
 def one_run(fault: str, kind: str, repeat: int, between: float, nats_sync: str = "always") -> dict[str, Any]:
@@ -170,7 +185,13 @@ def one_run(fault: str, kind: str, repeat: int, between: float, nats_sync: str =
     lazy_api = fault in ("power-loss", "power-loss-torn")  # a node's loss leaves the API process's disk
     try:
         with (
-            deployment(kind, fault == "redis-slow", lazy_nodes=power, nats_sync=nats_sync) as (extra, target),
+            deployment(
+                kind,
+                fault == "redis-slow",
+                lazy_nodes=power,
+                nats_sync=nats_sync,
+                lazy_postgres=lazy_api,
+            ) as (extra, target),
             power_faults.lazy_disks(*([tmp / "data"] if lazy_api else [])) as api_disks,
         ):
             target.disks = api_disks + target.disks

@@ -214,6 +214,14 @@ def _pattern(path: str) -> str:
     return re.sub(r"[A-Za-z0-9]*[0-9][A-Za-z0-9]*", "#", path.lstrip("/"))
 
 
+def _own(full: str, context: tuple[int, int, int]) -> None:
+    """What a process makes is its user's (the file system process is root; Postgres checks who owns its
+    files)."""
+    uid, gid, _ = context
+    if (uid, gid) != (0, 0):
+        os.lchown(full, uid, gid)
+
+
 def _remove(full: str) -> None:
     if os.path.isdir(full) and not os.path.islink(full):
         shutil.rmtree(full)
@@ -253,7 +261,7 @@ def _tear(fd: int, state: _Unsynced, rng: random.Random) -> int:
 
 
 def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
-    from fuse import FUSE, FuseOSError, Operations
+    from fuse import FUSE, FuseOSError, Operations, fuse_get_context
 
     class Lazy(Operations):  # type: ignore[misc]
         use_ns = True
@@ -318,6 +326,7 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
                     raise FuseOSError(errno.EEXIST)
                 fd = os.open(full, os.O_RDWR | os.O_CREAT, mode)
                 if not existed:
+                    _own(full, fuse_get_context())
                     self.unsynced[path] = _Unsynced(synced_size=0, created=True)
                 elif fi.flags & os.O_TRUNC:
                     self._truncate(path, fd, 0)
@@ -431,6 +440,7 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
 
         def mkdir(self, path: str, mode: int) -> None:
             os.mkdir(self._full(path), mode)
+            _own(self._full(path), fuse_get_context())
 
         def readdir(self, path: str, fh: int) -> list[str]:
             return [".", "..", *os.listdir(self._full(path))]
@@ -582,6 +592,7 @@ def _serve(backing: Path, mountpoint: Path, control: Path) -> None:
         entry_timeout=0,
         negative_timeout=0,
         fsname="lazyfs",
+        allow_other=True,  # root mounts it; Postgres runs as its own user
     )
 
 

@@ -24,6 +24,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from infra.nats_cluster import NatsCluster
+from tests.fixtures.postgres import PrivatePostgres
 from tests.fixtures.redis import RedisServer
 from tests.fixtures.server import ServerProcess, bootstrap, cli, free_port, set_tier
 from tests.system.faults.history import Recorder, Report, check
@@ -55,6 +56,8 @@ class Target:
     api: Party | None = None
     nodes: list[Party] = field(default_factory=list)
     disks: list[LazyFS] = field(default_factory=list)
+    # The metadata's Postgres, when it is the run's own (a power loss takes it down with the rest).
+    postgres: PrivatePostgres | None = None
 
     @property
     def api_server(self) -> ServerProcess:

@@ -7,8 +7,10 @@ deployment) and, on the JetStream deployment, every NATS node's store - is a laz
 not synced on every one of those file systems, then starts them all again on what is left: the NATS nodes
 first (each recovers its store and the cluster elects leaders), then the API process. The run's checker
 (history.py) then judges: nothing acknowledged lost, no acked message of the exactly-once topic delivered
-again, order per partition, batches whole. Postgres (metadata) and Redis (limits) stay outside the loss:
-the Postgres deployment puts only the local log on a lazy file system.
+again, order per partition, batches whole. Redis (limits) stays outside the loss. On the Postgres and
+JetStream deployments the metadata's Postgres is a private cluster whose data directory is a lazy file system
+too (``lazy_postgres``): it is SIGKILLed with the rest, loses what it had not synced, and starts first (its
+crash recovery replays the WAL) - as a single machine, or a rack, losing power would leave it.
 
 This is what Jepsen's NATS 2.12.1 analysis did with lazyfs ("coordinated power loss"), in small: the loss
 is whole (every unsynced write gone, nothing torn), and directory operations other than creates are durable
@@ -27,10 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.fixtures.postgres import PrivatePostgres
 from tests.system.faults.lazyfs import LazyFS
 from tests.system.faults.load import Fault, Target
 from tests.system.faults.nats_faults import leading_node
@@ -52,6 +57,27 @@ def lazy_disks(*mountpoints: Path) -> Iterator[list[LazyFS]]:
             disk.unmount()
 
 
+@contextlib.contextmanager
+def lazy_postgres() -> Iterator[tuple[PrivatePostgres, LazyFS]]:
+    """A private Postgres (started) whose data directory is a lazy file system, and that file system."""
+    root = Path(tempfile.mkdtemp(prefix="qc-faults-pg-"))
+    root.chmod(0o755)  # the postgres user goes through it to its mount
+    disk = LazyFS(root / "pg")
+    disk.backing.mkdir()
+    shutil.chown(disk.backing, "postgres", "postgres")  # the mount's root is its backing directory's
+    try:
+        disk.mount()
+        postgres = PrivatePostgres(directory=disk.mountpoint)
+        try:
+            postgres.start()
+            yield postgres, disk
+        finally:
+            postgres.remove()
+    finally:
+        disk.unmount()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 async def _power_loss(target: Target, torn: bool = False) -> str:
     if not target.disks:
         raise RuntimeError("a power loss needs the deployment's data on lazy file systems (lazy_disks)")
@@ -60,6 +86,8 @@ async def _power_loss(target: Target, torn: bool = False) -> str:
     for process in processes:  # at once: no process outlives another's loss
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGKILL)
+    if target.postgres is not None:
+        await asyncio.to_thread(target.postgres.kill)
     for process in processes:
         if process is not None:
             await asyncio.to_thread(process.wait)
@@ -68,6 +96,8 @@ async def _power_loss(target: Target, torn: bool = False) -> str:
     lost = [
         await asyncio.to_thread(disk.lose_unsynced, torn, seed + i) for i, disk in enumerate(target.disks)
     ]
+    if target.postgres is not None:  # first: the API process migrates nothing, but it connects at start
+        await asyncio.to_thread(target.postgres.start_after_power_loss)
     if target.cluster is not None:
         cluster = target.cluster
         for index in range(len(cluster.nodes)):

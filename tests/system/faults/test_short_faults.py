@@ -11,7 +11,9 @@ read of every partition: no anomaly of any kind the checker knows (tests/system/
   down (a round trip of 0.2 s, then 2 s) and made fast again (tests/system/faults/redis_faults.py);
 - embedded, its data directory (SQLite and the log) on a lazy file system: a coordinated power loss, every
   write not fsync'd dropped while the process is down, then one torn (part of the unsynced writes kept,
-  sector by sector; renames and unlinks not yet durable undone) (tests/system/faults/power_faults.py).
+  sector by sector; renames and unlinks not yet durable undone) (tests/system/faults/power_faults.py);
+- the Postgres deployment with Postgres's own data directory on a lazy file system too: a torn loss and a
+  whole one of every process that stores data, Postgres included.
 
 bench/faults.py runs the same longer, with more faults.
 """
@@ -190,3 +192,37 @@ async def test_no_anomalies_after_power_losses(tmp_path):
     assert len(outcome.notes) == 2, outcome.notes
     for note in outcome.notes:
         assert "0 files cut back (0 bytes), 0 never" not in note, note
+
+
+@pytest.mark.slow
+async def test_no_anomalies_after_power_losses_of_postgres_too(tmp_path):
+    # The Postgres deployment with its Postgres on a lazy file system of its own: every loss takes the
+    # metadata's unsynced writes too (relation files, a WAL tail), and its crash recovery must bring back
+    # every commit the API process answered for (offsets, acks, leases of the exactly-once topic).
+    reason = lazyfs.unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with (
+        power_faults.lazy_postgres() as (postgres, pg_disk),
+        power_faults.lazy_disks(tmp_path / "data") as disks,
+    ):
+        env = server_env(tmp_path / "data", postgres.url)
+        server, key = prepare_server(env, tmp_path)
+        target = Target(server=server, disks=[pg_disk, *disks], postgres=postgres)
+        server.start()
+        recorder = Recorder(tmp_path / "history.jsonl")
+        try:
+            outcome = await run(
+                target, key, recorder, [power_faults.POWER_LOSS_TORN, power_faults.POWER_LOSS], between=3.0
+            )
+        finally:
+            server.stop()
+    counts = outcome.counts
+    assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts, outcome.notes)
+    assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
+    assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
+    assert counts.get("delivered pull", 0) > 100, counts
+    # Postgres's disk lost something in the losses (relation files and caches it writes back lazily, by
+    # design): the fault reached it.
+    assert len(outcome.notes) == 2, outcome.notes
+    assert any(word in note for note in outcome.notes for word in ("base/", "global/", "pg_")), outcome.notes
