@@ -6,8 +6,9 @@ Two paths, chosen by how many partitions an append names::
                         atomic batch (ADR-50); the ack's sequence says where each landed
     several partitions  a commit record in ``QC__TXN`` first (``transactions``): from then on the append
                         has happened; then each partition's part alone (one message or an atomic batch)
-                        with the message id ``<txn id>.<partition>``, which JetStream deduplicates, so a
-                        part recovery applies again (any node, after ``recover_after_seconds``) is stored once
+                        with the message id ``<txn id>.<partition>`` (and keyed records their own), which
+                        JetStream deduplicates, so a part recovery applies again (any node, after
+                        ``recover_after_seconds``) is stored once
 
 Invariants: nothing is answered before JetStream acknowledged it (a quorum stored it); an append either
 answers every partition's base offset or raises, and a committed append that raised is finished in the
@@ -79,12 +80,12 @@ class Appends:
             if codec.stream_name(topic_id, partition) not in self._streams.known:
                 await self._streams.lookup(topic_id, partition)
         stamp = now_ms()
-        # One partition: a record with a dedupe id goes as a DedupedFrame, with its Nats-Msg-Id: sent twice (a
-        # node's append that lands after a retry elsewhere stored it), JetStream refuses the second (its
-        # whole batch: a 503, nothing of that batch stored). A transaction's parts carry its id instead.
-        # One pass over the records either way: no second walk of a large batch on the publish path.
-        encode = codec.encode if len(parts) > 1 else codec.encode_deduped
-        frames = {p: [encode(r, stamp) for r in rs] for p, rs in parts.items()}
+        # A record with a dedupe id goes as a DedupedFrame, with its Nats-Msg-Id: sent twice (a node's
+        # append that lands after a retry elsewhere stored it), JetStream refuses the second (its whole
+        # batch: a 503, nothing of that batch stored). So does a transaction's part, whose commit record
+        # keeps its records' ids for recovery (codec.chunks): a late commit record rolled forward after a
+        # retry stored its keyed record is refused where that record is, not stored twice.
+        frames = {p: [codec.encode_deduped(r, stamp) for r in rs] for p, rs in parts.items()}
         # Refused here, before a writer coalesces it with others' records, which NATS would refuse with it.
         limit = self._max_record_bytes()
         for p, part in frames.items():

@@ -126,24 +126,30 @@ class JetStreamClient:
     async def append(
         self, subject: str, payloads: Sequence[bytes], *, msg_id: str | None = None, stream: str = ""
     ) -> StoredAt:
-        """Store ``payloads`` in the stream of ``subject``, all or nothing, in this order, contiguously."""
+        """Store ``payloads`` in the stream of ``subject``, all or nothing, in this order, contiguously.
+
+        A payload with a ``msg_id`` of its own (``codec.DedupedFrame``) is sent with it; ``msg_id`` (the
+        write's) goes on the first payload without one, or nowhere when all have one: JetStream refuses
+        the whole write when any of its message ids is in the stream's duplicate window, so a write sent
+        again is refused all the same."""
 
         async def send() -> Msg:
+            ids: list[str | None] = [getattr(payload, "msg_id", None) for payload in payloads]
+            if msg_id is not None and None in ids:
+                ids[ids.index(None)] = msg_id
             if len(payloads) == 1:
-                own = msg_id or getattr(payloads[0], "msg_id", None)
-                headers = {"Nats-Msg-Id": own} if own else None
+                headers = {"Nats-Msg-Id": ids[0]} if ids[0] else None
                 return await self.nc.request(subject, payloads[0], timeout=self.timeout, headers=headers)
             batch = f"{self._batch_prefix}{next(self._batch_ids)}"
             last = len(payloads) - 1
             publish = self.nc.publish
             for i in range(last):
                 headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
-                own = msg_id if i == 0 and msg_id else getattr(payloads[i], "msg_id", None)
-                if own:
+                if own := ids[i]:
                     headers["Nats-Msg-Id"] = own
                 await publish(subject, payloads[i], headers=headers)
             headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(last + 1), "Nats-Batch-Commit": "1"}
-            if own := getattr(payloads[last], "msg_id", None):
+            if own := ids[last]:
                 headers["Nats-Msg-Id"] = own
             return await self.nc.request(subject, payloads[last], timeout=self.timeout, headers=headers)
 

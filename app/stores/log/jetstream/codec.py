@@ -142,25 +142,39 @@ def timestamp_of(frame: bytes) -> int:
     return int(_FRAME.unpack_from(frame)[0])
 
 
-def chunks(topic_id: str, partition: int, frames: Sequence[bytes]) -> Iterator[bytes]:
-    """The frames of one partition's part of a transaction, cut into chunks of about ``CHUNK_BYTES``."""
+# A commit record chunk's header naming the message ids of its deduplicated frames (``DedupedFrame``):
+# ``<index in the chunk>=<msg id>`` joined by commas. In a header, not the payload, so a node of the
+# release before reads the chunk as it always did (and applies it without them, as it always did).
+DEDUPE_HEADER = "QC-Dedupe"
+
+
+def chunks(topic_id: str, partition: int, frames: Sequence[bytes]) -> Iterator[tuple[bytes, str | None]]:
+    """The frames of one partition's part of a transaction, cut into chunks of about ``CHUNK_BYTES``: each
+    ``(payload, its DEDUPE_HEADER or None)``, so that recovery applies a part with its records' message ids
+    as the committing node would have (a late commit record whose keyed record a retry stored since is
+    refused, not stored twice)."""
     topic = topic_id.encode()
     head = struct.pack(">H", len(topic)) + topic
     parts: list[bytes] = []
+    ids: list[str] = []
     size = 0
     for frame in frames:
+        if (msg_id := getattr(frame, "msg_id", None)) is not None:
+            ids.append(f"{len(parts) // 2}={msg_id}")
+            size += len(msg_id) + 8
         parts.append(_LENGTH.pack(len(frame)))
         parts.append(frame)
         size += len(frame) + 4
         if size >= CHUNK_BYTES:
-            yield head + _CHUNK_HEAD.pack(partition, len(parts) // 2) + b"".join(parts)
-            parts, size = [], 0
+            yield head + _CHUNK_HEAD.pack(partition, len(parts) // 2) + b"".join(parts), ",".join(ids) or None
+            parts, ids, size = [], [], 0
     if parts:
-        yield head + _CHUNK_HEAD.pack(partition, len(parts) // 2) + b"".join(parts)
+        yield head + _CHUNK_HEAD.pack(partition, len(parts) // 2) + b"".join(parts), ",".join(ids) or None
 
 
-def read_chunk(chunk: bytes) -> tuple[str, int, list[bytes]]:
-    """``(topic_id, partition, frames)`` of one chunk."""
+def read_chunk(chunk: bytes, dedupe: str | None = None) -> tuple[str, int, list[bytes]]:
+    """``(topic_id, partition, frames)`` of one chunk; with its ``dedupe`` header, the frames it names as
+    ``DedupedFrame``s."""
     (length,) = struct.unpack_from(">H", chunk)
     at = 2 + length
     topic_id = chunk[2:at].decode()
@@ -172,4 +186,8 @@ def read_chunk(chunk: bytes) -> tuple[str, int, list[bytes]]:
         at += 4
         frames.append(chunk[at : at + size])
         at += size
+    for entry in dedupe.split(",") if dedupe else ():
+        index, _, msg_id = entry.partition("=")
+        frame = frames[int(index)] = DedupedFrame(frames[int(index)])
+        frame.msg_id = msg_id
     return topic_id, partition, frames

@@ -8,8 +8,9 @@ transaction log works:
    atomic batch to the transaction stream (``QC__TXN``, subject ``qc.txn.<txn id>``), replicated like
    the topics. Once JetStream acknowledges it, the append has happened; before that, nothing has.
 2. **Apply.** Each partition's records are appended to its stream as one atomic batch whose first message
-   carries ``Nats-Msg-Id: <txn id>.<partition>``. The partitions are applied concurrently; offsets are
-   taken from each batch's ack.
+   without a message id of its own carries ``Nats-Msg-Id: <txn id>.<partition>``; a keyed record carries
+   its own (``codec.DedupedFrame``), kept in the commit record (``codec.DEDUPE_HEADER``) for recovery. The
+   partitions are applied concurrently; offsets are taken from each batch's ack.
 3. **Done.** The transaction's chunks are purged from ``QC__TXN``.
 
 An apply that fails after step 1 (a partition's stream electing a leader, a NATS node killed) is tried
@@ -20,7 +21,10 @@ record behind. Every API node runs ``recover`` every few seconds: any transactio
 again partition by partition — a partition it already reached refuses the batch as a duplicate (JetStream
 deduplicates atomic batches by ``Nats-Msg-Id`` within the stream's duplicate window, set far above
 ``recover_after``), the others get their records — and is then purged. Several nodes recovering the same
-transaction at once is harmless for the same reason.
+transaction at once is harmless for the same reason. A commit record stored late (its answer lost, the
+publisher told 503) whose keyed records a retry stored meanwhile in a transaction of its own is refused
+the same way, part by part, wherever such a record is: the keys stay once (unkeyed records of a part
+without any may be stored again, as for any retried publish without a key).
 
 What a reader sees: a partition's part appears when it is applied, never before the commit; a batch whose
 commit record was not stored never appears anywhere. What a publisher hears: 2xx only after step 2 for
@@ -79,10 +83,13 @@ class Transactions:
 
     async def commit(self, txn_id: str, topic_id: str, frames: Mapping[int, Sequence[bytes]]) -> None:
         """Step 1: the append's commit record, stored on a quorum, or an error and nothing stored."""
-        chunks = [
-            chunk for partition, part in frames.items() for chunk in codec.chunks(topic_id, partition, part)
+        subject = codec.TXN_SUBJECT_PREFIX + txn_id
+        messages = [
+            (subject, chunk, {codec.DEDUPE_HEADER: dedupe} if dedupe else None)
+            for partition, part in frames.items()
+            for chunk, dedupe in codec.chunks(topic_id, partition, part)
         ]
-        await self.client.append(codec.TXN_SUBJECT_PREFIX + txn_id, chunks, stream=codec.TXN_STREAM)
+        await self.client.publish(messages, stream=codec.TXN_STREAM)
 
     def finish(self, txn_id: str, parts: Mapping[int, Sequence[bytes]], topic_id: str, apply: Apply) -> None:
         """After a failed step 2: apply ``parts`` again in the background until each partition has them
@@ -136,7 +143,7 @@ class Transactions:
         if not state.get("messages"):
             return 0
         horizon = time.time() - self.recover_after
-        pending: dict[str, list[bytes]] = {}
+        pending: dict[str, list[tuple[bytes, str | None]]] = {}
         old: set[str] = set()
         seq = int(state.get("first_seq", 1))
         last = int(state.get("last_seq", 0))
@@ -147,7 +154,7 @@ class Transactions:
             for found_seq, payload, msg in page:
                 headers = msg.headers or {}
                 txn_id = headers.get("Nats-Subject", "")[len(codec.TXN_SUBJECT_PREFIX) :]
-                pending.setdefault(txn_id, []).append(payload)
+                pending.setdefault(txn_id, []).append((payload, headers.get(codec.DEDUPE_HEADER)))
                 if _stored_at(headers.get("Nats-Time-Stamp", "")) < horizon:
                     old.add(txn_id)
                 seq = found_seq + 1
@@ -157,10 +164,13 @@ class Transactions:
             rolled += 1
         return rolled
 
-    async def roll_forward(self, txn_id: str, chunks: Sequence[bytes], apply: Apply) -> None:
+    async def roll_forward(
+        self, txn_id: str, chunks: Sequence[tuple[bytes, str | None]], apply: Apply
+    ) -> None:
+        """Apply a commit record's parts (``chunks``: each payload with its dedupe header), then purge it."""
         parts: dict[tuple[str, int], list[bytes]] = {}
-        for chunk in chunks:
-            topic_id, partition, frames = codec.read_chunk(chunk)
+        for chunk, dedupe in chunks:
+            topic_id, partition, frames = codec.read_chunk(chunk, dedupe)
             parts.setdefault((topic_id, partition), []).extend(frames)
         for (topic_id, partition), frames in parts.items():
             await apply(topic_id, partition, frames, f"{txn_id}.{partition}")

@@ -105,3 +105,46 @@ class TestFinishAfterAFailedApply:
             await asyncio.sleep(0.1)
         assert await _values(publisher, topic, 2) == [b"only", b"p2"]
         assert [await _values(publisher, topic, p) for p in (0, 1)] == [[b"p0"], [b"p1"]]  # once each
+
+
+class TestALateCommitRecordOfKeyedRecords:
+    async def test_is_refused_where_a_retry_stored_its_keyed_records(self, nats_cluster, publisher):
+        """A publisher's commit record is stored, its answer lost (503); a retry elsewhere stores the same
+        keyed records in a new transaction; then recovery rolls the first forward. Each part holding a
+        record the retry stored is refused by that record's message id (kept in the commit record), so no
+        keyed record is stored twice."""
+        topic = f"top_{secrets.token_hex(6)}"
+        await publisher.create_topic(topic, 2, TopicLogConfig(replicas=3))
+        batch = {
+            0: [RecordIn(value=b"k0", dedupe_id="key-0"), RecordIn(value=b"plain")],
+            1: [RecordIn(value=b"k1", dedupe_id="key-1")],
+        }
+        stamp = 1_700_000_000_000
+        frames = {p: [codec.encode_deduped(r, stamp) for r in rs] for p, rs in batch.items()}
+        txns = publisher._transactions()
+        await txns.commit(txns.new_id(), topic, frames)  # stored; the publisher never heard (nor applied)
+        await publisher.append(topic, batch)  # the retry, another transaction: applied whole
+        assert [await _values(publisher, topic, p) for p in (0, 1)] == [[b"k0", b"plain"], [b"k1"]]
+
+        other = await _engine(nats_cluster.url, recover_after_seconds=0.2, recovery_interval_seconds=0.1)
+        try:
+            for _ in range(100):  # until recovery has dealt with the late commit record (purged it)
+                info = await other.client.api(f"STREAM.INFO.{codec.TXN_STREAM}")
+                if not info["state"].get("messages"):
+                    break
+                await asyncio.sleep(0.1)
+            assert not info["state"].get("messages")
+            assert [await _values(other, topic, p) for p in (0, 1)] == [[b"k0", b"plain"], [b"k1"]]
+        finally:
+            await other.close()
+
+    def test_a_commit_record_chunk_keeps_its_records_message_ids(self):
+        frames = [
+            codec.encode_deduped(RecordIn(value=b"a", dedupe_id="key-a"), 1),
+            codec.encode_deduped(RecordIn(value=b"b"), 1),
+        ]
+        [(chunk, dedupe)] = list(codec.chunks("t1", 3, frames))
+        topic_id, partition, read = codec.read_chunk(chunk, dedupe)
+        assert (topic_id, partition, read) == ("t1", 3, frames)
+        assert [getattr(f, "msg_id", None) for f in read] == [frames[0].msg_id, None]  # type: ignore[attr-defined]
+        assert codec.read_chunk(chunk)[2] == frames  # a reader of the release before: the same frames
