@@ -97,7 +97,12 @@ class Appends:
             return {partition: stored.last_seq - stored.count}
         txns = self._transactions()
         txn_id = txns.new_id()
-        await txns.commit(txn_id, topic_id, frames)
+        try:
+            await txns.commit(txn_id, topic_id, frames)
+        except EngineUnavailable:
+            # Unanswered, so perhaps stored: finished as soon as it shows (not in recover_after seconds).
+            txns.finish_if_committed(txn_id, frames, topic_id, self.apply)
+            raise
         outcomes = await asyncio.gather(
             *(self.store(topic_id, p, part, f"{txn_id}.{p}") for p, part in frames.items()),
             return_exceptions=True,

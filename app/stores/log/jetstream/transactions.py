@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 
 from app.stores.log.jetstream import codec
-from app.stores.log.jetstream.client import JetStreamClient, StoredAt
+from app.stores.log.jetstream.client import JetStreamClient, JetStreamError, StoredAt
 from app.stores.log.protocol import LogEngineError
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 Apply = Callable[[str, int, Sequence[bytes], str], Awaitable[StoredAt]]
 
 _PAGE = 64
+_NO_MESSAGE = 10037  # JetStream's "no message found"
 
 
 class Transactions:
@@ -99,10 +100,50 @@ class Transactions:
         self._purges.add(task)
         task.add_done_callback(self._purges.discard)
 
-    async def _finish(
+    def finish_if_committed(
+        self, txn_id: str, parts: Mapping[int, Sequence[bytes]], topic_id: str, apply: Apply
+    ) -> None:
+        """After a step 1 that went unanswered: its record may be stored all the same (the answer lost, or
+        the request delivered late once a cut link healed). Look for it in the background for up to
+        ``recover_after`` seconds and finish the transaction as soon as it shows, rather than leave it
+        unseen until recovery takes it (``recover_after`` after it was stored, and a round later)."""
+        task = asyncio.create_task(self._finish_if_committed(txn_id, parts, topic_id, apply))
+        self._purges.add(task)
+        task.add_done_callback(self._purges.discard)
+
+    async def _finish_if_committed(
         self, txn_id: str, parts: Mapping[int, Sequence[bytes]], topic_id: str, apply: Apply
     ) -> None:
         deadline = time.monotonic() + self.recover_after
+        pause = 0.1
+        while time.monotonic() + pause < deadline:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+            try:
+                await self.client.api(
+                    f"STREAM.MSG.GET.{codec.TXN_STREAM}",
+                    {"last_by_subj": codec.TXN_SUBJECT_PREFIX + txn_id},
+                    stream=codec.TXN_STREAM,
+                )
+            except JetStreamError as exc:
+                if exc.err_code != _NO_MESSAGE:
+                    raise
+                continue  # not (yet) there
+            except LogEngineError:
+                continue  # no answer now: look again
+            logger.info("transaction %s was committed although its commit went unanswered", txn_id)
+            await self._finish(txn_id, parts, topic_id, apply, deadline)
+            return
+
+    async def _finish(
+        self,
+        txn_id: str,
+        parts: Mapping[int, Sequence[bytes]],
+        topic_id: str,
+        apply: Apply,
+        deadline: float | None = None,
+    ) -> None:
+        deadline = deadline or time.monotonic() + self.recover_after
         pause = 0.1
         missing = dict(parts)
         while missing:

@@ -148,3 +148,26 @@ class TestALateCommitRecordOfKeyedRecords:
         assert (topic_id, partition, read) == ("t1", 3, frames)
         assert [getattr(f, "msg_id", None) for f in read] == [frames[0].msg_id, None]  # type: ignore[attr-defined]
         assert codec.read_chunk(chunk)[2] == frames  # a reader of the release before: the same frames
+
+
+class TestFinishAfterAnUnansweredCommit:
+    async def test_a_commit_record_stored_without_an_answer_is_applied_without_waiting_for_recovery(
+        self, nats_cluster, publisher
+    ):
+        """The commit request goes out but its answer does not come in time (a client timeout far below a
+        round trip: the request is sent and stored all the same). The publisher hears an error; the node
+        looks for the record and, finding it, applies the batch. Recovery never runs here (``publisher``)."""
+        topic = f"top_{secrets.token_hex(6)}"
+        await publisher.create_topic(topic, 2, TopicLogConfig(replicas=3))
+        timeout = publisher.client.timeout
+        publisher.client.timeout = 1e-6
+        try:
+            with pytest.raises(LogEngineError):
+                await publisher.append(topic, {p: [RecordIn(value=f"p{p}".encode())] for p in range(2)})
+        finally:
+            publisher.client.timeout = timeout
+        for _ in range(100):
+            if [await _values(publisher, topic, p) for p in (0, 1)] == [[b"p0"], [b"p1"]]:
+                break
+            await asyncio.sleep(0.1)
+        assert [await _values(publisher, topic, p) for p in (0, 1)] == [[b"p0"], [b"p1"]]
