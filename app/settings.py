@@ -98,6 +98,9 @@ class JetStreamSettings(BaseModel):
     # The server tag naming a NATS server's availability zone (``az:zone-a``: zone-a), as the servers'
     # ``server_tags`` and JetStream's ``unique_tag`` say it (infra/nats_cluster.py, infra/k8s, compose).
     zone_tag: str = Field(default="az", min_length=1)
+    # Reads of this many records or more (bulk reads) go over links of their own whose replies are parsed
+    # in bulk (app/stores/log/jetstream/bulk_link.py); 0 sends every read through nats-py.
+    bulk_read_min_records: int = Field(default=1000, ge=0)
 
 
 class Settings(BaseSettings):

@@ -75,6 +75,16 @@ class TestSignedInWithACredsFile:
             page = http.get("/v1/topics/creds/partitions/0/messages", params={"fromOffset": 0})
             assert page.status_code == 200, page.text
             assert [m["data"] for m in page.json()["data"]] == [{"n": 1}]
+            # A bulk read asks for thousands of records: it goes over the engine's bulk read links, which
+            # sign in on their own (app/stores/log/jetstream/bulk_link.py) - and say so if they cannot.
+            bulk = http.get(
+                "/v1/topics/creds/partitions/0/records",
+                headers={"Accept": "application/vnd.queuecore.records"},
+            )
+            assert bulk.status_code == 200, bulk.text
+            assert b'{"n":1}' in bulk.content
+        assert server.log_path is not None
+        assert "bulk read links unavailable" not in server.log_path.read_text()
 
     def test_no_seed_in_the_servers_log(self, deployment):
         assert deployment.server.log_path is not None

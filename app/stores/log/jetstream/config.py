@@ -101,4 +101,7 @@ class JetStreamConfig:
     duplicate_window_seconds: float = 3600.0
     # The server tag that names a server's availability zone (``az:<zone>``; see ``zones``).
     zone_tag: str = "az"
+    # Reads asking this many records or more go over the engine's bulk read links (``bulk_link``), their
+    # replies parsed in bulk; 0: never (every read through nats-py).
+    bulk_read_min_records: int = 1000
     link: NatsLink = field(default_factory=NatsLink)

@@ -49,6 +49,7 @@ from nats.js.client import JetStreamContext
 from app.kit.urls import masked
 from app.stores.log.jetstream import codec, snapshot
 from app.stores.log.jetstream.appends import Appends
+from app.stores.log.jetstream.bulk_link import BulkLink
 from app.stores.log.jetstream.client import JetStreamClient, drop_unsent_publishes
 from app.stores.log.jetstream.config import JetStreamConfig
 from app.stores.log.jetstream.duties import JetStreamDuties
@@ -101,7 +102,19 @@ class JetStreamLogEngine:
         # Zones are asked for no longer than a JetStream call waits, and 2 s at most: the wait is spent only
         # when a server a describe names does not answer (a zone down), once per zones.REFRESH_SECONDS.
         self.zones = Zones(self._connection, config.zone_tag, min(config.request_timeout_seconds, 2.0))
-        self.reads = Reads(lambda: self.client, self.streams, self.watermarks, self.zones)
+        self.bulk_link = (
+            BulkLink(config.servers, config.link, config.request_timeout_seconds)
+            if config.bulk_read_min_records > 0
+            else None
+        )
+        self.reads = Reads(
+            lambda: self.client,
+            self.streams,
+            self.watermarks,
+            self.zones,
+            self.bulk_link,
+            config.bulk_read_min_records,
+        )
         self._duties = JetStreamDuties(self._jetstream, replicas=config.default_replicas)
         self._recovery: asyncio.Task[None] | None = None
         self._connecting: asyncio.Task[None] | None = None
@@ -251,6 +264,8 @@ class JetStreamLogEngine:
                 await self._recovery
         if self._txns is not None:
             await self._txns.close()
+        if self.bulk_link is not None:
+            await self.bulk_link.close()
         self.watermarks.wake_all()
         if self.nc is not None:
             with contextlib.suppress(Exception):
