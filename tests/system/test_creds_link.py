@@ -19,7 +19,13 @@ import pytest
 from infra.nats_cluster import NatsCluster
 from tests.fixtures.nats import free_base_port
 from tests.fixtures.nats_accounts import Operator, User
-from tests.fixtures.server import ServerProcess, bootstrapped_server, refused_link_log, server_env
+from tests.fixtures.server import (
+    ServerProcess,
+    assert_served_through_jetstream,
+    bootstrapped_server,
+    refused_link_log,
+    server_env,
+)
 
 
 @dataclass(frozen=True)
@@ -64,27 +70,7 @@ class TestSignedInWithACredsFile:
 
     def test_topics_publishes_and_reads_go_through_the_operator_mode_cluster(self, deployment):
         server = deployment.server
-        with httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {server.keys['production']}"}, timeout=30
-        ) as http:
-            created = http.post("/v1/topics", json={"name": "creds", "partitions": 1})
-            assert created.status_code == 201, created.text
-            published = http.post("/v1/topics/creds/messages", json={"data": {"n": 1}})
-            assert published.status_code == 201, published.text
-            assert published.json()["durability"] == "replicated:3"
-            page = http.get("/v1/topics/creds/partitions/0/messages", params={"fromOffset": 0})
-            assert page.status_code == 200, page.text
-            assert [m["data"] for m in page.json()["data"]] == [{"n": 1}]
-            # A bulk read asks for thousands of records: it goes over the engine's bulk read links, which
-            # sign in on their own (app/stores/log/jetstream/bulk_link.py) - and say so if they cannot.
-            bulk = http.get(
-                "/v1/topics/creds/partitions/0/records",
-                headers={"Accept": "application/vnd.queuecore.records"},
-            )
-            assert bulk.status_code == 200, bulk.text
-            assert b'{"n":1}' in bulk.content
-        assert server.log_path is not None
-        assert "bulk read links unavailable" not in server.log_path.read_text()
+        assert_served_through_jetstream(server, "creds")
 
     def test_no_seed_in_the_servers_log(self, deployment):
         assert deployment.server.log_path is not None

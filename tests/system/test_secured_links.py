@@ -24,6 +24,7 @@ from tests.fixtures.nats import free_base_port
 from tests.fixtures.redis import RedisServer
 from tests.fixtures.server import (
     ServerProcess,
+    assert_served_through_jetstream,
     bootstrapped_server,
     cli,
     free_port,
@@ -89,27 +90,7 @@ class TestEveryLinkAuthenticated:
 
     def test_topics_publishes_and_reads_go_through_the_secured_cluster(self, deployment):
         server, _ = deployment
-        with httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {server.keys['production']}"}, timeout=30
-        ) as http:
-            created = http.post("/v1/topics", json={"name": "links", "partitions": 1})
-            assert created.status_code == 201, created.text
-            published = http.post("/v1/topics/links/messages", json={"data": {"n": 1}})
-            assert published.status_code == 201, published.text
-            assert published.json()["durability"] == "replicated:3"
-            page = http.get("/v1/topics/links/partitions/0/messages", params={"fromOffset": 0})
-            assert page.status_code == 200, page.text
-            assert [m["data"] for m in page.json()["data"]] == [{"n": 1}]
-            # A bulk read asks for thousands of records: it goes over the engine's bulk read links, which
-            # sign in on their own (app/stores/log/jetstream/bulk_link.py) - and say so if they cannot.
-            bulk = http.get(
-                "/v1/topics/links/partitions/0/records",
-                headers={"Accept": "application/vnd.queuecore.records"},
-            )
-            assert bulk.status_code == 200, bulk.text
-            assert b'{"n":1}' in bulk.content
-        assert server.log_path is not None
-        assert "bulk read links unavailable" not in server.log_path.read_text()
+        assert_served_through_jetstream(server, "links")
 
     def test_no_password_in_the_servers_log_or_the_clis_output(self, deployment):
         server, security = deployment
