@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import secrets
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,7 @@ from tests.fixtures.server import free_port, server_env
 from tests.system.faults import lazyfs, nats_faults, power_faults, redis_faults
 from tests.system.faults.history import Recorder, check
 from tests.system.faults.latency_proxy import ProxyThread
-from tests.system.faults.load import SIGKILL, SIGSTOP, Target, prepare_server, run
+from tests.system.faults.load import SIGKILL, SIGSTOP, Outcome, Target, prepare_server, run
 from tests.system.faults.network import Links, unavailable
 
 
@@ -45,13 +46,8 @@ async def test_no_anomalies_under_kills_and_pauses(tmp_path):
         outcome = await run(server, key, recorder, [SIGKILL, SIGSTOP, SIGKILL], between=3.0)
     finally:
         server.stop()
-    counts = outcome.counts
-    assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts)
-    assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
-    # The run did something worth checking: both kinds of publish answered, both groups delivered to, and
-    # the kills cut requests on the wire.
-    assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
-    assert counts.get("delivered pull", 0) > 100, counts
+    counts = clean(outcome, tmp_path)
+    # Every fault was injected.
     assert counts.get("fault sigkill+restart") == 2 and counts.get("fault sigstop>sessionTimeout") == 1, (
         counts
     )
@@ -103,11 +99,7 @@ async def test_no_anomalies_under_nats_partitions_cuts_and_pauses(tmp_path):
             cluster.stop()
         links.close()
         await drop_database(name)
-    counts = outcome.counts
-    assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts, outcome.notes)
-    assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
-    assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
-    assert counts.get("delivered pull", 0) > 100, counts
+    counts = clean(outcome, tmp_path)
     # The faults were real: while the leading node was cut off, the other two led streams of their own
     # (an election happened), and cutting the API process from NATS failed requests that were under way.
     isolated = next(note for note in outcome.notes if note.startswith(nats_faults.NATS_ISOLATE.name))
@@ -143,11 +135,7 @@ async def test_no_anomalies_and_no_hang_under_a_slow_redis(tmp_path):
         proxy.close()
         redis.kill()
         await drop_database(name)
-    counts = outcome.counts
-    assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts, outcome.notes)
-    assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
-    assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
-    assert counts.get("delivered pull", 0) > 100, counts
+    clean(outcome, tmp_path)
     # Answered, not hung: every publish, ack and nack sent while Redis was slow got an answer (none lost
     # to the load's client timeout: outcome "unknown"). How long they took is printed, not asserted.
     took = redis_faults.latencies_during(outcome.history, redis_faults.REDIS_SLOW.name)
@@ -182,11 +170,7 @@ async def test_no_anomalies_after_power_losses(tmp_path):
             outcome = await run(target, key, recorder, faults, between=3.0)
         finally:
             server.stop()
-    counts = outcome.counts
-    assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts, outcome.notes)
-    assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
-    assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
-    assert counts.get("delivered pull", 0) > 100, counts
+    clean(outcome, tmp_path)
     # The losses were real: each dropped writes the processes had made and not synced (the -shm index
     # SQLite never syncs, at least), and nothing was left unsynced to drop twice.
     assert len(outcome.notes) == 2, outcome.notes
@@ -217,12 +201,19 @@ async def test_no_anomalies_after_power_losses_of_postgres_too(tmp_path):
             )
         finally:
             server.stop()
+    clean(outcome, tmp_path)
+    # Postgres's disk lost something in the losses (relation files and caches it writes back lazily, by
+    # design): the fault reached it.
+    assert len(outcome.notes) == 2, outcome.notes
+    assert any(word in note for note in outcome.notes for word in ("base/", "global/", "pg_")), outcome.notes
+
+
+def clean(outcome: Outcome, tmp_path: Path) -> dict[str, int]:
+    """The run's counts, once it is seen clean: both groups drained, no anomaly, and enough done to be worth
+    checking (publishes answered, both groups delivered to)."""
     counts = outcome.counts
     assert outcome.lags == {"push": 0, "pull": 0}, (outcome.lags, counts, outcome.notes)
     assert outcome.report.ok, f"{outcome.report.summary()}\nhistory: {tmp_path / 'history.jsonl'}\n{counts}"
     assert counts.get("publish ok", 0) > 100 and counts.get("delivered push", 0) > 100, counts
     assert counts.get("delivered pull", 0) > 100, counts
-    # Postgres's disk lost something in the losses (relation files and caches it writes back lazily, by
-    # design): the fault reached it.
-    assert len(outcome.notes) == 2, outcome.notes
-    assert any(word in note for note in outcome.notes for word in ("base/", "global/", "pg_")), outcome.notes
+    return counts
