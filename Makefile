@@ -318,4 +318,4 @@ faults: install services $(NFT) $(LIBFUSE)
 	$(BIN)/python bench/faults.py --faults nats-pause,nats-kill,nats-partition,nats-bridge,api-nats-cut,nats-disk,nats-mixed \
 		--deployments jetstream --runs 2 --repeat 4
 	$(BIN)/python bench/faults.py --faults redis-pause,redis-kill,redis-slow --deployments postgres,jetstream --runs 2 --repeat 3
-	$(BIN)/python bench/faults.py --faults power-loss --deployments embedded,postgres,jetstream --runs 3 --repeat 4 --between 3
+	$(BIN)/python bench/faults.py --faults power-loss,power-loss-torn --deployments embedded,postgres,jetstream --runs 3 --repeat 4 --between 3
