@@ -71,7 +71,7 @@ class BulkLink:
         except BaseException:
             link.close()  # cancelled mid-answer: what is left of it would be read as the next answer
             raise
-        if found is None or self._closed or len(self._idle) >= _IDLE_LINKS:
+        if self._closed or len(self._idle) >= _IDLE_LINKS:  # (a None answer was read whole: the link is fine)
             link.close()
         else:
             self._idle.append(link)
