@@ -28,3 +28,19 @@ class TestMessageIds:
     def test_malformed_is_invalid_request(self, bad):
         with pytest.raises(InvalidRequest):
             message_ids.decode(bad)
+
+
+class TestRuns:
+    @pytest.mark.parametrize(
+        "topic_id", ["top_1a2b3c4d5e6f7g8h", "top_0000000000000001", "top_zzzzzzzzzzzzzzzz"]
+    )
+    def test_a_run_is_each_offsets_own_id(self, topic_id):
+        # Across the varint's 7-bit boundaries, partitions of every varint length, and runs cut anywhere:
+        # the run's one base64 call over zero-padded ids must give what ``encode`` gives each offset.
+        for partition in (0, 1, 127, 128, 70_000):
+            for first in (0, 1, 100, 127, 128, 255, 256, 16_383, 16_384, 2**21 - 5, 2**28 + 3, 10**12):
+                for count in (1, 2, 128, 130, 300):
+                    assert message_ids.encode_run(topic_id, partition, first, count) == [
+                        message_ids.encode(topic_id, partition, o).encode()
+                        for o in range(first, first + count)
+                    ], (partition, first, count)
