@@ -23,34 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "spark" / "src")]
 
 import httpx
-from pyspark.sql.types import (
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 from queuecore_spark._http import BULK_PAGE, Client
 from queuecore_spark._records import decode
 from queuecore_spark._source import _arrow_schema
 from spark_bench import publish
 
-from tests.spark.support import Server, unique
-
-SCHEMA = StructType(
-    [
-        StructField("id", StringType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("key", StringType()),
-        StructField("data", StringType()),
-        StructField("headers", MapType(StringType(), StringType())),
-        StructField("timestamp", TimestampType()),
-    ]
-)
+from tests.spark.support import CONNECTOR_SCHEMA, Server, unique
 
 
 def own_cpu() -> float:
@@ -85,7 +63,7 @@ def main() -> None:
         )
         created.raise_for_status()
         publish(server.url, key, topic, args.messages)
-        arrow = _arrow_schema(SCHEMA)
+        arrow = _arrow_schema(CONNECTOR_SCHEMA)
         assert server.process is not None
         rows = []
         for n in range(args.rounds):

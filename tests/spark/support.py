@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 BIN = Path(sys.executable).parent
 
@@ -163,3 +172,18 @@ class Api:
                 out.extend(page["data"])
                 offset = page["nextOffset"]
         return out
+
+
+# The connector's columns (``_source.SCHEMA``) as a StructType, for reading a range without Spark planning it.
+CONNECTOR_SCHEMA = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("key", StringType()),
+        StructField("data", StringType()),
+        StructField("headers", MapType(StringType(), StringType())),
+        StructField("timestamp", TimestampType()),
+    ]
+)

@@ -24,20 +24,11 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from pyspark.errors import PySparkException
-from pyspark.sql.types import (
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 from queuecore_spark import _options, _source
 from queuecore_spark._http import QueueCoreError
 from queuecore_spark._source import OffsetRange, read_range
 
-from tests.spark.support import Api, Server
+from tests.spark.support import CONNECTOR_SCHEMA, Api, Server
 from tests.spark.test_source import payloads
 
 
@@ -190,21 +181,6 @@ class TestDamagedAnswers:
             .count()
             == 200
         )
-
-
-# The connector's columns (``_source.SCHEMA``) as a StructType, for reading a range without Spark planning it.
-CONNECTOR_SCHEMA = StructType(
-    [
-        StructField("id", StringType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("key", StringType()),
-        StructField("data", StringType()),
-        StructField("headers", MapType(StringType(), StringType())),
-        StructField("timestamp", TimestampType()),
-    ]
-)
 
 
 class _Older(BaseHTTPRequestHandler):
