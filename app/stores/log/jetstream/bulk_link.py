@@ -34,7 +34,9 @@ from app.stores.log.jetstream.config import NatsLink
 logger = logging.getLogger(__name__)
 
 _READ_BYTES = 1 << 20
-_IDLE_LINKS = 4  # links kept open between reads; more are opened while more reads run at once
+# Links open at most, kept between reads. A read finding them all busy goes through nats-py: many readers at
+# once (push members of many partitions) never open and close a link per read.
+_MAX_LINKS = 8
 _END_OF_BATCH = b"NATS/1.0 204"
 _NOT_FOUND = b"NATS/1.0 404"
 _LAST = b"Nats-Last-Sequence:"
@@ -48,40 +50,56 @@ class BulkLink:
         self.link = link
         self.timeout = timeout
         self._idle: list[_Link] = []
+        self._open_links = 0  # idle and in use
         self._next_server = 0
         self._closed = False
         self._warned = False  # that no link could be opened: said once, as a warning (reads go on, slower)
 
     async def read(self, stream: str, seq: int, batch: int, max_bytes: int) -> list[bytes] | None:
         """The payloads of up to ``batch`` records from ``seq`` on (``seq``, ``seq`` + 1, …: consecutive);
-        ``[]`` when there is none; None when the answer is anything else (read it through nats-py)."""
-        try:
-            link = self._idle.pop() if self._idle else await self._open()
-        except (OSError, TimeoutError, _Refused) as exc:
-            if not self._warned:
-                self._warned = True
-                logger.warning("bulk read links unavailable (%s): large reads go through the client", exc)
+        ``[]`` when there is none; None when the answer is anything else, or every link is busy (read it
+        through nats-py)."""
+        if self._idle:
+            link = self._idle.pop()
+        elif self._open_links >= _MAX_LINKS:
             return None
+        else:
+            self._open_links += 1  # counted while it opens: readers at once never open more than the cap
+            try:
+                link = await self._open()
+            except (OSError, TimeoutError, _Refused) as exc:
+                self._open_links -= 1
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("bulk read links unavailable (%s): large reads go through the client", exc)
+                return None
+            except BaseException:
+                self._open_links -= 1
+                raise
         try:
             found = await asyncio.wait_for(link.direct_get(stream, seq, batch, max_bytes), self.timeout)
         except (OSError, TimeoutError, _Refused, ValueError) as exc:
             logger.debug("bulk read link dropped (%s): reading through the client", exc)
-            link.close()
+            self._drop(link)
             return None
         except BaseException:
-            link.close()  # cancelled mid-answer: what is left of it would be read as the next answer
+            self._drop(link)  # cancelled mid-answer: what is left of it would be read as the next answer
             raise
-        if self._closed or len(self._idle) >= _IDLE_LINKS:  # (a None answer was read whole: the link is fine)
-            link.close()
+        if self._closed:
+            self._drop(link)
         else:
-            self._idle.append(link)
+            self._idle.append(link)  # (a None answer was read whole: the link is fine)
         return found
 
     async def close(self) -> None:
         self._closed = True
         for link in self._idle:
-            link.close()
+            self._drop(link)
         self._idle.clear()
+
+    def _drop(self, link: _Link) -> None:
+        link.close()
+        self._open_links -= 1
 
     async def _open(self) -> _Link:
         last: Exception | None = None

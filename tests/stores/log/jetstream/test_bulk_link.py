@@ -3,6 +3,7 @@ reads through nats-py answer, in every shape, and go back to nats-py for any ans
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator
 
@@ -97,3 +98,18 @@ class TestTheLink:
         assert await link.read("QC_any", 1, 500, 1 << 20) is None
         assert caplog.text.count("bulk read links unavailable") == 1
         await link.close()
+
+    async def test_readers_at_once_share_a_bounded_set_of_links(self, engines):
+        # Push members of many partitions read at once: past the cap, reads go through nats-py instead of
+        # opening (and closing) a link each; every read still answers the same records.
+        from app.stores.log.jetstream.bulk_link import _MAX_LINKS
+
+        bulk, plain = engines
+        topic = await _topic(bulk)
+        await bulk.append(topic, {0: [RecordIn(value=b"%d" % i) for i in range(300)]})
+        answers = await asyncio.gather(*(bulk.read(topic, 0, 0, max_records=500) for _ in range(30)))
+        want = [r.value for r in await plain.read(topic, 0, 0, max_records=500)]
+        assert all([r.value for r in answer] == want for answer in answers)
+        assert bulk.bulk_link is not None
+        assert 0 < bulk.bulk_link._open_links <= _MAX_LINKS
+        assert len(bulk.bulk_link._idle) == bulk.bulk_link._open_links  # every link back, none leaked
