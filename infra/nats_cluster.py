@@ -259,7 +259,11 @@ cluster {{
         for node in [self.nodes[i] for i in nodes] if nodes is not None else self.nodes:
             while not _healthy(node.host, node.monitor_port):
                 if node.process is not None and node.process.poll() is not None:
-                    raise RuntimeError(f"nats node n{node.index} exited: see {self.root}/n{node.index}.log")
+                    log = self.root / f"n{node.index}.log"
+                    tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+                    # The tail in the error itself: a test's temp dir (and the log) is gone by the time
+                    # anyone reads the failure.
+                    raise RuntimeError(f"nats node n{node.index} exited: see {log}; its log ends:\n{tail}")
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"nats node n{node.index} not healthy after {timeout}s")
                 time.sleep(0.1)
