@@ -39,8 +39,9 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from app.stores.log.jetstream import codec
 from app.stores.log.jetstream.client import JetStreamClient, JetStreamError, StoredAt
@@ -96,9 +97,7 @@ class Transactions:
         """After a failed step 2: apply ``parts`` again in the background until each partition has them
         (an applied one refuses them as a duplicate), then purge; after ``recover_after`` seconds of
         failures, ``recover`` (on any node) takes over."""
-        task = asyncio.create_task(self._finish(txn_id, parts, topic_id, apply))
-        self._purges.add(task)
-        task.add_done_callback(self._purges.discard)
+        self._background(self._finish(txn_id, parts, topic_id, apply))
 
     def finish_if_committed(
         self, txn_id: str, parts: Mapping[int, Sequence[bytes]], topic_id: str, apply: Apply
@@ -107,9 +106,7 @@ class Transactions:
         the request delivered late once a cut link healed). Look for it in the background for up to
         ``recover_after`` seconds and finish the transaction as soon as it shows, rather than leave it
         unseen until recovery takes it (``recover_after`` after it was stored, and a round later)."""
-        task = asyncio.create_task(self._finish_if_committed(txn_id, parts, topic_id, apply))
-        self._purges.add(task)
-        task.add_done_callback(self._purges.discard)
+        self._background(self._finish_if_committed(txn_id, parts, topic_id, apply))
 
     async def _finish_if_committed(
         self, txn_id: str, parts: Mapping[int, Sequence[bytes]], topic_id: str, apply: Apply
@@ -126,8 +123,9 @@ class Transactions:
                     stream=codec.TXN_STREAM,
                 )
             except JetStreamError as exc:
-                if exc.err_code != _NO_MESSAGE:
-                    raise
+                if exc.err_code != _NO_MESSAGE:  # refused outright: recovery looks for it later
+                    logger.info("transaction %s not looked up (%s); recovery will", txn_id, exc)
+                    return
                 continue  # not (yet) there
             except LogEngineError:
                 continue  # no answer now: look again
@@ -163,9 +161,7 @@ class Transactions:
 
     def done(self, txn_id: str) -> None:
         """Step 3, off the answer's path: purge the commit record (recovery would, if this is lost)."""
-        task = asyncio.create_task(self._purge(txn_id))
-        self._purges.add(task)
-        task.add_done_callback(self._purges.discard)
+        self._background(self._purge(txn_id))
 
     async def _purge(self, txn_id: str) -> None:
         try:
@@ -217,6 +213,12 @@ class Transactions:
             await apply(topic_id, partition, frames, f"{txn_id}.{partition}")
         logger.warning("rolled forward transaction %s (%d partitions)", txn_id, len(parts))
         await self._purge(txn_id)
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` off the caller's path; ``close`` waits for it."""
+        task = asyncio.create_task(work)
+        self._purges.add(task)
+        task.add_done_callback(self._purges.discard)
 
     async def close(self) -> None:
         if self._purges:
