@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,8 +23,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from support import machine, write_results
 
 from app.stores.log.jetstream import JetStreamConfig, JetStreamLogEngine
 from app.stores.log.protocol import RecordIn, TopicLogConfig
@@ -110,7 +109,7 @@ def main() -> None:
     ).stdout.strip()
     summary = {
         "commit": commit,
-        "machine": f"{platform.platform()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
+        "machine": machine(),
         "records": total,
         "partitions": args.partitions,
         "rounds": rounds,
@@ -119,8 +118,6 @@ def main() -> None:
         "speedup_of_medians": client / bulk,
         "speedup_per_round": per_round,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bulk_link.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [
         "# JetStream bulk read links against nats-py",
         "",
@@ -145,7 +142,7 @@ def main() -> None:
         *(f"| {i + 1} | {r['bulk']:.2f} | {r['client']:.2f} |" for i, r in enumerate(rounds)),
         "",
     ]
-    (RESULTS / "bulk_link.md").write_text("\n".join(lines))
+    write_results("bulk_link", summary, "\n".join(lines))
     print("\n".join(lines))
 
 
