@@ -150,6 +150,35 @@ class TestGroupActive:
         assert r.status_code == 204, r.text
 
 
+class TestLostLog:
+    async def test_a_log_gone_under_its_topic_is_logged_once_not_at_every_retry(
+        self, client, prod, push_receiver, deployment, caplog
+    ):
+        # The topic's row stays while its log is gone (a deletion half done, a log lost): the worker
+        # meets TOPIC_NOT_FOUND at every pass until the manager stops it, which it does not here.
+        await push_group(client, prod, push_receiver, partitions=1)
+        await eventually(lambda: _consumers(client, prod))
+        topic_id = (await client.get("/v1/topics/orders", headers=prod)).json()["id"]
+        async with deployment.store.unit(readonly=True) as uow:
+            (group_id,) = [t.group_id for t in await uow.push.targets() if t.topic_id == topic_id]
+        caplog.set_level("WARNING", logger="queuecore.push")
+        await deployment.app.state.services.log.delete_topic(topic_id)
+        try:
+
+            async def lines():
+                return [
+                    r
+                    for r in caplog.records
+                    if group_id in r.getMessage() and "TOPIC_NOT_FOUND" in r.getMessage()
+                ]
+
+            assert await eventually(lines, seconds=10)
+            await asyncio.sleep(4.0)  # four retries at the former one a second, each logged
+            assert len(await lines()) == 1, [r.getMessage() for r in await lines()]
+        finally:
+            assert (await client.delete("/v1/topics/orders", headers=prod)).status_code == 204
+
+
 async def _consumers(client, headers, topic="orders", group="hooks"):
     r = await client.get(f"/v1/topics/{topic}/groups/{group}", headers=headers)
     return r.status_code == 200 and r.json()["consumers"] > 0

@@ -51,6 +51,7 @@ MAX_RETRY_AFTER_MS = 86_400_000  # a day
 ANSWER_BYTES = 512  # of a failed answer's body, kept as the attempt's error; the rest is not read
 _MAX_POLL = 100
 _LEASE_MARGIN_MS = 2000
+_MAX_PAUSE_S = 30.0
 _ALPHANUMERIC = string.ascii_letters + string.digits
 
 
@@ -369,22 +370,29 @@ class UrlWorker:
     async def _run(self) -> None:
         acker = asyncio.create_task(self._ack_loop())
         pause = 0.0
+        failing: str | None = None  # the code of the error every pass has met since the last good one
         try:
             while not self._closing:
                 try:
                     if pause:
                         await asyncio.sleep(pause)
-                        pause = 0.0
                     if self._member is None:
                         await self._join()
                     await self._pass()
+                    pause, failing = 0.0, None
                 except (StaleGeneration, MemberNotFound):
                     self._member = None  # join again with the same member id
                 except GroupNotFound:
                     pause = 1.0  # deleted: the manager stops this worker on its next look
                 except CODED_ERRORS as error:
-                    logger.warning("push group %s: %s", self.target.group_id, error.code)
-                    pause = 1.0
+                    # Logged once per streak of one error, not at every retry. A log gone under a topic the
+                    # metadata still lists (a deletion under way, or a log lost) does not come back soon:
+                    # retried ever less often, up to _MAX_PAUSE_S; an outage is retried every second.
+                    if error.code != failing:
+                        logger.warning("push group %s: %s", self.target.group_id, error.code)
+                        failing, pause = error.code, 0.0
+                    lasting = error.code == "TOPIC_NOT_FOUND"
+                    pause = min(_MAX_PAUSE_S, max(1.0, pause * 2)) if lasting else 1.0
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # never let the loop die
