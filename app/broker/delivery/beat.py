@@ -17,7 +17,13 @@ alone decides:
 - **partitions paused for a neighbour's join** — the old owner sends nothing more from a partition it
   must hand over until a beat begun after that join is done (``pause``, ``paused``);
 - **rows first** — a partition claimed at a (re)join reads nothing new until a poll finds none of the
-  member's lease rows due any more (``checkpoints.HeldPartition.rows_first``).
+  member's lease rows due any more (``checkpoints.HeldPartition.rows_first``);
+- **how long the member is surely alive** — a heartbeat (or join) begun at ``t`` keeps the member's
+  session until ``t + sessionTimeout`` at least. Past that, less a margin for the clocks of other API
+  processes (``SESSION_MARGIN_MS``), another process may have expired the member and given its partitions
+  to another, who may have delivered and acked what this one still holds in memory: the member sends
+  nothing until a heartbeat confirms it (``lapsed``, ``PushMember._confirm_session``). A beat stuck in a
+  store call, or a process paused, would otherwise send, on waking, messages acked meanwhile.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from app.stores.log.protocol import LogEngine
 from app.stores.metadata.protocol import MetadataStore
 
 _BEAT_ROWS = 100  # lease rows a beat takes when none is known to be due
+SESSION_MARGIN_MS = 2000  # at most; a quarter of the session timeout when that is shorter
 NEVER = 1 << 62
 
 Fenced = Callable[[Callable[[], Awaitable[bool]]], Awaitable[bool | None]]
@@ -85,6 +92,8 @@ class Beat:
         self._due_polled = 0  # when the beat last scanned lease rows (ms)
         self._held_due = NEVER  # the first due time of rows held back since the beat's last poll began
         self._last_beat = 0.0
+        self._session_ms = 0  # the member's sessionTimeout (``alive``)
+        self._alive_until = 0  # (ms) the member's session lasts until then at least, as of its last heartbeat
         self._wakeup = Wakeup()
         self._stopped = False
         self.error: Exception | None = None  # what ended the beat; the delivery loop raises it
@@ -126,6 +135,18 @@ class Beat:
         self._due_at = min(self._due_at, due)
         self._rows_due = min(self._rows_due, due)
         self._wakeup.set()
+
+    def alive(self, started_ms: int, session_ms: int | None = None) -> None:
+        """A heartbeat or join begun at ``started_ms`` (before its call) succeeded: the member's session
+        lasts until then plus its timeout at least (``session_ms``: set at a join)."""
+        if session_ms is not None:
+            self._session_ms = session_ms
+        self._alive_until = max(self._alive_until, started_ms + self._session_ms)
+
+    def lapsed(self, now: int) -> bool:
+        """Whether the member may have expired by ``now`` in another process's eyes (module docstring):
+        it sends nothing until a heartbeat confirms it."""
+        return now >= self._alive_until - min(SESSION_MARGIN_MS, self._session_ms // 4)
 
     def stop(self) -> None:
         """End ``run`` at its next wait."""
@@ -185,12 +206,14 @@ class Beat:
         elif beat and flow.config is not None and flow.config.max_in_flight is not None:
             # Full: a heartbeat that also reads the group's config (a raised maxInFlight makes room).
             polled = await leases.poll_once(self._metadata, self._log, self._ref(), 0, fresh=False)
+            self.alive(now)
             flow.config = polled.flow
             self._nudge()
         elif beat:
             answer = await membership.heartbeat(self._metadata, self._ref())
             if answer.should_rejoin:
                 raise StaleGeneration("rebalanced")
+            self.alive(now)
         if beat:
             self._last_beat = started
             await self._reconcile()
@@ -210,6 +233,8 @@ class Beat:
         finally:
             self.reserved -= budget
             self._nudge()  # the room it held back is the delivery loop's again
+        if heartbeat:  # before the rows it took are sent (``_leased`` asks whether the member lapsed)
+            self.alive(now)
         first = self.ack_timeout_ms is None
         self.ack_timeout_ms = polled.ack_timeout_ms
         self._flow.config = polled.flow

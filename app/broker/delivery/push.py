@@ -184,6 +184,7 @@ class PushMember:
 
     async def join(self) -> bytes:
         """Join the group (created if needed); answers the ``welcome`` frame."""
+        started = now_ms()
         joined = await membership.join(
             self._metadata, self._log, self._topic, self._group, start_from=self._start_from, push=True
         )
@@ -198,6 +199,7 @@ class PushMember:
         self.session_timeout_ms = durations.parse(
             joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
         )
+        self._beat.alive(started, self.session_timeout_ms)
         await self._reconcile(confirmed=True)
         self._beat.rows_first()
         # A rebalance: they look at once rather than at their next beat, and send nothing more from
@@ -264,6 +266,7 @@ class PushMember:
             if evicted:  # others may own its partitions already: what it held in memory is void
                 for partition in list(self._holdings.parts):
                     self._holdings.forget(partition)
+            started = now_ms()
             joined = await membership.join(
                 self._metadata,
                 self._log,
@@ -274,6 +277,7 @@ class PushMember:
                 push=True,
             )
             self.generation, self.assignments = joined.generation, joined.assignments
+            self._beat.alive(started)
             await self._reconcile(confirmed=True)
             self._beat.rows_first()
             # The delivery loop sends nothing while this runs (``_pass``): the member's client learns
@@ -371,6 +375,8 @@ class PushMember:
             return await self._pass_held()
 
     async def _pass_held(self) -> bool:
+        if not await self._confirm_session():
+            return False
         now = now_ms()
         if now >= self._next_expiry:
             await self._expire(now)
@@ -391,11 +397,31 @@ class PushMember:
         return False
 
     async def _send_leased(self, polled: leases.PollResult) -> None:
-        """Send the lease rows a beat's poll took, counted as held until their deadline."""
+        """Send the lease rows a beat's poll took, counted as held until their deadline (unless the
+        member may have expired meanwhile: then they wait for their deadline, as unsent)."""
         for message_id in polled.ids:
             self._holdings.in_flight[message_id] = polled.deadline_ms
         self._next_expiry = min(self._next_expiry, polled.deadline_ms)
-        await self._send_messages(polled.messages)
+        if await self._confirm_session():
+            await self._send_messages(polled.messages)
+
+    async def _confirm_session(self) -> bool:
+        """Whether the member may send now: its session surely holds (``beat.Beat.lapsed``), or a
+        heartbeat made now confirms it. Raises ``StaleGeneration`` / ``MemberNotFound`` when the group moved
+        on or expired the member (the caller's ``_fenced`` rejoins; what was read is not sent); False when
+        the store cannot say (an outage: the beat rides it out or ends the member)."""
+        if not self._beat.lapsed(now_ms()):
+            return True
+        started = now_ms()
+        try:
+            answer = await membership.heartbeat(self._metadata, self.ref)
+        except StoreUnavailable:
+            self._beat.now()
+            return False
+        if answer.should_rejoin:
+            raise StaleGeneration("rebalanced")
+        self._beat.alive(started)
+        return True
 
     async def _deliver_new(self, budget: int, deadline: int) -> bool:
         """Read new records at the member's positions (``reader.BudgetedReader``) and send them, their
@@ -445,9 +471,12 @@ class PushMember:
         if reader.filtered:
             self._flow.passed_over(reader.filtered)
         self._next_expiry = min(self._next_expiry, deadline)
-        if rendered:
+        # The reads may have taken long (a log node paused): what they found goes out only while the
+        # member surely owns its partitions; otherwise their in-memory leases time out unsent.
+        if rendered and await self._confirm_session():
             await self._send_messages(rendered)
-        return bool(rendered)
+            return True
+        return False
 
     async def _gate_rows(self, part: HeldPartition, gate: delays.TimeGate) -> bool:
         """Write what ``gate`` held back or found expired in ``part`` as lease rows, before the member's
