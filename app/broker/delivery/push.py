@@ -277,7 +277,10 @@ class PushMember:
                 push=True,
             )
             self.generation, self.assignments = joined.generation, joined.assignments
-            self._beat.alive(started)
+            # The group's sessionTimeout as of this join: the one its heartbeats now keep.
+            self._beat.alive(
+                started, durations.parse(joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT)
+            )
             await self._reconcile(confirmed=True)
             self._beat.rows_first()
             # The delivery loop sends nothing while this runs (``_pass``): the member's client learns
