@@ -421,6 +421,13 @@ class PushMember:
         except StoreUnavailable:
             self._beat.now()
             return False
+        except (StaleGeneration, MemberNotFound) as error:
+            logger.info(
+                "a push member unheard of for its session sends nothing of what it read: %s",
+                error.code,
+                extra={"memberId": self.member_id},
+            )
+            raise
         if answer.should_rejoin:
             raise StaleGeneration("rebalanced")
         self._beat.alive(started)
