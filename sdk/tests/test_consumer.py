@@ -288,8 +288,23 @@ class TestRefusals:
 
 
 CTRL_C_SCRIPT = """
+import asyncio
+import faulthandler
+import signal
 import sys
+
 import queuecore
+
+
+def dump(*_):  # what it waits on, if it does not stop (the test asks with SIGUSR1 before it kills it)
+    faulthandler.dump_traceback(all_threads=True)
+    loop = asyncio._get_running_loop()
+    for task in asyncio.all_tasks(loop) if loop is not None else ():
+        task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
+
+
+signal.signal(signal.SIGUSR1, dump)
 
 client = queuecore.QueueCore()
 consumer = client.consume(sys.argv[1], group=sys.argv[2], start_from="earliest")
@@ -314,7 +329,14 @@ class TestCtrlC:
             assert process.stdout is not None
             assert process.stdout.readline().strip() == "got 0"
             process.send_signal(signal.SIGINT)
-            out, err = process.communicate(timeout=30)
+            try:
+                out, err = process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGUSR1)
+                time.sleep(1)
+                process.kill()
+                out, err = process.communicate()
+                pytest.fail(f"still running 30 s after SIGINT; its output: {out!r}; where it waited:\n{err}")
         finally:
             if process.poll() is None:
                 process.kill()
