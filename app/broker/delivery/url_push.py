@@ -381,7 +381,8 @@ class UrlWorker:
                     await self._pass()
                     pause, failing = 0.0, None
                 except (StaleGeneration, MemberNotFound):
-                    self._member = None  # join again with the same member id
+                    self._member = None  # join again with the same member id, at once
+                    pause = 0.0
                 except GroupNotFound:
                     pause = 1.0  # deleted: the manager stops this worker on its next look
                 except CODED_ERRORS as error:
