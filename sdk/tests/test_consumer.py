@@ -305,6 +305,9 @@ def dump(*_):  # what it waits on, if it does not stop (the test asks with SIGUS
 
 
 signal.signal(signal.SIGUSR1, dump)
+# As Python sets it when started from a terminal: a test run in the background of a non-interactive shell
+# (a CI runner's, ``make test &``) ignores SIGINT, its children inherit that, and Python keeps it ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 client = queuecore.QueueCore()
 consumer = client.consume(sys.argv[1], group=sys.argv[2], start_from="earliest")
