@@ -66,6 +66,11 @@ class Membership:
     ack_timeout_ms: int | None = None  # the group's, as of the join
     paused: bool = False  # the group is paused (``pauses.py``), as of the join
 
+    @property
+    def session_timeout_ms(self) -> int:
+        """``session_timeout`` in milliseconds: what the member's heartbeats keep its session for."""
+        return durations.parse(self.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT)
+
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:

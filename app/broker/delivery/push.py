@@ -57,7 +57,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 
-from app.broker import durations, message_ids, topics
+from app.broker import message_ids, topics
 from app.broker import tracing as spans
 from app.broker.delivery import delays, leases, membership
 from app.broker.delivery.acks import AckSettlement, RenderError, Send
@@ -196,9 +196,7 @@ class PushMember:
         self._holdings.group_id = joined.group_id
         self._beat.ack_timeout_ms = joined.ack_timeout_ms  # delivery starts before the first beat's poll
         self._beat.group_paused = joined.paused  # so a member joining a paused group sends nothing
-        self.session_timeout_ms = durations.parse(
-            joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT
-        )
+        self.session_timeout_ms = joined.session_timeout_ms
         self._beat.alive(started, self.session_timeout_ms)
         await self._reconcile(confirmed=True)
         self._beat.rows_first()
@@ -278,9 +276,7 @@ class PushMember:
             )
             self.generation, self.assignments = joined.generation, joined.assignments
             # The group's sessionTimeout as of this join: the one its heartbeats now keep.
-            self._beat.alive(
-                started, durations.parse(joined.session_timeout, "sessionTimeout", durations.SESSION_TIMEOUT)
-            )
+            self._beat.alive(started, joined.session_timeout_ms)
             await self._reconcile(confirmed=True)
             self._beat.rows_first()
             # The delivery loop sends nothing while this runs (``_pass``): the member's client learns

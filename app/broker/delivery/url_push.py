@@ -356,16 +356,10 @@ class UrlWorker:
         )
         self._member = MemberRef(self.topic, self.target.group_name, joined.member_id, joined.generation)
         self._assignments = joined.assignments
-        self._session_ms = self._session_timeout_ms(joined.session_timeout)
+        self._session_ms = joined.session_timeout_ms
         self._update_rate()
         if self._acks:
             self._acking.set()
-
-    @staticmethod
-    def _session_timeout_ms(text: str) -> int:
-        from app.broker import durations
-
-        return durations.parse(text, "sessionTimeout", durations.SESSION_TIMEOUT)
 
     async def _run(self) -> None:
         acker = asyncio.create_task(self._ack_loop())
