@@ -16,6 +16,7 @@ import pytest
 
 from app.kit.clock import now_ms
 from app.stores.log.protocol import (
+    RecordColumns,
     RecordIn,
     RecordTooLarge,
     TopicLogConfig,
@@ -300,6 +301,41 @@ class TestAppendAndRead:
         records = await read_all(engine, topic, 0)
         assert [r.offset for r in records] == list(range(200))
         assert records[123].value == b"24-3" * 20
+
+    async def test_a_read_in_columns_answers_what_a_read_answers(self, engine, topic_id):
+        # The bulk read's: the same records by the same limits, from anywhere, across batches.
+        topic = topic_id()
+        await engine.create_topic(topic, 1, TopicLogConfig())
+        for i in range(6):
+            await engine.append(
+                topic,
+                {
+                    0: [
+                        RecordIn(
+                            value=b"%d-%d" % (i, j) * (1 + j),
+                            key=None if j % 2 else b"key-%d" % j,
+                            headers=None if j % 3 else b'{"h":null}',
+                            timestamp_ms=1_700_000_000_000 + 7 * i + j,
+                        )
+                        for j in range(12 if i % 2 else 3)  # batches of many records and of few
+                    ]
+                },
+            )
+        await engine.append(topic, {0: ValueRecords([b"v"] * 5, 1_700_000_000_100)})
+        for offset, max_records, max_bytes in (
+            (0, 100, 1 << 20),
+            (3, 9, 1 << 20),
+            (7, 100, 40),
+            (12, 1, 1),
+            (13, 30, 150),
+            (29, 100, 1 << 20),
+            (44, 100, 1 << 20),
+            (50, 100, 1 << 20),
+        ):
+            records = await engine.read(topic, 0, offset, max_records=max_records, max_bytes=max_bytes)
+            columns = await engine.read_columns(topic, 0, offset, max_records, max_bytes)
+            assert columns.records() == records, (offset, max_records, max_bytes)
+            assert columns == RecordColumns.of(records)
 
     async def test_concurrent_appends_get_dense_distinct_offsets(self, engine, topic_id):
         topic = topic_id()

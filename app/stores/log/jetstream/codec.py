@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+import sys
+from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from app.stores.log.protocol import Record, RecordIn, TopicLogConfig
+from app.stores.log.protocol import Record, RecordColumns, RecordIn, TopicLogConfig
 
 _FRAME = struct.Struct(">qii")
 FRAME_BYTES = _FRAME.size  # a frame's head: what a record's frame adds to its key, headers and value
@@ -136,6 +138,39 @@ def decode(offset: int, frame: bytes) -> Record:
     if headers_length >= 0:
         headers, at = frame[at : at + headers_length], at + headers_length
     return Record(offset, timestamp_ms, frame[at:], key, headers)
+
+
+def decode_columns(offsets: Sequence[int], frames: Sequence[bytes]) -> RecordColumns:
+    """``decode`` of every frame, in columns: the frames' heads are read as arrays, and a run of frames with
+    neither key nor headers (most) needs one slice per frame and nothing else."""
+    n = len(frames)
+    heads = b"".join([frame[:FRAME_BYTES] for frame in frames])
+    if len(heads) == n * FRAME_BYTES:
+        lengths = _column("i", heads)
+        key_lengths, header_lengths = lengths[2::4], lengths[3::4]
+    if len(heads) != n * FRAME_BYTES or key_lengths.count(-1) != n or header_lengths.count(-1) != n:
+        return RecordColumns.of([decode(o, frame) for o, frame in zip(offsets, frames, strict=True)])
+    timestamps = _column("q", heads)[0::2]
+    values = [frame[FRAME_BYTES:] for frame in frames]
+    return RecordColumns(
+        array("q", offsets),
+        timestamps,
+        key_lengths,
+        b"",
+        header_lengths,
+        b"",
+        array("i", map(len, values)),
+        b"".join(values),
+    )
+
+
+def _column(typecode: str, data: bytes) -> array[int]:
+    """Big-endian ``data`` as an array of ``typecode``."""
+    column = array(typecode)
+    column.frombytes(data)
+    if sys.byteorder == "little":
+        column.byteswap()
+    return column
 
 
 def timestamp_of(frame: bytes) -> int:

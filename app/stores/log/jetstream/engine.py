@@ -65,6 +65,7 @@ from app.stores.log.protocol import (
     PartitionExtent,
     PartitionInfo,
     Record,
+    RecordColumns,
     RecordIn,
     TopicLogConfig,
     UnknownLog,
@@ -420,6 +421,11 @@ class JetStreamLogEngine:
         self, topic_id: str, partition: int, offset: int, max_records: int = 100, max_bytes: int = 1 << 20
     ) -> list[Record]:
         return await self.reads.read(topic_id, partition, offset, max_records, max_bytes)
+
+    async def read_columns(
+        self, topic_id: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> RecordColumns:
+        return await self.reads.read_columns(topic_id, partition, offset, max_records, max_bytes)
 
     async def offset_for_time(self, topic_id: str, partition: int, timestamp_ms: int) -> int:
         return await self.reads.offset_for_time(topic_id, partition, timestamp_ms)

@@ -37,7 +37,14 @@ from app.stores.log.jetstream.client import JetStreamClient, NoStream
 from app.stores.log.jetstream.streams import Streams
 from app.stores.log.jetstream.watermarks import Watermarks
 from app.stores.log.jetstream.zones import Zones
-from app.stores.log.protocol import EngineUnavailable, LogEngineError, PartitionInfo, Record, Replica
+from app.stores.log.protocol import (
+    EngineUnavailable,
+    LogEngineError,
+    PartitionInfo,
+    Record,
+    RecordColumns,
+    Replica,
+)
 
 _MESSAGE_OVERHEAD = 256  # subject, batch headers and framing JetStream counts in a read's max_bytes
 _LAG_RETRIES = 20
@@ -70,6 +77,20 @@ class Reads:
         self, topic_id: str, partition: int, offset: int, max_records: int = 100, max_bytes: int = 1 << 20
     ) -> list[Record]:
         """``LogEngine.read``: committed records from ``offset`` on."""
+        found = await self._frames(topic_id, partition, offset, max_records, max_bytes)
+        return [codec.decode(seq - 1, frame) for seq, frame in found]
+
+    async def read_columns(
+        self, topic_id: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> RecordColumns:
+        """``LogEngine.read_columns``: ``read``'s records, in columns."""
+        found = await self._frames(topic_id, partition, offset, max_records, max_bytes)
+        return codec.decode_columns([seq - 1 for seq, _ in found], [frame for _, frame in found])
+
+    async def _frames(
+        self, topic_id: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> list[tuple[int, bytes]]:
+        """The frames of the records a read answers, with their sequence numbers."""
         if offset < 0:
             raise LogEngineError(f"offset {offset} is negative")
         name = codec.stream_name(topic_id, partition)
@@ -89,16 +110,16 @@ class Reads:
                 if found:
                     break
         # JetStream's max_bytes counts subjects and headers too: ask for more, and cut by the records' own size.
-        records: list[Record] = []
+        frames: list[tuple[int, bytes]] = []
         size = 0
         for seq, payload, _ in found:
             size += len(payload)
-            if records and size > max_bytes:
+            if frames and size > max_bytes:
                 break
-            records.append(codec.decode(seq - 1, payload))
-        if records:
-            self._watermarks.advance(name, records[-1].offset + 1)
-        return records
+            frames.append((seq, payload))
+        if frames:
+            self._watermarks.advance(name, frames[-1][0])
+        return frames
 
     async def _direct_get(
         self, topic_id: str, partition: int, seq: int, batch: int, max_bytes: int

@@ -52,6 +52,7 @@ from app.stores.log.protocol import (
     PartitionExtent,
     PartitionInfo,
     Record,
+    RecordColumns,
     RecordIn,
     Replica,
     TopicLogConfig,
@@ -134,6 +135,11 @@ class LocalLogEngine:
         self, topic_id: str, partition: int, offset: int, max_records: int = 100, max_bytes: int = 1 << 20
     ) -> list[Record]:
         return await self.manager.log(topic_id, partition).read(offset, max_records, max_bytes)
+
+    async def read_columns(
+        self, topic_id: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> RecordColumns:
+        return await self.manager.log(topic_id, partition).read_columns(offset, max_records, max_bytes)
 
     async def offset_for_time(self, topic_id: str, partition: int, timestamp_ms: int) -> int:
         return await self.manager.log(topic_id, partition).offset_for_time(timestamp_ms)

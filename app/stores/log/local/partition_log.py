@@ -66,6 +66,7 @@ from app.stores.log.protocol import (
     LogEngineError,
     PartitionInfo,
     Record,
+    RecordColumns,
     RecordIn,
     TopicPartition,
     UnknownLog,
@@ -486,43 +487,48 @@ class PartitionLog:
     # -- reading -----------------------------------------------------------------------------------------------
 
     async def read(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
+        taker = reads.RecordTaker(max_records, max_bytes)
+        await self._fill(offset, taker)
+        return taker.records
+
+    async def read_columns(self, offset: int, max_records: int, max_bytes: int) -> RecordColumns:
+        taker = reads.ColumnTaker(max_records, max_bytes)
+        await self._fill(offset, taker)
+        return taker.columns()
+
+    async def _fill(self, offset: int, taker: reads.Taker) -> None:
+        """Committed records from ``offset`` on into ``taker``: from the in-memory tail when it holds
+        ``offset``, else from the segment files in the read executor."""
         if offset < 0:
             raise OffsetOutOfRange(f"offset {offset} is negative")
         hw = self.high_watermark
         offset = max(offset, self.earliest_offset)
-        if offset >= hw or max_records <= 0:
-            return []
+        if offset >= hw or taker.max_records <= 0:
+            return
         if self._tail and self._tail[0][0].base_offset <= offset:
-            return self._read_tail(offset, max_records, max_bytes, hw)
+            reads.read_tail(self._tail, offset, hw, taker)
+            return
         loop = asyncio.get_running_loop()
         try:
-            found = await loop.run_in_executor(
-                self._read_executor, self._read, offset, max_records, max_bytes, hw
+            await loop.run_in_executor(
+                self._read_executor,
+                reads.read_segments,
+                self.segments,
+                self.open_segments,
+                offset,
+                hw,
+                self.config.index_interval_bytes,
+                taker,
             )
         except reads.DamagedRecords as damaged:
             self._on_damage(self, damaged)
             raise
         self._check_not_deleted()
-        return found
 
     def _check_not_deleted(self) -> None:
         if self.deleted:
             # Its segments went with the topic during a read (skipped as deleted): not a partial answer.
             raise UnknownLog(f"topic {self.tp.topic_id} was deleted")
-
-    def _read_tail(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
-        return reads.read_tail(self._tail, offset, max_records, max_bytes, hw)
-
-    def _read(self, offset: int, max_records: int, max_bytes: int, hw: int) -> list[Record]:
-        return reads.read_segments(
-            self.segments,
-            self.open_segments,
-            offset,
-            max_records,
-            max_bytes,
-            hw,
-            self.config.index_interval_bytes,
-        )
 
     async def offset_for_time(self, timestamp: int) -> int:
         hw = self.high_watermark

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Reversible
+from typing import Protocol
 
 from app.stores.errors import StoreUnavailable
 from app.stores.log.local.records import (
     HEADER_SIZE,
     BatchHeader,
     CorruptRecordError,
+    batch_columns,
     decode_batch,
     ensure_valid,
     is_full,
@@ -34,10 +36,12 @@ from app.stores.log.local.records import (
 )
 from app.stores.log.local.segment import Segment
 from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted
-from app.stores.log.protocol import EngineUnavailable, Record
+from app.stores.log.protocol import EngineUnavailable, Record, RecordColumns
 
 # A read fetches up to this much beyond ``max_bytes`` (it starts at an indexed batch before the offset).
 _READ_SLACK = 64 * 1024
+# A batch of fewer records than this is decoded as ``Record``s for a read in columns (``ColumnTaker``).
+_FEW_RECORDS = 8
 _SCAN_CHUNK = 1 << 20
 
 logger = logging.getLogger("queuecore.log")
@@ -60,36 +64,27 @@ class DamagedRecords(EngineUnavailable, StoreUnavailable):
         return self.detail
 
 
-def read_tail(
-    tail: Reversible[tuple[BatchHeader, bytes]], offset: int, max_records: int, max_bytes: int, hw: int
-) -> list[Record]:
-    """A read served from the in-memory tail (``offset`` is within it)."""
+def read_tail(tail: Reversible[tuple[BatchHeader, bytes]], offset: int, hw: int, taker: Taker) -> None:
+    """A read served from the in-memory tail (``offset`` is within it), into ``taker``."""
     batches: list[tuple[BatchHeader, bytes]] = []
     for header, buf in reversed(tail):  # readers are mostly near the end
         batches.append((header, buf))
         if header.base_offset <= offset:
             break
-    out: list[Record] = []
-    size = 0
     for header, buf in reversed(batches):
-        size, full = _take(buf, 0, header, out, offset, hw, max_records, max_bytes, size)
-        if full:
+        if taker.take(buf, 0, header, offset, hw):
             break
-    return out
 
 
 def read_segments(
     segments: LogSegments,
     open_segments: OpenSegments,
     offset: int,
-    max_records: int,
-    max_bytes: int,
     hw: int,
     index_interval_bytes: int,
-) -> list[Record]:
-    """A read from the segment files (blocking: run it in the read executor)."""
-    out: list[Record] = []
-    size = 0
+    taker: Taker,
+) -> None:
+    """A read from the segment files into ``taker`` (blocking: run it in the read executor)."""
     for handle in segments.from_offset(offset):
         if handle.base_offset >= hw:
             break
@@ -98,30 +93,18 @@ def read_segments(
         except SegmentDeleted:
             continue  # retention removed it meanwhile: go on from the next segment
         try:
-            size, stop = _read_segment(
-                segment, offset, max_records, max_bytes, hw, out, size, index_interval_bytes
-            )
+            stop = _read_segment(segment, offset, hw, index_interval_bytes, taker)
         finally:
             open_segments.release(handle)
         if stop:
             break
-    return out
 
 
-def _read_segment(
-    segment: Segment,
-    offset: int,
-    max_records: int,
-    max_bytes: int,
-    hw: int,
-    out: list[Record],
-    size: int,
-    index_interval_bytes: int,
-) -> tuple[int, bool]:
+def _read_segment(segment: Segment, offset: int, hw: int, index_interval_bytes: int, taker: Taker) -> bool:
     expected, position = _verified_position(segment, offset)
     end = segment.size
     while position < end:
-        want = min(end - position, max(max_bytes - size, 0) + index_interval_bytes + _READ_SLACK)
+        want = min(end - position, taker.bytes_wanted() + index_interval_bytes + _READ_SLACK)
         buf = segment.read(position, want)
         first = read_header(buf)
         if first is None or first.size < HEADER_SIZE or position + first.size > end:
@@ -140,19 +123,19 @@ def _read_segment(
                 )
             expected = header.next_offset
             if header.base_offset >= hw:
-                return size, True
+                return True
             consumed = pos + header.size
             if header.next_offset <= offset:
                 continue
             try:
                 ensure_valid(buf, pos)
+                full = taker.take(buf, pos, header, offset, hw)
             except CorruptRecordError as exc:
                 raise DamagedRecords(f"{segment.name}: offsets from {header.base_offset}: {exc}") from exc
-            size, full = _take(buf, pos, header, out, offset, hw, max_records, max_bytes, size)
             if full:
-                return size, True
+                return True
         position += consumed
-    return size, False
+    return False
 
 
 def offset_for_time(segments: LogSegments, open_segments: OpenSegments, timestamp: int, hw: int) -> int:
@@ -235,27 +218,125 @@ def _scan_for_time_from(segment: Segment, start: int, timestamp: int, hw: int) -
     return None
 
 
-def _take(
-    buf: bytes,
-    position: int,
-    header: BatchHeader,
-    out: list[Record],
-    offset: int,
-    hw: int,
-    max_records: int,
-    max_bytes: int,
-    size: int,
-) -> tuple[int, bool]:
-    """Decode a batch's records in ``[offset, hw)`` into ``out``: the new size, and whether the read is full."""
-    size = decode_batch(
-        buf,
-        position,
-        header,
-        out,
-        start_offset=offset,
-        end_offset=hw,
-        max_records=max_records,
-        max_bytes=max_bytes,
-        size=size,
-    )
-    return size, is_full(size) or len(out) >= max_records
+class Taker(Protocol):
+    """Where a read puts the batches' records it finds, up to its limits."""
+
+    max_records: int
+
+    def take(self, buf: bytes, position: int, header: BatchHeader, offset: int, hw: int) -> bool:
+        """Take the (checked) batch's records in ``[offset, hw)`` that fit; whether the read is full."""
+        ...
+
+    def bytes_wanted(self) -> int:
+        """Payload bytes the read can still take."""
+        ...
+
+
+class RecordTaker:
+    """A read answered as ``Record``s (``LogEngine.read``): ``max_records`` of them at most, and no more than
+    ``max_bytes`` of payload (key + headers + value) unless the first record alone is more."""
+
+    def __init__(self, max_records: int, max_bytes: int) -> None:
+        self.records: list[Record] = []
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.size = 0
+
+    def take(self, buf: bytes, position: int, header: BatchHeader, offset: int, hw: int) -> bool:
+        self.size = decode_batch(
+            buf,
+            position,
+            header,
+            self.records,
+            start_offset=offset,
+            end_offset=hw,
+            max_records=self.max_records,
+            max_bytes=self.max_bytes,
+            size=self.size,
+        )
+        return is_full(self.size) or len(self.records) >= self.max_records
+
+    def bytes_wanted(self) -> int:
+        return max(self.max_bytes - self.size, 0)
+
+
+class ColumnTaker:
+    """The same read answered in columns (``LogEngine.read_columns``): the same records by the same limits,
+    sliced out of each batch whole (a batch cut by the limits is cut once, by its lengths). Batches of a
+    few records (single publishes) are decoded as ``Record``s and put in columns together: slicing columns
+    costs a batch more than decoding a record does."""
+
+    def __init__(self, max_records: int, max_bytes: int) -> None:
+        self.pieces: list[RecordColumns] = []
+        self.rows: list[Record] = []  # taken from small batches, not yet in ``pieces``
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.few_records = _FEW_RECORDS
+        self.count = 0
+        self.size = 0
+
+    def take(self, buf: bytes, position: int, header: BatchHeader, offset: int, hw: int) -> bool:
+        if header.record_count < self.few_records:
+            return self._take_rows(buf, position, header, offset, hw)
+        piece = batch_columns(buf, position, header, offset, hw).head(self.max_records - self.count)
+        payload = len(piece.keys) + len(piece.headers) + len(piece.values)
+        full = False
+        if self.size + payload > self.max_bytes:
+            piece, payload = self._fit(piece)
+            full = True
+        if len(piece):
+            self._flush()
+            self.pieces.append(piece)
+            self.count += len(piece)
+            self.size += payload
+        return full or self.count >= self.max_records
+
+    def _take_rows(self, buf: bytes, position: int, header: BatchHeader, offset: int, hw: int) -> bool:
+        rows: list[Record] = []
+        size = decode_batch(
+            buf,
+            position,
+            header,
+            rows,
+            start_offset=offset,
+            end_offset=hw,
+            max_records=self.max_records - self.count,
+            max_bytes=self.max_bytes,
+            size=self.size,
+        )
+        # ``decode_batch`` takes its first record whatever its size (the first of a read always is): once
+        # this read holds records, that one must fit too.
+        if self.count and rows and self.size + _payload(rows[0]) > self.max_bytes:
+            return True
+        self.rows += rows
+        self.count += len(rows)
+        self.size = int(size)
+        return is_full(size) or self.count >= self.max_records
+
+    def _fit(self, piece: RecordColumns) -> tuple[RecordColumns, int]:
+        """The records of ``piece`` that fit in ``max_bytes`` (the read's first always), and their payload."""
+        total = self.size
+        keep = 0
+        for k, h, v in zip(piece.key_lengths, piece.header_lengths, piece.value_lengths, strict=True):
+            need = max(0, k) + max(0, h) + v
+            if (self.count or keep) and total + need > self.max_bytes:
+                break
+            total += need
+            keep += 1
+        return piece.head(keep), total - self.size
+
+    def _flush(self) -> None:
+        if self.rows:
+            self.pieces.append(RecordColumns.of(self.rows))
+            self.rows = []
+
+    def bytes_wanted(self) -> int:
+        return max(self.max_bytes - self.size, 0)
+
+    def columns(self) -> RecordColumns:
+        self._flush()
+        return RecordColumns.join(self.pieces)
+
+
+def _payload(record: Record) -> int:
+    return len(record.value) + len(record.key or b"") + len(record.headers or b"")

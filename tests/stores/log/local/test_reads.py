@@ -3,6 +3,8 @@
 * ``read_tail``: a read served from the in-memory tail starts at the asked offset (inside a batch too),
   never returns an offset at or past the high-watermark ``hw``, and stops at ``max_records`` or
   ``max_bytes`` (the first record is always taken).
+* Every read here is made twice, as ``Record``s (``RecordTaker``) and in columns (``ColumnTaker``, the bulk
+  read's): both answer the same records.
 * ``read_segments``: the same contract over the segment files of a real partition: reads run across
   segments, from any offset (through the sparse index), bounded by ``hw`` even when the files hold more.
 * ``offset_for_time``: the first offset at or after a time, across segments; ``hw`` when none is below it.
@@ -14,6 +16,8 @@ Corruption found at start and flipped index bits are ``test_crash.py``'s.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,7 @@ from app.stores.errors import StoreUnavailable
 from app.stores.log.local import reads
 from app.stores.log.local.engine import LocalLogEngine
 from app.stores.log.local.records import HEADER, BatchHeader, encode_batch, read_header
-from app.stores.log.protocol import EngineUnavailable, Record, RecordIn, TopicLogConfig
+from app.stores.log.protocol import EngineUnavailable, Record, RecordColumns, RecordIn, TopicLogConfig
 from tests.stores.log.conftest import open_local
 
 TOPIC = "top_reads"
@@ -43,6 +47,25 @@ def tail_of(batches: list[list[bytes]], *, start: int = 0) -> list[tuple[BatchHe
     return tail
 
 
+def read_both(read: Callable[[reads.Taker], None], max_records: int, max_bytes: int) -> list[Record]:
+    """What ``read`` puts in a ``RecordTaker``, once a ``ColumnTaker`` was given the same records, both
+    ways it takes a batch (columns sliced out, or ``Record``s put in columns: for batches of few records)."""
+    records = reads.RecordTaker(max_records, max_bytes)
+    read(records)
+    for few in (0, 1 << 30):
+        columns = reads.ColumnTaker(max_records, max_bytes)
+        columns.few_records = few
+        read(columns)
+        assert columns.columns().records() == records.records, few
+    return records.records
+
+
+def read_tail(
+    tail: list[tuple[BatchHeader, bytes]], offset: int, max_records: int, max_bytes: int, hw: int
+) -> list[Record]:
+    return read_both(lambda taker: reads.read_tail(tail, offset, hw, taker), max_records, max_bytes)
+
+
 def offsets(records: list[Record]) -> list[int]:
     return [r.offset for r in records]
 
@@ -54,29 +77,29 @@ class TestReadTail:
     tail = tail_of([[b"a0", b"a1", b"a2"], [b"b3", b"b4"], [b"c5", b"c6", b"c7", b"c8"]], start=0)
 
     def test_a_read_starts_at_its_offset_even_inside_a_batch_and_runs_across_batches(self) -> None:
-        found = reads.read_tail(self.tail, 1, 100, BIG, hw=9)
+        found = read_tail(self.tail, 1, 100, BIG, hw=9)
         assert offsets(found) == list(range(1, 9))
         assert [r.value for r in found[:3]] == [b"a1", b"a2", b"b3"]
         assert found[0].timestamp_ms == 1001
-        assert offsets(reads.read_tail(self.tail, 6, 100, BIG, hw=9)) == [6, 7, 8]
+        assert offsets(read_tail(self.tail, 6, 100, BIG, hw=9)) == [6, 7, 8]
 
     def test_nothing_at_or_past_the_high_watermark_is_returned(self) -> None:
-        assert offsets(reads.read_tail(self.tail, 0, 100, BIG, hw=4)) == [0, 1, 2, 3]
-        assert offsets(reads.read_tail(self.tail, 4, 100, BIG, hw=7)) == [4, 5, 6]
-        assert reads.read_tail(self.tail, 4, 100, BIG, hw=4) == []
+        assert offsets(read_tail(self.tail, 0, 100, BIG, hw=4)) == [0, 1, 2, 3]
+        assert offsets(read_tail(self.tail, 4, 100, BIG, hw=7)) == [4, 5, 6]
+        assert read_tail(self.tail, 4, 100, BIG, hw=4) == []
 
     def test_a_read_stops_at_max_records(self) -> None:
-        assert offsets(reads.read_tail(self.tail, 1, 3, BIG, hw=9)) == [1, 2, 3]
-        assert offsets(reads.read_tail(self.tail, 2, 1, BIG, hw=9)) == [2]
+        assert offsets(read_tail(self.tail, 1, 3, BIG, hw=9)) == [1, 2, 3]
+        assert offsets(read_tail(self.tail, 2, 1, BIG, hw=9)) == [2]
 
     def test_a_read_stops_at_max_bytes_but_always_takes_the_first_record(self) -> None:
-        assert offsets(reads.read_tail(self.tail, 0, 100, 4, hw=9)) == [0, 1]  # two bytes a record
-        assert offsets(reads.read_tail(self.tail, 0, 100, 5, hw=9)) == [0, 1]
-        assert offsets(reads.read_tail(self.tail, 3, 100, 1, hw=9)) == [3]
+        assert offsets(read_tail(self.tail, 0, 100, 4, hw=9)) == [0, 1]  # two bytes a record
+        assert offsets(read_tail(self.tail, 0, 100, 5, hw=9)) == [0, 1]
+        assert offsets(read_tail(self.tail, 3, 100, 1, hw=9)) == [3]
 
     def test_a_tail_that_starts_past_the_offset_is_read_from_its_first_batch(self) -> None:
         later = tail_of([[b"x10", b"x11"], [b"y12"]], start=10)
-        assert offsets(reads.read_tail(later, 4, 100, BIG, hw=13)) == [10, 11, 12]
+        assert offsets(read_tail(later, 4, 100, BIG, hw=13)) == [10, 11, 12]
 
 
 async def filled(root: Path, batches: int = 60, per_batch: int = 3, **overrides: int) -> LocalLogEngine:
@@ -108,8 +131,12 @@ def read_files(
     engine: LocalLogEngine, offset: int, max_records: int, max_bytes: int, hw: int
 ) -> list[Record]:
     log = engine.manager.log(TOPIC, 0)
-    return reads.read_segments(
-        log.segments, log.open_segments, offset, max_records, max_bytes, hw, log.config.index_interval_bytes
+    return read_both(
+        lambda taker: reads.read_segments(
+            log.segments, log.open_segments, offset, hw, log.config.index_interval_bytes, taker
+        ),
+        max_records,
+        max_bytes,
     )
 
 
@@ -144,6 +171,43 @@ class TestReadSegments:
         try:
             direct = read_files(engine, 33, 50, BIG, hw=180)
             assert await engine.read(TOPIC, 0, 33, max_records=50) == direct
+        finally:
+            await engine.close()
+
+
+class TestRowsWrittenBefore:
+    """A data directory written in rows (magic 1) by an earlier version (``fixtures/README.md``) opens, reads
+    as written in both ways, takes appends (in columns) after it, and reads across the two formats."""
+
+    @pytest.fixture
+    async def rows(self, tmp_path: Path):
+        root = tmp_path / "data"
+        shutil.copytree(Path(__file__).parent / "fixtures" / "rows-fa8edb6", root)
+        engine = await open_local(root, segment_bytes=1024, index_interval_bytes=128)
+        yield engine, root
+        await engine.close()
+
+    async def test_the_rows_read_as_written_and_new_columns_read_after_them(self, rows) -> None:
+        engine, root = rows
+        old = await engine.read("top_rows", 0, 0, max_records=1000, max_bytes=BIG)
+        assert [r.offset for r in old] == list(range(38))
+        assert old[1] == Record(1, 1_700_000_000_001, b'{"n":1}', b"k1", b'{"h":null,"i":"id0"}')
+        assert [r.timestamp_ms for r in old[-2:]] == [1, 1 << 41]
+        assert await engine.read_columns("top_rows", 0, 0, 1000, BIG) == RecordColumns.of(old)
+        values = await engine.read("top_rows", 1, 0, max_records=1000, max_bytes=BIG)
+        assert [r.value for r in values] == [b'"v%d"' % i for i in range(20)]
+
+        assert await engine.append("top_rows", {0: [RecordIn(b'"new"', b"k", b"{}", 5)] * 40}) == {0: 38}
+        await engine.close()
+        engine = await open_local(root, segment_bytes=1024, index_interval_bytes=128)
+        try:
+            for start, limit in ((0, 1000), (30, 20), (37, 2), (36, 5)):
+                found = await engine.read("top_rows", 0, start, max_records=limit, max_bytes=BIG)
+                assert [r.offset for r in found] == list(range(start, min(start + limit, 78)))
+                assert found == old[start : start + limit] + [
+                    Record(o, 5, b'"new"', b"k", b"{}") for o in range(max(start, 38), min(start + limit, 78))
+                ]
+                assert await engine.read_columns("top_rows", 0, start, limit, BIG) == RecordColumns.of(found)
         finally:
             await engine.close()
 
