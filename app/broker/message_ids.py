@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -72,18 +74,46 @@ def encode_run(
     topic_id: str, partition: int, first: int, count: int, *, prefix: bytes | None = None
 ) -> list[bytes]:
     """The ids of ``count`` consecutive offsets of one partition from ``first`` (what ``encode`` says of
-    each, as ASCII bytes), for a batch's answer or a bulk read, without a base64 call per id.
-
-    An offset's varint is its low 7 bits and the varint of the rest, and the rest is the same for 128
-    offsets in a row: within such a run every raw id is ``head + low byte + upper``, of one length. Each
-    is padded with zero bytes to a multiple of 3, so that the base64 of the run's raw ids laid end to end
-    is their base64s end to end; the raw ids are laid out by one slice assignment (only the low byte
-    differs) and encoded by one call; each id is its piece cut to its unpadded length (base64 of the
-    bytes before zero padding is the same characters, as many as the bytes need)."""
+    each, as ASCII bytes), for a batch's answer, without a base64 call per id (``_runs``)."""
     head = partition_prefix(topic_id, partition, prefix=prefix)
     if count == 1:  # one id: laying out a run costs more than it saves
         return [("msg_" + base64.urlsafe_b64encode(head + _varint(first)).rstrip(b"=").decode()).encode()]
     ids: list[bytes] = []
+    for run, laid, width in _runs(head, first, count):
+        ids += [laid[at : at + width] for at in range(0, run * width, width)]
+    return ids
+
+
+def encode_run_column(
+    topic_id: str, partition: int, first: int, count: int, *, prefix: bytes | None = None
+) -> tuple[bytes, array[int]]:
+    """``encode_run``'s ids laid end to end, and the length of each: a bulk read's column of ids, made with
+    no object per id."""
+    head = partition_prefix(topic_id, partition, prefix=prefix)
+    pieces: list[bytes] = []
+    lengths = array("i")
+    for run, laid, width in _runs(head, first, count):
+        pieces.append(laid)
+        lengths += array("i", [width]) * run
+    return b"".join(pieces), lengths
+
+
+# Three bytes whose base64 is "msg_": laid before each raw id, the run's base64 has the ids' prefix in place.
+_MSG = base64.urlsafe_b64decode(b"msg_")
+
+
+def _runs(head: bytes, first: int, count: int) -> Iterator[tuple[int, bytes, int]]:
+    """The ids of offsets ``first`` … ``first + count - 1`` by runs of one id length, each as ``(ids in the
+    run, the run's ids laid end to end, characters per id)``.
+
+    An offset's varint is its low 7 bits and the varint of the rest, and the rest is the same for 128
+    offsets in a row: within such a run every raw id is ``head + low byte + upper``, of one length. Each
+    is padded with zero bytes to a multiple of 3 and preceded by ``_MSG``, so that the base64 of the run's
+    raw ids laid end to end is their ids end to end, each followed by the characters of its padding; the raw
+    ids are laid out by one slice assignment (only the low byte differs) and encoded by one call. Base64 of
+    the bytes before zero padding is the same characters, as many as the bytes need: the padding's
+    characters are overwritten with zero bytes (never a base64 character), by one slice assignment per
+    character, and deleted by one ``translate``."""
     offset, end = first, first + count
     while offset < end:
         if offset < 0x80:
@@ -93,14 +123,17 @@ def encode_run(
         size = len(head) + 1 + len(upper)
         padded = size + (-size % 3)
         run = stop - offset
-        raw = bytearray((head + b"\0" + upper + bytes(padded - size)) * run)
+        raw = bytearray((_MSG + head + b"\0" + upper + bytes(padded - size)) * run)
         low = mark | (offset & 0x7F)
-        raw[len(head) :: padded] = bytes(range(low, low + run))
-        encoded = base64.urlsafe_b64encode(raw)
-        width, keep = padded // 3 * 4, -(-size * 4 // 3)
-        ids += [b"msg_" + encoded[at : at + keep] for at in range(0, run * width, width)]
+        raw[3 + len(head) :: 3 + padded] = bytes(range(low, low + run))
+        encoded = bytearray(base64.urlsafe_b64encode(raw))
+        width, keep = 4 + padded // 3 * 4, 4 + -(-size * 4 // 3)
+        if keep < width:
+            for at in range(keep, width):
+                encoded[at::width] = bytes(run)
+            encoded = encoded.translate(None, b"\0")
+        yield run, bytes(encoded), keep
         offset = stop
-    return ids
 
 
 def decode(message_id: str) -> MessageLocation:

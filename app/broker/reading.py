@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from operator import itemgetter
 
 from app.broker import message_ids, timing
 from app.broker.errors import InvalidRequest, MessageNotFound, OffsetOutOfRange
 from app.broker.messages import render_message
 from app.broker.topics import TopicRef
 from app.kit.digits import is_ascii_digits
-from app.stores.log.protocol import LogEngine, PartitionInfo, Record
+from app.stores.log.protocol import LogEngine, PartitionInfo, RecordColumns
 
 MAX_READ = 1000
 # The bulk read (``read_records``): a response of up to 50,000 records or about 16 MiB of payload, read from
@@ -22,8 +21,6 @@ DEFAULT_BULK_READ = 10_000
 MAX_BULK_BYTES = 16 << 20
 BULK_CHUNK = 5_000
 BULK_CHUNK_BYTES = 4 << 20
-_offset_of = itemgetter(0)  # of a Record
-_value_of = itemgetter(2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +88,7 @@ class RecordRun:
     """What a bulk read found: the records in the engine's chunks as read (none empty), where the next read
     starts and the earliest retained offset; ``next_offset`` follows the JSON page's rule."""
 
-    chunks: list[list[Record]]
+    chunks: list[RecordColumns]
     next_offset: int
     earliest_offset: int
 
@@ -109,7 +106,7 @@ async def read_records(
 ) -> RecordRun:
     """The records the JSON read would render, page after page, for a bulk read: from the same start, up
     to ``limit`` records, below ``until_offset`` (exclusive) when given, and stopping once ``max_bytes``
-    of payload are read (the first chunk is always taken whole). Nothing is rendered here."""
+    of payload are read (the first chunk is always taken whole). Read in columns; nothing is rendered."""
     check_partition(topic, partition)
     if not 1 <= limit <= MAX_BULK_READ:
         raise InvalidRequest.field("limit", f"must be between 1 and {MAX_BULK_READ}")
@@ -117,20 +114,20 @@ async def read_records(
         raise InvalidRequest.field("untilOffset", "must be a non-negative integer")
     info, start = await _start(log, topic, partition, from_offset, from_timestamp)
     end = info.latest_offset if until_offset is None else min(until_offset, info.latest_offset)
-    chunks: list[list[Record]] = []
+    chunks: list[RecordColumns] = []
     at, left, size = start, limit, 0
     while left > 0 and at < end and size < max_bytes:
-        records = await log.read(
-            topic.id, partition, at, max_records=min(left, BULK_CHUNK), max_bytes=BULK_CHUNK_BYTES
+        columns = await log.read_columns(
+            topic.id, partition, at, max_records=min(left, BULK_CHUNK, end - at), max_bytes=BULK_CHUNK_BYTES
         )
-        if records and records[-1].offset >= end:
-            records = records[: bisect_left(records, end, key=_offset_of)]
-        if not records:
+        if columns and columns.offsets[-1] >= end:  # below the earliest, the read starts later
+            columns = columns.head(bisect_left(columns.offsets, end))
+        if not columns:
             break
-        chunks.append(records)
-        at = records[-1].offset + 1
-        left -= len(records)
-        size += sum(map(len, map(_value_of, records)))
+        chunks.append(columns)
+        at = columns.offsets[-1] + 1
+        left -= len(columns)
+        size += len(columns.values)
     next_offset = at if chunks else min(start, info.latest_offset)
     return RecordRun(chunks, next_offset, info.earliest_offset)
 

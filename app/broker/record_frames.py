@@ -1,11 +1,13 @@
 """The bulk read's wire format, ``application/vnd.queuecore.records``: stored records framed in columns.
 
 A bulk read (``reading.read_records``) answers the records a JSON stream read would render, without a JSON
-object per message: each chunk the engine handed out becomes one frame whose columns are the records' fields
-back to back, built in one pass of ``map``s, comprehensions and ``join``s per frame: no JSON object, dict or
-model per record (a record's stored headers are parsed only when it has user headers). The stored ``data`` bytes go out as they were stored,
-exactly the bytes the JSON read splices into its answer. A reader turns a frame into Arrow arrays without
-a loop per record (``queuecore_spark._records``).
+object per message: each chunk the engine handed out (``LogEngine.read_columns``) becomes one frame whose
+columns are the records' fields back to back. The engine hands out its records in columns already (the local
+engine slices them out of its stored batches), so a frame is a few joins and array copies, and the message
+ids laid out by runs of 128 offsets (``message_ids.encode_run_column``): no JSON object, dict or model per record, and a
+record's stored headers are parsed only when it has user headers. The stored ``data`` bytes go out as they
+were stored, exactly the bytes the JSON read splices into its answer. A reader turns a frame into Arrow
+arrays without a loop per record (``queuecore_spark._records``).
 
 Layout (all integers little-endian)::
 
@@ -36,25 +38,24 @@ Layout (all integers little-endian)::
 
 Records are in offset order, across frames too. The checksums are end to end: a reader recomputes each
 and refuses the whole answer on a mismatch, a length that overruns its frame, or bytes left over.
-Why not the stored batches as they lie: a local batch interleaves each record's lengths with its bytes and
-keeps internal headers (idempotency key, due time) beside the user's, so a reader would need a loop per
-record to find the columns, and JetStream's records come one NATS message each; framing columns once on the
-server keeps every reader loop-free.
+Why not the stored batches as they lie: they keep internal headers (idempotency key, due time) beside the
+user's and no message ids, old batches of the local engine are in rows, and JetStream's records come one NATS
+message each; a frame carries exactly what the JSON read shows, in one layout for every engine.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 from array import array
 from collections.abc import Sequence
-from operator import itemgetter
 
 import orjson
 
 from app.broker import message_ids
 from app.broker.topics import TopicRef
-from app.stores.log.protocol import Record
+from app.stores.log.protocol import RecordColumns
 
 MEDIA_TYPE = "application/vnd.queuecore.records"
 MAGIC = b"QCRF"
@@ -64,54 +65,43 @@ FRAME_HEADER = struct.Struct("<III")  # + the uint32 crc
 # A record's headers without user headers (``messages.encode_headers``: an idempotency key alone).
 _NO_USER_HEADERS = b'{"h":null'
 
-_offset_of = itemgetter(0)
-_timestamp_of = itemgetter(1)
-_value_of = itemgetter(2)
-_key_of = itemgetter(3)
-_headers_of = itemgetter(4)
+_SWAP = sys.byteorder != "little"
 
 
 def encode(
-    topic: TopicRef, partition: int, chunks: Sequence[Sequence[Record]], next_offset: int, earliest: int
+    topic: TopicRef, partition: int, chunks: Sequence[RecordColumns], next_offset: int, earliest: int
 ) -> list[bytes]:
     """A bulk read's answer as the buffers to send back to back (one frame per non-empty chunk)."""
-    frames = [encode_frame(topic, partition, records) for records in chunks if records]
+    frames = [encode_frame(topic, partition, columns) for columns in chunks if columns]
     head = RESPONSE_HEADER.pack(MAGIC, VERSION, 0, len(frames), next_offset, earliest)
     return [head + struct.pack("<I", zlib.crc32(head)), *frames]
 
 
-def encode_frame(topic: TopicRef, partition: int, records: Sequence[Record]) -> bytes:
-    """One frame of ``records`` (at least one, in offset order)."""
-    n = len(records)
-    offsets = array("q", map(_offset_of, records))
+def encode_frame(topic: TopicRef, partition: int, columns: RecordColumns) -> bytes:
+    """One frame of the records in ``columns`` (at least one, in offset order)."""
+    n = len(columns)
+    offsets = columns.offsets
     first = offsets[0]
     if offsets[-1] - first == n - 1:  # dense, as they are unless retention raced the read
-        ids = message_ids.encode_run(topic.id, partition, first, n, prefix=topic.id_prefix)
+        ids, id_lengths = message_ids.encode_run_column(topic.id, partition, first, n, prefix=topic.id_prefix)
     else:
-        ids = [message_ids.encode(topic.id, partition, o, prefix=topic.id_prefix).encode() for o in offsets]
-    keys = list(map(_key_of, records))
-    if keys.count(None) == n:
-        key_lengths = array("i", [-1]) * n
-        key_bytes = b""
-    else:
-        key_lengths = array("i", [-1 if k is None else len(k) for k in keys])
-        key_bytes = b"".join([k for k in keys if k is not None])
-    values = list(map(_value_of, records))
-    header_counts, names, header_values = _user_headers(list(map(_headers_of, records)))
+        each = [message_ids.encode(topic.id, partition, o, prefix=topic.id_prefix).encode() for o in offsets]
+        ids, id_lengths = b"".join(each), array("i", map(len, each))
+    header_counts, names, header_values = _user_headers(columns.header_lengths, columns.headers)
     name_bytes = [name.encode() for name in names]
     value_bytes = [value.encode() for value in header_values]
     parts = [
-        offsets.tobytes(),
-        array("q", map(_timestamp_of, records)).tobytes(),
-        array("i", map(len, ids)).tobytes(),
-        key_lengths.tobytes(),
-        array("i", map(len, values)).tobytes(),
-        header_counts.tobytes(),
-        array("i", map(len, name_bytes)).tobytes(),
-        array("i", map(len, value_bytes)).tobytes(),
-        b"".join(ids),
-        key_bytes,
-        b"".join(values),
+        _little_endian(offsets),
+        _little_endian(columns.timestamps),
+        _little_endian(id_lengths),
+        _little_endian(columns.key_lengths),
+        _little_endian(columns.value_lengths),
+        _little_endian(header_counts),
+        _little_endian(array("i", map(len, name_bytes))),
+        _little_endian(array("i", map(len, value_bytes))),
+        ids,
+        columns.keys,
+        columns.values,
         b"".join(name_bytes),
         b"".join(value_bytes),
     ]
@@ -122,17 +112,32 @@ def encode_frame(topic: TopicRef, partition: int, records: Sequence[Record]) -> 
     return head + struct.pack("<I", zlib.crc32(body, zlib.crc32(head))) + body
 
 
-def _user_headers(stored: list[bytes | None]) -> tuple[array[int], list[str], list[str]]:
+def _little_endian(column: array[int]) -> bytes:
+    if _SWAP:
+        column = array(column.typecode, column)
+        column.byteswap()
+    return column.tobytes()
+
+
+def _user_headers(lengths: array[int], stored: bytes) -> tuple[array[int], list[str], list[str]]:
     """Per record its count of user headers, and every name and value in order (as the JSON read shows
-    them: ``messages.render_message``)."""
-    n = len(stored)
-    if stored.count(None) == n:
-        return array("i", bytes(4 * n)), [], []
+    them: ``messages.render_message``), from the records' stored headers (``lengths``: -1 for none)."""
+    n = len(lengths)
     counts = array("i", bytes(4 * n))
+    present = n - lengths.count(-1)
+    # Stored headers of a record without user headers start with ``{"h":null``; JSON escapes the quotes in
+    # names and values, so the text appears nowhere else. As many as records with headers: none has any.
+    if present == 0 or stored.count(_NO_USER_HEADERS) == present:
+        return counts, [], []
     names: list[str] = []
     values: list[str] = []
-    for i, raw in enumerate(stored):
-        if raw is None or raw.startswith(_NO_USER_HEADERS):
+    at = 0
+    for i, length in enumerate(lengths):
+        if length < 0:
+            continue
+        raw = stored[at : at + length]
+        at += length
+        if raw.startswith(_NO_USER_HEADERS):
             continue
         user = orjson.loads(raw).get("h")
         if user:

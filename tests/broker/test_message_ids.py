@@ -40,7 +40,14 @@ class TestRuns:
         for partition in (0, 1, 127, 128, 70_000):
             for first in (0, 1, 100, 127, 128, 255, 256, 16_383, 16_384, 2**21 - 5, 2**28 + 3, 10**12):
                 for count in (1, 2, 128, 130, 300):
-                    assert message_ids.encode_run(topic_id, partition, first, count) == [
+                    each = [
                         message_ids.encode(topic_id, partition, o).encode()
                         for o in range(first, first + count)
-                    ], (partition, first, count)
+                    ]
+                    assert message_ids.encode_run(topic_id, partition, first, count) == each, (
+                        partition,
+                        first,
+                        count,
+                    )
+                    laid, lengths = message_ids.encode_run_column(topic_id, partition, first, count)
+                    assert (laid, list(lengths)) == (b"".join(each), [len(i) for i in each])
