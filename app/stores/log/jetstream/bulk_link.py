@@ -179,15 +179,32 @@ class _Link:
         records: list[bytes] = []
         append = records.append
         buffer = self.buffer
+        # Every record of an answer comes as "MSG <subject> <sid> " and its length: once one is read, the
+        # next are found by that prefix, with one short find for the length.
+        prefix = b"MSG \0"
         while True:
             at, size = 0, len(buffer)
             while True:
+                if buffer.startswith(prefix, at):
+                    digits = at + len(prefix)
+                    end = buffer.find(b"\r\n", digits)
+                    if end < 0:
+                        break
+                    start = end + 2
+                    stop = start + int(buffer[digits:end])
+                    if stop + 2 > size:
+                        break
+                    append(buffer[start:stop])
+                    at = stop + 2
+                    continue
                 end = buffer.find(b"\r\n", at)
                 if end < 0:
                     break
                 if buffer.startswith(b"MSG ", at):  # a record: MSG <subject> <sid> <bytes>
+                    digits = buffer.rfind(b" ", at, end) + 1
+                    prefix = buffer[at:digits]
                     start = end + 2
-                    stop = start + int(buffer[buffer.rfind(b" ", at, end) + 1 : end])
+                    stop = start + int(buffer[digits:end])
                     if stop + 2 > size:
                         break
                     append(buffer[start:stop])

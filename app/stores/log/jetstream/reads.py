@@ -28,7 +28,9 @@ timestamps are inside the records' frames, which JetStream does not index).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Any
 
 from app.stores.log.jetstream import codec
@@ -77,20 +79,23 @@ class Reads:
         self, topic_id: str, partition: int, offset: int, max_records: int = 100, max_bytes: int = 1 << 20
     ) -> list[Record]:
         """``LogEngine.read``: committed records from ``offset`` on."""
-        found = await self._frames(topic_id, partition, offset, max_records, max_bytes)
-        return [codec.decode(seq - 1, frame) for seq, frame in found]
+        seqs, frames = await self._frames(topic_id, partition, offset, max_records, max_bytes)
+        return [codec.decode(seq - 1, frame) for seq, frame in zip(seqs, frames, strict=True)]
 
     async def read_columns(
         self, topic_id: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> RecordColumns:
         """``LogEngine.read_columns``: ``read``'s records, in columns."""
-        found = await self._frames(topic_id, partition, offset, max_records, max_bytes)
-        return codec.decode_columns([seq - 1 for seq, _ in found], [frame for _, frame in found])
+        seqs, frames = await self._frames(topic_id, partition, offset, max_records, max_bytes)
+        if not frames:
+            return codec.decode_columns([], [])
+        dense = seqs[-1] - seqs[0] == len(seqs) - 1
+        return codec.decode_columns(range(seqs[0] - 1, seqs[-1]) if dense else [s - 1 for s in seqs], frames)
 
     async def _frames(
         self, topic_id: str, partition: int, offset: int, max_records: int, max_bytes: int
-    ) -> list[tuple[int, bytes]]:
-        """The frames of the records a read answers, with their sequence numbers."""
+    ) -> tuple[Sequence[int], list[bytes]]:
+        """The frames of the records a read answers, and their sequence numbers."""
         if offset < 0:
             raise LogEngineError(f"offset {offset} is negative")
         name = codec.stream_name(topic_id, partition)
@@ -98,45 +103,49 @@ class Reads:
             await self._streams.lookup(topic_id, partition)
         max_records = max(1, max_records)
         asked_bytes = max(1, max_bytes) + max_records * _MESSAGE_OVERHEAD
-        found = await self._direct_get(topic_id, partition, offset + 1, max_records, asked_bytes)
-        if not found:
+        seqs, frames = await self._direct_get(topic_id, partition, offset + 1, max_records, asked_bytes)
+        if not frames:
             # A replica answering may trail the leader: when we know there is more, ask again.
             for _ in range(_LAG_RETRIES):
                 end = self._watermarks.end(name)
                 if end is None or end <= offset:
                     break
                 await asyncio.sleep(0.002)
-                found = await self._direct_get(topic_id, partition, offset + 1, max_records, asked_bytes)
-                if found:
+                seqs, frames = await self._direct_get(
+                    topic_id, partition, offset + 1, max_records, asked_bytes
+                )
+                if frames:
                     break
-        # JetStream's max_bytes counts subjects and headers too: ask for more, and cut by the records' own size.
-        frames: list[tuple[int, bytes]] = []
-        size = 0
-        for seq, payload, _ in found:
-            size += len(payload)
-            if frames and size > max_bytes:
-                break
-            frames.append((seq, payload))
-        if frames:
-            self._watermarks.advance(name, frames[-1][0])
-        return frames
+        if not frames:
+            return seqs, frames
+        # JetStream's max_bytes counts subjects and headers too: ask for more, and cut by the records' own size
+        # (the first always).
+        ends = list(accumulate(map(len, frames)))
+        if ends[-1] > max_bytes:
+            keep = max(1, bisect_right(ends, max_bytes))
+            seqs, frames = seqs[:keep], frames[:keep]
+        self._watermarks.advance(name, seqs[-1])
+        return seqs, frames
 
     async def _direct_get(
         self, topic_id: str, partition: int, seq: int, batch: int, max_bytes: int
-    ) -> list[tuple[int, bytes, Any]]:
+    ) -> tuple[Sequence[int], list[bytes]]:
+        """The payloads of up to ``batch`` records from ``seq`` on, and their sequence numbers (a ``range``
+        when consecutive, as over the bulk read links)."""
         name = codec.stream_name(topic_id, partition)
         if self._bulk_link is not None and 0 < self._bulk_from <= batch:
             payloads = await self._bulk_link.read(name, seq, batch, max_bytes)
             if payloads is not None:  # None: any answer but the plain run, which the client knows
-                return [(seq + i, payload, None) for i, payload in enumerate(payloads)]
+                return range(seq, seq + len(payloads)), payloads
         try:
-            return await self._client().direct_get(name, seq, batch, max_bytes)
+            found = await self._client().direct_get(name, seq, batch, max_bytes)
         except NoStream:
             await self._streams.lookup(topic_id, partition)
             raise EngineUnavailable(f"no replica of {name} answers reads right now") from None
         except EngineUnavailable:
             await self._streams.unless_deleted(topic_id, partition)
             raise
+        return [seq for seq, _, _ in found], [payload for _, payload, _ in found]
 
     async def offset_for_time(self, topic_id: str, partition: int, timestamp_ms: int) -> int:
         """``LogEngine.offset_for_time``, by bisection over the partition's records."""
@@ -144,11 +153,11 @@ class Reads:
         low, high = info.earliest_offset, info.latest_offset  # the answer lies in [low, high]
         while low < high:
             middle = (low + high) // 2
-            found = await self._direct_get(topic_id, partition, middle + 1, 1, 1)
-            if not found:
+            seqs, payloads = await self._direct_get(topic_id, partition, middle + 1, 1, 1)
+            if not payloads:
                 high = middle
                 continue
-            seq, payload, _ = found[0]
+            seq, payload = seqs[0], payloads[0]
             if codec.timestamp_of(payload) >= timestamp_ms:
                 high = min(middle, seq - 1)
             else:
