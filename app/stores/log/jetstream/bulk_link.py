@@ -201,14 +201,7 @@ class _Link:
                 if end < 0:
                     break
                 if buffer.startswith(b"MSG ", at):  # a record: MSG <subject> <sid> <bytes>
-                    digits = buffer.rfind(b" ", at, end) + 1
-                    prefix = buffer[at:digits]
-                    start = end + 2
-                    stop = start + int(buffer[digits:end])
-                    if stop + 2 > size:
-                        break
-                    append(buffer[start:stop])
-                    at = stop + 2
+                    prefix = buffer[at : buffer.rfind(b" ", at, end) + 1]  # then read as every next one
                 elif buffer.startswith(b"HMSG ", at):  # a status: HMSG <subject> <sid> <head> <total>
                     start = end + 2
                     stop = start + int(buffer[buffer.rfind(b" ", at, end) + 1 : end])

@@ -287,26 +287,29 @@ def decode_batch(
     Stops once ``out`` holds ``max_records`` or the payload bytes (key + headers + value) would exceed
     ``max_bytes`` (counting from ``size``; the first record is always taken). Returns the new ``size``.
     """
-    decode = _decode_columns if header.magic == MAGIC else _decode_rows
-    return decode(buf, position, header, out, start_offset, end_offset, max_records, max_bytes, size)
+    window = _Window(start_offset, end_offset, max_records, max_bytes)
+    if header.magic != MAGIC:
+        return _decode_rows(buf, position, header, out, window, size)
+    if header.record_count == 1:
+        return _decode_single(buf, position, header, out, window, size)
+    return _decode_columns(buf, position, header, out, window, size)
+
+
+class _Window(NamedTuple):
+    """What ``decode_batch`` takes of a batch: offsets in ``[start_offset, end_offset)``, while ``out`` holds
+    fewer than ``max_records`` and the payload stays within ``max_bytes``."""
+
+    start_offset: int
+    end_offset: int
+    max_records: int
+    max_bytes: int
 
 
 def _decode_columns(
-    buf: bytes,
-    position: int,
-    header: BatchHeader,
-    out: list[Record],
-    start_offset: int,
-    end_offset: int,
-    max_records: int,
-    max_bytes: int,
-    size: int,
+    buf: bytes, position: int, header: BatchHeader, out: list[Record], window: _Window, size: int
 ) -> int:
+    start_offset, end_offset, max_records, max_bytes = window
     base = header.base_offset
-    if header.record_count == 1:
-        return _decode_single(
-            buf, position, header, out, start_offset, end_offset, max_records, max_bytes, size
-        )
     columns = _BatchColumns.read(buf, position, header)
     lo = max(0, start_offset - base)
     end = min(header.record_count, end_offset - base)
@@ -346,16 +349,9 @@ def _decode_columns(
 
 
 def _decode_single(
-    buf: bytes,
-    position: int,
-    header: BatchHeader,
-    out: list[Record],
-    start_offset: int,
-    end_offset: int,
-    max_records: int,
-    max_bytes: int,
-    size: int,
+    buf: bytes, position: int, header: BatchHeader, out: list[Record], window: _Window, size: int
 ) -> int:
+    start_offset, end_offset, max_records, max_bytes = window
     # A single publish's batch: one unpack and three slices.
     offset = header.base_offset
     if not start_offset <= offset < end_offset:
@@ -477,7 +473,7 @@ def batch_columns(
     base = header.base_offset
     if header.magic != MAGIC:
         records: list[Record] = []
-        _decode_rows(buf, position, header, records, start_offset, end_offset, 1 << 62, 1 << 62, 0)
+        _decode_rows(buf, position, header, records, _Window(start_offset, end_offset, 1 << 62, 1 << 62), 0)
         return RecordColumns.of(records)
     columns = _BatchColumns.read(buf, position, header)
     n = header.record_count
@@ -520,16 +516,9 @@ def batch_columns(
 
 
 def _decode_rows(
-    buf: bytes,
-    position: int,
-    header: BatchHeader,
-    out: list[Record],
-    start_offset: int,
-    end_offset: int,
-    max_records: int,
-    max_bytes: int,
-    size: int,
+    buf: bytes, position: int, header: BatchHeader, out: list[Record], window: _Window, size: int
 ) -> int:
+    start_offset, end_offset, max_records, max_bytes = window
     absolute = header.attributes & ABSOLUTE_TIMESTAMPS
     unpack = RECORD_ABS.unpack_from if absolute else RECORD.unpack_from
     step = RECORD_ABS.size if absolute else RECORD.size

@@ -70,6 +70,21 @@ class TestTheSameRecords:
         assert len((await _both(engines, topic, 0, 1500, 8 << 20))[0]) == 1500
         assert bulk.bulk_link is not None and bulk.bulk_link._idle  # the reads went over a bulk link
 
+    async def test_answers_longer_than_a_socket_read_and_reads_in_columns(self, engines):
+        # 3 MB of records: an answer arrives over several reads of the link's socket (1 MiB each), records
+        # cut anywhere between them, its MSG lines found by their prefix; read_columns answers the same.
+        bulk, plain = engines
+        topic = await _topic(bulk)
+        records = [RecordIn(value=b'"%s"' % (b"%05d" % i * 2000)) for i in range(300)]
+        for start in range(0, 300, 100):
+            await bulk.append(topic, {0: records[start : start + 100]})
+        got, want = await _both(engines, topic, 0, 300, 8 << 20)
+        assert [r.value for r in got] == [r.value for r in want] == [r.value for r in records]
+        columns = await bulk.read_columns(topic, 0, 0, 300, 8 << 20)
+        assert columns == await plain.read_columns(topic, 0, 0, 300, 8 << 20)
+        assert columns.records() == got
+        assert bulk.bulk_link is not None and bulk.bulk_link._idle
+
     async def test_a_gap_below_the_start_goes_back_to_the_client(self, engines, nats_cluster):
         # Records removed at the start (retention, a purge): the first record answered is not the one
         # asked for, so the run is not seq..last and the read is asked again with headers.
