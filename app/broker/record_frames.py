@@ -46,7 +46,6 @@ message each; a frame carries exactly what the JSON read shows, in one layout fo
 from __future__ import annotations
 
 import struct
-import sys
 import zlib
 from array import array
 from collections.abc import Sequence
@@ -55,6 +54,7 @@ import orjson
 
 from app.broker import message_ids
 from app.broker.topics import TopicRef
+from app.kit.arrays import to_bytes
 from app.stores.log.protocol import RecordColumns
 
 MEDIA_TYPE = "application/vnd.queuecore.records"
@@ -64,8 +64,6 @@ RESPONSE_HEADER = struct.Struct("<4sHHIqq")  # + the uint32 crc
 FRAME_HEADER = struct.Struct("<III")  # + the uint32 crc
 # A record's headers without user headers (``messages.encode_headers``: an idempotency key alone).
 _NO_USER_HEADERS = b'{"h":null'
-
-_SWAP = sys.byteorder != "little"
 
 
 def encode(
@@ -91,14 +89,14 @@ def encode_frame(topic: TopicRef, partition: int, columns: RecordColumns) -> byt
     name_bytes = [name.encode() for name in names]
     value_bytes = [value.encode() for value in header_values]
     parts = [
-        _little_endian(offsets),
-        _little_endian(columns.timestamps),
-        _little_endian(id_lengths),
-        _little_endian(columns.key_lengths),
-        _little_endian(columns.value_lengths),
-        _little_endian(header_counts),
-        _little_endian(array("i", map(len, name_bytes))),
-        _little_endian(array("i", map(len, value_bytes))),
+        to_bytes(offsets),
+        to_bytes(columns.timestamps),
+        to_bytes(id_lengths),
+        to_bytes(columns.key_lengths),
+        to_bytes(columns.value_lengths),
+        to_bytes(header_counts),
+        to_bytes(array("i", map(len, name_bytes))),
+        to_bytes(array("i", map(len, value_bytes))),
         ids,
         columns.keys,
         columns.values,
@@ -110,13 +108,6 @@ def encode_frame(topic: TopicRef, partition: int, columns: RecordColumns) -> byt
     body = b"".join(parts)
     head = FRAME_HEADER.pack(n, len(names), len(body))
     return head + struct.pack("<I", zlib.crc32(body, zlib.crc32(head))) + body
-
-
-def _little_endian(column: array[int]) -> bytes:
-    if _SWAP:
-        column = array(column.typecode, column)
-        column.byteswap()
-    return column.tobytes()
 
 
 def _user_headers(lengths: array[int], stored: bytes) -> tuple[array[int], list[str], list[str]]:

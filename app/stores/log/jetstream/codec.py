@@ -16,11 +16,11 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from app.kit.arrays import from_bytes
 from app.stores.log.protocol import Record, RecordColumns, RecordIn, TopicLogConfig
 
 _FRAME = struct.Struct(">qii")
@@ -146,11 +146,11 @@ def decode_columns(offsets: Sequence[int], frames: Sequence[bytes]) -> RecordCol
     n = len(frames)
     heads = b"".join([frame[:FRAME_BYTES] for frame in frames])
     if len(heads) == n * FRAME_BYTES:
-        lengths = _column("i", heads)
+        lengths = from_bytes("i", heads, "big")
         key_lengths, header_lengths = lengths[2::4], lengths[3::4]
     if len(heads) != n * FRAME_BYTES or key_lengths.count(-1) != n or header_lengths.count(-1) != n:
         return RecordColumns.of([decode(o, frame) for o, frame in zip(offsets, frames, strict=True)])
-    timestamps = _column("q", heads)[0::2]
+    timestamps = from_bytes("q", heads, "big")[0::2]
     values = [frame[FRAME_BYTES:] for frame in frames]
     return RecordColumns(
         array("q", offsets),
@@ -162,15 +162,6 @@ def decode_columns(offsets: Sequence[int], frames: Sequence[bytes]) -> RecordCol
         array("i", map(len, values)),
         b"".join(values),
     )
-
-
-def _column(typecode: str, data: bytes) -> array[int]:
-    """Big-endian ``data`` as an array of ``typecode``."""
-    column = array(typecode)
-    column.frombytes(data)
-    if sys.byteorder == "little":
-        column.byteswap()
-    return column
 
 
 def timestamp_of(frame: bytes) -> int:

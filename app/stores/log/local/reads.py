@@ -32,7 +32,9 @@ from app.stores.log.local.records import (
     ensure_valid,
     is_full,
     iter_headers,
+    payload_sizes,
     read_header,
+    records_that_fit,
 )
 from app.stores.log.local.segment import Segment
 from app.stores.log.local.segments import LogSegments, OpenSegments, SegmentDeleted
@@ -315,15 +317,9 @@ class ColumnTaker:
 
     def _fit(self, piece: RecordColumns) -> tuple[RecordColumns, int]:
         """The records of ``piece`` that fit in ``max_bytes`` (the read's first always), and their payload."""
-        total = self.size
-        keep = 0
-        for k, h, v in zip(piece.key_lengths, piece.header_lengths, piece.value_lengths, strict=True):
-            need = max(0, k) + max(0, h) + v
-            if (self.count or keep) and total + need > self.max_bytes:
-                break
-            total += need
-            keep += 1
-        return piece.head(keep), total - self.size
+        needs = payload_sizes(piece.key_lengths, piece.header_lengths, piece.value_lengths)
+        keep = records_that_fit(needs, self.size, self.max_bytes, first=not self.count)
+        return piece.head(keep), sum(needs[:keep])
 
     def _flush(self) -> None:
         if self.rows:

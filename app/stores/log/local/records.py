@@ -48,7 +48,6 @@ Invariants and choices:
 from __future__ import annotations
 
 import struct
-import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
@@ -58,6 +57,7 @@ from typing import NamedTuple, cast
 
 from crc32c import crc32c
 
+from app.kit.arrays import from_bytes, to_bytes
 from app.stores.log.protocol import (
     LogEngineError,
     Record,
@@ -85,8 +85,6 @@ MAX_BATCH_BYTES = 1 << 30
 # The largest record (key + headers + value) the local engine takes: far above the API's message limit,
 # far below a batch's.
 MAX_RECORD_BYTES = 8 << 20
-# Columns are little-endian on disk; ``array`` reads and writes the machine's order.
-_SWAP = sys.byteorder != "little"
 _ABSENT = struct.pack("<i", -1)  # the length of a None key or headers
 _SINGLE = struct.Struct("<qiii")  # the framing of a batch of one record
 
@@ -182,9 +180,9 @@ def _value_columns(records: ValueRecords, now_ms: int) -> tuple[list[bytes], int
     values = records.values
     n = len(values)
     timestamp = records.timestamp_ms or now_ms
-    none = _column("i", array("i", [-1]) * n)
-    lengths = _column("i", array("i", map(len, values)))
-    return [_column("q", array("q", [timestamp]) * n), none, none, lengths, *values], timestamp, timestamp
+    none = to_bytes(array("i", [-1]) * n)
+    lengths = to_bytes(array("i", map(len, values)))
+    return [to_bytes(array("q", [timestamp]) * n), none, none, lengths, *values], timestamp, timestamp
 
 
 def _columns_of(records: Sequence[RecordIn], now_ms: int) -> tuple[list[bytes], int, int]:
@@ -198,10 +196,10 @@ def _columns_of(records: Sequence[RecordIn], now_ms: int) -> tuple[list[bytes], 
     key_lengths, key_bytes = _optional_column(keys, n)
     header_lengths, header_bytes = _optional_column(headers, n)
     parts = [
-        _column("q", timestamps),
+        to_bytes(timestamps),
         key_lengths,
         header_lengths,
-        _column("i", array("i", map(len, values))),
+        to_bytes(array("i", map(len, values))),
         *key_bytes,
         *header_bytes,
         *values,
@@ -213,27 +211,12 @@ def _optional_column(fields: list[bytes | None], n: int) -> tuple[bytes, list[by
     """The lengths (-1 for None) of a column that may be absent, and its present fields."""
     absent = fields.count(None)
     if absent == n:
-        return _column("i", array("i", [-1]) * n), []
+        return to_bytes(array("i", [-1]) * n), []
     if absent == 0:
         present = cast("list[bytes]", fields)
-        return _column("i", array("i", map(len, present))), present
+        return to_bytes(array("i", map(len, present))), present
     lengths = array("i", [-1 if f is None else len(f) for f in fields])
-    return _column("i", lengths), [f for f in fields if f is not None]
-
-
-def _column(typecode: str, values: array[int]) -> bytes:
-    if _SWAP:
-        values = array(typecode, values)
-        values.byteswap()
-    return values.tobytes()
-
-
-def _read_column(typecode: str, buf: bytes, start: int, count: int) -> array[int]:
-    column = array(typecode)
-    column.frombytes(buf[start : start + count * column.itemsize])
-    if _SWAP:
-        column.byteswap()
-    return column
+    return to_bytes(lengths), [f for f in fields if f is not None]
 
 
 def read_header(buf: bytes | memoryview, position: int = 0) -> BatchHeader | None:
@@ -320,17 +303,10 @@ def _decode_columns(
     if columns.no_keys and columns.no_headers:
         needs: Sequence[int] = value_lengths
     else:
-        needs = [
-            max(0, k) + max(0, h) + v
-            for k, h, v in zip(
-                columns.key_lengths[lo:hi], columns.header_lengths[lo:hi], value_lengths, strict=True
-            )
-        ]
+        needs = payload_sizes(columns.key_lengths[lo:hi], columns.header_lengths[lo:hi], value_lengths)
     full = hi < end
-    if size + sum(needs) > max_bytes:
-        # The records that fit (the read's first always): the limit cuts this batch.
-        fit = bisect_right(list(accumulate(needs, initial=size)), max_bytes) - 1
-        hi = lo + max(fit, 0 if out else 1)
+    if size + sum(needs) > max_bytes:  # the limit cuts this batch
+        hi = lo + records_that_fit(needs, size, max_bytes, first=not out)
         full = True
         needs = needs[: hi - lo]
         value_lengths = value_lengths[: hi - lo]
@@ -346,6 +322,22 @@ def _decode_columns(
     out += map(Record, range(base + lo, base + hi), columns.timestamps[lo:hi], values, keys, headers)
     size += sum(needs)
     return _Full(size) if full else size
+
+
+def payload_sizes(
+    key_lengths: array[int], header_lengths: array[int], value_lengths: array[int]
+) -> list[int]:
+    """Each record's payload (key + headers + value: what ``max_bytes`` counts) from its lengths."""
+    return [
+        max(0, k) + max(0, h) + v for k, h, v in zip(key_lengths, header_lengths, value_lengths, strict=True)
+    ]
+
+
+def records_that_fit(needs: Sequence[int], size: int, max_bytes: int, *, first: bool) -> int:
+    """How many of the records whose payloads are ``needs``, in order, a read holding ``size`` bytes takes
+    within ``max_bytes``: at least one when it holds none yet (``first``: a read's first record always)."""
+    fit = bisect_right(list(accumulate(needs, initial=size)), max_bytes) - 1
+    return max(fit, 1 if first and needs else 0)
 
 
 def _decode_single(
@@ -410,27 +402,9 @@ class _BatchColumns(NamedTuple):
         end = position + header.size
         if at + COLUMN_FRAMING * n > end:
             raise CorruptRecordError(f"the framing of {n} records overruns the batch at {position}")
-        if n == 1:  # a single publish's batch: one unpack, not four columns
-            timestamp, kl, hl, vl = _SINGLE.unpack_from(buf, at)
-            keys_at = at + COLUMN_FRAMING
-            headers_at = keys_at + max(0, kl)
-            values_at = headers_at + max(0, hl)
-            if kl < -1 or hl < -1 or vl < 0 or values_at + vl != end:
-                raise CorruptRecordError(f"the record's lengths do not fill the batch at {position}")
-            return cls(
-                array("q", [timestamp]),
-                array("i", [kl]),
-                array("i", [hl]),
-                array("i", [vl]),
-                keys_at,
-                headers_at,
-                values_at,
-                kl < 0,
-                hl < 0,
-            )
         key_lengths, key_bytes = _optional_lengths(buf, at + 8 * n, n)
         header_lengths, header_bytes = _optional_lengths(buf, at + 12 * n, n)
-        value_lengths = _read_column("i", buf, at + 16 * n, n)
+        value_lengths = from_bytes("i", buf[at + 16 * n : at + 20 * n])
         if min(value_lengths) < 0:
             raise CorruptRecordError(f"a negative length in the batch at {position}")
         keys_at = at + COLUMN_FRAMING * n
@@ -438,7 +412,7 @@ class _BatchColumns(NamedTuple):
         values_at = headers_at + max(0, header_bytes)
         if values_at + sum(value_lengths) != end:
             raise CorruptRecordError(f"the records' lengths do not fill the batch at {position}")
-        timestamps = _read_column("q", buf, at, n)
+        timestamps = from_bytes("q", buf[at : at + 8 * n])
         return cls(
             timestamps,
             key_lengths,
@@ -459,7 +433,7 @@ def _optional_lengths(buf: bytes, start: int, n: int) -> tuple[array[int], int]:
     raw = buf[start : start + 4 * n]
     if raw == _ABSENT * n:
         return array("i", [-1]) * n, -1
-    lengths = _read_column("i", raw, 0, n)
+    lengths = from_bytes("i", raw)
     if min(lengths) < -1:
         raise CorruptRecordError(f"a length below -1 at {start}")
     return lengths, stored_length(lengths)
