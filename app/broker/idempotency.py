@@ -18,6 +18,7 @@ Keys repeated inside one batch are appended once and answer the first one's resu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -64,7 +65,7 @@ class SharedIdempotency:
             else:
                 first_of[key] = i
         stamp = now_ms()
-        claims = await asyncio.gather(*(self.records.claim(topic_id, key, stamp) for key in first_of))
+        claims = await self.records.claim_many(topic_id, list(first_of), stamp)
         won: list[str] = []
         for (key, i), entry in zip(first_of.items(), claims, strict=True):
             if entry.state == "won":
@@ -85,20 +86,13 @@ class SharedIdempotency:
                 # Stamped with this request's start, not now: the append may have stored its messages (an
                 # ack lost) long before it failed, and a retry looks in the log from this stamp (less the
                 # skew) on. From the failure's time it began after them and stored them again.
-                await asyncio.gather(
-                    *(self.records.abandon(topic_id, key, stamp) for key in won), return_exceptions=True
-                )
+                with contextlib.suppress(Exception):  # the append's own error is the caller's
+                    await self.records.abandon_many(topic_id, won, stamp)
                 raise
             for i, landed in zip(fresh, written, strict=True):
                 results[i] = landed
-            settled = [(key, results[first_of[key]]) for key in won]
-            await asyncio.gather(
-                *(
-                    self.records.place(topic_id, key, at.partition, at.offset, at.timestamp_ms, at.latency_ms)
-                    for key, at in settled
-                    if at is not None
-                )
-            )
+            settled = [(key, at) for key in won if (at := results[first_of[key]]) is not None]
+            await self.records.place_many(topic_id, settled)
         for i, key in repeats:
             results[i], replayed[i] = results[first_of[key]], True
         return [r for r in results if r is not None], replayed

@@ -197,7 +197,7 @@ class TestPendingClaims:
         # Node a claimed "k", its append stored the message but answered an error: the record says unknown.
         await a.records.claim(topic, "k", now_ms())
         (landed,) = await store(a.engine, topic, ["k"])
-        await a.records.abandon(topic, "k", now_ms())
+        await a.records.abandon_many(topic, ["k"], now_ms())
         assert (await a.records.get(topic, "k")).state == "unknown"  # type: ignore[union-attr]
         (answer,), replayed = await b.append(["k"])
         assert replayed == [True]
@@ -213,7 +213,7 @@ class TestPendingClaims:
         a, b = nodes
         await a.records.claim(topic, "k", now_ms())
         await store(a.engine, topic, ["other"])
-        await a.records.abandon(topic, "k", now_ms())
+        await a.records.abandon_many(topic, ["k"], now_ms())
         (placed,), replayed = await b.append(["k"])
         assert replayed == [False]
         assert b.writes == [["k"]]

@@ -317,6 +317,10 @@ class IdempotencyRecords(Protocol):
         """Create the key's record as ``pending`` (answered as ``won``), or read the one another made first."""
         ...
 
+    async def claim_many(self, topic_id: str, keys: Sequence[str], now_ms: int) -> list[IdempotencyEntry]:
+        """``claim`` of each of ``keys`` (distinct), in order; as one write where the engine can."""
+        ...
+
     async def get(self, topic_id: str, key: str) -> IdempotencyEntry | None: ...
 
     async def place(
@@ -325,8 +329,13 @@ class IdempotencyRecords(Protocol):
         """Say where the key's message landed."""
         ...
 
-    async def abandon(self, topic_id: str, key: str, now_ms: int) -> None:
-        """Say the claim's append failed (its message may or may not be stored: ``unknown``)."""
+    async def place_many(self, topic_id: str, placed: Sequence[tuple[str, Placement]]) -> None:
+        """``place`` of each ``(key, where its message landed)``; as one write where the engine can."""
+        ...
+
+    async def abandon_many(self, topic_id: str, keys: Sequence[str], now_ms: int) -> None:
+        """Say the claims' append failed (their messages may or may not be stored: ``unknown``); as one
+        write where the engine can."""
         ...
 
     async def take_over(self, topic_id: str, key: str, revision: int, now_ms: int) -> bool:

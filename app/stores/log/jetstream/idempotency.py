@@ -54,7 +54,7 @@ from app.stores.log.jetstream.client import (
     while_unsettled,
 )
 from app.stores.log.jetstream.writer import StreamWriter
-from app.stores.log.protocol import EngineUnavailable, LogEngineError
+from app.stores.log.protocol import EngineUnavailable, LogEngineError, Placement
 
 BUCKET = "QC_IDEMPOTENCY"
 _NEW = {"Nats-Expected-Last-Subject-Sequence": "0"}
@@ -136,11 +136,15 @@ class JetStreamIdempotency:
 
     async def claim(self, topic_id: str, key: str, now_ms: int) -> IdempotencyEntry:
         """Create the key's entry as ``pending`` (state ``won``), or read the entry another made first."""
+        return await self._claim(topic_id, key, now_ms, batched=True)
+
+    async def _claim(self, topic_id: str, key: str, now_ms: int, *, batched: bool) -> IdempotencyEntry:
+        """``claim``; with ``batched``, its first try goes with the claims of other calls."""
         kv = await self._bucket()
         name = _name(topic_id, key)
         value = orjson.dumps({"s": "pending", "at": now_ms})
         for attempt in range(_CLAIM_TRIES):
-            revision = await self._create(kv, name, value, batched=attempt == 0)
+            revision = await self._create(kv, name, value, batched=batched and attempt == 0)
             if revision is not None:
                 return IdempotencyEntry("won", revision, at_ms=now_ms)
             found = await self.get(topic_id, key)
@@ -150,6 +154,38 @@ class JetStreamIdempotency:
             # refuses a second expectation on a subject in flight), or the entry expired between the calls.
             await asyncio.sleep(0.005 * (attempt + 1))
         raise EngineUnavailable("idempotency record not claimed: the key stayed contended")
+
+    async def claim_many(self, topic_id: str, keys: Sequence[str], now_ms: int) -> list[IdempotencyEntry]:
+        """``claim`` of each of ``keys`` (distinct), in order: one atomic write of every claim when all are
+        new (a batch's keys, the common case). JetStream refuses the write whole when one of them exists (a
+        retry), or one of another call's claims written with it does: the entries are read, and the keys
+        found nowhere are claimed again together, then alone."""
+        return await self._claim_many(topic_id, keys, now_ms, together=2)
+
+    async def _claim_many(
+        self, topic_id: str, keys: Sequence[str], now_ms: int, *, together: int
+    ) -> list[IdempotencyEntry]:
+        if len(keys) <= 1 or not together:  # one key still goes with other calls' claims
+            alone = [self._claim(topic_id, key, now_ms, batched=bool(together)) for key in keys]
+            return list(await asyncio.gather(*alone))
+        await self._bucket()
+        value = orjson.dumps({"s": "pending", "at": now_ms})
+        subject = self._subject(f"{topic_id}.")
+        claims: list[Message] = [(subject + _digest(key), value, _NEW) for key in keys]
+        try:
+            stored = await while_unsettled(lambda: self._claims.append(claims), NoStream)
+        except JetStreamError:
+            found = await asyncio.gather(*(self.get(topic_id, key) for key in keys))
+            missing = [i for i, entry in enumerate(found) if entry is None]
+            claimed = await self._claim_many(
+                topic_id, [keys[i] for i in missing], now_ms, together=together - 1
+            )
+            entries = list(found)
+            for i, entry in zip(missing, claimed, strict=True):
+                entries[i] = entry
+            return [entry for entry in entries if entry is not None]
+        first = stored.last_seq - len(keys) + 1
+        return [IdempotencyEntry("won", first + i, at_ms=now_ms) for i in range(len(keys))]
 
     async def _create(self, kv: KeyValue, name: str, value: bytes, *, batched: bool) -> int | None:
         """The new entry's revision; None when JetStream refused it (the key exists, or is being claimed)."""
@@ -196,9 +232,29 @@ class JetStreamIdempotency:
             topic_id, key, {"s": "placed", "p": partition, "o": offset, "t": timestamp_ms, "l": latency_ms}
         )
 
-    async def abandon(self, topic_id: str, key: str, now_ms: int) -> None:
-        """The append failed and may or may not have stored the message: a retry looks in the log."""
-        await self._put(topic_id, key, {"s": "unknown", "at": now_ms})
+    async def place_many(self, topic_id: str, placed: Sequence[tuple[str, Placement]]) -> None:
+        """``place`` of each ``(key, where its message landed)``, as one write."""
+        await self._put_all(
+            topic_id,
+            [
+                (
+                    key,
+                    {
+                        "s": "placed",
+                        "p": at.partition,
+                        "o": at.offset,
+                        "t": at.timestamp_ms,
+                        "l": at.latency_ms,
+                    },
+                )
+                for key, at in placed
+            ],
+        )
+
+    async def abandon_many(self, topic_id: str, keys: Sequence[str], now_ms: int) -> None:
+        """The append failed and may or may not have stored the keys' messages: a retry looks in the log
+        (one write)."""
+        await self._put_all(topic_id, [(key, {"s": "unknown", "at": now_ms}) for key in keys])
 
     async def take_over(self, topic_id: str, key: str, revision: int, now_ms: int) -> bool:
         """Make a stale entry ours (``pending`` again), if nobody changed it since ``revision``."""
@@ -213,8 +269,15 @@ class JetStreamIdempotency:
             raise EngineUnavailable(f"idempotency record not taken over: {type(exc).__name__}") from exc
 
     async def _put(self, topic_id: str, key: str, value: dict[str, Any]) -> None:
+        await self._put_all(topic_id, [(key, value)])
+
+    async def _put_all(self, topic_id: str, values: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Write each key's entry (one write, all or none)."""
+        if not values:
+            return
         await self._bucket()
-        put = [(self._subject(_name(topic_id, key)), orjson.dumps(value), None)]
+        subject = self._subject(f"{topic_id}.")
+        put: list[Message] = [(subject + _digest(key), orjson.dumps(value), None) for key, value in values]
         try:
             await while_unsettled(lambda: self._puts.append(put), NoStream)
         except EngineUnavailable:
@@ -237,5 +300,9 @@ def _message_size(message: Message) -> int:
 
 
 def _name(topic_id: str, key: str) -> str:
+    return f"{topic_id}.{_digest(key)}"
+
+
+def _digest(key: str) -> str:
     # Keys are any string; KV keys are not: the hash is the name.
-    return f"{topic_id}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+    return hashlib.sha256(key.encode()).hexdigest()[:40]

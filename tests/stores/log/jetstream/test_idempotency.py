@@ -97,3 +97,77 @@ class TestGroupCommittedRecords:
             claims = await asyncio.gather(*(records.claim("t", k, 1) for k in keys for _ in range(4)))
             for i in range(30):
                 assert sorted(c.state for c in claims[4 * i : 4 * i + 4]) == ["pending"] * 3 + ["won"]
+
+
+class TestTheClaimsOfABatch:
+    """``claim_many``, ``place_many`` and ``abandon_many``: a batch's keys as one write each (a keyed batch
+    of 1,000 messages was 2,000 calls, each with its own task and future, and its own publish)."""
+
+    async def test_new_keys_are_claimed_in_one_write_and_placed_in_one(self, records):
+        await records.claim("t", "warm-up", 1)
+        claims_before, puts_before = records._claims.writes, records._puts.writes
+        keys = [f"batch-{i}" for i in range(300)]
+        claims = await records.claim_many("t", keys, 5)
+        assert [c.state for c in claims] == ["won"] * 300
+        revisions = [c.revision for c in claims]
+        assert revisions == list(range(revisions[0], revisions[0] + 300))  # in order, contiguous
+        assert records._claims.writes - claims_before == 1
+        pending = await records.get("t", "batch-7")
+        assert pending is not None and (pending.state, pending.revision) == ("pending", revisions[7])
+
+        await records.place_many("t", [(k, _At(i % 4, i, 9, 2)) for i, k in enumerate(keys)])
+        assert records._puts.writes - puts_before == 1
+        for i in (0, 150, 299):
+            entry = await records.get("t", keys[i])
+            assert entry is not None
+            assert (entry.state, entry.partition, entry.offset, entry.timestamp_ms) == ("placed", i % 4, i, 9)
+
+    async def test_keys_that_exist_are_read_and_the_others_won(self, records):
+        await records.claim("t", "placed", 1)
+        await records.place("t", "placed", 2, 40, 7, 1)
+        await records.claim("t", "pending", 1)
+        keys = ["new-0", "placed", "new-1", "pending", "new-2"]
+        claims = await records.claim_many("t", keys, 5)
+        assert [c.state for c in claims] == ["won", "placed", "won", "pending", "won"]
+        assert (claims[1].partition, claims[1].offset) == (2, 40)
+        for key in ("new-0", "new-1", "new-2"):
+            entry = await records.get("t", key)
+            assert entry is not None and entry.state == "pending"
+
+    async def test_a_batch_claimed_again_wins_nothing(self, records):
+        # A retried request: every key has its entry, nothing is claimed twice.
+        keys = [f"again-{i}" for i in range(50)]
+        first = await records.claim_many("t", keys, 5)
+        again = await records.claim_many("t", keys, 6)
+        assert [c.state for c in first] == ["won"] * 50
+        assert [c.state for c in again] == ["pending"] * 50
+        assert [c.revision for c in again] == [c.revision for c in first]
+
+    async def test_two_batches_sharing_keys_at_once_win_each_key_once(self, records):
+        await records.claim("t", "warm-up", 1)
+        shared = [f"shared-{i}" for i in range(40)]
+        one, two = await asyncio.gather(
+            records.claim_many("t", [*shared, "only-one"], 5),
+            records.claim_many("t", ["only-two", *shared], 5),
+        )
+        assert one[-1].state == "won" and two[0].state == "won"
+        for a, b in zip(one[:-1], two[1:], strict=True):
+            assert sorted([a.state, b.state]) == ["pending", "won"]
+
+    async def test_abandoned_keys_are_unknown(self, records):
+        keys = ["gone-0", "gone-1", "gone-2"]
+        await records.claim_many("t", keys, 5)
+        await records.abandon_many("t", keys, 8)
+        for key in keys:
+            entry = await records.get("t", key)
+            assert entry is not None and (entry.state, entry.at_ms) == ("unknown", 8)
+
+
+class _At:
+    def __init__(self, partition: int, offset: int, timestamp_ms: int, latency_ms: int) -> None:
+        self.partition, self.offset, self.timestamp_ms, self.latency_ms = (
+            partition,
+            offset,
+            timestamp_ms,
+            latency_ms,
+        )
