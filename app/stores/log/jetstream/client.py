@@ -142,12 +142,15 @@ class JetStreamClient:
                 return await self.nc.request(subject, payloads[0], timeout=self.timeout, headers=headers)
             batch = f"{self._batch_prefix}{next(self._batch_ids)}"
             last = len(payloads) - 1
-            publish = self.nc.publish
-            for i in range(last):
-                headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
-                if own := ids[i]:
-                    headers["Nats-Msg-Id"] = own
-                await publish(subject, payloads[i], headers=headers)
+            head = b"HPUB " + subject.encode() + b" "
+            marks = b"NATS/1.0\r\nNats-Batch-Id: " + batch.encode() + b"\r\nNats-Batch-Sequence: "
+            await self._publish_raw(
+                [
+                    _hpub(head, marks + b"%d\r\n" % (i + 1) + _msg_id_line(ids[i]), payloads[i])
+                    for i in range(last)
+                ],
+                payloads,
+            )
             headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(last + 1), "Nats-Batch-Commit": "1"}
             if own := ids[last]:
                 headers["Nats-Msg-Id"] = own
@@ -172,9 +175,16 @@ class JetStreamClient:
                 return await self.nc.request(subject, payload, timeout=self.timeout, headers=headers)
             batch = f"{self._batch_prefix}{next(self._batch_ids)}"
             last = len(messages) - 1
+            sequence = b"Nats-Batch-Id: " + batch.encode() + b"\r\nNats-Batch-Sequence: "
+            lines: dict[int, bytes] = {}  # a batch's messages mostly share one headers dict (or None)
+            commands = []
             for i, (subject, payload, headers) in enumerate(messages[:last]):
-                marks = {**(headers or {}), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i + 1)}
-                await self.nc.publish(subject, payload, headers=marks)
+                own = lines.get(id(headers))
+                if own is None:
+                    own = lines[id(headers)] = _header_lines(headers)
+                head = b"HPUB " + subject.encode() + b" "
+                commands.append(_hpub(head, b"NATS/1.0\r\n" + own + sequence + b"%d\r\n" % (i + 1), payload))
+            await self._publish_raw(commands, [payload for _, payload, _ in messages])
             subject, payload, headers = messages[last]
             marks = {**(headers or {}), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(last + 1)}
             marks["Nats-Batch-Commit"] = "1"
@@ -187,6 +197,26 @@ class JetStreamClient:
         except _UNAVAILABLE as exc:
             raise EngineUnavailable(f"JetStream did not acknowledge a write: {type(exc).__name__}") from exc
         return self._stored(reply, len(messages), None, messages[0][0], stream)
+
+    async def _publish_raw(self, commands: list[bytes], payloads: Sequence[bytes]) -> None:
+        """Queue ``commands`` (``HPUB``s made here) on the connection as nats-py's ``publish`` queues each
+        of its own, with its checks, at a fraction of its cost a message (a batch's thousand publishes were
+        a third of a keyed publish's CPU). Commands it would refuse are refused alike: the link down
+        (nothing is buffered meanwhile: ``_sent``), closed or draining, a payload past the server's limit."""
+        nc = self.nc
+        if nc.is_closed:
+            raise nats.errors.ConnectionClosedError
+        if nc.is_draining_pubs:
+            raise nats.errors.ConnectionDrainingError
+        if not nc.is_connected:
+            raise nats.errors.OutboundBufferLimitError
+        if max(map(len, payloads)) > nc.max_payload:
+            raise nats.errors.MaxPayloadError
+        # One command, so that ``drop_unsent_publishes`` (it starts with HPUB) drops all of it, or none.
+        await nc._send_command(b"".join(commands))
+        nc.stats["out_msgs"] += len(commands)
+        if nc._flush_queue is not None and nc._flush_queue.empty():
+            await nc._flush_pending()
 
     async def _sent(self, send: Callable[[], Awaitable[T]]) -> T:
         """``send()``, made again once the link is back when it could not be sent, within the call's timeout.
@@ -306,6 +336,22 @@ def _error(error: dict[str, Any], stream: str) -> LogEngineError:
 
 # One message of ``JetStreamClient.publish``: its subject, payload and headers.
 Message = tuple[str, bytes, dict[str, str] | None]
+
+
+def _hpub(head: bytes, headers: bytes, payload: bytes) -> bytes:
+    """One ``HPUB`` command: ``head`` is ``HPUB <subject> ``, ``headers`` the header block but its closing
+    blank line (``NATS/1.0`` and each ``Name: value`` line). Subjects and header values here are the
+    engine's own (stream subjects, hex digests, batch ids): nothing a publish must check or escape."""
+    size = len(headers) + 2
+    return b"%s%d %d\r\n%s\r\n%s\r\n" % (head, size, size + len(payload), headers, payload)
+
+
+def _header_lines(headers: dict[str, str] | None) -> bytes:
+    return "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items()).encode()
+
+
+def _msg_id_line(msg_id: str | None) -> bytes:
+    return b"Nats-Msg-Id: " + msg_id.encode() + b"\r\n" if msg_id else b""
 
 
 def drop_unsent_publishes(nc: Client) -> int:
