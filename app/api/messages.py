@@ -35,6 +35,7 @@ from app.broker.errors import InvalidRequest
 from app.broker.keys import Principal
 from app.broker.quotas import Quota
 from app.broker.rate_limits import Category
+from app.broker.topics import TopicRef
 from app.errors import ApiError, responses
 from app.kit import tracing
 from app.kit.json_limits import MAX_DEPTH
@@ -252,18 +253,18 @@ async def _publish_parsed(
     topic, placed, replayed = await publisher.publish_batch(scope_of(key), name, messages)
     state["messages"] = replayed.count(False)
     state["data_bytes"] = sum(len(m.data) for m, again in zip(messages, replayed, strict=True) if not again)
-    items = publisher.results(topic, placed)
-    if any(replayed):
-        for item, again in zip(items, replayed, strict=True):
-            if again:
-                item["replayed"] = True
-    answer = {
-        "count": len(items),
-        "latency": round((time.perf_counter() - started) * 1000),
-        "durability": services.log.durability_for(topic.replicas),
-        "messages": items,
-    }
-    return orjson.dumps(answer), all(replayed)
+    items = publisher.results_json(topic, placed, replayed)
+    return _batch_answer(services, topic, len(placed), started, items), all(replayed)
+
+
+def _batch_answer(services: Services, topic: TopicRef, count: int, started: float, items: bytes) -> bytes:
+    """A batch publish's answer, around its ``items`` (a JSON array the publisher rendered)."""
+    return b'{"count":%d,"latency":%d,"durability":%s,"messages":%s}' % (
+        count,
+        round((time.perf_counter() - started) * 1000),
+        orjson.dumps(services.log.durability_for(topic.replicas)),
+        items,
+    )
 
 
 def check_stored_bytes(services: Services, key: Principal) -> None:
@@ -295,12 +296,7 @@ async def _publish_plain(
     by the publisher without a dict per message."""
     topic, items = await services.publisher.publish_plain(scope_of(key), name, values)
     state["messages"], state["data_bytes"] = len(values), sum(map(len, values))
-    return b'{"count":%d,"latency":%d,"durability":%s,"messages":%s}' % (
-        len(values),
-        round((time.perf_counter() - started) * 1000),
-        orjson.dumps(services.log.durability_for(topic.replicas)),
-        items,
-    )
+    return _batch_answer(services, topic, len(values), started, items)
 
 
 @router.get(

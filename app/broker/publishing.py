@@ -215,17 +215,37 @@ def parse_batch(body: Any) -> list[OutgoingMessage]:
     out = []
     dumps = orjson.dumps
     for i, m in enumerate(messages):
-        # parse_message's fast path, inlined: a call per message costs more than the check.
-        if type(m) is dict and len(m) == 1 and "data" in m:
+        # parse_message's fast paths, inlined (a call per message costs more than the checks): a bare
+        # {"data"}, and {"data", "idempotencyKey"} with or without "partition" (an SDK's or Spark's item).
+        # What they do not take whole is parse_message's, which says what is wrong.
+        idem = partition = None
+        if (
+            type(m) is dict
+            and "data" in m
+            and (
+                len(m) == 1
+                or (
+                    2 <= len(m) <= 3
+                    and type(idem := m.get("idempotencyKey")) is str
+                    and 1 <= len(idem) <= MAX_IDEMPOTENCY_KEY
+                    and idem.isprintable()
+                    and (len(m) == 2 or ("partition" in m and _is_partition(partition := m["partition"])))
+                )
+            )
+        ):
             try:
                 data = dumps(m["data"])
             except orjson.JSONEncodeError:
                 raise _too_deep(i) from None
             if len(data) <= MAX_MESSAGE_BYTES and (len(data) <= 2 * MAX_DEPTH or not too_deep(data)):
-                out.append(_new(OutgoingMessage, (data, None, None, None, None, None, None)))
+                out.append(_new(OutgoingMessage, (data, None, None, partition, idem, None, None)))
                 continue
         out.append(parse_message(m, index=i, allow_idempotency_key=True))
     return out
+
+
+def _is_partition(value: Any) -> bool:
+    return value is None or (type(value) is int and value >= 0)
 
 
 def plain_batch(body: Any) -> list[bytes] | None:
@@ -257,7 +277,8 @@ class _DedupIndex:
 
     def __init__(self) -> None:
         self.entries: OrderedDict[str, Receipt] = OrderedDict()
-        self.inflight: dict[str, asyncio.Future[Receipt]] = {}
+        # Keys being written: the future of their write's receipts, and the key's place among them.
+        self.inflight: dict[str, tuple[asyncio.Future[list[Receipt]], int]] = {}
         self.loaded = False
         self.lock = asyncio.Lock()
 
@@ -304,32 +325,55 @@ class Publisher:
             "expiresAt": isoformat_ms(expires_at) if expires_at is not None else None,
         }
 
-    def results(self, topic: TopicRef, placed: Sequence[Receipt]) -> list[dict[str, Any]]:
-        """Answers for many; a batch shares one timestamp, so it is formatted once."""
-        stamps: dict[int, str] = {}
-        heads: dict[int, bytes] = {}
-        encode, topic_id = message_ids.encode, topic.id
-        out = []
-        for partition, offset, ts, _, deliver_at, expires_at in placed:
-            stamp = stamps.get(ts)
+    def results_json(
+        self, topic: TopicRef, placed: Sequence[Receipt], replayed: Sequence[bool] | None = None
+    ) -> bytes:
+        """``result`` of each, as one JSON array; a replay's item ends with ``"replayed":true``. The ids of
+        consecutive offsets of a partition are made as runs (``message_ids.encode_run``), a batch shares
+        one timestamp (formatted once), and an item with no due time or expiry is rendered from a
+        template: no dict per message."""
+        ids = self._ids(topic, placed)
+        stamps: dict[int, bytes] = {}
+        items: list[bytes] = []
+        again = replayed or [False] * len(placed)
+        for receipt, message_id, replay in zip(placed, ids, again, strict=True):
+            partition, offset, timestamp_ms, _, deliver_at, expires_at = receipt
+            if deliver_at is not None or expires_at is not None:
+                item = self.result(topic, receipt)
+                if replay:
+                    item["replayed"] = True
+                items.append(orjson.dumps(item))
+                continue
+            stamp = stamps.get(timestamp_ms)
             if stamp is None:
-                stamp = stamps[ts] = isoformat_ms(ts)
-            head = heads.get(partition)
-            if head is None:
-                head = heads[partition] = message_ids.partition_prefix(
-                    topic_id, partition, prefix=topic.id_prefix
-                )
-            out.append(
-                {
-                    "id": encode(topic_id, partition, offset, head=head),
-                    "offset": offset,
-                    "partition": partition,
-                    "timestamp": stamp,
-                    "deliverAt": isoformat_ms(deliver_at) if deliver_at is not None else None,
-                    "expiresAt": isoformat_ms(expires_at) if expires_at is not None else None,
-                }
+                stamp = stamps[timestamp_ms] = isoformat_ms(timestamp_ms).encode()
+            items.append(
+                b'{"id":"%s","offset":%d,"partition":%d,"timestamp":"%s","deliverAt":null,"expiresAt":null%s}'
+                % (message_id, offset, partition, stamp, b',"replayed":true' if replay else b"")
             )
-        return out
+        return b"[" + b",".join(items) + b"]"
+
+    @staticmethod
+    def _ids(topic: TopicRef, placed: Sequence[Receipt]) -> list[bytes]:
+        """The message id of each receipt, as ASCII bytes."""
+        by_partition: dict[int, list[int]] = {}
+        for i, receipt in enumerate(placed):
+            at = by_partition.get(receipt.partition)
+            if at is None:
+                at = by_partition[receipt.partition] = []
+            at.append(i)
+        ids: list[bytes] = [b""] * len(placed)
+        for partition, indexes in by_partition.items():
+            offsets = [placed[i].offset for i in indexes]
+            first = offsets[0]
+            if offsets == list(range(first, first + len(offsets))):
+                run = message_ids.encode_run(topic.id, partition, first, len(offsets), prefix=topic.id_prefix)
+            else:  # replays, or a key repeated in the batch: offsets in any order
+                head = message_ids.partition_prefix(topic.id, partition, prefix=topic.id_prefix)
+                run = [message_ids.encode(topic.id, partition, o, head=head).encode() for o in offsets]
+            for i, message_id in zip(indexes, run, strict=True):
+                ids[i] = message_id
+        return ids
 
     async def publish(
         self, scope: Scope, topic_name: str, message: OutgoingMessage, idempotency_key: str | None = None
@@ -419,39 +463,44 @@ class Publisher:
         index.prune(now_ms() - self.dedup_window_ms)
         results: list[Receipt | None] = [None] * len(messages)
         replayed = [False] * len(messages)
-        waits: list[tuple[int, asyncio.Future[Receipt]]] = []
+        entries, inflight = index.entries, index.inflight
+        # The keys this call writes share one future, of its write's receipts: a key's is at its place.
+        writing: asyncio.Future[list[Receipt]] | None = None
+        waits: list[tuple[int, asyncio.Future[list[Receipt]], int]] = []
         fresh: list[int] = []
-        first_of: dict[str, int] = {}
+        first: list[str] = []  # the keys this call writes
         for i, m in enumerate(messages):
             key = m.idempotency_key
             if key is None:
                 fresh.append(i)
-            elif key in index.entries:
-                results[i], replayed[i] = index.entries[key], True
-            elif key in index.inflight:  # another request, or an earlier item of this batch
-                waits.append((i, index.inflight[key]))
+            elif (placed := entries.get(key)) is not None:
+                results[i], replayed[i] = placed, True
+            elif (waiting := inflight.get(key)) is not None:  # another request, or an earlier item here
+                waits.append((i, *waiting))
             else:
-                first_of[key] = i
+                if writing is None:
+                    writing = asyncio.get_running_loop().create_future()
+                inflight[key] = (writing, len(fresh))
+                first.append(key)
                 fresh.append(i)
-                index.inflight[key] = asyncio.get_running_loop().create_future()
         try:
             if fresh:
                 written = await self._write(topic, [messages[i] for i in fresh])
                 for i, placed in zip(fresh, written, strict=True):
                     results[i] = placed
-                    key = messages[i].idempotency_key
-                    if key is not None and first_of.get(key) == i:
-                        index.entries[key] = placed
-                        index.inflight.pop(key).set_result(placed)
+                if writing is not None:
+                    for key in first:
+                        entries[key] = written[inflight.pop(key)[1]]
+                    writing.set_result(written)
         except BaseException as exc:
-            for key in first_of:
-                future = index.inflight.pop(key, None)
-                if future is not None and not future.done():
-                    future.set_exception(exc)
-                    future.exception()
+            for key in first:
+                inflight.pop(key, None)
+            if writing is not None and not writing.done():
+                writing.set_exception(exc)
+                writing.exception()  # retrieved: a call with no waiter must not log it as lost
             raise
-        for i, future in waits:
-            results[i], replayed[i] = await asyncio.shield(future), True
+        for i, future, at in waits:
+            results[i], replayed[i] = (await asyncio.shield(future))[at], True
         return [r for r in results if r is not None], replayed
 
     async def _write(self, topic: TopicRef, messages: Sequence[OutgoingMessage]) -> list[Receipt]:

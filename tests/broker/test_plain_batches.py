@@ -72,7 +72,8 @@ class TestPlainBatch:
                 assert values is not None
                 _, items = await plain.publish_plain(None, "t", values)
                 topic, placed, _ = await general.publish_batch(None, "t", publishing.parse_batch(body))
-                assert items == orjson.dumps(general.results(topic, placed))
+                assert items == general.results_json(topic, placed)
+                assert items == orjson.dumps([general.result(topic, at) for at in placed])
             for p in range(partitions):
                 ours = await plain_engine.read(TOPIC, p, 0, max_records=5000, max_bytes=1 << 30)
                 theirs = await general_engine.read(TOPIC, p, 0, max_records=5000, max_bytes=1 << 30)

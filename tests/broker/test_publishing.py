@@ -82,6 +82,33 @@ class TestIdempotency:
             _, placed, replayed = await publisher.publish(None, "t", message(), "k3")
             assert not replayed and placed.offset == 0
 
+    async def test_a_key_being_written_is_answered_to_every_request_that_sends_it(self, tmp_path):
+        # Three batches at once share keys: each key is written once, by the first request to send it,
+        # and the others answer its placement as replays (their own new keys are written by them).
+        async with running(tmp_path) as (publisher, engine):
+            batches = [[message(b"%d" % i, idem=f"shared-{i}") for i in range(20)] for _ in range(3)]
+            for n, batch in enumerate(batches):
+                batch.append(message(b"own", idem=f"own-{n}"))
+            answers = await asyncio.gather(*(publisher.publish_batch(None, "t", b) for b in batches))
+            placements = [[(at.partition, at.offset) for at in placed] for _, placed, _ in answers]
+            assert placements[0][:20] == placements[1][:20] == placements[2][:20]
+            assert [replayed.count(True) for _, _, replayed in answers] == [0, 20, 20]
+            total = sum([(await engine.partition_info(TOPIC, p)).latest_offset for p in range(3)])
+            assert total == 23
+
+    async def test_a_failed_write_reaches_the_requests_waiting_for_its_keys_and_frees_them(self, tmp_path):
+        async with running(tmp_path) as (publisher, engine):
+            await engine.delete_topic(TOPIC)
+            keys = [f"k{i}" for i in range(5)]
+            results = await asyncio.gather(
+                *(publisher.publish_batch(None, "t", [message(idem=k) for k in keys]) for _ in range(3)),
+                return_exceptions=True,
+            )
+            assert all(isinstance(r, UnknownLog) for r in results), results
+            await engine.create_topic(TOPIC, 3, TopicLogConfig())
+            _, placed, replayed = await publisher.publish_batch(None, "t", [message(idem=k) for k in keys])
+            assert not any(replayed) and len(placed) == 5
+
 
 class TestBatches:
     async def test_batch_spans_partitions_atomically_in_order(self, tmp_path):
@@ -106,3 +133,36 @@ class TestBatches:
             {"messages": [{"data": None}, {"data": [1], "key": "k", "idempotencyKey": "i"}]}
         )
         assert parsed[0].data == b"null" and parsed[1].idempotency_key == "i"
+
+    @pytest.mark.parametrize(
+        "item",
+        [
+            {"data": {"a": 1}, "idempotencyKey": "k"},
+            {"data": [1, "é"], "idempotencyKey": "k" * 256, "partition": 2},
+            {"data": None, "idempotencyKey": "k", "partition": None},
+            {"data": 1, "idempotencyKey": "k", "partition": 0},
+        ],
+    )
+    def test_an_item_with_a_key_and_a_partition_parses_as_parse_message_says(self, item):
+        # parse_batch takes these shapes (an SDK's and Spark's items) without calling parse_message.
+        expected = publishing.parse_message(item, index=0, allow_idempotency_key=True)
+        assert publishing.parse_batch({"messages": [item]}) == [expected]
+
+    @pytest.mark.parametrize(
+        ("item", "field"),
+        [
+            ({"data": 1, "idempotencyKey": ""}, "messages[0].idempotencyKey"),
+            ({"data": 1, "idempotencyKey": "k" * 257}, "messages[0].idempotencyKey"),
+            ({"data": 1, "idempotencyKey": "a\nb"}, "messages[0].idempotencyKey"),
+            ({"data": 1, "idempotencyKey": 7}, "messages[0].idempotencyKey"),
+            ({"data": 1, "idempotencyKey": "k", "partition": -1}, "messages[0].partition"),
+            ({"data": 1, "idempotencyKey": "k", "partition": True}, "messages[0].partition"),
+            ({"data": 1, "idempotencyKey": "k", "partition": "1"}, "messages[0].partition"),
+            ({"data": 1, "idempotencyKey": "k", "extra": 1}, "messages[0].extra"),
+            ({"idempotencyKey": "k", "partition": 1}, "messages[0].data"),
+        ],
+    )
+    def test_a_wrong_item_of_those_shapes_is_refused_naming_its_field(self, item, field):
+        with pytest.raises(InvalidRequest) as refused:
+            publishing.parse_batch({"messages": [item]})
+        assert refused.value.details[0]["field"] == field
