@@ -133,3 +133,27 @@ async def test_a_turn_set_by_a_clock_far_ahead_does_not_hold(
 def test_the_interval_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         LogMaintenance(LocalLogEngine(tmp_path), interval=0)
+
+
+async def test_close_ends_the_loop_even_when_a_pass_loses_its_cancellation(engine: LogEngine) -> None:
+    # Python 3.11's wait_for can drop a cancellation that meets its call's completion (gh-86296): here a
+    # pass drops it outright. The loop still ends, at its next turn, and no pass runs after close.
+    maintenance = LogMaintenance(engine, interval=0.01, duty=f"retention-{secrets.token_hex(4)}")
+    real = maintenance.run_if_turn
+    cancelled = asyncio.Event()
+
+    async def pass_that_loses_its_cancellation() -> int | None:
+        try:
+            await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            cancelled.set()
+        return await real()
+
+    maintenance.run_if_turn = pass_that_loses_its_cancellation  # type: ignore[method-assign]
+    maintenance.start()
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(maintenance.close(), 5)
+    assert cancelled.is_set()
+    passes = maintenance.passes
+    await asyncio.sleep(0.1)
+    assert maintenance.passes == passes
