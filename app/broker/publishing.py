@@ -508,6 +508,7 @@ class Publisher:
         timestamp = now_ms()
         by_partition: dict[int, list[RecordIn]] = {}
         slots: list[tuple[int, int]] = []
+        dumps = orjson.dumps
         for m, p in zip(messages, self.partitioner.assign(topic.partitions, messages), strict=True):
             records = by_partition.get(p)
             if records is None:
@@ -521,6 +522,11 @@ class Publisher:
                 and m.expires_at_ms is None
             ):
                 records.append(_new(RecordIn, (m.data, None, None, timestamp, None)))
+                continue
+            if m.key is None and m.headers is None and m.deliver_at_ms is None and m.expires_at_ms is None:
+                # An idempotency key alone (an SDK's or Spark's batch item): encode_headers' bytes, inline.
+                idempotent = b'{"h":null,"i":' + dumps(m.idempotency_key) + b"}"
+                records.append(_new(RecordIn, (m.data, None, idempotent, timestamp, m.idempotency_key)))
                 continue
             key = m.key.encode() if m.key is not None else None
             headers = encode_headers(m.headers, m.idempotency_key, m.deliver_at_ms, m.expires_at_ms)

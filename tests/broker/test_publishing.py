@@ -9,6 +9,7 @@ import pytest
 
 from app.broker import message_ids, publishing
 from app.broker.errors import InvalidRequest, PayloadTooLarge
+from app.broker.messages import decode_headers, encode_headers
 from app.broker.publishing import OutgoingMessage, Publisher
 from app.broker.topics import TopicRef
 from app.stores.log.local import LocalLogConfig, LocalLogEngine
@@ -56,6 +57,15 @@ class TestIdempotency:
             assert replayed and (again.partition, again.offset) == (first.partition, first.offset)
             total = sum([(await engine.partition_info(TOPIC, p)).latest_offset for p in range(3)])
             assert total == 1
+
+    async def test_a_record_with_only_an_idempotency_key_stores_what_encode_headers_says(self, tmp_path):
+        async with running(tmp_path) as (publisher, engine):
+            keys = ["plain", 'quote " and é', "x" * 256]
+            _, placed, _ = await publisher.publish_batch(None, "t", [message(idem=k) for k in keys])
+            for key, at in zip(keys, placed, strict=True):
+                [record] = await engine.read(TOPIC, at.partition, at.offset, max_records=1)
+                assert record.headers == encode_headers(None, key)
+                assert decode_headers(record.headers) == ({}, key)
 
     async def test_window_is_configurable(self, tmp_path):
         async with running(tmp_path, window_ms=100) as (publisher, _):
