@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from itertools import repeat
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -461,6 +462,17 @@ class Publisher:
             return await self._timed_replays(topic, landed, again), again
         index = await self._index(topic)
         index.prune(now_ms() - self.dedup_window_ms)
+        keys = [m.idempotency_key for m in messages]
+        if (
+            None not in keys
+            and index.entries.keys().isdisjoint(keys)
+            and index.inflight.keys().isdisjoint(keys)
+            and len(set(keys)) == len(keys)
+        ):
+            # Every message keyed, every key new (a batch of an SDK or of Spark, the common case): the
+            # general loop below, with its checks, dict updates and removals made by C loops.
+            new = cast(list[str], keys)  # None is not among them
+            return await self._append_new(topic, messages, new, index), [False] * len(messages)
         results: list[Receipt | None] = [None] * len(messages)
         replayed = [False] * len(messages)
         entries, inflight = index.entries, index.inflight
@@ -502,6 +514,28 @@ class Publisher:
         for i, future, at in waits:
             results[i], replayed[i] = (await asyncio.shield(future))[at], True
         return [r for r in results if r is not None], replayed
+
+    async def _append_new(
+        self, topic: TopicRef, messages: Sequence[OutgoingMessage], keys: list[str], index: _DedupIndex
+    ) -> list[Receipt]:
+        """Write messages whose keys (``keys``, distinct) nobody has seen or is writing; requests sending
+        one of them meanwhile wait for this write, as in ``_append_idempotent``."""
+        inflight = index.inflight
+        writing: asyncio.Future[list[Receipt]] = asyncio.get_running_loop().create_future()
+        inflight.update(
+            zip(keys, zip(repeat(writing, len(keys)), range(len(keys)), strict=True), strict=True)
+        )
+        try:
+            written = await self._write(topic, messages)
+        except BaseException as exc:
+            deque(map(inflight.pop, keys), maxlen=0)
+            writing.set_exception(exc)
+            writing.exception()  # retrieved: a call with no waiter must not log it as lost
+            raise
+        index.entries.update(zip(keys, written, strict=True))
+        deque(map(inflight.pop, keys), maxlen=0)
+        writing.set_result(written)
+        return written
 
     async def _write(self, topic: TopicRef, messages: Sequence[OutgoingMessage]) -> list[Receipt]:
         started = time.perf_counter()
