@@ -317,7 +317,7 @@ class IdempotencyRecords(Protocol):
         """Create the key's record as ``pending`` (answered as ``won``), or read the one another made first."""
         ...
 
-    async def claim_many(self, topic_id: str, keys: Sequence[str], now_ms: int) -> list[IdempotencyEntry]:
+    async def claim_many(self, topic_id: str, keys: Sequence[str], now_ms: int) -> Sequence[IdempotencyEntry]:
         """``claim`` of each of ``keys`` (distinct), in order; as one write where the engine can."""
         ...
 
