@@ -25,7 +25,6 @@ number, and none when there are none; nothing is added to the publish, deliver o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Mapping
@@ -35,6 +34,7 @@ from typing import Any, Literal
 
 from app.broker.errors import CodedError, Draining, KeyNoLongerValid, RateLimitExceeded
 from app.broker.rate_limits import Tier
+from app.kit.tasks import cancel_and_wait
 from app.stores.metadata.protocol import MetadataStore
 
 logger = logging.getLogger("queuecore.connections")
@@ -149,9 +149,7 @@ class ConnectionRegistry:
     async def close_all(self) -> None:
         """Stop sweeping (at shutdown; the connections end with the server)."""
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            await cancel_and_wait(self._sweeper)
 
     async def _sweep_forever(self) -> None:
         while True:

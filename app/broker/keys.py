@@ -14,7 +14,6 @@ every few seconds, never per request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -35,6 +34,7 @@ from app.broker.errors import ApiKeyNotFound, KeyLimitReached
 from app.kit.clock import isoformat_ms, utcnow
 from app.kit.ids import new_id
 from app.kit.singleflight import SingleFlight
+from app.kit.tasks import cancel_and_wait
 from app.stores.metadata.protocol import KeyRow, MetadataStore, MetadataUnit, ProjectRow
 
 logger = logging.getLogger("queuecore.keys")
@@ -254,9 +254,7 @@ class KeyAuthenticator:
 
     async def close(self) -> None:
         if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+            await cancel_and_wait(self._flusher)
         try:
             await self.flush()
         except Exception:

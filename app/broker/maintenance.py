@@ -12,7 +12,6 @@ than every process asking for every stream's state each interval. Two passes at 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -21,6 +20,7 @@ import socket
 from collections.abc import Callable
 
 from app.kit.clock import now_ms
+from app.kit.tasks import cancel_and_wait
 from app.stores.log.protocol import LogEngine
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,6 @@ class LogMaintenance:
         self.duty = duty  # the turn's name: one per deployment sharing the engine
         self.passes = 0
         self._task: asyncio.Task[None] | None = None
-        self._closing = False
 
     def start(self) -> None:
         """Run passes in the background until ``close``."""
@@ -65,15 +64,9 @@ class LogMaintenance:
         """Stop between passes or in one (a pass is a sequence of idempotent cuts: stopping mid-way loses
         nothing, the next start's pass finishes it)."""
         if self._task is not None:
-            # The flag ends the loop even when the cancellation is lost: on Python 3.11 a wait_for whose
-            # call completes in the step it is cancelled returns the result and drops the cancellation
-            # (gh-86296), and a pass makes many such calls (a 0.05 s loop in a test ran on for ever).
-            self._closing = True
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # A pass makes many wait_for calls, which can lose the cancellation (cancel_and_wait).
+            await cancel_and_wait(self._task)
             self._task = None
-            self._closing = False
 
     async def run_once(self) -> int:
         """One retention pass now; answers what the engine cut."""
@@ -93,7 +86,7 @@ class LogMaintenance:
     async def _run_forever(self) -> None:
         # API processes started together would otherwise all ask for the turn at the same moments.
         await asyncio.sleep(self.interval * random.uniform(0.5, 1.0))
-        while not self._closing:
+        while True:
             try:
                 await self.run_if_turn()
             except Exception:  # an outage of the engine: the next pass tries again

@@ -16,13 +16,13 @@ first measurement finished, are let through.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 from app.broker import dead_letter_logs
 from app.broker.errors import QuotaExceeded
 from app.broker.quotas import DESCRIPTIONS, Quota
+from app.kit.tasks import cancel_and_wait
 from app.stores.errors import StoreUnavailable
 from app.stores.log.protocol import LogEngine, LogEngineError
 from app.stores.metadata.protocol import MetadataStore
@@ -98,8 +98,4 @@ class StoredBytes:
     async def close(self) -> None:
         """Stop measurements in progress."""
         tasks = list(self._measuring.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*(cancel_and_wait(task) for task in tasks))

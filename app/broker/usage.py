@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from app.kit.clock import now_ms
+from app.kit.tasks import cancel_and_wait
 from app.stores.errors import StoreUnavailable
 from app.stores.log.protocol import LogEngine, RecordIn, TopicLogConfig
 
@@ -113,9 +114,7 @@ class UsageMeter:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         try:
             await self.flush()
         except Exception:

@@ -28,6 +28,7 @@ from app.broker.alerts.endpoint import breaker_state, check_url
 from app.broker.alerts.policy import AlertPolicy
 from app.broker.errors import CODED_ERRORS, InvalidRequest
 from app.kit.clock import now_ms, utcnow
+from app.kit.tasks import cancel_and_wait
 from app.stores.metadata.protocol import AlertStore, AttemptRow, MetadataStore, OutboxClaim
 
 logger = logging.getLogger("queuecore.alerts")
@@ -92,9 +93,7 @@ class AlertDispatcher:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         for task in list(self._sending):  # unrecorded attempts are retried once their claim runs out
             task.cancel()
         await asyncio.gather(*self._sending, return_exceptions=True)

@@ -23,6 +23,7 @@ from app.broker.errors import CODED_ERRORS
 from app.broker.push_groups import PushPolicy
 from app.broker.topics import TopicRef
 from app.kit.sealing import SealError
+from app.kit.tasks import cancel_and_wait
 from app.stores.log.protocol import LogEngine
 from app.stores.metadata.protocol import MetadataStore, NewPushAttempt
 
@@ -55,9 +56,7 @@ class AttemptLog:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         with contextlib.suppress(*CODED_ERRORS):
             await self.flush()
 
@@ -137,9 +136,7 @@ class UrlWorkers:
             return
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(w.close() for w in workers), return_exceptions=True)
         await self.attempts.close()

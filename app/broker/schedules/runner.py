@@ -38,6 +38,7 @@ from app.broker.schedules.service import message_headers
 from app.broker.schedules.timing import Cadence
 from app.broker.topics import Scope
 from app.kit.clock import now_ms, utcnow
+from app.kit.tasks import cancel_and_wait
 from app.stores.log.protocol import LogEngineError
 from app.stores.metadata.protocol import DueRun, MetadataStore, ScheduleRunRow
 
@@ -86,11 +87,7 @@ class ScheduleRunner:
     async def close(self) -> None:
         """Stop; a run claimed and not recorded is taken over by another node once its claim runs out."""
         tasks = [t for t in (self._task, *self._firing.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
 
     async def _run_forever(self) -> None:
         while True:

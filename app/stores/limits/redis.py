@@ -47,7 +47,6 @@ the limiter flip back until the next slow call: each such flip costs the calls t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import itertools
 import logging
@@ -61,6 +60,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
+from app.kit.tasks import cancel_and_wait
 from app.stores.limits.memory import MemoryRateLimiter
 from app.stores.limits.protocol import Decision, ceil_seconds, check_arguments
 
@@ -280,9 +280,7 @@ class RedisRateLimiter:
         self._closed = True
         task, self._heal_task = self._heal_task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         await self._client.aclose()
         await self._fallback.close()
 
