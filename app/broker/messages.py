@@ -28,6 +28,12 @@ from app.kit.clock import isoformat_ms
 from app.stores.log.protocol import Record
 
 
+def idempotency_headers(idempotency_key: str) -> bytes:
+    """``encode_headers`` of a record with an idempotency key and nothing else (a keyed batch's items),
+    written without a dict: the publisher makes one per message."""
+    return b'{"h":null,"i":' + orjson.dumps(idempotency_key) + b"}"
+
+
 def encode_headers(
     headers: dict[str, str] | None,
     idempotency_key: str | None,
@@ -37,8 +43,8 @@ def encode_headers(
     """A record's ``headers`` bytes for the user headers, idempotency key, due time and expiry (None when
     none of them)."""
     if deliver_at_ms is None and expires_at_ms is None:
-        if headers is None and idempotency_key is None:
-            return None
+        if headers is None:
+            return None if idempotency_key is None else idempotency_headers(idempotency_key)
         return orjson.dumps({"h": headers, "i": idempotency_key})
     meta: dict[str, Any] = {}
     if deliver_at_ms is not None:

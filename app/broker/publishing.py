@@ -28,7 +28,7 @@ import orjson
 from app.broker import message_ids, timing
 from app.broker.errors import InvalidRequest, PayloadTooLarge
 from app.broker.idempotency import SharedIdempotency
-from app.broker.messages import decode_headers, encode_headers
+from app.broker.messages import decode_headers, encode_headers, idempotency_headers
 from app.broker.partitioner import Partitioner
 from app.broker.topics import Scope, TopicDirectory, TopicRef
 from app.kit.clock import isoformat_ms, now_ms
@@ -132,9 +132,7 @@ def parse_message(
     if size > MAX_MESSAGE_BYTES:
         raise PayloadTooLarge(f"A message's data, key and headers together exceed 256 KiB{where}.")
     partition = item.get("partition")
-    if partition is not None and (
-        not isinstance(partition, int) or isinstance(partition, bool) or partition < 0
-    ):
+    if not _is_partition(partition):
         raise _field_error("partition", "must be a non-negative integer", index)
     idem = item.get("idempotencyKey") if allow_idempotency_key else None
     if idem is not None:
@@ -197,9 +195,18 @@ def check_integers(raw: bytes | str, datas: Sequence[bytes], *, batch: bool) -> 
 
 
 def validate_idempotency_key(value: Any, field: str = "Idempotency-Key") -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY or not value.isprintable():
+    if not _is_idempotency_key(value):
         raise InvalidRequest.field(field, f"must be 1–{MAX_IDEMPOTENCY_KEY} printable characters")
-    return value
+    return cast(str, value)
+
+
+def _is_idempotency_key(value: Any) -> bool:
+    return type(value) is str and 1 <= len(value) <= MAX_IDEMPOTENCY_KEY and value.isprintable()
+
+
+def _is_partition(value: Any) -> bool:
+    """None (the service places the message), or a non-negative integer (not a bool)."""
+    return value is None or (type(value) is int and value >= 0)
 
 
 def parse_batch(body: Any) -> list[OutgoingMessage]:
@@ -227,9 +234,7 @@ def parse_batch(body: Any) -> list[OutgoingMessage]:
                 len(m) == 1
                 or (
                     2 <= len(m) <= 3
-                    and type(idem := m.get("idempotencyKey")) is str
-                    and 1 <= len(idem) <= MAX_IDEMPOTENCY_KEY
-                    and idem.isprintable()
+                    and _is_idempotency_key(idem := m.get("idempotencyKey"))
                     and (len(m) == 2 or ("partition" in m and _is_partition(partition := m["partition"])))
                 )
             )
@@ -243,10 +248,6 @@ def parse_batch(body: Any) -> list[OutgoingMessage]:
                 continue
         out.append(parse_message(m, index=i, allow_idempotency_key=True))
     return out
-
-
-def _is_partition(value: Any) -> bool:
-    return value is None or (type(value) is int and value >= 0)
 
 
 def plain_batch(body: Any) -> list[bytes] | None:
@@ -438,14 +439,16 @@ class Publisher:
                     else f"messages[{i}].partition"
                 )
                 raise InvalidRequest.field(field, f"the topic has partitions 0–{topic.partitions - 1}")
-        keyed = [m.idempotency_key for m in messages if m.idempotency_key is not None]
-        if not keyed:
+        keys = [m.idempotency_key for m in messages]
+        if keys.count(None) == len(keys):
             return await self._write(topic, messages), [False] * len(messages)
-        return await self._append_idempotent(topic, messages)
+        return await self._append_idempotent(topic, messages, keys)
 
     async def _append_idempotent(
-        self, topic: TopicRef, messages: Sequence[OutgoingMessage]
+        self, topic: TopicRef, messages: Sequence[OutgoingMessage], keys: list[str | None]
     ) -> tuple[list[Receipt], list[bool]]:
+        """Append the messages whose keys (``keys``, each message's or None) are new; answer the others as
+        replays of where theirs landed."""
         if self.shared is not None:
 
             async def write(indexes: list[int]) -> list[Receipt]:
@@ -454,7 +457,7 @@ class Publisher:
             landed, again = await self.shared.append(
                 topic.id,
                 topic.partitions,
-                [m.idempotency_key for m in messages],
+                keys,
                 write,
                 Receipt,
                 lambda record: decode_headers(record.headers)[1],
@@ -462,69 +465,61 @@ class Publisher:
             return await self._timed_replays(topic, landed, again), again
         index = await self._index(topic)
         index.prune(now_ms() - self.dedup_window_ms)
-        keys = [m.idempotency_key for m in messages]
         if (
             None not in keys
             and index.entries.keys().isdisjoint(keys)
             and index.inflight.keys().isdisjoint(keys)
             and len(set(keys)) == len(keys)
         ):
-            # Every message keyed, every key new (a batch of an SDK or of Spark, the common case): the
-            # general loop below, with its checks, dict updates and removals made by C loops.
+            # Every message keyed, every key new (a batch of an SDK or of Spark, the common case): no
+            # message to sort out one by one.
             new = cast(list[str], keys)  # None is not among them
-            return await self._append_new(topic, messages, new, index), [False] * len(messages)
+            written = await self._write_keyed(topic, messages, new, range(len(new)), index)
+            return written, [False] * len(messages)
         results: list[Receipt | None] = [None] * len(messages)
         replayed = [False] * len(messages)
-        entries, inflight = index.entries, index.inflight
-        # The keys this call writes share one future, of its write's receipts: a key's is at its place.
-        writing: asyncio.Future[list[Receipt]] | None = None
-        waits: list[tuple[int, asyncio.Future[list[Receipt]], int]] = []
-        fresh: list[int] = []
-        first: list[str] = []  # the keys this call writes
-        for i, m in enumerate(messages):
-            key = m.idempotency_key
+        waits: list[tuple[int, asyncio.Future[list[Receipt]], int]] = []  # on another request's write
+        repeats: list[tuple[int, int]] = []  # (message, the place of its key's first message in ours)
+        fresh: list[int] = []  # the messages this call writes
+        ours: dict[str, int] = {}  # the keys it writes, at their message's place among them
+        for i, key in enumerate(keys):
             if key is None:
                 fresh.append(i)
-            elif (placed := entries.get(key)) is not None:
+            elif (placed := index.entries.get(key)) is not None:
                 results[i], replayed[i] = placed, True
-            elif (waiting := inflight.get(key)) is not None:  # another request, or an earlier item here
+            elif (waiting := index.inflight.get(key)) is not None:
                 waits.append((i, *waiting))
+            elif (at := ours.get(key)) is not None:
+                repeats.append((i, at))
             else:
-                if writing is None:
-                    writing = asyncio.get_running_loop().create_future()
-                inflight[key] = (writing, len(fresh))
-                first.append(key)
+                ours[key] = len(fresh)
                 fresh.append(i)
-        try:
-            if fresh:
-                written = await self._write(topic, [messages[i] for i in fresh])
-                for i, placed in zip(fresh, written, strict=True):
-                    results[i] = placed
-                if writing is not None:
-                    for key in first:
-                        entries[key] = written[inflight.pop(key)[1]]
-                    writing.set_result(written)
-        except BaseException as exc:
-            for key in first:
-                inflight.pop(key, None)
-            if writing is not None and not writing.done():
-                writing.set_exception(exc)
-                writing.exception()  # retrieved: a call with no waiter must not log it as lost
-            raise
+        written = []
+        if fresh:
+            written = await self._write_keyed(
+                topic, [messages[i] for i in fresh], list(ours), list(ours.values()), index
+            )
+        for i, placed in zip(fresh, written, strict=True):
+            results[i] = placed
+        for i, at in repeats:
+            results[i], replayed[i] = written[at], True
         for i, future, at in waits:
             results[i], replayed[i] = (await asyncio.shield(future))[at], True
         return [r for r in results if r is not None], replayed
 
-    async def _append_new(
-        self, topic: TopicRef, messages: Sequence[OutgoingMessage], keys: list[str], index: _DedupIndex
+    async def _write_keyed(
+        self,
+        topic: TopicRef,
+        messages: Sequence[OutgoingMessage],
+        keys: list[str],
+        places: Sequence[int],
+        index: _DedupIndex,
     ) -> list[Receipt]:
-        """Write messages whose keys (``keys``, distinct) nobody has seen or is writing; requests sending
-        one of them meanwhile wait for this write, as in ``_append_idempotent``."""
+        """Write ``messages``; ``keys[j]`` (new, distinct) is the key of message ``places[j]``. Meanwhile the
+        keys are in flight: a request sending one waits for this write's receipts (one future for all)."""
         inflight = index.inflight
         writing: asyncio.Future[list[Receipt]] = asyncio.get_running_loop().create_future()
-        inflight.update(
-            zip(keys, zip(repeat(writing, len(keys)), range(len(keys)), strict=True), strict=True)
-        )
+        inflight.update(zip(keys, zip(repeat(writing, len(keys)), places, strict=True), strict=True))
         try:
             written = await self._write(topic, messages)
         except BaseException as exc:
@@ -532,7 +527,7 @@ class Publisher:
             writing.set_exception(exc)
             writing.exception()  # retrieved: a call with no waiter must not log it as lost
             raise
-        index.entries.update(zip(keys, written, strict=True))
+        index.entries.update(zip(keys, map(written.__getitem__, places), strict=True))
         deque(map(inflight.pop, keys), maxlen=0)
         writing.set_result(written)
         return written
@@ -542,25 +537,16 @@ class Publisher:
         timestamp = now_ms()
         by_partition: dict[int, list[RecordIn]] = {}
         slots: list[tuple[int, int]] = []
-        dumps = orjson.dumps
         for m, p in zip(messages, self.partitioner.assign(topic.partitions, messages), strict=True):
             records = by_partition.get(p)
             if records is None:
                 records = by_partition[p] = []
             slots.append((p, len(records)))
-            if (
-                m.key is None
-                and m.headers is None
-                and m.idempotency_key is None
-                and m.deliver_at_ms is None
-                and m.expires_at_ms is None
-            ):
-                records.append(_new(RecordIn, (m.data, None, None, timestamp, None)))
-                continue
             if m.key is None and m.headers is None and m.deliver_at_ms is None and m.expires_at_ms is None:
-                # An idempotency key alone (an SDK's or Spark's batch item): encode_headers' bytes, inline.
-                idempotent = b'{"h":null,"i":' + dumps(m.idempotency_key) + b"}"
-                records.append(_new(RecordIn, (m.data, None, idempotent, timestamp, m.idempotency_key)))
+                # Bare, or with an idempotency key alone (an SDK's or Spark's batch item): no dict to encode.
+                idem = m.idempotency_key
+                headers = None if idem is None else idempotency_headers(idem)
+                records.append(_new(RecordIn, (m.data, None, headers, timestamp, idem)))
                 continue
             key = m.key.encode() if m.key is not None else None
             headers = encode_headers(m.headers, m.idempotency_key, m.deliver_at_ms, m.expires_at_ms)
