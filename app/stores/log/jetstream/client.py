@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import nats.errors
@@ -142,15 +142,9 @@ class JetStreamClient:
                 return await self.nc.request(subject, payloads[0], timeout=self.timeout, headers=headers)
             batch = f"{self._batch_prefix}{next(self._batch_ids)}"
             last = len(payloads) - 1
-            head = b"HPUB " + subject.encode() + b" "
-            marks = b"NATS/1.0\r\nNats-Batch-Id: " + batch.encode() + b"\r\nNats-Batch-Sequence: "
-            await self._publish_raw(
-                [
-                    _hpub(head, marks + b"%d\r\n" % (i + 1) + _msg_id_line(ids[i]), payloads[i])
-                    for i in range(last)
-                ],
-                payloads,
-            )
+            head = _hpub_head(subject)
+            ahead = ((head, _msg_id_line(ids[i]), payloads[i]) for i in range(last))
+            await self._publish_raw(_batch_commands(batch, ahead), payloads)
             headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(last + 1), "Nats-Batch-Commit": "1"}
             if own := ids[last]:
                 headers["Nats-Msg-Id"] = own
@@ -175,16 +169,18 @@ class JetStreamClient:
                 return await self.nc.request(subject, payload, timeout=self.timeout, headers=headers)
             batch = f"{self._batch_prefix}{next(self._batch_ids)}"
             last = len(messages) - 1
-            sequence = b"Nats-Batch-Id: " + batch.encode() + b"\r\nNats-Batch-Sequence: "
             lines: dict[int, bytes] = {}  # a batch's messages mostly share one headers dict (or None)
-            commands = []
-            for i, (subject, payload, headers) in enumerate(messages[:last]):
-                own = lines.get(id(headers))
-                if own is None:
-                    own = lines[id(headers)] = _header_lines(headers)
-                head = b"HPUB " + subject.encode() + b" "
-                commands.append(_hpub(head, b"NATS/1.0\r\n" + own + sequence + b"%d\r\n" % (i + 1), payload))
-            await self._publish_raw(commands, [payload for _, payload, _ in messages])
+
+            def own(headers: dict[str, str] | None) -> bytes:
+                made = lines.get(id(headers))
+                if made is None:
+                    made = lines[id(headers)] = _header_lines(headers)
+                return made
+
+            ahead = (
+                (_hpub_head(subject), own(headers), payload) for subject, payload, headers in messages[:last]
+            )
+            await self._publish_raw(_batch_commands(batch, ahead), [payload for _, payload, _ in messages])
             subject, payload, headers = messages[last]
             marks = {**(headers or {}), "Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(last + 1)}
             marks["Nats-Batch-Commit"] = "1"
@@ -338,12 +334,21 @@ def _error(error: dict[str, Any], stream: str) -> LogEngineError:
 Message = tuple[str, bytes, dict[str, str] | None]
 
 
-def _hpub(head: bytes, headers: bytes, payload: bytes) -> bytes:
-    """One ``HPUB`` command: ``head`` is ``HPUB <subject> ``, ``headers`` the header block but its closing
-    blank line (``NATS/1.0`` and each ``Name: value`` line). Subjects and header values here are the
-    engine's own (stream subjects, hex digests, batch ids): nothing a publish must check or escape."""
-    size = len(headers) + 2
-    return b"%s%d %d\r\n%s\r\n%s\r\n" % (head, size, size + len(payload), headers, payload)
+def _batch_commands(batch: str, messages: Iterable[tuple[bytes, bytes, bytes]]) -> list[bytes]:
+    """The ``HPUB`` commands of an atomic batch's messages, numbered from 1: each message is its
+    ``_hpub_head``, its own header lines and its payload. Subjects and header values here are the engine's
+    own (stream subjects, hex digests, batch ids): nothing a publish must check or escape."""
+    marks = b"NATS/1.0\r\nNats-Batch-Id: " + batch.encode() + b"\r\nNats-Batch-Sequence: "
+    commands = []
+    for sequence, (head, own, payload) in enumerate(messages, 1):
+        headers = marks + b"%d\r\n" % sequence + own
+        size = len(headers) + 2  # and the blank line that ends them
+        commands.append(b"%s%d %d\r\n%s\r\n%s\r\n" % (head, size, size + len(payload), headers, payload))
+    return commands
+
+
+def _hpub_head(subject: str) -> bytes:
+    return b"HPUB " + subject.encode() + b" "
 
 
 def _header_lines(headers: dict[str, str] | None) -> bytes:

@@ -228,33 +228,19 @@ class JetStreamIdempotency:
         self, topic_id: str, key: str, partition: int, offset: int, timestamp_ms: int, latency_ms: int
     ) -> None:
         """The key's message is stored: every node answers its retries from here on (the same answer)."""
-        await self._put(
-            topic_id, key, {"s": "placed", "p": partition, "o": offset, "t": timestamp_ms, "l": latency_ms}
-        )
+        await self._put(topic_id, [(key, _placed(partition, offset, timestamp_ms, latency_ms))])
 
     async def place_many(self, topic_id: str, placed: Sequence[tuple[str, Placement]]) -> None:
         """``place`` of each ``(key, where its message landed)``, as one write."""
-        await self._put_all(
+        await self._put(
             topic_id,
-            [
-                (
-                    key,
-                    {
-                        "s": "placed",
-                        "p": at.partition,
-                        "o": at.offset,
-                        "t": at.timestamp_ms,
-                        "l": at.latency_ms,
-                    },
-                )
-                for key, at in placed
-            ],
+            [(key, _placed(at.partition, at.offset, at.timestamp_ms, at.latency_ms)) for key, at in placed],
         )
 
     async def abandon_many(self, topic_id: str, keys: Sequence[str], now_ms: int) -> None:
         """The append failed and may or may not have stored the keys' messages: a retry looks in the log
         (one write)."""
-        await self._put_all(topic_id, [(key, {"s": "unknown", "at": now_ms}) for key in keys])
+        await self._put(topic_id, [(key, {"s": "unknown", "at": now_ms}) for key in keys])
 
     async def take_over(self, topic_id: str, key: str, revision: int, now_ms: int) -> bool:
         """Make a stale entry ours (``pending`` again), if nobody changed it since ``revision``."""
@@ -268,10 +254,7 @@ class JetStreamIdempotency:
         except (nats.errors.Error, TimeoutError) as exc:
             raise EngineUnavailable(f"idempotency record not taken over: {type(exc).__name__}") from exc
 
-    async def _put(self, topic_id: str, key: str, value: dict[str, Any]) -> None:
-        await self._put_all(topic_id, [(key, value)])
-
-    async def _put_all(self, topic_id: str, values: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    async def _put(self, topic_id: str, values: Sequence[tuple[str, dict[str, Any]]]) -> None:
         """Write each key's entry (one write, all or none)."""
         if not values:
             return
@@ -297,6 +280,11 @@ async def _answered(call: Callable[[], Awaitable[T]]) -> T:
 
 def _message_size(message: Message) -> int:
     return len(message[0]) + len(message[1])
+
+
+def _placed(partition: int, offset: int, timestamp_ms: int, latency_ms: int) -> dict[str, Any]:
+    """A ``placed`` entry's value."""
+    return {"s": "placed", "p": partition, "o": offset, "t": timestamp_ms, "l": latency_ms}
 
 
 def _name(topic_id: str, key: str) -> str:

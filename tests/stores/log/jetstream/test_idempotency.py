@@ -10,7 +10,7 @@ import nats
 import pytest
 
 from app.stores.log.jetstream.client import JetStreamClient
-from app.stores.log.jetstream.idempotency import JetStreamIdempotency
+from app.stores.log.jetstream.idempotency import IdempotencyEntry, JetStreamIdempotency
 
 
 class TestAFreshBucket:
@@ -115,7 +115,7 @@ class TestTheClaimsOfABatch:
         pending = await records.get("t", "batch-7")
         assert pending is not None and (pending.state, pending.revision) == ("pending", revisions[7])
 
-        await records.place_many("t", [(k, _At(i % 4, i, 9, 2)) for i, k in enumerate(keys)])
+        await records.place_many("t", [(k, _at(i % 4, i, 9, 2)) for i, k in enumerate(keys)])
         assert records._puts.writes - puts_before == 1
         for i in (0, 150, 299):
             entry = await records.get("t", keys[i])
@@ -163,11 +163,8 @@ class TestTheClaimsOfABatch:
             assert entry is not None and (entry.state, entry.at_ms) == ("unknown", 8)
 
 
-class _At:
-    def __init__(self, partition: int, offset: int, timestamp_ms: int, latency_ms: int) -> None:
-        self.partition, self.offset, self.timestamp_ms, self.latency_ms = (
-            partition,
-            offset,
-            timestamp_ms,
-            latency_ms,
-        )
+def _at(partition: int, offset: int, timestamp_ms: int, latency_ms: int) -> IdempotencyEntry:
+    """Where a message landed (any ``Placement``: an entry as read is one)."""
+    return IdempotencyEntry(
+        "placed", 0, partition=partition, offset=offset, timestamp_ms=timestamp_ms, latency_ms=latency_ms
+    )
